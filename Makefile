@@ -1,0 +1,37 @@
+# Two commands for a fresh machine: `make setup` installs everything, `make test` runs the
+# whole suite (lint, types, layering, unit, property, integration against PostgreSQL and
+# SQLite, end-to-end against a real kube-apiserver).
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+
+.PHONY: setup test python control-plane postgres lint unit e2e
+
+setup: python control-plane postgres
+
+python:
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[dev]'
+
+# Built once from the Go module proxy into ~/.cache/muster/k8s-<version>/bin, then reused.
+control-plane: python
+	$(BIN)/muster local-cluster build
+
+postgres:
+	bash hack/install-postgres.sh
+
+lint:
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy quota
+
+test: lint
+	$(BIN)/pytest
+
+unit:
+	$(BIN)/pytest tests/unit -q
+
+e2e:
+	$(BIN)/pytest tests/e2e -m e2e

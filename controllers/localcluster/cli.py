@@ -1,0 +1,149 @@
+"""`muster local-cluster up|down|status|env|nodes|build`."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+from controllers.localcluster.binaries import (
+    BinariesError,
+    build_binaries,
+    cache_bin_dir,
+    find_binaries,
+)
+from controllers.localcluster.cluster import ClusterError, LocalCluster
+from controllers.localcluster.nodes import create_nodes
+
+_dir_option = click.option(
+    "--dir",
+    "directory",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="State directory of the cluster (default: $MUSTER_LOCAL_CLUSTER_DIR or "
+    "~/.cache/muster/local-cluster/default).",
+)
+
+
+@click.group("local-cluster")
+def local_cluster() -> None:
+    """A real local Kubernetes control plane with kwok nodes, for development and tests."""
+
+
+@local_cluster.command()
+def build() -> None:
+    """Build (or find) the control-plane binaries; a no-op when they are cached."""
+    found, missing = find_binaries()
+    if missing:
+        click.echo(f"building {', '.join(missing)} into {cache_bin_dir()} (first time: slow)")
+        try:
+            build_binaries()
+        except BinariesError as exc:
+            raise click.ClickException(str(exc)) from exc
+        found, missing = find_binaries()
+        if missing:
+            raise click.ClickException(f"still missing after the build: {', '.join(missing)}")
+    for name, path in sorted(found.items()):
+        click.echo(f"{name:<24} {path}")
+
+
+@local_cluster.command()
+@_dir_option
+@click.option("--timeout", default=120.0, show_default=True, help="Seconds to wait per component.")
+def up(directory: Path | None, timeout: float) -> None:
+    """Start etcd, kube-apiserver, kube-controller-manager, kube-scheduler and kwok."""
+    cluster = LocalCluster(directory)
+    try:
+        cluster.up(timeout=timeout, progress=lambda m: click.echo(m, err=True))
+    except (ClusterError, BinariesError) as exc:
+        raise click.ClickException(str(exc)) from exc
+    click.echo(f"local cluster is up ({cluster.directory})", err=True)
+    click.echo(cluster.env())
+
+
+@local_cluster.command()
+@_dir_option
+def down(directory: Path | None) -> None:
+    """Stop every process the cluster started."""
+    stopped = LocalCluster(directory).down()
+    click.echo(f"stopped: {', '.join(stopped)}" if stopped else "nothing was running")
+
+
+@local_cluster.command()
+@_dir_option
+def status(directory: Path | None) -> None:
+    """Show each component's state; exit 1 unless all are healthy."""
+    states = LocalCluster(directory).status()
+    if not states:
+        click.echo("no local cluster has been started here")
+        sys.exit(1)
+    for name, state in states.items():
+        click.echo(f"{name:<24} {state}")
+    if any(s != "healthy" for s in states.values()):
+        sys.exit(1)
+
+
+@local_cluster.command()
+@_dir_option
+def env(directory: Path | None) -> None:
+    """Print `export KUBECONFIG=...` for this cluster (use with eval)."""
+    click.echo(LocalCluster(directory).env())
+
+
+@local_cluster.command()
+@_dir_option
+@click.option("--count", default=1, show_default=True, type=click.IntRange(min=1))
+@click.option("--cpu", default="32", show_default=True)
+@click.option("--memory", default="256Gi", show_default=True)
+@click.option("--gpu", default=0, show_default=True, type=click.IntRange(min=0))
+@click.option("--pods", default=110, show_default=True, type=click.IntRange(min=1))
+@click.option("--label", "labels", multiple=True, help="key=value, repeatable.")
+@click.option("--taint", "taints", multiple=True, help="key=value:Effect, repeatable.")
+@click.option("--prefix", default="node", show_default=True)
+def nodes(
+    directory: Path | None,
+    count: int,
+    cpu: str,
+    memory: str,
+    gpu: int,
+    pods: int,
+    labels: tuple[str, ...],
+    taints: tuple[str, ...],
+    prefix: str,
+) -> None:
+    """Create fake kwok nodes of the given shape and wait until they are Ready."""
+    label_map: dict[str, str] = {}
+    for item in labels:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise click.BadParameter(f"{item!r}: expected key=value", param_hint="--label")
+        label_map[key] = value
+    taint_list: list[dict[str, str]] = []
+    for item in taints:
+        kv, sep, effect = item.rpartition(":")
+        key, _, value = kv.partition("=")
+        if not sep or not key or effect not in {"NoSchedule", "PreferNoSchedule", "NoExecute"}:
+            raise click.BadParameter(
+                f"{item!r}: expected key=value:NoSchedule|PreferNoSchedule|NoExecute",
+                param_hint="--taint",
+            )
+        taint_list.append({"key": key, "value": value, "effect": effect})
+    cluster = LocalCluster(directory)
+    if not cluster.running():
+        raise click.ClickException(
+            "the local cluster is not running; run `muster local-cluster up`"
+        )
+    names = create_nodes(
+        cluster.binaries["kubectl"],
+        cluster.kubeconfig,
+        count,
+        prefix=prefix,
+        cpu=cpu,
+        memory=memory,
+        gpu=gpu,
+        pods=pods,
+        labels=label_map,
+        taints=taint_list,
+    )
+    click.echo("\n".join(names))

@@ -1,0 +1,434 @@
+"""A real local control plane: etcd, kube-apiserver, kube-controller-manager, kube-scheduler
+and kwok, started as processes on free loopback ports, with state kept in one directory.
+
+The processes outlive the command that starts them (`muster local-cluster up`), so the state
+directory records their pids; `down` stops every one of them, and the pytest fixture does the
+same when the test session ends.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import socket
+import ssl
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from controllers.localcluster import pki
+from controllers.localcluster.binaries import Binaries, ensure_binaries
+
+STAGES_FILE = Path(__file__).with_name("stages.yaml")
+FEATURE_GATES = "GenericWorkload=true"
+STATE_FILE = "state.json"
+
+
+class ClusterError(RuntimeError):
+    """A component failed; the message carries what failed and the tail of its log."""
+
+
+def default_dir() -> Path:
+    env = os.environ.get("MUSTER_LOCAL_CLUSTER_DIR")
+    if env:
+        return Path(env)
+    return Path.home() / ".cache" / "muster" / "local-cluster" / "default"
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def log_tail(path: Path, lines: int = 25) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return "(no log)"
+
+
+@dataclass
+class Component:
+    name: str
+    pid: int
+    log: str
+    health_url: str | None = None
+
+
+@dataclass
+class ClusterState:
+    directory: str
+    api_port: int
+    components: list[Component] = field(default_factory=list)
+
+    @property
+    def kubeconfig(self) -> Path:
+        return Path(self.directory) / "kubeconfig"
+
+    def save(self) -> None:
+        data = {
+            "directory": self.directory,
+            "api_port": self.api_port,
+            "components": [c.__dict__ for c in self.components],
+        }
+        (Path(self.directory) / STATE_FILE).write_text(json.dumps(data, indent=2))
+
+    @classmethod
+    def load(cls, directory: Path) -> ClusterState | None:
+        path = directory / STATE_FILE
+        if not path.exists():
+            return None
+        data = json.loads(path.read_text())
+        return cls(
+            directory=data["directory"],
+            api_port=data["api_port"],
+            components=[Component(**c) for c in data["components"]],
+        )
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # A zombie child of this process still answers kill(0); reap it if it is ours.
+    with contextlib.suppress(ChildProcessError):
+        done, _ = os.waitpid(pid, os.WNOHANG)
+        if done == pid:
+            return False
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        return stat.rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+class LocalCluster:
+    """Start, inspect and stop one local control plane rooted at `directory`."""
+
+    def __init__(self, directory: Path | None = None, binaries: Binaries | None = None) -> None:
+        self.directory = (directory or default_dir()).resolve()
+        self._binaries = binaries
+        self.state = ClusterState.load(self.directory)
+
+    @property
+    def kubeconfig(self) -> Path:
+        return self.directory / "kubeconfig"
+
+    @property
+    def binaries(self) -> Binaries:
+        if self._binaries is None:
+            self._binaries = ensure_binaries()
+        return self._binaries
+
+    # ----------------------------------------------------------------- lifecycle
+    def running(self) -> list[Component]:
+        if not self.state:
+            return []
+        return [c for c in self.state.components if pid_alive(c.pid)]
+
+    def up(
+        self, timeout: float = 120.0, progress: Callable[[str], None] = lambda _m: None
+    ) -> ClusterState:
+        """Start every component and wait until each answers its health check."""
+        if self.state and self.running():
+            raise ClusterError(
+                f"a local cluster already runs from {self.directory} "
+                f"({', '.join(c.name for c in self.running())}); "
+                "run `muster local-cluster down` first"
+            )
+        binaries = self.binaries
+        if self.directory.exists():
+            shutil.rmtree(self.directory)
+        (self.directory / "logs").mkdir(parents=True)
+        pki_dir = self.directory / "pki"
+        ca = pki.CertificateAuthority(pki_dir)
+        serving = ca.issue("apiserver", "kube-apiserver", server=True)
+        sa_key, sa_pub = pki.service_account_keys(pki_dir)
+
+        etcd_port, etcd_peer, api_port = free_port(), free_port(), free_port()
+        kcm_port, sched_port, kwok_port = free_port(), free_port(), free_port()
+        server = f"https://127.0.0.1:{api_port}"
+        admin = ca.issue("admin", "muster-admin", "system:masters")
+        kubeconfig = pki.write_kubeconfig(self.kubeconfig, server, ca.cert_path, admin, "admin")
+        kcm_kc = pki.write_kubeconfig(
+            self.directory / "kcm.kubeconfig",
+            server,
+            ca.cert_path,
+            ca.issue("kcm", "system:kube-controller-manager"),
+            "kcm",
+        )
+        sched_kc = pki.write_kubeconfig(
+            self.directory / "scheduler.kubeconfig",
+            server,
+            ca.cert_path,
+            ca.issue("scheduler", "system:kube-scheduler"),
+            "scheduler",
+        )
+        self.state = ClusterState(directory=str(self.directory), api_port=api_port)
+        etcd_url = f"http://127.0.0.1:{etcd_port}"
+        try:
+            progress("starting etcd")
+            self._start(
+                "etcd",
+                [
+                    binaries["etcd"],
+                    "--data-dir",
+                    str(self.directory / "etcd"),
+                    "--listen-client-urls",
+                    etcd_url,
+                    "--advertise-client-urls",
+                    etcd_url,
+                    "--listen-peer-urls",
+                    f"http://127.0.0.1:{etcd_peer}",
+                    "--initial-advertise-peer-urls",
+                    f"http://127.0.0.1:{etcd_peer}",
+                    "--initial-cluster",
+                    f"default=http://127.0.0.1:{etcd_peer}",
+                    "--unsafe-no-fsync=true",
+                    "--log-level",
+                    "warn",
+                ],
+                health_url=f"{etcd_url}/health",
+            )
+            self._wait("etcd", timeout)
+            progress("starting kube-apiserver")
+            self._start(
+                "kube-apiserver",
+                [
+                    binaries["kube-apiserver"],
+                    "--etcd-servers",
+                    etcd_url,
+                    "--cert-dir",
+                    str(pki_dir),
+                    "--tls-cert-file",
+                    str(serving.cert),
+                    "--tls-private-key-file",
+                    str(serving.key),
+                    "--secure-port",
+                    str(api_port),
+                    "--bind-address",
+                    "127.0.0.1",
+                    "--advertise-address",
+                    "127.0.0.1",
+                    "--authorization-mode",
+                    "Node,RBAC",
+                    "--service-cluster-ip-range",
+                    "10.0.0.0/24",
+                    "--allow-privileged=true",
+                    "--client-ca-file",
+                    str(ca.cert_path),
+                    "--service-account-issuer",
+                    f"{server}/",
+                    "--service-account-key-file",
+                    str(sa_pub),
+                    "--service-account-signing-key-file",
+                    str(sa_key),
+                    "--feature-gates",
+                    FEATURE_GATES,
+                    "--runtime-config",
+                    "scheduling.k8s.io/v1beta1=true",
+                    "--enable-priority-and-fairness=false",
+                    "--v",
+                    "1",
+                ],
+                health_url=f"{server}/readyz",
+            )
+            self._wait("kube-apiserver", timeout)
+            progress("starting kube-controller-manager")
+            self._start(
+                "kube-controller-manager",
+                [
+                    binaries["kube-controller-manager"],
+                    "--kubeconfig",
+                    str(kcm_kc),
+                    "--authentication-kubeconfig",
+                    str(kcm_kc),
+                    "--authorization-kubeconfig",
+                    str(kcm_kc),
+                    "--root-ca-file",
+                    str(ca.cert_path),
+                    "--service-account-private-key-file",
+                    str(sa_key),
+                    "--use-service-account-credentials=false",
+                    "--controllers",
+                    "*",
+                    "--leader-elect=false",
+                    "--bind-address",
+                    "127.0.0.1",
+                    "--secure-port",
+                    str(kcm_port),
+                    "--cert-dir",
+                    str(self.directory / "kcm-certs"),
+                    "--feature-gates",
+                    FEATURE_GATES,
+                    # kwok nodes keep their status fresh; don't evict pods for a slow heartbeat.
+                    "--node-monitor-grace-period",
+                    "120s",
+                    "--concurrent-job-syncs",
+                    "20",
+                    "--kube-api-qps",
+                    "200",
+                    "--kube-api-burst",
+                    "400",
+                    "--v",
+                    "1",
+                ],
+                health_url=f"https://127.0.0.1:{kcm_port}/healthz",
+            )
+            progress("starting kube-scheduler")
+            self._start(
+                "kube-scheduler",
+                [
+                    binaries["kube-scheduler"],
+                    "--kubeconfig",
+                    str(sched_kc),
+                    "--authentication-kubeconfig",
+                    str(sched_kc),
+                    "--authorization-kubeconfig",
+                    str(sched_kc),
+                    "--leader-elect=false",
+                    "--bind-address",
+                    "127.0.0.1",
+                    "--secure-port",
+                    str(sched_port),
+                    "--cert-dir",
+                    str(self.directory / "scheduler-certs"),
+                    "--feature-gates",
+                    FEATURE_GATES,
+                    "--kube-api-qps",
+                    "200",
+                    "--kube-api-burst",
+                    "400",
+                    "--v",
+                    "1",
+                ],
+                health_url=f"https://127.0.0.1:{sched_port}/healthz",
+            )
+            progress("starting kwok")
+            self._start(
+                "kwok",
+                [
+                    binaries["kwok"],
+                    "--kubeconfig",
+                    str(kubeconfig),
+                    "--config",
+                    str(STAGES_FILE),
+                    "--manage-all-nodes=false",
+                    "--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake",
+                    "--server-address",
+                    f"127.0.0.1:{kwok_port}",
+                    "--node-lease-duration-seconds",
+                    "40",
+                ],
+                health_url=f"http://127.0.0.1:{kwok_port}/healthz",
+            )
+            for name in ("kube-controller-manager", "kube-scheduler", "kwok"):
+                self._wait(name, timeout)
+        except Exception:
+            self.down()
+            raise
+        return self.state
+
+    def down(self, grace: float = 10.0) -> list[str]:
+        """Stop every process this cluster started; return the names that were running."""
+        if not self.state:
+            return []
+        stopped: list[str] = []
+        for component in reversed(self.state.components):
+            if pid_alive(component.pid):
+                stopped.append(component.name)
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(component.pid, signal.SIGTERM)
+        deadline = time.monotonic() + grace
+        for component in self.state.components:
+            while pid_alive(component.pid) and time.monotonic() < deadline:
+                time.sleep(0.1)
+            if pid_alive(component.pid):
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(component.pid, signal.SIGKILL)
+        for component in self.state.components:
+            while pid_alive(component.pid) and time.monotonic() < deadline + 5:
+                time.sleep(0.05)
+        return stopped
+
+    def status(self) -> dict[str, str]:
+        """Per component: 'healthy', 'running (unhealthy)' or 'stopped'."""
+        if not self.state:
+            return {}
+        result: dict[str, str] = {}
+        for component in self.state.components:
+            if not pid_alive(component.pid):
+                result[component.name] = "stopped"
+            elif component.health_url and not self._healthy(component.health_url):
+                result[component.name] = "running (unhealthy)"
+            else:
+                result[component.name] = "healthy"
+        return result
+
+    def env(self) -> str:
+        return f"export KUBECONFIG={self.kubeconfig}"
+
+    # ----------------------------------------------------------------- helpers
+    def _start(self, name: str, argv: list[str], health_url: str | None) -> None:
+        assert self.state is not None
+        log = self.directory / "logs" / f"{name}.log"
+        with open(log, "ab") as out:
+            # A session of its own: `down` signals the whole group, and Ctrl-C on the CLI
+            # that started the cluster does not take the cluster with it.
+            proc = subprocess.Popen(
+                argv,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+                cwd=self.directory,
+            )
+        self.state.components.append(Component(name, proc.pid, str(log), health_url))
+        self.state.save()
+
+    def _ssl_context(self) -> ssl.SSLContext:
+        pki_dir = self.directory / "pki"
+        context = ssl.create_default_context()
+        # Controller-manager and scheduler serve self-signed certificates on loopback.
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE
+        context.load_cert_chain(pki_dir / "admin.crt", pki_dir / "admin.key")
+        return context
+
+    def _healthy(self, url: str) -> bool:
+        try:
+            context = self._ssl_context() if url.startswith("https") else None
+            with urllib.request.urlopen(url, timeout=3, context=context) as response:
+                return bool(response.status == 200)
+        except (urllib.error.URLError, OSError, ssl.SSLError):
+            return False
+
+    def _wait(self, name: str, timeout: float) -> None:
+        assert self.state is not None
+        component = next(c for c in self.state.components if c.name == name)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if not pid_alive(component.pid):
+                raise ClusterError(
+                    f"{name} exited during start-up; last lines of {component.log}:\n"
+                    f"{log_tail(Path(component.log))}"
+                )
+            if component.health_url is None or self._healthy(component.health_url):
+                return
+            time.sleep(0.25)
+        raise ClusterError(
+            f"{name} did not become healthy within {timeout:.0f}s "
+            f"({component.health_url}); last lines of {component.log}:\n"
+            f"{log_tail(Path(component.log))}"
+        )
