@@ -56,9 +56,15 @@ class ClusterHandle:
         taints: list[dict[str, str]] | None = None,
     ) -> list[str]:
         return create_nodes(
-            self.kubectl_bin, self.kubeconfig, count,
-            prefix=prefix or f"n{uuid.uuid4().hex[:6]}", cpu=cpu, memory=memory, gpu=gpu,
-            labels=labels, taints=taints,
+            self.kubectl_bin,
+            self.kubeconfig,
+            count,
+            prefix=prefix or f"n{uuid.uuid4().hex[:6]}",
+            cpu=cpu,
+            memory=memory,
+            gpu=gpu,
+            labels=labels,
+            taints=taints,
         )
 
     def wait_for(

@@ -221,6 +221,10 @@ class LocalCluster:
                     "127.0.0.1",
                     "--advertise-address",
                     "127.0.0.1",
+                    # The `kubernetes` Service endpoint may not be loopback; nothing here
+                    # needs it (the controller reaches the apiserver from this machine).
+                    "--endpoint-reconciler-type",
+                    "none",
                     "--authorization-mode",
                     "Node,RBAC",
                     "--service-cluster-ip-range",
@@ -260,7 +264,8 @@ class LocalCluster:
                     str(ca.cert_path),
                     "--service-account-private-key-file",
                     str(sa_key),
-                    "--use-service-account-credentials=false",
+                    # Each controller acts as its own service account, bound by bootstrap RBAC.
+                    "--use-service-account-credentials=true",
                     "--controllers",
                     "*",
                     "--leader-elect=false",
@@ -328,6 +333,8 @@ class LocalCluster:
                     "--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake",
                     "--server-address",
                     f"127.0.0.1:{kwok_port}",
+                    "--node-ip",
+                    "10.0.0.1",
                     "--node-lease-duration-seconds",
                     "40",
                 ],

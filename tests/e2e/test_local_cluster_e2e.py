@@ -57,7 +57,12 @@ def test_job_with_three_pods_runs_to_completion_on_two_kwok_nodes(
     cluster.wait_for("3 pods created by the Job controller", lambda: len(pods()) == 3)
     # ... the scheduler binds them to our two nodes, and kwok runs and completes them.
     cluster.kubectl(
-        "wait", "--for=condition=Complete", "job/hello", "-n", namespace, "--timeout=90s",
+        "wait",
+        "--for=condition=Complete",
+        "job/hello",
+        "-n",
+        namespace,
+        "--timeout=90s",
         timeout=100,
     )
     placed = {p["spec"]["nodeName"] for p in pods()}  # type: ignore[index]
@@ -81,7 +86,10 @@ def test_cli_up_status_env_nodes_down_leaves_no_process(tmp_path) -> None:  # ty
     env = dict(os.environ)
     up = subprocess.run(
         [*muster, "local-cluster", "up", "--dir", str(directory)],
-        capture_output=True, text=True, env=env, timeout=300,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
     )
     try:
         assert up.returncode == 0, up.stderr
@@ -90,26 +98,49 @@ def test_cli_up_status_env_nodes_down_leaves_no_process(tmp_path) -> None:  # ty
         kubeconfig = export.split("=", 1)[1]
         printed = subprocess.run(
             [*muster, "local-cluster", "env", "--dir", str(directory)],
-            capture_output=True, text=True, check=True,
+            capture_output=True,
+            text=True,
+            check=True,
         )
         assert printed.stdout.strip() == export
         made = subprocess.run(
-            [*muster, "local-cluster", "nodes", "--dir", str(directory), "--count", "2",
-             "--cpu", "8", "--memory", "64Gi", "--gpu", "8", "--label", "pool=h100"],
-            capture_output=True, text=True, timeout=120,
+            [
+                *muster,
+                "local-cluster",
+                "nodes",
+                "--dir",
+                str(directory),
+                "--count",
+                "2",
+                "--cpu",
+                "8",
+                "--memory",
+                "64Gi",
+                "--gpu",
+                "8",
+                "--label",
+                "pool=h100",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
         )
         assert made.returncode == 0, made.stderr
         local = LocalCluster(directory)
         got = subprocess.run(
             [local.binaries["kubectl"], "get", "nodes", "-l", "pool=h100", "-o", "json"],
-            capture_output=True, text=True, check=True, env={**env, "KUBECONFIG": kubeconfig},
+            capture_output=True,
+            text=True,
+            check=True,
+            env={**env, "KUBECONFIG": kubeconfig},
         )
         items = json.loads(got.stdout)["items"]
         assert len(items) == 2
         assert all(i["status"]["allocatable"]["nvidia.com/gpu"] == "8" for i in items)
         status = subprocess.run(
             [*muster, "local-cluster", "status", "--dir", str(directory)],
-            capture_output=True, text=True,
+            capture_output=True,
+            text=True,
         )
         assert status.returncode == 0, status.stdout
         assert status.stdout.count("healthy") == 5
@@ -117,7 +148,9 @@ def test_cli_up_status_env_nodes_down_leaves_no_process(tmp_path) -> None:  # ty
     finally:
         down = subprocess.run(
             [*muster, "local-cluster", "down", "--dir", str(directory)],
-            capture_output=True, text=True, timeout=60,
+            capture_output=True,
+            text=True,
+            timeout=60,
         )
     assert down.returncode == 0, down.stderr
     assert not [pid for pid in pids if pid_alive(pid)]

@@ -19,7 +19,10 @@ LINT_IMPORTS = Path(sys.executable).with_name("lint-imports")
 def _run_lint(root: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [str(LINT_IMPORTS), "--config", str(root / "pyproject.toml"), "--no-cache"],
-        cwd=root, capture_output=True, text=True, env={"PYTHONPATH": str(root), "PATH": ""},
+        cwd=root,
+        capture_output=True,
+        text=True,
+        env={"PYTHONPATH": str(root), "PATH": ""},
         check=False,
     )
 
@@ -40,7 +43,9 @@ def test_contract_forbids_the_io_libraries_the_design_names() -> None:
 
 def test_check_fails_when_quota_imports_kubernetes(tmp_path: Path) -> None:
     # A copy of the tree with one offending line added to the core.
-    shutil.copytree(REPO / "quota", tmp_path / "quota", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(
+        REPO / "quota", tmp_path / "quota", ignore=shutil.ignore_patterns("__pycache__")
+    )
     shutil.copytree(
         REPO / "controllers", tmp_path / "controllers", ignore=shutil.ignore_patterns("__pycache__")
     )
