@@ -10,6 +10,12 @@ import click
 # `muster simulate` does not pay for the Kubernetes client and `muster --help` stays fast.
 _COMMANDS: dict[str, tuple[str, str]] = {
     "local-cluster": ("controllers.localcluster.cli", "local_cluster"),
+    "controller": ("controllers.manager", "controller"),
+    "crds": ("controllers.crdgen", "crds"),
+    "db": ("controllers.history.cli", "db"),
+    "history": ("controllers.history.cli", "history"),
+    "bench-history": ("controllers.history.bench_cli", "bench_history"),
+    "bench": ("controllers.bench", "bench"),
 }
 
 

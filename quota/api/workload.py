@@ -1,0 +1,236 @@
+"""Workload: the unit of admission. One Job (or one slice of an elastic Job) becomes one
+Workload whose pod sets are admitted all together, or not at all."""
+
+from __future__ import annotations
+
+from typing import Any, Literal, Self
+
+from pydantic import AwareDatetime, Field, model_validator
+
+from quota.api.conditions import CONDITIONS_LIST, Condition
+from quota.api.meta import (
+    API_VERSION,
+    DNS_LABEL,
+    DNS_SUBDOMAIN,
+    INT32_MAX,
+    INT32_MIN,
+    ApiModel,
+    ApiObject,
+    CrdInfo,
+    PrinterColumn,
+    Toleration,
+    cel,
+    validations,
+)
+from quota.api.quantity import ResourceList
+
+MAX_POD_SETS = 8
+MAX_POD_COUNT = 100_000
+
+
+class PodSetTemplate(ApiModel):
+    """The scheduling fields of the pods' template: what decides where the pods may run."""
+
+    node_selector: dict[str, str] = Field(
+        default_factory=dict, max_length=32, description="The pods' nodeSelector."
+    )
+    tolerations: list[Toleration] = Field(
+        default_factory=list, max_length=32, description="The pods' tolerations."
+    )
+    affinity: dict[str, Any] | None = Field(
+        None,
+        description="The pods' affinity (core/v1 Affinity), kept as written.",
+        json_schema_extra={"x-kubernetes-preserve-unknown-fields": True},
+    )
+
+
+class PodSet(ApiModel):
+    """A group of identical pods, e.g. the workers of a training job."""
+
+    model_config = validations(
+        cel(
+            "!has(self.minCount) || self.minCount <= self.count",
+            "minCount must not exceed count",
+            field_path=".minCount",
+        )
+    )
+
+    name: str = Field(
+        "main",
+        min_length=1,
+        max_length=63,
+        pattern=DNS_LABEL,
+        description="Unique within the workload.",
+    )
+    count: int = Field(ge=0, le=MAX_POD_COUNT, description="How many pods the set has.")
+    min_count: int | None = Field(
+        None,
+        ge=1,
+        le=MAX_POD_COUNT,
+        description="Admit the set with fewer pods, down to this many, when all do not fit "
+        "(partial admission). Unset: all or nothing.",
+    )
+    template: PodSetTemplate = Field(
+        default_factory=PodSetTemplate,
+        description="The pods' scheduling fields.",
+        json_schema_extra={"default": {}},
+    )
+    requests: ResourceList = Field(
+        default_factory=dict,
+        description="What one pod requests (sum of its containers, as the scheduler counts it).",
+    )
+
+    @model_validator(mode="after")
+    def _min_count_within_count(self) -> Self:
+        if self.min_count is not None and self.min_count > self.count:
+            raise ValueError(
+                f"minCount must not exceed count (pod set {self.name}: "
+                f"minCount {self.min_count} > count {self.count})"
+            )
+        return self
+
+    def total(self, count: int | None = None) -> dict[str, int]:
+        """Requests of ``count`` pods (all of them by default), in base units."""
+        pods = self.count if count is None else count
+        return {resource: amount * pods for resource, amount in self.requests.items()}
+
+
+class WorkloadSpec(ApiModel):
+    """What to admit, where to queue it and how important it is."""
+
+    model_config = validations(
+        cel(
+            "!has(self.replaces) || has(self.sliceName)",
+            "replaces requires sliceName",
+            field_path=".replaces",
+        )
+    )
+
+    queue_name: str = Field(
+        min_length=1,
+        max_length=253,
+        pattern=DNS_SUBDOMAIN,
+        description="The LocalQueue, in the workload's namespace, to queue in.",
+    )
+    priority_class_name: str | None = Field(
+        None,
+        max_length=253,
+        description="The PriorityClass the priority was taken from.",
+    )
+    priority: int | None = Field(
+        None,
+        ge=INT32_MIN,
+        le=INT32_MAX,
+        description="Higher runs first and may preempt lower; resolved from the PriorityClass "
+        "(0 when there is none).",
+    )
+    pod_sets: list[PodSet] = Field(
+        min_length=1,
+        max_length=MAX_POD_SETS,
+        description="The groups of pods, admitted together.",
+        json_schema_extra={
+            "x-kubernetes-list-type": "map",
+            "x-kubernetes-list-map-keys": ["name"],
+        },
+    )
+    slice_name: str | None = Field(
+        None,
+        max_length=253,
+        description="For elastic jobs: the name shared by every slice of the same job.",
+    )
+    replaces: str | None = Field(
+        None,
+        max_length=253,
+        description="For elastic jobs: the slice this one replaces once admitted (scale-up).",
+    )
+
+    @model_validator(mode="after")
+    def _unique_pod_sets(self) -> Self:
+        names = [p.name for p in self.pod_sets]
+        duplicates = sorted({n for n in names if names.count(n) > 1})
+        if duplicates:
+            raise ValueError(f"pod set names must be unique: {', '.join(duplicates)}")
+        if self.replaces is not None and self.slice_name is None:
+            raise ValueError("replaces requires sliceName")
+        return self
+
+
+class PodSetAssignment(ApiModel):
+    """What one pod set was admitted with."""
+
+    name: str = Field(min_length=1, max_length=63, description="The pod set.")
+    flavors: dict[str, str] = Field(
+        default_factory=dict,
+        max_length=32,
+        description="The flavor chosen for each resource, e.g. {nvidia.com/gpu: h100}.",
+    )
+    count: int = Field(
+        ge=0, le=MAX_POD_COUNT, description="Pods admitted (below count on partial admission)."
+    )
+    resource_usage: ResourceList = Field(
+        default_factory=dict, description="Total quota charged for the admitted pods."
+    )
+
+
+class Admission(ApiModel):
+    """Where a workload's quota is reserved."""
+
+    cluster_queue: str = Field(
+        min_length=1, max_length=253, description="The ClusterQueue that reserved quota."
+    )
+    pod_set_assignments: list[PodSetAssignment] = Field(
+        default_factory=list,
+        max_length=MAX_POD_SETS,
+        json_schema_extra={
+            "x-kubernetes-list-type": "map",
+            "x-kubernetes-list-map-keys": ["name"],
+        },
+    )
+
+
+class RequeueState(ApiModel):
+    """Back-off bookkeeping for a workload that was evicted and queued again."""
+
+    count: int = Field(0, ge=0, description="How many times the workload was requeued.")
+    requeue_at: AwareDatetime | None = Field(
+        None, description="Not reconsidered for admission before this time."
+    )
+
+
+class WorkloadStatus(ApiModel):
+    """Admission and lifecycle of the workload, written by the controller."""
+
+    admission: Admission | None = Field(None, description="Set while quota is reserved.")
+    conditions: list[Condition] = Field(
+        default_factory=list,
+        max_length=16,
+        description="QuotaReserved, Admitted, Evicted, Preempted, Requeued, Finished, PodsReady.",
+        json_schema_extra=CONDITIONS_LIST,
+    )
+    requeue_state: RequeueState | None = None
+
+
+class Workload(ApiObject):
+    """A unit of admission (namespaced, short name wl)."""
+
+    crd = CrdInfo(
+        plural="workloads",
+        scope="Namespaced",
+        short_names=("wl",),
+        printer_columns=(
+            PrinterColumn("Queue", ".spec.queueName", description="The LocalQueue."),
+            PrinterColumn(
+                "Reserved-In",
+                ".status.admission.clusterQueue",
+                description="The ClusterQueue holding its quota.",
+            ),
+            PrinterColumn("Admitted", '.status.conditions[?(@.type=="Admitted")].status'),
+            PrinterColumn("Finished", '.status.conditions[?(@.type=="Finished")].reason'),
+            PrinterColumn("Age", ".metadata.creationTimestamp", "date"),
+        ),
+    )
+
+    api_version: Literal["muster.dev/v1alpha1"] = API_VERSION
+    kind: Literal["Workload"] = "Workload"
+    spec: WorkloadSpec
+    status: WorkloadStatus = Field(default_factory=WorkloadStatus)
