@@ -1,0 +1,226 @@
+"""Benchmark of the quota engine: fair share over a big queue tree, one big admission cycle.
+
+Shapes (the issue's targets, and Kueue's large-scale test):
+- fair share over 1,110 queues in 3 levels (10 x 10 x 10, 1,000 leaves) x 4 resources;
+- one admission cycle over 50,000 pending workloads in those 1,000 leaf queues;
+and the same at 10x (10 x 10 x 100 leaves; 500,000 workloads). Prints figures; never fails
+on time. Run with `muster bench quota` or `python bench/quota_bench.py [--scale 10]`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import random
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
+
+if __package__ in (None, ""):
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from quota.admission import admission_cycle
+from quota.decisions import CycleResult
+from quota.fairshare import distribute, fair_share, usage_and_demand
+from quota.snapshot import (
+    FlavorQuota,
+    PodSet,
+    QueueSpec,
+    Snapshot,
+    Workload,
+    queue_tree,
+)
+
+GPU = "nvidia.com/gpu"
+RESOURCES = ("cpu", "memory", GPU, "ephemeral-storage")
+FLAVOR = "default"
+GI = 1 << 30
+
+# Per-leaf guarantee; parents guarantee the sum of their children.
+LEAF_QUOTA = {"cpu": 64_000, "memory": 256 * GI, GPU: 8, "ephemeral-storage": 1024 * GI}
+
+
+def build_queues(roots: int, mids: int, leaves: int, seed: int = 7) -> dict[str, QueueSpec]:
+    """A 3-level tree with random weights, priorities and some limits."""
+    rng = random.Random(seed)
+    queues: dict[str, QueueSpec] = {}
+
+    def spec(name: str, parent: str | None, scale: int) -> QueueSpec:
+        quota = {r: amount * scale for r, amount in LEAF_QUOTA.items()}
+        limit = {GPU: quota[GPU] * 2} if rng.random() < 0.3 else {}
+        return QueueSpec(
+            name=name,
+            parent=parent,
+            priority=rng.choice((0, 0, 1, 2)),
+            over_quota_weight=rng.choice((0.5, 1.0, 1.0, 2.0, 4.0)),
+            flavors=(FlavorQuota(FLAVOR, quota, limit),),
+            queueing_strategy="BestEffortFIFO",
+        )
+
+    for r in range(roots):
+        root = f"org-{r}"
+        queues[root] = spec(root, None, mids * leaves)
+        for m in range(mids):
+            mid = f"{root}-dept-{m}"
+            queues[mid] = spec(mid, root, leaves)
+            for leaf in range(leaves):
+                name = f"{mid}-team-{leaf}"
+                queues[name] = spec(name, mid, 1)
+    return queues
+
+
+SHAPES = [
+    {"cpu": 4_000 * g or 2_000, "memory": 32 * GI * max(g, 1), GPU: g, "ephemeral-storage": 10 * GI}
+    for g in (0, 1, 1, 2, 4, 8)
+]
+
+
+def build_workloads(leaves: list[str], per_leaf: int, seed: int = 11) -> tuple[Workload, ...]:
+    """`per_leaf` pending workloads in each leaf, from a small catalog of shapes."""
+    rng = random.Random(seed)
+    pod_sets = [
+        PodSet("main", count, shape, min_count=(1 if count > 1 and rng.random() < 0.2 else None))
+        for shape in SHAPES
+        for count in (1, 2, 4)
+    ]
+    out: list[Workload] = []
+    arrival = 0.0
+    for i in range(per_leaf):
+        for leaf in leaves:
+            arrival += 0.001
+            out.append(
+                Workload(
+                    key=f"{leaf}/job-{i}",
+                    queue=leaf,
+                    priority=rng.choice((0, 0, 0, 10, 100)),
+                    arrival=arrival,
+                    pod_sets=(rng.choice(pod_sets),),
+                )
+            )
+    return tuple(out)
+
+
+def _time(fn: Callable[[], object], repeat: int) -> list[float]:
+    gc.collect()
+    times = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return times
+
+
+def _cycle(label: str, snapshot: Snapshot, out: Callable[[str], None]) -> tuple[float, object]:
+    gc.collect()
+    start = time.perf_counter()
+    result = admission_cycle(snapshot)  # fair share included, as in a real cycle
+    elapsed = time.perf_counter() - start
+    decisions = len(result.admit) + len(result.pending)
+    victims = sum(len(p.victims) for p in result.preempt)
+    out(
+        f"admission cycle ({label}), {len(snapshot.pending):,} pending, "
+        f"{len(snapshot.admitted):,} admitted: {elapsed:.2f} s, "
+        f"{decisions / elapsed:,.0f} decisions/s ({len(result.admit):,} admitted, "
+        f"{len(result.preempt):,} preempting with {victims:,} victims, "
+        f"{len(result.pending):,} pending)"
+    )
+    return decisions / elapsed, result
+
+
+def bench(scale: int, per_leaf: int, repeat: int, out: Callable[[str], None]) -> dict[str, float]:
+    """Run the benchmarks at one size; print and return the figures."""
+    queues = build_queues(10, 10, 10 * scale)
+    tree = queue_tree(queues)
+    leaves = [n for n in queues if tree.is_leaf(n)]
+    pending = build_workloads(leaves, per_leaf)
+    # Tight: half of what the leaves are guaranteed, so most workloads wait.
+    tight = {(FLAVOR, r): amount * len(leaves) // 2 for r, amount in LEAF_QUOTA.items()}
+    snapshot = Snapshot(now=1_000.0, queues=queues, flavors={}, capacity=tight, pending=pending)
+    figures: dict[str, float] = {}
+
+    _, demand = usage_and_demand(snapshot, tree)
+    times = _time(lambda: distribute(queues, tree, demand, tight), repeat)
+    figures["fair_share_ms"] = statistics.median(times) * 1e3
+    out(
+        f"fair share, {len(queues):,} queues ({len(leaves):,} leaves) x {len(RESOURCES)} "
+        f"resources: median {figures['fair_share_ms']:.2f} ms over {repeat} runs"
+    )
+    times = _time(lambda: fair_share(snapshot), max(1, repeat // 5))
+    figures["fair_share_with_demand_ms"] = statistics.median(times) * 1e3
+    out(
+        f"fair share incl. demand of {len(pending):,} pending workloads: median "
+        f"{figures['fair_share_with_demand_ms']:.1f} ms"
+    )
+
+    figures["tight_decisions_per_s"], _ = _cycle("tight capacity", snapshot, out)
+    # Roomy: capacity for about half of all requests, so half the decisions are admissions.
+    roomy = {
+        key: max(amount, demand[tree.roots[0]].get(key, 0) * len(tree.roots) // 2)
+        for key, amount in tight.items()
+    }
+    snapshot = replace(snapshot, capacity=roomy)
+    figures["decisions_per_s"], result = _cycle("roomy capacity", snapshot, out)
+
+    # Contended: the roomy cluster is full; 10% new workloads of higher priority arrive in
+    # queues that may preempt within the queue and reclaim across queues.
+    assert isinstance(result, CycleResult)
+    admits = {a.workload: a for a in result.admit}
+    running = tuple(
+        replace(w, admission=admits[w.key].assignments, admitted_at=500.0)
+        for w in pending
+        if w.key in admits
+    )
+    rng = random.Random(3)
+    arrivals = tuple(
+        replace(w, key=w.key + "-hi", priority=w.priority + 50, arrival=w.arrival + 900)
+        for w in rng.sample(pending, len(pending) // 10)
+    )
+    policy_queues = {
+        n: replace(q, within_queue="LowerPriority", reclaim="Any") for n, q in queues.items()
+    }
+    contended = Snapshot(
+        now=1_000.0,
+        queues=policy_queues,
+        flavors={},
+        capacity=roomy,
+        admitted=running,
+        pending=arrivals,
+    )
+    figures["contended_decisions_per_s"], _ = _cycle("contended, preemption on", contended, out)
+    return figures
+
+
+def run(scales: list[int], per_leaf: int, repeat: int, out: Callable[[str], None]) -> None:
+    """Run the benchmark at each scale and print how the figures grow."""
+    results = {}
+    for scale in scales:
+        out(f"-- scale {scale}x --")
+        results[scale] = bench(scale, per_leaf, repeat, out)
+    if 1 in results and len(results) > 1:
+        base = results[1]
+        for scale, figures in results.items():
+            if scale == 1:
+                continue
+            out(
+                f"growth at {scale}x queues and workloads: fair share "
+                f"x{figures['fair_share_ms'] / base['fair_share_ms']:.1f} in time, decisions/s "
+                f"x{figures['decisions_per_s'] / base['decisions_per_s']:.2f} (roomy), "
+                f"x{figures['contended_decisions_per_s'] / base['contended_decisions_per_s']:.2f}"
+                " (contended)"
+            )
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--scale", type=int, action="append", help="1 and/or 10 (default both)")
+    parser.add_argument("--per-leaf", type=int, default=50, help="pending workloads per leaf")
+    parser.add_argument("--repeat", type=int, default=20, help="fair share repetitions")
+    args = parser.parse_args(argv)
+    run(args.scale or [1, 10], args.per_leaf, args.repeat, print)
+
+
+if __name__ == "__main__":
+    main()

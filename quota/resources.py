@@ -1,0 +1,95 @@
+"""Resource vectors: exact integer amounts keyed by resource or by (flavor, resource).
+
+Quantities reach the core already parsed into base units (millicores, bytes, devices), so all
+arithmetic here is on Python ints and never rounds. Vectors are plain dicts: the admission
+cycle touches millions of entries and a wrapper class would cost more than it explains.
+A missing key means zero.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import TypeVar
+
+# A quota is always per flavor and resource: ("h100", "nvidia.com/gpu").
+FlavorResource = tuple[str, str]
+
+K = TypeVar("K")
+
+CPU = "cpu"
+MEMORY = "memory"
+_BYTE_RESOURCES = frozenset({MEMORY, "ephemeral-storage", "storage"})
+_BINARY_SUFFIXES = (("Ti", 1 << 40), ("Gi", 1 << 30), ("Mi", 1 << 20), ("Ki", 1 << 10))
+
+
+def add_into(acc: dict[K, int], vector: Mapping[K, int], times: int = 1) -> None:
+    """Add `times` x `vector` into `acc` in place (times may be negative)."""
+    for key, amount in vector.items():
+        acc[key] = acc.get(key, 0) + amount * times
+
+
+def added(a: Mapping[K, int], b: Mapping[K, int]) -> dict[K, int]:
+    """Return a + b."""
+    out = dict(a)
+    add_into(out, b)
+    return out
+
+
+def subtracted(a: Mapping[K, int], b: Mapping[K, int]) -> dict[K, int]:
+    """Return a - b (amounts may go negative; callers decide what that means)."""
+    out = dict(a)
+    add_into(out, b, -1)
+    return out
+
+
+def scaled(vector: Mapping[K, int], factor: int) -> dict[K, int]:
+    """Return factor x vector, e.g. a pod's requests times the pod count."""
+    return {key: amount * factor for key, amount in vector.items()}
+
+
+def total(vectors: Iterable[Mapping[K, int]]) -> dict[K, int]:
+    """Sum many vectors."""
+    out: dict[K, int] = {}
+    for vector in vectors:
+        add_into(out, vector)
+    return out
+
+
+def fits(request: Mapping[K, int], available: Mapping[K, int]) -> bool:
+    """True when every requested amount is covered by `available`."""
+    return all(amount <= available.get(key, 0) for key, amount in request.items() if amount > 0)
+
+
+def nonzero(vector: Mapping[K, int]) -> dict[K, int]:
+    """Drop zero entries, so that equality and printing ignore resources nobody uses."""
+    return {key: amount for key, amount in vector.items() if amount != 0}
+
+
+def on_flavors(
+    requests: Mapping[str, int], flavors: Mapping[str, str]
+) -> dict[FlavorResource, int]:
+    """Key resource amounts by the flavor each resource was assigned to.
+
+    Resources without a flavor are left out: they are not managed by any queue.
+    """
+    out: dict[FlavorResource, int] = {}
+    for resource, amount in requests.items():
+        flavor = flavors.get(resource)
+        if flavor is not None and amount:
+            key = (flavor, resource)
+            out[key] = out.get(key, 0) + amount
+    return out
+
+
+def format_amount(resource: str, amount: int) -> str:
+    """Render an amount the way a person writes it in a manifest: 1500m, 2, 64Gi, 8.
+
+    Used in reasons shown to users; never parsed back.
+    """
+    if resource == CPU:
+        return str(amount // 1000) if amount % 1000 == 0 else f"{amount}m"
+    if resource in _BYTE_RESOURCES and amount:
+        for suffix, unit in _BINARY_SUFFIXES:
+            if amount % unit == 0:
+                return f"{amount // unit}{suffix}"
+    return str(amount)

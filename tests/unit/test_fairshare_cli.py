@@ -1,0 +1,142 @@
+"""`muster fairshare` and `muster admit`: the documented JSON, and malformed files refused."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from controllers.cli import main
+
+REPO = Path(__file__).resolve().parents[2]
+EXAMPLE = REPO / "examples" / "fairshare.yaml"
+GPU = "h100/nvidia.com/gpu"
+NOW = "2025-01-06T09:00:00Z"
+
+
+def invoke(*args: str) -> tuple[int, str]:
+    result = CliRunner().invoke(main, list(args))
+    return result.exit_code, result.output
+
+
+def test_fairshare_json_has_every_queue_with_shares_usage_demand_quota_and_limit() -> None:
+    code, output = invoke("fairshare", str(EXAMPLE), "--output", "json")
+    assert code == 0, output
+    queues = json.loads(output)["queues"]
+    assert set(queues) == {"production", "research", "vision", "language"}
+    assert set(queues["language"][GPU]) == {"fairShare", "usage", "demand", "quota", "limit"}
+    # Base units: cpu in millicores, devices as counts; limit null when unlimited.
+    assert queues["production"]["h100/cpu"]["quota"] == 96_000
+    assert queues["language"][GPU]["limit"] == 6
+    assert queues["vision"][GPU]["limit"] is None
+    # vision runs 6 GPUs (2 beyond its quota of 4) and wants 2 more; its parent sums both.
+    assert (queues["vision"][GPU]["usage"], queues["vision"][GPU]["demand"]) == (6, 8)
+    assert queues["research"][GPU]["usage"] == 6
+    assert queues["research"][GPU]["demand"] == 12
+    # 16 GPUs on two nodes, each root guaranteed 8 and demanding at least that.
+    assert queues["production"][GPU]["fairShare"] + queues["research"][GPU]["fairShare"] == 16
+    assert queues["language"][GPU]["fairShare"] == 4  # its demand, within its quota
+
+
+def test_fairshare_table_shows_the_tree() -> None:
+    code, output = invoke("fairshare", str(EXAMPLE))
+    assert code == 0, output
+    assert "Fair share" in output
+    assert "  language" in output and "  vision" in output  # children indented under research
+
+
+def test_admit_json_lists_admissions_preemptions_and_pending_reasons() -> None:
+    code, output = invoke("admit", str(EXAMPLE), "--output", "json", "--now", NOW)
+    assert code == 0, output
+    decisions = json.loads(output)
+    assert set(decisions) >= {"admit", "preempt", "pending"}
+    admitted = {a["workload"]: a for a in decisions["admit"]}
+    assert set(admitted) == {"language/finetune-llm", "vision/eval-detector"}
+    (pod_set,) = admitted["language/finetune-llm"]["podSets"]
+    assert pod_set == {
+        "name": "main",
+        "count": 4,
+        "flavors": {"cpu": "h100", "nvidia.com/gpu": "h100"},
+    }
+    (pending,) = decisions["pending"]
+    assert pending["workload"] == "prod/serve-search"
+    assert "nvidia.com/gpu" in pending["reason"] and "requested 4" in pending["reason"]
+
+
+def test_admit_with_preemption_names_preemptor_and_victims(tmp_path: Path) -> None:
+    # Production (withinQueue LowerPriority) now runs a low-priority workload and gets an
+    # urgent one that only fits if that one is evicted; the urgent one goes first.
+    text = EXAMPLE.read_text().replace(
+        "priority: 1000\n  podSets:\n  - {name: main, count: 4",
+        "priority: 10\n  podSets:\n  - {name: main, count: 4",
+    )
+    text += """
+---
+apiVersion: muster.dev/v1alpha1
+kind: Workload
+metadata: {name: page-oncall, namespace: prod, creationTimestamp: "2025-01-06T08:50:00Z"}
+spec:
+  queueName: serving
+  priority: 5000
+  podSets:
+  - {name: main, count: 4, requests: {nvidia.com/gpu: 1, cpu: 8}}
+"""
+    path = tmp_path / "urgent.yaml"
+    path.write_text(text)
+    code, output = invoke("admit", str(path), "-o", "json", "--now", NOW)
+    assert code == 0, output
+    decisions = json.loads(output)
+    (preempt,) = decisions["preempt"]
+    assert preempt["preemptor"] == "prod/page-oncall"
+    assert [v["workload"] for v in preempt["victims"]] == ["prod/serve-chat"]
+    assert preempt["victims"][0]["kind"] == "Preempted"
+
+
+BASE = """
+apiVersion: muster.dev/v1alpha1
+kind: ResourceFlavor
+metadata: {name: gpu}
+---
+apiVersion: muster.dev/v1alpha1
+kind: ClusterQueue
+metadata: {name: team}
+spec:
+  flavors: [{name: gpu, quota: {nvidia.com/gpu: 8}}]
+"""
+
+
+@pytest.mark.parametrize("command", ["fairshare", "admit"])
+@pytest.mark.parametrize(
+    ("extra", "expected"),
+    [
+        ("apiVersion: v1\nkind: Service\nmetadata: {name: s}", ["document 2", "kind", "Service"]),
+        (
+            "apiVersion: muster.dev/v1alpha1\nkind: ClusterQueue\nmetadata: {name: bad}\n"
+            "spec:\n  flavors: [{name: gpu, quota: {nvidia.com/gpu: 2x}}]",
+            ["document 2", "spec.flavors[0].quota[nvidia.com/gpu]", "not a Kubernetes quantity"],
+        ),
+        (
+            "apiVersion: muster.dev/v1alpha1\nkind: Workload\nmetadata: {name: w, namespace: n}\n"
+            "spec:\n  queueName: ghost\n  podSets: [{count: 1, requests: {nvidia.com/gpu: 1}}]",
+            ["document 2", "spec.queueName", "'ghost' does not exist"],
+        ),
+        (
+            "apiVersion: muster.dev/v1alpha1\nkind: ClusterQueue\nmetadata: {name: x}\n"
+            "spec: {parent: y}\n---\napiVersion: muster.dev/v1alpha1\nkind: ClusterQueue\n"
+            "metadata: {name: y}\nspec: {parent: x}",
+            ["document 2", "spec.parent", "cycle"],
+        ),
+        ("kind: [unclosed", ["not valid YAML", "line"]),
+    ],
+)
+def test_malformed_files_are_refused_with_index_field_and_rule(
+    tmp_path: Path, command: str, extra: str, expected: list[str]
+) -> None:
+    path = tmp_path / "cluster.yaml"
+    path.write_text(BASE + "---\n" + extra + "\n")
+    code, output = invoke(command, str(path), "-o", "json")
+    assert code != 0
+    for text in expected:
+        assert text in output, output
