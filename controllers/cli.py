@@ -15,6 +15,9 @@ _COMMANDS: dict[str, tuple[str, str]] = {
     "db": ("controllers.history.cli", "db"),
     "history": ("controllers.history.cli", "history"),
     "bench-history": ("controllers.history.bench_cli", "bench_history"),
+    "simulate": ("controllers.simulate_cli", "simulate_command"),
+    "fairshare": ("controllers.fairshare_cli", "fairshare"),
+    "admit": ("controllers.fairshare_cli", "admit"),
     "bench": ("controllers.bench", "bench"),
 }
 
