@@ -1,0 +1,328 @@
+"""Workload objects as the controller reads and writes them: names, labels, the lifecycle
+read off their conditions, and the status changes the reconcilers make.
+
+The Workload status is the record of every decision. Admission is written there before the
+Job is started, so a controller that restarts finds every admission it made and counts its
+quota again; nothing is kept only in memory.
+
+Status helpers work on the raw dict of a Workload (as the cache holds it) and change it in
+place; callers pass them as the mutation of an optimistic-concurrency write.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from quota.api.conditions import WorkloadConditions as WC
+from quota.api.meta import API_VERSION
+
+Obj = dict[str, Any]
+
+# Labels on every Workload Muster creates for a Job: which Job, so a reconciler can find all
+# slices of a Job from the cache, and `kubectl get wl -l muster.dev/job-name=x` works.
+JOB_UID_LABEL = "muster.dev/job-uid"
+JOB_NAME_LABEL = "muster.dev/job-name"
+
+QUOTA_RESERVED = WC.QUOTA_RESERVED
+ADMITTED = WC.ADMITTED
+EVICTED = WC.EVICTED
+PREEMPTED = WC.PREEMPTED
+REQUEUED = WC.REQUEUED
+FINISHED = WC.FINISHED
+
+# Backoff after an eviction before a workload competes again: base * 2^(requeues-1),
+# capped, so a workload that keeps being preempted does not thrash the cluster.
+REQUEUE_BASE = timedelta(seconds=1)
+REQUEUE_MAX = timedelta(minutes=10)
+
+MAX_NAME = 253
+
+
+def now_utc() -> datetime:
+    return datetime.now(UTC)
+
+
+def rfc3339(moment: datetime) -> str:
+    """metav1.Time on the wire (second precision, Z)."""
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def parse_time(text: str | None) -> datetime | None:
+    if not text:
+        return None
+    return datetime.fromisoformat(text.replace("Z", "+00:00"))
+
+
+def short_hash(*parts: str) -> str:
+    return hashlib.sha256("/".join(parts).encode()).hexdigest()[:5]
+
+
+def workload_name(job_name: str, job_uid: str, generation: int | None = None) -> str:
+    """Deterministic Workload name for a Job: `job-<name>-<hash>`.
+
+    The hash covers the Job's uid, so a Job deleted and created again under the same name
+    gets a new Workload; slices of an elastic Job add the Job generation that asked for
+    them, so every scale-up has its own name and creating one twice (after a restart, or by
+    two reconciles racing) is the same create."""
+    digest = short_hash(job_uid) if generation is None else short_hash(job_uid, str(generation))
+    room = MAX_NAME - len("job--") - len(digest)
+    return f"job-{job_name[:room]}-{digest}"
+
+
+# --------------------------------------------------------------------- reading
+
+
+def conditions(wl: Mapping[str, Any]) -> list[Obj]:
+    return list(((wl.get("status") or {}).get("conditions")) or [])
+
+
+def condition(wl: Mapping[str, Any], type_: str) -> Obj | None:
+    return next((c for c in conditions(wl) if c.get("type") == type_), None)
+
+
+def is_true(wl: Mapping[str, Any], type_: str) -> bool:
+    found = condition(wl, type_)
+    return found is not None and found.get("status") == "True"
+
+
+def is_finished(wl: Mapping[str, Any]) -> bool:
+    return is_true(wl, FINISHED)
+
+
+def has_quota(wl: Mapping[str, Any]) -> bool:
+    """Quota is reserved (and so counted against its queue) until cleared or finished."""
+    admission = (wl.get("status") or {}).get("admission")
+    return bool(admission) and is_true(wl, QUOTA_RESERVED) and not is_finished(wl)
+
+
+def is_evicted(wl: Mapping[str, Any]) -> bool:
+    return is_true(wl, EVICTED)
+
+
+def is_active(wl: Mapping[str, Any]) -> bool:
+    """Not finished: pending or admitted (a Job has at most two active slices)."""
+    return not is_finished(wl)
+
+
+def admitted_count(wl: Mapping[str, Any], pod_set: str = "main") -> int:
+    """Pods of `pod_set` the admission grants (0 when the Workload holds no quota)."""
+    if not has_quota(wl):
+        return 0
+    admission = (wl.get("status") or {}).get("admission") or {}
+    granted = 0
+    for assignment in admission.get("podSetAssignments") or []:
+        if assignment.get("name") == pod_set:
+            granted = int(assignment.get("count") or 0)
+    spec_count = next(
+        (
+            int(ps.get("count") or 0)
+            for ps in (wl.get("spec") or {}).get("podSets") or []
+            if ps.get("name") == pod_set
+        ),
+        0,
+    )
+    # Scale-down lowers both; until both are written the smaller one holds.
+    return min(granted, spec_count)
+
+
+def assigned_flavors(wl: Mapping[str, Any]) -> dict[str, dict[str, str]]:
+    """Pod set -> resource -> flavor, from the admission."""
+    admission = (wl.get("status") or {}).get("admission") or {}
+    return {
+        a["name"]: dict(a.get("flavors") or {}) for a in admission.get("podSetAssignments") or []
+    }
+
+
+def requeue_at(wl: Mapping[str, Any]) -> datetime | None:
+    state = (wl.get("status") or {}).get("requeueState") or {}
+    return parse_time(state.get("requeueAt"))
+
+
+def owner_job_uid(wl: Mapping[str, Any]) -> str | None:
+    for ref in (wl.get("metadata") or {}).get("ownerReferences") or []:
+        if ref.get("kind") == "Job" and ref.get("apiVersion") == "batch/v1":
+            return str(ref.get("uid"))
+    return None
+
+
+def replaces(wl: Mapping[str, Any]) -> str | None:
+    return (wl.get("spec") or {}).get("replaces")
+
+
+# --------------------------------------------------------------------- writing
+
+
+def status_of(obj: Obj) -> Obj:
+    """The object's status dict, created if absent (or null, as a fresh object has it)."""
+    status = obj.get("status")
+    if not isinstance(status, dict):
+        status = obj["status"] = {}
+    return status
+
+
+def set_condition(
+    wl: Obj,
+    type_: str,
+    status: str,
+    reason: str,
+    message: str,
+    now: datetime,
+) -> bool:
+    """Set one condition on the Workload dict; True if anything changed. The transition
+    time moves only when the status does, so `kubectl describe` shows how long it waited."""
+    current = conditions(wl)
+    previous = next((c for c in current if c.get("type") == type_), None)
+    generation = (wl.get("metadata") or {}).get("generation")
+    since = (
+        previous["lastTransitionTime"]
+        if previous and previous.get("status") == status and previous.get("lastTransitionTime")
+        else rfc3339(now)
+    )
+    updated: Obj = {
+        "type": type_,
+        "status": status,
+        "reason": reason,
+        "message": message[:32768],
+        "lastTransitionTime": since,
+    }
+    if generation is not None:
+        updated["observedGeneration"] = generation
+    if previous == updated:
+        return False
+    status_of(wl)["conditions"] = [c for c in current if c.get("type") != type_] + [updated]
+    return True
+
+
+def remove_condition(wl: Obj, type_: str) -> bool:
+    current = conditions(wl)
+    kept = [c for c in current if c.get("type") != type_]
+    if len(kept) == len(current):
+        return False
+    status_of(wl)["conditions"] = kept
+    return True
+
+
+def admission_status(
+    cluster_queue: str,
+    assignments: Sequence[tuple[str, int, Mapping[str, str], Mapping[str, str]]],
+) -> Obj:
+    """The status.admission dict: (pod set, count, resource->flavor, resource->usage)."""
+    return {
+        "clusterQueue": cluster_queue,
+        "podSetAssignments": [
+            {
+                "name": name,
+                "count": count,
+                "flavors": dict(flavors),
+                "resourceUsage": dict(usage),
+            }
+            for name, count, flavors, usage in assignments
+        ],
+    }
+
+
+def mark_admitted(wl: Obj, admission: Obj, message: str, now: datetime) -> bool:
+    """Reserve quota and admit. Refuses (False) a finished or already-admitted Workload, so
+    a decision taken on a stale view never admits anything twice."""
+    if is_finished(wl) or has_quota(wl):
+        return False
+    status = status_of(wl)
+    status["admission"] = admission
+    set_condition(wl, QUOTA_RESERVED, "True", "QuotaReserved", message, now)
+    set_condition(wl, ADMITTED, "True", "Admitted", message, now)
+    remove_condition(wl, EVICTED)
+    remove_condition(wl, PREEMPTED)
+    if condition(wl, REQUEUED) is not None:
+        set_condition(wl, REQUEUED, "False", "Admitted", "admitted again after requeue", now)
+    return True
+
+
+def mark_pending(wl: Obj, reason: str, message: str, now: datetime) -> bool:
+    """Say why a Workload that holds no quota still waits."""
+    if is_finished(wl) or has_quota(wl):
+        return False
+    changed = set_condition(wl, QUOTA_RESERVED, "False", reason, message, now)
+    changed |= set_condition(wl, ADMITTED, "False", reason, message, now)
+    return changed
+
+
+def mark_evicted(wl: Obj, reason: str, message: str, now: datetime) -> bool:
+    """Ask for eviction: the Job reconciler suspends the Job, and the quota stays reserved
+    until its pods are gone (so a preemptor never lands on GPUs still in use)."""
+    if is_finished(wl) or not has_quota(wl) or is_evicted(wl):
+        return False
+    set_condition(wl, EVICTED, "True", reason, message, now)
+    if reason in (WC.EVICTED_BY_PREEMPTION, WC.EVICTED_BY_RECLAIM):
+        kind = WC.WITHIN_QUEUE if reason == WC.EVICTED_BY_PREEMPTION else WC.RECLAIM
+        set_condition(wl, PREEMPTED, "True", kind, message, now)
+    return True
+
+
+def release_quota(wl: Obj, now: datetime) -> bool:
+    """After an eviction is complete (the Job's pods are gone): give the quota back and
+    queue again after a growing backoff."""
+    if is_finished(wl) or not has_quota(wl):
+        return False
+    evicted = condition(wl, EVICTED) or {}
+    status = status_of(wl)
+    status.pop("admission", None)
+    state = dict(status.get("requeueState") or {})
+    count = int(state.get("count") or 0) + 1
+    delay = min(REQUEUE_MAX, REQUEUE_BASE * (2 ** (count - 1)))
+    state["count"] = count
+    state["requeueAt"] = rfc3339(now + delay)
+    status["requeueState"] = state
+    why = evicted.get("message") or "evicted"
+    set_condition(wl, QUOTA_RESERVED, "False", "Pending", f"evicted: {why}", now)
+    set_condition(wl, ADMITTED, "False", "Pending", f"evicted: {why}", now)
+    set_condition(
+        wl,
+        REQUEUED,
+        "False",
+        str(evicted.get("reason") or "Evicted"),
+        f"queued again; competes for quota after {delay.total_seconds():.0f}s backoff "
+        f"(requeue #{count})",
+        now,
+    )
+    return True
+
+
+def mark_finished(wl: Obj, reason: str, message: str, now: datetime) -> bool:
+    """Finished releases the quota at once: the snapshot never counts a finished Workload."""
+    if is_finished(wl):
+        return False
+    set_condition(wl, FINISHED, "True", reason, message, now)
+    return True
+
+
+def new_workload(
+    name: str,
+    namespace: str,
+    job: Mapping[str, Any],
+    spec: Obj,
+) -> Obj:
+    """A Workload owned by its Job (deleting the Job deletes it)."""
+    meta = job["metadata"]
+    return {
+        "apiVersion": API_VERSION,
+        "kind": "Workload",
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "labels": {JOB_UID_LABEL: meta["uid"], JOB_NAME_LABEL: meta["name"][:63]},
+            "ownerReferences": [
+                {
+                    "apiVersion": "batch/v1",
+                    "kind": "Job",
+                    "name": meta["name"],
+                    "uid": meta["uid"],
+                    "controller": True,
+                    "blockOwnerDeletion": True,
+                }
+            ],
+        },
+        "spec": spec,
+    }

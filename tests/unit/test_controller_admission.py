@@ -1,0 +1,189 @@
+"""The admission loop against an in-memory apiserver: snapshot from the caches, the
+engine's decisions written to Workload status, queue status, and no decision taken on a
+stale view."""
+
+from __future__ import annotations
+
+import copy
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from controllers import workloads as wls
+from controllers.admission_loop import AdmissionLoop
+from controllers.caches import Caches, Context
+from controllers.events import EventRecorder
+from controllers.runtime.resources import (
+    CLUSTER_QUEUE,
+    LOCAL_QUEUE,
+    RESOURCE_FLAVOR,
+    WORKLOAD,
+)
+from tests.unit.controller_fakes import FakeKube
+
+NOW = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
+
+
+class Harness:
+    def __init__(self, cpu_quota: str = "4", limit: str | None = None, **cq_spec: Any) -> None:
+        self.kube = FakeKube()
+        self.caches = Caches.create(self.kube)
+        self.ctx = Context(
+            kube=self.kube,
+            caches=self.caches,
+            events=EventRecorder(None, "test"),
+            identity="test",
+            now=lambda: NOW,
+        )
+        self.loop = AdmissionLoop(self.ctx, use_node_capacity=False)
+        self.put(
+            RESOURCE_FLAVOR,
+            {
+                "apiVersion": "muster.dev/v1alpha1",
+                "kind": "ResourceFlavor",
+                "metadata": {"name": "pool"},
+                "spec": {"nodeLabels": {"pool": "a"}},
+            },
+        )
+        quota: dict[str, Any] = {"name": "pool", "quota": {"cpu": cpu_quota}}
+        if limit:
+            quota["limit"] = {"cpu": limit}
+        self.put(
+            CLUSTER_QUEUE,
+            {
+                "apiVersion": "muster.dev/v1alpha1",
+                "kind": "ClusterQueue",
+                "metadata": {"name": "cq"},
+                "spec": {"flavors": [quota], **cq_spec},
+            },
+        )
+        self.put(
+            LOCAL_QUEUE,
+            {
+                "apiVersion": "muster.dev/v1alpha1",
+                "kind": "LocalQueue",
+                "metadata": {"name": "team", "namespace": "ns"},
+                "spec": {"clusterQueue": "cq"},
+            },
+        )
+
+    def cache(self, kind: Any) -> Any:
+        return {
+            "Workload": self.caches.workloads,
+            "ClusterQueue": self.caches.cluster_queues,
+            "LocalQueue": self.caches.local_queues,
+            "ResourceFlavor": self.caches.flavors,
+        }[kind.name]
+
+    def put(self, kind: Any, obj: dict[str, Any]) -> dict[str, Any]:
+        stored = self.kube.put(kind, obj)
+        self.cache(kind).write_through(stored)
+        return stored
+
+    def workload(
+        self, name: str, cpu: int, *, priority: int = 0, queue: str = "team", created: int = 0
+    ) -> dict[str, Any]:
+        stamp = (NOW - timedelta(minutes=60 - created)).strftime("%Y-%m-%dT%H:%M:%SZ")
+        return self.put(
+            WORKLOAD,
+            {
+                "apiVersion": "muster.dev/v1alpha1",
+                "kind": "Workload",
+                "metadata": {"name": name, "namespace": "ns", "creationTimestamp": stamp},
+                "spec": {
+                    "queueName": queue,
+                    "priority": priority,
+                    "podSets": [{"name": "main", "count": cpu, "requests": {"cpu": "1"}}],
+                },
+            },
+        )
+
+    def get(self, name: str) -> dict[str, Any]:
+        found = self.kube.get(WORKLOAD, "ns", name)
+        assert found is not None
+        return found
+
+
+def test_cycle_admits_what_fits_and_says_why_the_rest_waits() -> None:
+    h = Harness(cpu_quota="4", limit="4")
+    h.workload("first", 3, created=1)
+    h.workload("second", 3, created=2)
+    h.workload("lost", 1, queue="nope", created=3)
+    result = h.loop.cycle()
+    assert [a.workload for a in result.admit] == ["ns/first"]
+    first = h.get("first")
+    assert wls.has_quota(first)
+    assignment = first["status"]["admission"]["podSetAssignments"][0]
+    assert assignment == {
+        "name": "main",
+        "count": 3,
+        "flavors": {"cpu": "pool"},
+        "resourceUsage": {"cpu": "3"},
+    }
+    h.loop.pending_writer.flush_due()
+    second = wls.condition(h.get("second"), "QuotaReserved")
+    assert second is not None and second["reason"] == "Pending" and "limit" in second["message"]
+    lost = wls.condition(h.get("lost"), "QuotaReserved")
+    assert lost is not None and lost["reason"] == "Inadmissible"
+    assert "LocalQueue nope does not exist" in lost["message"]
+
+    # Status is published from the cycle's snapshot; the admission's own write starts the
+    # next cycle, which publishes it.
+    h.loop.cycle()
+    h.loop.queue_status.writer.flush_due()
+    cq = h.kube.get(CLUSTER_QUEUE, None, "cq")
+    assert cq is not None
+    assert cq["status"]["usage"] == {"pool": {"cpu": "3"}}
+    assert cq["status"]["admittedWorkloads"] == 1 and cq["status"]["pendingWorkloads"] == 1
+    assert "muster.dev/resource-in-use" in cq["metadata"]["finalizers"]
+
+
+def test_an_admitted_workload_is_never_admitted_again() -> None:
+    h = Harness(cpu_quota="8")
+    h.workload("w", 2)
+    assert len(h.loop.cycle().admit) == 1
+    writes = len(h.kube.writes)
+    assert h.loop.cycle().admit == ()
+    assert len(h.kube.writes) == writes, "a second cycle writes nothing for it"
+
+
+def test_a_decision_on_a_resized_workload_is_not_written() -> None:
+    h = Harness(cpu_quota="4", limit="4")
+    wl = h.workload("w", 2)
+    view = h.loop.build()
+    from quota.admission import admission_cycle
+    from quota.fairshare import fair_share
+
+    result = admission_cycle(view.snapshot, fair_share(view.snapshot))
+    # The Job was resized after the snapshot: the Workload now asks for 6 cpu.
+    grown = copy.deepcopy(wl)
+    grown["spec"]["podSets"][0]["count"] = 6
+    h.kube.patch(WORKLOAD, "ns", "w", {"spec": grown["spec"]})
+    h.loop.carry_out(view, result)
+    assert not wls.has_quota(h.get("w")), "admitted for 2 cpu, but it now wants 6"
+
+
+def test_preemption_within_a_queue_evicts_the_lower_priority_workload() -> None:
+    h = Harness(cpu_quota="4", limit="4", preemption={"withinQueue": "LowerPriority"})
+    h.workload("low", 4, priority=1)
+    h.loop.cycle()
+    h.workload("high", 4, priority=100, created=5)
+    result = h.loop.cycle()
+    assert [v.workload for p in result.preempt for v in p.victims] == ["ns/low"]
+    low = h.get("low")
+    assert (wls.condition(low, "Evicted") or {}).get("reason") == "Preempted"
+    assert (wls.condition(low, "Preempted") or {}).get("reason") == "WithinQueue"
+    assert wls.has_quota(low), "quota is released only once its pods are gone"
+    assert not wls.has_quota(h.get("high"))
+
+
+def test_backoff_keeps_a_requeued_workload_out_until_it_expires() -> None:
+    h = Harness(cpu_quota="4")
+    wl = h.workload("w", 1)
+    status = copy.deepcopy(wl)
+    wls.status_of(status)["requeueState"] = {"count": 1, "requeueAt": "2026-01-01T12:00:30Z"}
+    h.cache(WORKLOAD).write_through(
+        h.kube.patch(WORKLOAD, "ns", "w", {"status": status["status"]}, status=True)
+    )
+    assert h.loop.cycle().admit == ()
+    h.ctx.now = lambda: NOW + timedelta(seconds=31)
+    assert [a.workload for a in h.loop.cycle().admit] == ["ns/w"]

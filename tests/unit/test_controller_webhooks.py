@@ -1,0 +1,206 @@
+"""Admission webhooks and their certificates, without a cluster: the decisions, the TLS
+server answering real HTTPS requests, and certificate rotation kept in a Secret."""
+
+from __future__ import annotations
+
+import base64
+import datetime as dt
+import http.client
+import json
+import ssl
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from controllers import certs, webhooks
+from controllers.runtime.resources import SECRET
+from tests.unit.controller_fakes import FakeKube
+
+
+def labelled_job(**annotations: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {
+            "name": "train",
+            "namespace": "ns",
+            "labels": {"muster.dev/queue-name": "team"},
+            "annotations": annotations,
+        },
+        "spec": {"parallelism": 4, "template": {"spec": {"containers": [{"name": "m"}]}}},
+    }
+
+
+def apply_json_patch(doc: dict[str, Any], ops: list[dict[str, Any]]) -> dict[str, Any]:
+    """Enough of RFC 6902 (add) to check the webhook's patches."""
+    for op in ops:
+        assert op["op"] == "add"
+        parts = [p.replace("~1", "/").replace("~0", "~") for p in op["path"].split("/")[1:]]
+        target: Any = doc
+        for part in parts[:-1]:
+            target = target[part]
+        if parts[-1] == "-":
+            target.append(op["value"])
+        else:
+            target[parts[-1]] = op["value"]
+    return doc
+
+
+def test_mutation_suspends_labelled_jobs_and_gates_elastic_ones() -> None:
+    plain = apply_json_patch(labelled_job(), webhooks.mutate_job(labelled_job()))
+    assert plain["spec"]["suspend"] is True
+    assert "schedulingGates" not in plain["spec"]["template"]["spec"]
+
+    elastic = labelled_job(**{"muster.dev/elastic-job": "true"})
+    patched = apply_json_patch(elastic, webhooks.mutate_job(elastic))
+    assert patched["spec"]["template"]["spec"]["schedulingGates"] == [
+        {"name": "muster.dev/admission"}
+    ]
+    assert patched["spec"]["template"]["metadata"]["labels"] == {"muster.dev/elastic-job": "true"}
+
+    unlabelled = labelled_job()
+    del unlabelled["metadata"]["labels"]
+    assert webhooks.mutate_job(unlabelled) == []
+
+
+def test_validation_refuses_elastic_with_partial_admission_and_bad_min_parallelism() -> None:
+    both = labelled_job(**{"muster.dev/elastic-job": "true", "muster.dev/min-parallelism": "2"})
+    refusal = webhooks.validate_job(both, None)
+    assert refusal is not None and "cannot be combined" in refusal
+    assert "min-parallelism must be a whole number between 1 and spec.parallelism (4)" in (
+        webhooks.validate_job(labelled_job(**{"muster.dev/min-parallelism": "9"}), None) or ""
+    )
+    assert webhooks.validate_job(labelled_job(**{"muster.dev/min-parallelism": "2"}), None) is None
+
+
+def test_queue_name_cannot_change_while_the_job_runs() -> None:
+    old = labelled_job()
+    old["spec"]["suspend"] = False
+    new = labelled_job()
+    new["metadata"]["labels"]["muster.dev/queue-name"] = "other"
+    assert "cannot change while the Job runs" in (webhooks.validate_job(new, old) or "")
+    old["spec"]["suspend"] = True
+    assert webhooks.validate_job(new, old) is None
+
+
+def test_queue_objects_get_the_model_checks_cel_cannot_do() -> None:
+    bad = {
+        "apiVersion": "muster.dev/v1alpha1",
+        "kind": "ClusterQueue",
+        "metadata": {"name": "team"},
+        "spec": {"flavors": [{"name": "h100", "quota": {"cpu": "0.0001"}}]},
+    }
+    refusal, _ = webhooks.validate_queue_object(bad)
+    assert refusal is not None and "millicore" in refusal
+
+
+@pytest.fixture
+def bundle() -> certs.CertBundle:
+    ca = certs.new_ca("test-ca")
+    return certs.CertBundle(ca, certs.issue_serving(ca, ["127.0.0.1"]), ca.cert_pem)
+
+
+def test_the_server_answers_admission_reviews_over_verified_tls(
+    bundle: certs.CertBundle,
+) -> None:
+    server = webhooks.WebhookServer("127.0.0.1", 0, webhooks.WebhookHandlers())
+    server.reload(bundle)
+    server.start()
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            ca_file = Path(tmp) / "ca.crt"
+            ca_file.write_bytes(bundle.ca_bundle)
+            context = ssl.create_default_context(cafile=str(ca_file))
+            conn = http.client.HTTPSConnection("127.0.0.1", server.port, context=context)
+            review = {
+                "apiVersion": "admission.k8s.io/v1",
+                "kind": "AdmissionReview",
+                "request": {"uid": "abc", "operation": "CREATE", "object": labelled_job()},
+            }
+            for _ in range(2):  # a kept-alive connection serves several reviews
+                conn.request(
+                    "POST",
+                    webhooks.MUTATE_JOB_PATH,
+                    body=json.dumps(review),
+                    headers={"Content-Type": "application/json"},
+                )
+                answer = json.loads(conn.getresponse().read())
+                response = answer["response"]
+                assert response["uid"] == "abc" and response["allowed"] is True
+                ops = json.loads(base64.b64decode(response["patch"]))
+                assert {"op": "add", "path": "/spec/suspend", "value": True} in ops
+            conn.close()
+    finally:
+        server.stop()
+
+
+def test_certificates_rotate_before_expiry_and_keep_the_old_ca_trusted() -> None:
+    kube = FakeKube()
+    now = [dt.datetime(2026, 1, 1, tzinfo=dt.UTC)]
+    manager = certs.CertManager(
+        kube,
+        "muster-system",
+        "tls",
+        ["127.0.0.1"],
+        ca_lifetime=dt.timedelta(days=90),
+        serving_lifetime=dt.timedelta(days=9),
+        clock=lambda: now[0],
+    )
+    changes: list[certs.CertBundle] = []
+    manager.on_change(changes.append)
+    first = manager.ensure()
+    assert certs.covers(first.serving.cert, ["127.0.0.1"])
+    assert manager.ensure() == first, "nothing due: nothing rewritten"
+    assert len(changes) == 1
+
+    # A second replica reads the same Secret and serves the same certificate.
+    other = certs.CertManager(
+        kube,
+        "muster-system",
+        "tls",
+        ["127.0.0.1"],
+        clock=lambda: now[0],
+    )
+    assert other.ensure().serving == first.serving
+
+    # Past two thirds of the serving lifetime: a new serving cert, same CA.
+    now[0] += dt.timedelta(days=7)
+    second = manager.ensure()
+    assert second.serving != first.serving and second.ca == first.ca
+
+    # Past two thirds of the CA's lifetime: new CA, and the old one stays in the bundle.
+    now[0] += dt.timedelta(days=55)
+    third = manager.ensure()
+    assert third.ca != first.ca
+    assert first.ca.cert_pem in third.ca_bundle and third.ca.cert_pem in third.ca_bundle
+    assert certs.signed_by(third.serving.cert, third.ca.cert)
+    secret = kube.get(SECRET, "muster-system", "tls")
+    assert secret is not None and base64.b64decode(secret["data"]["ca.crt"]) == third.ca.cert_pem
+
+
+def test_configurations_scope_job_webhooks_to_labelled_jobs(bundle: certs.CertBundle) -> None:
+    mutating, validating = webhooks.configurations(bundle.ca_bundle, url_base="https://h:1")
+    [mjob] = mutating["webhooks"]
+    assert mjob["objectSelector"]["matchExpressions"] == [
+        {"key": "muster.dev/queue-name", "operator": "Exists"}
+    ]
+    assert mjob["failurePolicy"] == "Fail" and mjob["timeoutSeconds"] == 5
+    assert mjob["clientConfig"]["url"] == "https://h:1/mutate-batch-v1-job"
+    queues = next(w for w in validating["webhooks"] if w["name"] == "vqueues.muster.dev")
+    assert queues["failurePolicy"] == "Ignore"
+    service_config, _ = webhooks.configurations(
+        bundle.ca_bundle, service=("muster-system", "muster-webhooks", 443)
+    )
+    assert service_config["webhooks"][0]["clientConfig"]["service"]["name"] == "muster-webhooks"
+
+
+def test_creation_is_validated_by_the_mutating_webhook_in_the_same_call() -> None:
+    handlers = webhooks.WebhookHandlers()
+    both = labelled_job(**{"muster.dev/elastic-job": "true", "muster.dev/min-parallelism": "2"})
+    review = {"request": {"uid": "u", "operation": "CREATE", "object": both}}
+    response = handlers.handle(webhooks.MUTATE_JOB_PATH, review)["response"]
+    assert response["allowed"] is False
+    assert "cannot be combined" in response["status"]["message"]
+    assert "patch" not in response
