@@ -12,6 +12,10 @@ ETCD_VERSION="${MUSTER_ETCD_VERSION:-v3.6.16}"
 KWOK_VERSION="${MUSTER_KWOK_VERSION:-v0.8.0}"
 OUT="${1:-${MUSTER_CACHE_DIR:-$HOME/.cache/muster}/k8s-${K8S_VERSION}/bin}"
 
+# Go's default install location, for shells whose PATH was not set up by a login profile.
+command -v go >/dev/null 2>&1 || export PATH="/usr/local/go/bin:$PATH"
+command -v go >/dev/null 2>&1 || { echo "[build-control-plane] Go (>= 1.26) is required" >&2; exit 1; }
+
 mkdir -p "$OUT"
 log() { printf '[build-control-plane] %s\n' "$*" >&2; }
 
