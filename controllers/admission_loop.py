@@ -11,6 +11,11 @@ a stale view, and nothing is admitted twice.
 Order within a cycle: evictions first (they release the room later cycles use), then
 admissions (in parallel; they are independent), then pending reasons and queue status
 through coalescing writers.
+
+History: admissions, evictions (with the preemptor), slice replacements and preemption
+decisions go to the history store through `record_later`, built on the recorder's thread from
+the objects as written; the loop never waits on the database. With time-based fair share on,
+the snapshot carries the usage figures the history store last computed, read from memory.
 """
 
 from __future__ import annotations
@@ -18,16 +23,18 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
 from controllers import queuestatus
 from controllers import workloads as wls
 from controllers.caches import Context
+from controllers.history import transitions as history
 from controllers.jobs import job_key_of_workload
 from controllers.queuestatus import QueueStatus, QueueStatusPublisher
 from controllers.runtime import apply
@@ -54,6 +61,9 @@ from quota.snapshot import (
     queue_tree,
     superseded_slices,
 )
+
+if TYPE_CHECKING:
+    from controllers.history.usage import UsageFigures
 
 log = logging.getLogger(__name__)
 
@@ -107,6 +117,8 @@ class AdmissionLoop:
         write_workers: int = 4,
         status_interval: float = 1.0,
         use_node_capacity: bool = True,
+        usage: UsageFigures | None = None,
+        busy: Callable[[], AbstractContextManager[None]] | None = None,
     ) -> None:
         self.ctx = ctx
         self.min_interval = min_interval
@@ -123,6 +135,14 @@ class AdmissionLoop:
         self.cycles = 0
         self.admitted = 0
         self._last_cycle_seconds = 0.0
+        # Time-based fair share: figures a history job refreshes; None turns it off.
+        self.usage = usage
+        self._historical: tuple[Any, dict[str, float]] = (None, {})
+        # The history recorder holds its writes back while a cycle runs.
+        self._busy = busy or nullcontext
+        # The last cycle's fair share (usage and demand included), for the history store's
+        # usage samples: replaced whole each cycle, never mutated, so any thread may read it.
+        self.last_fair_share: FairShare | None = None
 
     # ------------------------------------------------------------------ driving
     def poke(self) -> None:
@@ -167,11 +187,13 @@ class AdmissionLoop:
     def cycle(self) -> CycleResult:
         """One admission cycle; returns the engine's decisions."""
         started = time.monotonic()
-        view = self.build()
-        fair = fair_share(view.snapshot)
-        result = admission_cycle(view.snapshot, fair)
-        self.carry_out(view, result)
-        self.publish(view, fair, result)
+        with self._busy():
+            view = self.build()
+            fair = fair_share(view.snapshot)
+            result = admission_cycle(view.snapshot, fair)
+            self.carry_out(view, result)
+            self.publish(view, fair, result)
+        self.last_fair_share = fair
         self.cycles += 1
         if result.admit or result.preempt or result.drain:
             log.info(
@@ -323,8 +345,22 @@ class AdmissionLoop:
             capacity=capacity,
             admitted=tuple(admitted),
             pending=tuple(pending),
+            historical_usage=self._historical_usage(queues),
+            usage_fairness_k=self.usage.k if self.usage is not None else 0.0,
         )
         return View(snapshot, tree, raw_by_key, engine, cq_models, lq_of, blocked)
+
+    def _historical_usage(self, queues: Mapping[str, QueueSpec]) -> dict[str, float]:
+        """Each queue's recent usage among its siblings, from the figures in memory.
+
+        Recomputed only when the figures were refreshed or the tree changed shape."""
+        if self.usage is None:
+            return {}
+        parents = {name: spec.parent for name, spec in queues.items()}
+        stamp = (self.usage.computed_at, tuple(sorted(parents.items(), key=lambda p: p[0])))
+        if self._historical[0] != stamp:
+            self._historical = (stamp, self.usage.historical_usage(parents))
+        return self._historical[1]
 
     @staticmethod
     def _with_deletions(tree: QueueTree, cqs: Mapping[str, ClusterQueue]) -> QueueTree:
@@ -351,8 +387,13 @@ class AdmissionLoop:
             log.warning("lost leadership before writing decisions; dropping them")
             return
         for preempt in result.preempt:
+            evicted = []
             for victim in preempt.victims:
-                self._evict(view, victim, preemptor=preempt.preemptor)
+                written = self._evict(view, victim, preemptor=preempt.preemptor)
+                if written is not None:
+                    evicted.append((written, victim.queue, victim.reason))
+            if evicted:
+                self._record_preemption(view, preempt.preemptor, evicted, preempt.victims[0].kind)
         for victim in result.drain:
             self._evict(view, victim, preemptor=None)
         if result.admit:
@@ -435,7 +476,7 @@ class AdmissionLoop:
         )
         # The Job hears of it when it is started (controllers.jobs), in the same words.
         self.ctx.events.emit(written, "Normal", "Admitted", decision.reason)
-        self._record(written, "admitted", decision.queue, decision.reason, "")
+        self._record(lambda: [history.admitted(written, at=now, reason=decision.reason)])
         if engine.replaces is not None:
             self._retire(view, engine.replaces, key)
 
@@ -459,12 +500,13 @@ class AdmissionLoop:
         )
         if written is not None:
             self.ctx.events.emit(written, "Normal", WC.SLICE_REPLACED, message)
-            self._record(written, "slice_replaced", "", message, new_key)
+            self._record(lambda: [history.finished(written, at=now, actor=new_key)])
 
-    def _evict(self, view: View, victim: Victim, preemptor: str | None) -> None:
+    def _evict(self, view: View, victim: Victim, preemptor: str | None) -> Obj | None:
+        """Ask for the eviction; returns the Workload as evicted (None if it was not)."""
         raw = view.raw.get(victim.workload)
         if raw is None:
-            return
+            return None
         if preemptor is None:
             reason = WC.CLUSTER_QUEUE_STOPPED
         elif victim.kind == "Reclaimed":
@@ -488,9 +530,9 @@ class AdmissionLoop:
                 "eviction write failed", extra={"workload": victim.workload, "error": str(error)}
             )
             self.poke()
-            return
+            return None
         if written is None or not wls.is_evicted(written):
-            return
+            return None
         log.info(
             "evicting workload",
             extra={
@@ -506,8 +548,12 @@ class AdmissionLoop:
         job = self._job_of(written)
         if job is not None:
             self.ctx.events.emit(job, "Warning", reason, message)
-        kind = {"Reclaimed": "reclaimed", "Preempted": "preempted"}.get(reason, "evicted")
-        self._record(written, kind, victim.queue, message, preemptor or "")
+        self._record(
+            lambda: [
+                history.evicted(written, at=now, actor=preemptor or "", cluster_queue=victim.queue)
+            ]
+        )
+        return written
 
     def _submit_pending(self, view: View, key: str, reason: str, message: str) -> None:
         raw = view.raw.get(key) or self.ctx.caches.workloads.get(key)
@@ -531,31 +577,33 @@ class AdmissionLoop:
             status=True,
         )
 
-    def _record(self, wl: Obj, kind: str, queue: str, reason: str, actor: str) -> None:
-        """Hand a transition to the history store (built on its thread, from frozen values)."""
+    def _record(self, make: Callable[[], Iterable[Any]]) -> None:
+        """Hand records to the history store, built on its thread from frozen objects (the
+        Workloads as written, which nothing changes afterwards)."""
         if self.ctx.recorder is None:
             return
-        meta = wl["metadata"]
-        state = (wl.get("status") or {}).get("requeueState") or {}
-        fields: dict[str, Any] = {
-            "namespace": meta["namespace"],
-            "name": meta["name"],
-            "uid": meta["uid"],
-            "kind": kind,
-            "at": self.ctx.now(),
-            "sequence": int(state.get("count") or 0),
-            "local_queue": str((wl.get("spec") or {}).get("queueName") or ""),
-            "cluster_queue": queue,
-            "reason": reason[:2000],
-            "actor": actor,
-        }
 
-        def make() -> list[Any]:
-            from controllers.history.records import WorkloadTransition
+        def built() -> list[Any]:
+            return [r for r in make() if r is not None]
 
-            return [WorkloadTransition(**fields)]
+        self.ctx.record_later(built)
 
-        self.ctx.record_later(make)
+    def _record_preemption(
+        self, view: View, preemptor: str, evicted: list[tuple[Obj, str, str]], kind: str
+    ) -> None:
+        raw = view.raw.get(preemptor)
+        engine = view.engine.get(preemptor)
+        if raw is None or engine is None:
+            return
+        now = self.ctx.now()
+        strategy = "reclaim" if kind == "Reclaimed" else "preempt"
+        self._record(
+            lambda: [
+                history.preemption(
+                    raw, evicted, at=now, cluster_queue=engine.queue, strategy=strategy
+                )
+            ]
+        )
 
     # ------------------------------------------------------------ queue status
     def publish(self, view: View, fair: FairShare, result: CycleResult) -> None:

@@ -4,6 +4,12 @@ Every replica runs the caches and serves the webhooks; only the holder of the
 coordination.k8s.io Lease reconciles Jobs, runs the admission loop and writes. SIGTERM or
 SIGINT stops the workers, releases the Lease (so a standby takes over at once) and exits.
 Logs are JSON, one object per line.
+
+Every replica also runs the history store (`controllers/history/store.py`): it migrates the
+schema, records and samples in the background and never holds the controller up. The leader
+records what it decides (the admission loop) and what it sees happen to Workloads (created,
+requeued, finished, from the Workload cache); on taking over, it replays what every Workload's
+status shows, which the store keeps once.
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import click
@@ -31,6 +38,13 @@ from controllers.admission_loop import AdmissionLoop
 from controllers.caches import Caches, Context, Recorder
 from controllers.certs import CertBundle, CertManager
 from controllers.events import EventRecorder
+from controllers.history import transitions as history
+from controllers.history.engine import DatabaseURLError, database_url
+from controllers.history.jobs import QueueReading
+from controllers.history.queries import parse_duration
+from controllers.history.records import WorkloadTransition
+from controllers.history.store import HistorySettings, HistoryStore, queue_readings
+from controllers.history.usage import FairnessSettings
 from controllers.jobs import JobReconciler, job_key_of_workload
 from controllers.runtime.apply import ConflictRetriesExhausted
 from controllers.runtime.leader import LeaderElector
@@ -69,6 +83,10 @@ def setup_logging(level: str) -> None:
     # The client logs every retry of a dropped watch at WARNING; our informer reports those.
     logging.getLogger("urllib3").setLevel(logging.ERROR)
     logging.getLogger("kubernetes").setLevel(logging.WARNING)
+    # The history store logs its own "ready" line with the schema revision; APScheduler would
+    # log every run of every periodic job.
+    logging.getLogger("alembic").setLevel(logging.WARNING)
+    logging.getLogger("apscheduler").setLevel(logging.WARNING)
 
 
 def api_client(kubeconfig: str | None, pool_size: int = 64) -> client.ApiClient:
@@ -112,6 +130,8 @@ class Options:
     resync_period: float = 300.0
     cert_secret: str = "muster-webhook-tls"
     events: bool = True
+    # None: no history store (unless a recorder is passed to the Manager).
+    history: HistorySettings | None = None
 
 
 class Manager:
@@ -131,6 +151,10 @@ class Manager:
         self.exit_code = 0
         self.caches = Caches.create(self.kube)
         self.events = EventRecorder(self.kube if options.events else None, self.identity)
+        self.history: HistoryStore | None = None
+        if recorder is None and options.history is not None:
+            self.history = HistoryStore(options.history)
+            recorder = self.history
         self.ctx = Context(
             kube=self.kube,
             caches=self.caches,
@@ -138,7 +162,12 @@ class Manager:
             identity=self.identity,
             recorder=recorder,
         )
-        self.loop = AdmissionLoop(self.ctx, status_interval=options.status_interval)
+        self.loop = AdmissionLoop(
+            self.ctx,
+            status_interval=options.status_interval,
+            usage=self.history.usage if self.history is not None else None,
+            busy=self.history.busy if self.history is not None else None,
+        )
         self.ctx.poke_admission = self.loop.poke
         self.jobs = JobReconciler(self.ctx)
         self.queue: WorkQueue[str] = WorkQueue("jobs")
@@ -159,6 +188,8 @@ class Manager:
         self.server: webhooks.WebhookServer | None = None
         self._threads: list[threading.Thread] = []
         self._was_leader = False
+        # Set when leading: from then on Workload changes seen are recorded.
+        self._recording = False
 
     # ------------------------------------------------------------------ leadership
     def is_leader(self) -> bool:
@@ -166,6 +197,8 @@ class Manager:
 
     def _started_leading(self) -> None:
         self._was_leader = True
+        self._recording = self.ctx.recorder is not None
+        self._replay_history()
         self._register_webhooks()
         for key in self.caches.jobs.list_keys():
             self.queue.add(key)
@@ -179,6 +212,53 @@ class Manager:
         log.error("leadership lost; exiting so that only one replica acts")
         self.exit_code = 1
         self.stop_event.set()
+
+    # -------------------------------------------------------------------- history
+    def _cluster_queue_of(self, wl: Obj) -> str:
+        """The ClusterQueue a Workload's LocalQueue points at now ("" if unknown)."""
+        namespace = (wl.get("metadata") or {}).get("namespace")
+        lq_name = (wl.get("spec") or {}).get("queueName")
+        lq = self.caches.local_queues.get(f"{namespace}/{lq_name}") if lq_name else None
+        return str(((lq or {}).get("spec") or {}).get("clusterQueue") or "")
+
+    def _record_workload_change(self, kind: str, old: Obj | None, new: Obj | None) -> None:
+        """Record what the leader sees happen to a Workload (creation, requeue, finish).
+
+        Runs on whichever thread changed the cache, often an admission write: it only compares
+        a few fields, and the records are built on the recorder's thread."""
+        if new is None or not self._recording or not self.is_leader():
+            return
+        if old is not None and history.milestones(old) == history.milestones(new):
+            return
+        at = self.ctx.now()
+        self.ctx.record_later(
+            lambda: history.new_transitions(
+                old, new, at=at, cluster_queue=self._cluster_queue_of(new)
+            )
+        )
+
+    def _replay_history(self) -> None:
+        """Record again what every Workload's status shows: whatever a previous leader decided
+        but did not get into the store before it died is filled in, the rest is stored once."""
+        if self.ctx.recorder is None:
+            return
+        objects = self.caches.workloads.objects()
+
+        # Cached objects are replaced, never changed, so the recorder may read them later.
+        def replay(chunk: list[Obj]) -> Callable[[], list[WorkloadTransition]]:
+            return lambda: [
+                t
+                for wl in chunk
+                for t in history.visible(wl, cluster_queue=self._cluster_queue_of(wl))
+            ]
+
+        for start in range(0, len(objects), 100):
+            self.ctx.record_later(replay(objects[start : start + 100]))
+        log.info("history: replaying what the cluster shows", extra={"workloads": len(objects)})
+
+    def _history_readings(self) -> list[QueueReading]:
+        # Standbys run no cycles; a leader samples its last cycle's figures.
+        return queue_readings(self.loop.last_fair_share) if self.is_leader() else []
 
     # ------------------------------------------------------------------- webhooks
     def _url_base(self) -> str:
@@ -290,6 +370,8 @@ class Manager:
 
         self.caches.jobs.add_handler(on_job)
         self.caches.workloads.add_handler(on_workload)
+        if self.ctx.recorder is not None:
+            self.caches.workloads.add_handler(self._record_workload_change)
         self.caches.pods.add_handler(on_pod)
         for informer in (
             self.caches.cluster_queues,
@@ -357,6 +439,8 @@ class Manager:
             "starting",
             extra={"identity": self.identity, "leader_elect": self.options.leader_elect},
         )
+        if self.history is not None:
+            self.history.start(sampler=self._history_readings)
         self._ensure_namespace()
         if self.options.webhooks:
             self._start_webhooks()
@@ -388,6 +472,7 @@ class Manager:
         """Stop acting, give up the Lease, stop serving."""
         log.info("shutting down", extra={"identity": self.identity})
         self.stop_event.set()
+        self._recording = False
         self.queue.shutdown()
         for thread in self._threads:
             if thread.name.startswith(("worker", "admission-loop", "leader-election")):
@@ -402,6 +487,10 @@ class Manager:
                 except Exception:
                     log.exception("could not remove the webhook configurations")
             self.server.stop()
+        if self.history is not None:
+            # After the loop and the workers (their last records are in the recorder by now)
+            # and after the Lease is released, so a standby does not wait for the drain.
+            self.history.close()
         self.caches.stop()
         self.events.stop()
         log.info("stopped", extra={"identity": self.identity})
@@ -466,6 +555,36 @@ def run_manager(manager: Manager) -> int:
         pass
     manager.shutdown()
     return manager.exit_code
+
+
+def history_options(
+    *,
+    enabled: bool,
+    url: str | None,
+    spool_dir: Path | None,
+    usage_fairness: bool,
+    window: str,
+    half_life: str,
+    k: float,
+) -> HistorySettings | None:
+    """The history settings from the command line; UsageError names the flag at fault."""
+    if not enabled:
+        if usage_fairness:
+            raise click.UsageError(
+                "--usage-fairness needs the history store (it reads past usage from it); "
+                "drop --no-history"
+            )
+        return None
+    try:
+        fairness = FairnessSettings(
+            enabled=usage_fairness,
+            window=parse_duration(window, option="--usage-fairness-window"),
+            half_life=parse_duration(half_life, option="--usage-fairness-half-life"),
+            k=k,
+        )
+        return HistorySettings(url=database_url(url), spool_dir=spool_dir, fairness=fairness)
+    except (DatabaseURLError, ValueError) as error:
+        raise click.UsageError(str(error)) from None
 
 
 @click.command("controller")
@@ -538,6 +657,52 @@ def run_manager(manager: Manager) -> int:
     show_default=True,
     help="Write Kubernetes Events on Jobs and Workloads.",
 )
+@click.option(
+    "--database-url",
+    "database_url_flag",
+    metavar="URL",
+    default=None,
+    help="History store: postgresql+psycopg://... or sqlite:///PATH (default: "
+    "$MUSTER_DATABASE_URL, else ~/.local/share/muster/history.db).",
+)
+@click.option(
+    "--history/--no-history",
+    default=True,
+    show_default=True,
+    help="Record transitions, preemptions and queue usage in the history store.",
+)
+@click.option(
+    "--history-spool-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Where records wait while the database is unreachable; one per replica (default: "
+    "under ~/.local/share/muster/history-spool/, a free one per replica).",
+)
+@click.option(
+    "--usage-fairness/--no-usage-fairness",
+    default=False,
+    show_default=True,
+    help="Time-based fair share: recent usage adjusts over-quota weights among siblings.",
+)
+@click.option(
+    "--usage-fairness-window",
+    default="7d",
+    show_default=True,
+    help="How far back usage counts (90m, 24h, 7d, 2w).",
+)
+@click.option(
+    "--usage-fairness-half-life",
+    default="1d",
+    show_default=True,
+    help="Age at which past usage counts half.",
+)
+@click.option(
+    "--usage-fairness-k",
+    type=click.FloatRange(min=0),
+    default=1.0,
+    show_default=True,
+    help="Strength: weight' = max(0, w + k(w - u)); 0 leaves weights as configured.",
+)
 @click.option("--log-level", default="info", show_default=True)
 def controller(
     kubeconfig: str | None,
@@ -557,9 +722,25 @@ def controller(
     workers: int,
     status_interval: float,
     events: bool,
+    database_url_flag: str | None,
+    history: bool,
+    history_spool_dir: Path | None,
+    usage_fairness: bool,
+    usage_fairness_window: str,
+    usage_fairness_half_life: str,
+    usage_fairness_k: float,
     log_level: str,
 ) -> None:
     """Run the Muster controller: admit queue-labelled Jobs under quota."""
+    history_settings = history_options(
+        enabled=history,
+        url=database_url_flag,
+        spool_dir=history_spool_dir,
+        usage_fairness=usage_fairness,
+        window=usage_fairness_window,
+        half_life=usage_fairness_half_life,
+        k=usage_fairness_k,
+    )
     setup_logging(log_level)
     options = Options(
         namespace=namespace,
@@ -578,8 +759,12 @@ def controller(
         workers=workers,
         status_interval=status_interval,
         events=events,
+        history=history_settings,
     )
-    manager = Manager(api_client(kubeconfig), options)
+    try:
+        manager = Manager(api_client(kubeconfig), options)
+    except OSError as error:  # the SQLite file's directory cannot be created
+        raise click.ClickException(f"history store: {error}") from None
     code = run_manager(manager)
     # Daemon threads (watches, the webhook server) end with the process.
     time.sleep(0.05)

@@ -25,12 +25,19 @@ _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*$")
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 
 
+def parse_duration(text: str, *, option: str = "duration") -> timedelta:
+    """Turn "90s", "30m", "24h", "7d" or "2w" into a timedelta."""
+    match = _DURATION.match(text)
+    if not match:
+        raise ValueError(f"{option}: {text!r} is not a duration (90s, 30m, 24h, 7d, 2w)")
+    return timedelta(seconds=float(match.group(1)) * _UNITS[match.group(2)])
+
+
 def parse_since(text: str, now: datetime | None = None, *, option: str = "--since") -> datetime:
     """Turn "90s", "30m", "24h", "7d", "2w" or an ISO 8601 timestamp into a UTC datetime."""
     now = now or datetime.now(UTC)
-    match = _DURATION.match(text)
-    if match:
-        return now - timedelta(seconds=float(match.group(1)) * _UNITS[match.group(2)])
+    if _DURATION.match(text):
+        return now - parse_duration(text, option=option)
     try:
         at = datetime.fromisoformat(text)
     except ValueError:
@@ -112,6 +119,24 @@ def _transition_entry(row: Row[Any]) -> TimelineEntry:
     )
 
 
+_LIFE_ORDER = {
+    kind: i
+    for i, kind in enumerate(
+        (
+            "created",
+            "quota_reserved",
+            "admitted",
+            "evicted",
+            "preempted",
+            "reclaimed",
+            "requeued",
+            "slice_replaced",
+            "finished",
+        )
+    )
+}
+
+
 def workload_timeline(engine: Engine, namespace: str, name: str) -> list[TimelineEntry]:
     """Everything recorded about one workload, oldest first.
 
@@ -160,9 +185,11 @@ def workload_timeline(engine: Engine, namespace: str, name: str) -> list[Timelin
                     detail={"victims": victims},
                 )
             )
-    # Same-instant events keep their causal order: a transition before the placement it led to.
+    # Same-instant events keep their causal order: a transition before the placement it led to,
+    # and transitions in the order of a workload's life (timestamps read back from a status
+    # have whole seconds only).
     after = {"preempting", "reclaiming", "placed"}
-    entries.sort(key=lambda e: (e.at, e.event in after))
+    entries.sort(key=lambda e: (e.at, e.event in after, _LIFE_ORDER.get(e.event, 0)))
     return entries
 
 

@@ -288,6 +288,11 @@ class HistoryRecorder:
         return self._spooled
 
     @property
+    def spool_dir(self) -> Path:
+        """Where records wait on local disk while the database is down."""
+        return self._spool_dir
+
+    @property
     def database_up(self) -> bool:
         """Whether the last write attempt reached the database."""
         return self._db_up
@@ -323,9 +328,7 @@ class HistoryRecorder:
         Retries a database that was down right away instead of waiting for the backoff.
         """
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
-        with self._wake:
-            self._retry_at = 0.0
-            self._wake.notify()
+        self.retry_now()
         with self._progress:
             while self.backlog > 0:
                 remaining = None if deadline is None else deadline - time.monotonic()
@@ -333,6 +336,13 @@ class HistoryRecorder:
                     return False
                 self._progress.wait(0.05 if remaining is None else min(0.05, remaining))
         return True
+
+    def retry_now(self) -> None:
+        """Try the database again at once instead of after the backoff (it is known to be back:
+        its schema was just created, say)."""
+        with self._wake:
+            self._retry_at = 0.0
+            self._wake.notify()
 
     def close(self, drain_timeout_s: float = 5.0) -> None:
         """Stop accepting records; write what the database takes within the timeout, spool the rest.

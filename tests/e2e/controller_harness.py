@@ -34,6 +34,9 @@ class Controller:
         self.log_path = log_dir / f"{name}.log"
         self.port = free_port()
         self.extra = list(extra)
+        if "--database-url" not in self.extra and "--no-history" not in self.extra:
+            # Keep each test session's history in its own file, not the user's default store.
+            self.extra += ["--database-url", f"sqlite:///{log_dir / 'history.db'}"]
         self.process: subprocess.Popen[bytes] | None = None
 
     def start(self) -> Controller:
