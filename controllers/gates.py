@@ -36,6 +36,12 @@ def holds_capacity(pod: Mapping[str, Any]) -> bool:
     return (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
 
 
+def ungated_holding(pods: Iterable[Mapping[str, Any]]) -> int:
+    """Pods already released from the gate that still hold capacity (running, pending on a
+    node, or terminating): what the admitted slice must keep covering."""
+    return sum(1 for p in pods if holds_capacity(p) and not is_gated(p))
+
+
 def pods_to_ungate(pods: Iterable[Mapping[str, Any]], allowed: int) -> list[Mapping[str, Any]]:
     """Which gated pods to release so that at most `allowed` ungated pods hold capacity:
     the oldest first, so the pods that have waited longest start first."""

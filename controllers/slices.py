@@ -4,7 +4,8 @@ An elastic Job has at most two active Workloads: the admitted slice its running 
 to, and at most one pending slice asking for a new size.
 
 - Scale-down updates the admitted slice in place (admission first, so the quota is free at
-  once, then the spec); a pending scale-up slice is dropped.
+  once, then the spec); a pending scale-up slice is dropped. The admission never shrinks
+  below the Job's ungated pods that still hold capacity: quota is freed as they go.
 - Scale-up creates a slice for the full new size that `replaces` the admitted one; the
   engine charges only the extra pods, on the same flavors. Once it is admitted the old slice
   is marked Finished with reason WorkloadSliceReplaced and the new pods' gates are lifted.
@@ -48,10 +49,17 @@ def _created(wl: Obj) -> tuple[str, str]:
     return str(meta.get("creationTimestamp") or ""), str(meta.get("name") or "")
 
 
-def retire_replaced(rec: JobReconciler, active: list[Obj]) -> list[Obj]:
-    """Finish every slice that an admitted slice replaces; returns what stays active."""
+# Requeue delay when a step could not be written (a slice to retire, or pods still holding
+# capacity past the Job's parallelism), in case no event brings the Job back.
+RETRY_SECONDS = 1.0
+
+
+def retire_replaced(rec: JobReconciler, active: list[Obj]) -> tuple[list[Obj], bool]:
+    """Finish every slice that an admitted slice replaces; returns what stays active, and
+    whether a retirement could not be written (so the caller requeues)."""
     by_name = {w["metadata"]["name"]: w for w in active}
     retired: set[str] = set()
+    failed = False
     for wl in active:
         target = wls.replaces(wl)
         if (
@@ -71,11 +79,17 @@ def retire_replaced(rec: JobReconciler, active: list[Obj]) -> list[Obj]:
         def finish(w: Obj, m: str = message, t: datetime = now) -> bool:
             return wls.mark_finished(w, WC.SLICE_REPLACED, m, t)
 
-        written = rec.update_workload_status(old, finish)
+        try:
+            written = rec.update_workload_status(old, finish)
+        except Exception:
+            log.warning("could not retire replaced slice", extra={"workload": object_key(old)})
+            failed = True
+            continue
+        # None: the slice is gone, which retires it as well.
         retired.add(target)
-        if written is not None:
+        if written is not None and wls.is_finished(written):
             rec.ctx.events.emit(written, "Normal", WC.SLICE_REPLACED, message)
-    return [w for w in active if w["metadata"]["name"] not in retired]
+    return [w for w in active if w["metadata"]["name"] not in retired], failed
 
 
 def _delete_pending(rec: JobReconciler, pending: list[Obj]) -> None:
@@ -149,7 +163,9 @@ def reconcile_elastic(rec: JobReconciler, job: Obj, owned: list[Obj]) -> float |
     meta = job["metadata"]
     uid, job_name = meta["uid"], meta["name"]
     first_name = wls.workload_name(job_name, uid)
-    active = retire_replaced(rec, [w for w in owned if wls.is_active(w)])
+    active, retry = retire_replaced(rec, [w for w in owned if wls.is_active(w)])
+    if retry:
+        return RETRY_SECONDS
     admitted = sorted((w for w in active if wls.has_quota(w)), key=_created)
     pending = sorted((w for w in active if not wls.has_quota(w)), key=_created)
     parallelism = pod_count(job)
@@ -163,6 +179,8 @@ def reconcile_elastic(rec: JobReconciler, job: Obj, owned: list[Obj]) -> float |
         )
     current = admitted[-1] if admitted else None
 
+    if current is None and not is_suspended(job) and _cache_missed_admission(rec, job):
+        return RETRY_SECONDS
     if current is None:
         # Nothing admitted: one pending Workload for the whole Job, like a plain Job.
         slice_name = first_name
@@ -188,9 +206,19 @@ def reconcile_elastic(rec: JobReconciler, job: Obj, owned: list[Obj]) -> float |
     spec_count = _count(current)
     granted = wls.admitted_count(current)
     slice_name = (current.get("spec") or {}).get("sliceName") or first_name
+    requeue: float | None = None
     if parallelism < spec_count or parallelism < granted:
         _delete_pending(rec, pending)
-        current = scale_down(rec, current, parallelism) or current
+        # Keep admitted what ungated pods still hold: the Job controller may not have
+        # deleted the excess pods yet, or never will if parallelism rises again before it
+        # acts (7 -> 2 -> 9 within milliseconds). Quota is released as those pods go (their
+        # deletion brings us back), down to parallelism; with kwok that is at once.
+        holding = gates.ungated_holding(rec.ctx.caches.pods_of_job(uid))
+        target = max(parallelism, holding)
+        if target < spec_count or target < granted:
+            current = scale_down(rec, current, target) or current
+        if target > parallelism:
+            requeue = RETRY_SECONDS
     elif parallelism > spec_count:
         want = rec.desired_spec(
             job, count=parallelism, slice_name=slice_name, replaces=current["metadata"]["name"]
@@ -206,8 +234,31 @@ def reconcile_elastic(rec: JobReconciler, job: Obj, owned: list[Obj]) -> float |
     else:
         _delete_pending(rec, pending)
 
-    gates.lift(rec.ctx, job, wls.admitted_count(current))
-    return None
+    # Never release more pods than the Job asks for, even while the admission still covers
+    # pods on their way out.
+    gates.lift(rec.ctx, job, min(wls.admitted_count(current), parallelism))
+    return requeue
+
+
+def _cache_missed_admission(rec: JobReconciler, job: Obj) -> bool:
+    """Before suspending a running elastic Job (which stops its pods), ask the apiserver, not
+    the cache, whether a slice holds quota. The cache can briefly lag the admission loop's
+    write of a fresh slice; acting on that lag would stop pods that are allowed to run.
+    When the apiserver disagrees, its copies go into the cache and the Job is retried."""
+    meta = job["metadata"]
+    fresh, _ = rec.ctx.kube.list(
+        WORKLOAD, meta["namespace"], label_selector=f"{wls.JOB_NAME_LABEL}={meta['name']}"
+    )
+    admitted = [w for w in fresh if wls.has_quota(w)]
+    if not admitted:
+        return False
+    for wl in fresh:
+        rec.ctx.caches.workloads.write_through(wl)
+    log.warning(
+        "cache lagged an admitted slice; not suspending",
+        extra={"job": object_key(job), "slices": [w["metadata"]["name"] for w in admitted]},
+    )
+    return True
 
 
 def _slice_name(job: Obj) -> str:

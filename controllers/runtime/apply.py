@@ -147,7 +147,10 @@ def delete(
     except ApiException as error:
         if error.status != 409:
             raise
-        gone = False
+        # A failed precondition: the object still exists (written since we read it, e.g. a
+        # pending slice admitted meanwhile). Keep it in the cache; the watch brings the newer
+        # version. Forgetting it here hid it from every reconcile until its next change.
+        return False
     if cache is not None:
-        cache.forget(object_key(obj))
+        cache.forget(object_key(obj))  # deleted now, or already gone (404)
     return gone

@@ -248,5 +248,17 @@ def test_rapid_scale_events_never_ungate_past_quota(
             timeout=90,
         )
         active = [w for w in workloads_of(cluster, namespace, "burst") if not finished(w)]
-        assert len(active) == 2
+        assert len(active) == 2, [
+            (
+                w["metadata"]["name"],
+                w["metadata"].get("deletionTimestamp"),
+                w["metadata"].get("finalizers"),
+                w["spec"].get("replaces"),
+                [
+                    (c["type"], c["status"], c.get("reason"))
+                    for c in w.get("status", {}).get("conditions", [])
+                ],
+            )
+            for w in active
+        ]
     assert watch.violations == []

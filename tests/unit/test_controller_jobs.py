@@ -371,6 +371,69 @@ def test_admitted_replacement_retires_the_old_slice_and_gates_follow_the_new_cou
     assert [p["metadata"]["name"] for p in h.kube.list(POD)[0] if gates.is_gated(p)] == ["extra"]
 
 
+def test_elastic_scale_down_keeps_quota_for_ungated_pods_until_they_are_gone() -> None:
+    h = Harness()
+    h.put(JOB, job_dict(elastic=True, parallelism=4))
+    h.reconcile()
+    [first] = h.workloads()
+    h.admit(first, 4)
+    h.reconcile()
+    for i in range(4):
+        h.put(POD, pod(f"run-{i}", gated=False, phase="Running"))
+    # 4 -> 2: the Job controller has not deleted the two extra pods yet (and may never, if
+    # parallelism rises again first), so the admission still covers all four.
+    h.patch(JOB, "ns", "train", {"spec": {"parallelism": 2}})
+    assert h.reconcile() is not None, "requeued while pods beyond parallelism hold capacity"
+    [wl] = h.workloads()
+    assert wls.admitted_count(wl) == 4
+    # One pod goes: quota follows it down; then the next one, down to parallelism.
+    for name, left in (("run-3", 3), ("run-2", 2)):
+        gone = h.kube.get(POD, "ns", name)
+        assert gone is not None
+        h.kube.delete(POD, "ns", name)
+        h.caches.pods.forget(f"ns/{name}")
+        h.reconcile()
+        [wl] = h.workloads()
+        assert wls.admitted_count(wl) == left
+        assert wl["status"]["admission"]["podSetAssignments"][0]["resourceUsage"]["cpu"] == str(
+            left
+        )
+    assert h.reconcile() is None
+
+
+def test_a_slice_admitted_while_being_deleted_stays_visible_and_retires_the_old_one() -> None:
+    h = Harness()
+    h.put(JOB, job_dict(elastic=True, parallelism=2))
+    h.reconcile()
+    [first] = h.workloads()
+    h.admit(first, 2)
+    h.reconcile()
+    h.patch(JOB, "ns", "train", {"spec": {"parallelism": 4}})
+    h.reconcile()
+    grow = next(w for w in h.workloads() if w["metadata"]["name"] != first["metadata"]["name"])
+    # The admission loop admits the slice, but the Job reconciler still sees it pending when
+    # parallelism drops back and tries to delete it: the delete fails (admitted meanwhile).
+    admitted = copy.deepcopy(grow)
+    admission = wls.admission_status("cq", [("main", 4, {"cpu": "h100"}, {"cpu": "4"})])
+    assert wls.mark_admitted(admitted, admission, "admitted", NOW)
+    h.kube.patch(
+        WORKLOAD, "ns", grow["metadata"]["name"], {"status": admitted["status"]}, status=True
+    )
+    h.patch(JOB, "ns", "train", {"spec": {"parallelism": 2}})
+    h.reconcile()
+    assert h.caches.workloads.get(f"ns/{grow['metadata']['name']}") is not None, (
+        "a failed delete must not drop the slice from the cache"
+    )
+    # The watch then brings the admitted version: the old slice is retired.
+    fresh = h.kube.get(WORKLOAD, "ns", grow["metadata"]["name"])
+    assert fresh is not None
+    h.caches.workloads.write_through(fresh)
+    h.reconcile()
+    active = [w for w in h.workloads() if not wls.is_finished(w)]
+    assert [w["metadata"]["name"] for w in active] == [grow["metadata"]["name"]]
+    assert wls.admitted_count(active[0]) == 2
+
+
 def test_original_scheduling_annotation_is_json_the_user_can_read() -> None:
     job = job_dict()
     jobs.inject_flavors(job, [])
