@@ -7,18 +7,20 @@ preemptors that wait for them charged. A workload is admitted only when it fits 
 neither overcommits nodes nor takes room promised to a preemptor; preemption plans against
 `planned`, so no quota is promised twice and no victim is chosen twice.
 
-Queues are visited lowest usage/fair-share ratio first (quota/ordering.py); a queue keeps
-admitting while it stays the most deserving, so one cycle admits as many workloads per
-queue as fit. A shape that failed in a queue is not tried again in the same cycle: usage in
-`held` only grows during a cycle. A preemption elsewhere can give a little room back in
-`planned`, but a failed shape is still not retried until the next cycle: being conservative
-for one cycle is cheaper than re-running victim searches after every preemption.
+Queues are visited lowest usage/fair-share ratio first, subtrees compared before the queues
+in them (quota/ordering.py); a queue keeps admitting while it stays the most deserving, so
+one cycle admits as many workloads per queue as fit. Queues are visited twice: first for
+what keeps them within fair share, then for what borrows beyond it (see `run`).
+
+A shape that failed in a queue is not tried again in the same cycle: usage in `held` only
+grows during a cycle. A preemption elsewhere can give a little room back in `planned`, but a
+failed shape is still not retried until the next cycle: being conservative for one cycle is
+cheaper than re-running victim searches after every preemption.
 """
 
 from __future__ import annotations
 
 import gc
-import heapq
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
@@ -36,11 +38,12 @@ from quota.flavorassign import (
     slice_base,
 )
 from quota.ledger import Ledger
-from quota.ordering import dominant_ratio, queue_order, workload_order
+from quota.ordering import QueueKey, QueueOrder, dominant_ratio, queue_order, workload_order
 from quota.preemption import (
     Candidate,
     preemption_reason,
     select_victims,
+    victim_order,
     within_queue_candidates,
 )
 from quota.reclaim import ReclaimIndex, plan_reclaim
@@ -109,18 +112,30 @@ class _Cycle:
         self.running: dict[str, Workload] = {}
         self.usage_of: dict[str, Vector] = {}
         self.admitted_by_queue: dict[str, list[Workload]] = {}
+        # Summed per leaf first: one charge per leaf instead of one per workload up the tree.
+        per_leaf: dict[str, Vector] = {}
         for w in snapshot.admitted:
             if w.key in gone or w.queue not in self.tree.paths:
                 continue
             usage = pod_set_usage(w)
             self.running[w.key] = w
             self.usage_of[w.key] = usage
-            self.held.charge(w.queue, usage)
+            total = per_leaf.get(w.queue)
+            if total is None:
+                per_leaf[w.queue] = dict(usage)
+            else:
+                for key, held in usage.items():
+                    total[key] = total.get(key, 0) + held
+        for queue in sorted(per_leaf):
+            self.held.charge(queue, per_leaf[queue])
         self.planned = self.held.copy()
         # Workloads already leaving, or chosen as victims this cycle: never chosen again.
         self.taken: set[str] = set()
+        drains: dict[str, str | None] = {}  # per queue: the draining queue on its path
         for w in self.running.values():
-            drained_by = draining(self.queues, self.tree, w.queue)
+            if w.queue not in drains:
+                drains[w.queue] = draining(self.queues, self.tree, w.queue)
+            drained_by = drains[w.queue]
             if w.evicting or drained_by is not None:
                 self.taken.add(w.key)
                 self.planned.charge(w.queue, self.usage_of[w.key], -1)
@@ -141,6 +156,8 @@ class _Cycle:
         self.signatures: dict[int, tuple[object, ...]] = {}
         self.memo: dict[tuple[object, ...], str] = {}
         self.reclaim_index: ReclaimIndex | None = None
+        self.victim_lists: dict[str, list[Candidate]] = {}
+        self.order = QueueOrder(self.tree, self._order)
 
     # -- the loop ---------------------------------------------------------------------------
 
@@ -148,7 +165,7 @@ class _Cycle:
         by_queue: dict[str, list[Workload]] = {}
         for w in self.snapshot.pending:
             by_queue.setdefault(w.queue, []).append(w)
-        heap: list[tuple[tuple[float, int, str], str]] = []
+        open_queues: dict[str, list[Workload]] = {}
         for name in sorted(by_queue):
             items = by_queue[name]
             items.sort(key=workload_order)
@@ -156,10 +173,37 @@ class _Cycle:
             if blocker is not None:
                 self.pending.extend(Pending(w.key, name, blocker) for w in items)
                 continue
-            heapq.heappush(heap, (self._order(name), name))
+            open_queues[name] = items
+        # Two passes, as KAI-Scheduler allocates deserved quota before over-quota: first each
+        # queue admits while it stays (with its ancestors) within fair share, then, from what
+        # is left, the rest. Otherwise a queue could borrow room that another queue below
+        # its share was about to use (room a reclaim had just freed, say), and lose it to
+        # that queue's reclaim in the next cycle: churn.
+        beyond: dict[str, list[Workload]] = {}
+        self._pass(open_queues, beyond)
+        self._pass(beyond, None)
+        return CycleResult(
+            admit=tuple(self.admit),
+            preempt=tuple(self.preempt),
+            pending=tuple(self.pending),
+            drain=tuple(self.drain),
+        )
+
+    def _pass(
+        self, by_queue: Mapping[str, list[Workload]], beyond: dict[str, list[Workload]] | None
+    ) -> None:
+        """Visit the queues in order and decide for their workloads.
+
+        With `beyond`, a workload that would take its queue beyond fair share is set aside
+        there, in order, with whatever `_held_back` keeps behind it.
+        """
+        order = self.order = QueueOrder(self.tree, self._order)
+        for name in by_queue:
+            if by_queue[name]:
+                order.push(name)
         cursor = dict.fromkeys(by_queue, 0)
-        while heap:
-            _, name = heapq.heappop(heap)
+        while (picked := order.pop()) is not None:
+            name = picked
             items = by_queue[name]
             spec = self.queues[name]
             index = cursor[name]
@@ -167,7 +211,17 @@ class _Cycle:
             while index < len(items):
                 w = items[index]
                 index += 1
-                outcome = self._consider(spec, w)
+                if beyond is not None and name in beyond:
+                    deferred = beyond[name]
+                    if self._held_back(spec, w, deferred[0]):
+                        deferred.extend(items[index - 1 :])
+                        index = len(items)
+                        break
+                outcome = self._consider(spec, w, within_share=beyond is not None)
+                if outcome == "beyond":
+                    assert beyond is not None
+                    beyond.setdefault(name, []).append(w)
+                    continue
                 if outcome == "admitted":
                     moved = True
                     break
@@ -182,22 +236,39 @@ class _Cycle:
                     break
             cursor[name] = index
             if moved and index < len(items):
-                heapq.heappush(heap, (self._order(name), name))
-        return CycleResult(
-            admit=tuple(self.admit),
-            preempt=tuple(self.preempt),
-            pending=tuple(self.pending),
-            drain=tuple(self.drain),
-        )
+                order.push(name)
+            elif moved:
+                order.refresh(name)  # its ancestors stay in line with their new usage
 
-    def _order(self, name: str) -> tuple[float, int, str]:
+    @staticmethod
+    def _held_back(spec: QueueSpec, w: Workload, first: Workload) -> bool:
+        """Whether `w` must wait for the borrowing pass because `first`, ahead of it in its
+        queue, was set aside for it.
+
+        BestEffortFIFO lets a workload pass one that cannot be admitted yet, and one set
+        aside is in that position, so `w` may go unless `first` could preempt it within the
+        queue: it would only be evicted for `first` a cycle later. StrictFIFO holds all.
+        """
+        if spec.queueing_strategy == "StrictFIFO":
+            return True
+        if spec.within_queue == "LowerPriority":
+            return w.priority < first.priority
+        if spec.within_queue == "LowerOrNewerEqualPriority":
+            return w.priority <= first.priority  # those behind it arrived later
+        return False
+
+    def _order(self, name: str) -> QueueKey:
         ratio = dominant_ratio(self.planned.used[name], self.fair.shares.get(name, {}))
         return queue_order(ratio, self.queues[name].priority, name)
 
     # -- one workload -----------------------------------------------------------------------
 
-    def _consider(self, spec: QueueSpec, w: Workload) -> str:
-        """Decide for `w`; return "admitted", "waiting" (preempting or reserved) or ""."""
+    def _consider(self, spec: QueueSpec, w: Workload, within_share: bool = False) -> str:
+        """Decide for `w`; return "admitted", "waiting" (preempting or reserved) or "".
+
+        With `within_share`, return "beyond" without deciding when `w` would be admitted but
+        take its queue or an ancestor beyond fair share.
+        """
         request = self._request(spec, w)
         if isinstance(request, str):
             self.pending.append(Pending(w.key, spec.name, request))
@@ -210,6 +281,8 @@ class _Cycle:
         ledgers = (self.held, self.planned) if self.diverged else (self.held,)
         result = assign_flavors(spec.name, request.plans, request.counts, ledgers, sticky)
         if isinstance(result, Fit):
+            if within_share and self._beyond_share(spec.name, result):
+                return "beyond"
             self._admit(spec, request, request.counts, result)
             return "admitted"
         failure = result
@@ -235,6 +308,8 @@ class _Cycle:
             partial = self._partial(spec, request, ledgers)
             if partial is not None:
                 counts, fit = partial
+                if within_share and self._beyond_share(spec.name, fit):
+                    return "beyond"
                 self._admit(spec, request, counts, fit)
                 return "admitted"
             smallest = tuple(
@@ -283,6 +358,19 @@ class _Cycle:
             plan = plan_pod_set(spec, self.snapshot.flavors, ps)
             self.plans[key] = plan
         return plan
+
+    def _beyond_share(self, queue: str, fit: Fit) -> bool:
+        """Whether admitting `fit` would take `queue` or an ancestor beyond its fair share on
+        some flavor/resource it adds to (for a scale-up slice `fit` holds the extra pods)."""
+        usage = fit.usage
+        shares = self.fair.shares
+        for name in self.tree.paths[queue]:
+            used = self.planned.used[name]
+            share = shares.get(name, {})
+            for key, amount in usage.items():
+                if amount > 0 and used.get(key, 0) + amount > share.get(key, 0):
+                    return True
+        return False
 
     def _memo_key(self, spec: QueueSpec, request: _Request) -> tuple[object, ...] | None:
         """Identical shapes fail identically; priority and arrival matter only to preemption."""
@@ -399,18 +487,35 @@ class _Cycle:
 
     # -- preemption and reclaim -------------------------------------------------------------
 
-    def _relevant_keys(self, request: _Request) -> set[FlavorResource]:
-        keys: set[FlavorResource] = set()
+    def _contended_keys(
+        self, queue: str, request: _Request, counts: Sequence[int]
+    ) -> set[FlavorResource]:
+        """The (flavor, resource) pairs the request is short of in the planned ledger, on any
+        flavor it could take.
+
+        Only these are worth freeing, so victims must hold some of them and their queues'
+        floors are judged on them alone: a queue's in-quota cpu must not shield the GPUs it
+        borrows.
+        Each pair's need sums every pod set that could land there, so a pair two pod sets
+        would share is not missed.
+        """
+        need: dict[FlavorResource, int] = {}
         for i, plan in enumerate(request.plans):
+            if not counts[i]:
+                continue
             pinned = request.base.flavors[i] if request.base is not None else None
+            per_pod = plan.pod_set.per_pod
             for group in plan.groups:
                 if pinned is not None and group.resources[0] in pinned:
                     options: Sequence[str] = (pinned[group.resources[0]],)
                 else:
                     options = group.flavors
                 for flavor in options:
-                    keys.update((flavor, r) for r in group.resources)
-        return keys
+                    for r in group.resources:
+                        key = (flavor, r)
+                        need[key] = need.get(key, 0) + per_pod[r] * counts[i]
+        headroom = self.planned.headroom
+        return {key for key, amount in need.items() if amount > headroom(queue, key)}
 
     def _preempt(self, spec: QueueSpec, request: _Request, counts: tuple[int, ...]) -> bool:
         """Try within-queue preemption, then reclaim; on success record the decision."""
@@ -418,8 +523,13 @@ class _Cycle:
             return False
         w = request.workload
         sticky = request.base.flavors if request.base is not None else None
-        relevant = self._relevant_keys(request)
+        contended = self._contended_keys(spec.name, request, counts)
+        if not contended:
+            return False  # nothing is short in the planned ledger: evicting cannot help
         last: list[Fit] = []
+        # Valid for the whole call: each search below leaves the ledger as it found it or
+        # succeeds and ends the call.
+        covered = self._covering(spec.name, request, counts)
 
         def try_fit() -> Fit | None:
             fit = assign_flavors(spec.name, request.plans, counts, (self.planned,), sticky)
@@ -431,10 +541,9 @@ class _Cycle:
             candidates = within_queue_candidates(
                 w,
                 spec.within_queue,
-                self.admitted_by_queue.get(spec.name, ()),
-                self.usage_of,
+                self._victim_list(spec.name),
                 self.taken,
-                relevant,
+                contended,
                 self.snapshot.now,
                 spec.min_runtime_preempt_s,
             )
@@ -447,7 +556,7 @@ class _Cycle:
                     last[:] = [fit]
                     return True
 
-                chosen = select_victims(candidates, self.planned, fits)
+                chosen = select_victims(candidates, self.planned, fits, enough=covered)
                 if chosen is not None:
                     victims = [
                         Victim(
@@ -466,14 +575,14 @@ class _Cycle:
                 self.tree,
                 self._reclaim_index(),
                 self.taken,
-                relevant,
+                contended,
                 self.fair.shares,
                 self.quotas,
                 self.planned,
                 self.snapshot.now,
                 try_fit,
-                partial(self._could_stay_under, spec.name, request, counts),
-                partial(self._covered, spec.name, request, counts),
+                partial(self._could_stay_under, request, counts),
+                covered,
             )
             if plan is not None:
                 chosen = list(plan.victims)
@@ -487,6 +596,8 @@ class _Cycle:
         assert fit is not None, "victim search ended in a state where the preemptor fits"
         self.planned.charge(spec.name, fit.usage)
         self.taken.update(c.workload.key for c in chosen)
+        for queue in sorted({c.queue for c in chosen}):
+            self.order.refresh(queue)  # victims' subtrees are less saturated once they leave
         self.diverged = True
         self.preempt.append(Preempt(w.key, tuple(victims)))
         n = len(victims)
@@ -500,15 +611,24 @@ class _Cycle:
         )
         return True
 
+    def _victim_list(self, queue: str) -> list[Candidate]:
+        """The admitted workloads of a leaf as candidates in victim order, sorted once per
+        cycle and shared by preemption and reclaim (taken ones are filtered when used)."""
+        found = self.victim_lists.get(queue)
+        if found is None:
+            found = [
+                Candidate(w, queue, self.usage_of[w.key])
+                for w in self.admitted_by_queue.get(queue, ())
+            ]
+            found.sort(key=victim_order)
+            self.victim_lists[queue] = found
+        return found
+
     def _reclaim_index(self) -> ReclaimIndex:
-        """Every admitted workload as a reclaim candidate, sorted once per cycle."""
+        """Every admitted workload as a reclaim candidate, per leaf in victim order."""
         if self.reclaim_index is None:
             self.reclaim_index = ReclaimIndex(
-                [
-                    Candidate(w, name, self.usage_of[w.key])
-                    for name, workloads in self.admitted_by_queue.items()
-                    for w in workloads
-                ],
+                {name: self._victim_list(name) for name in self.admitted_by_queue},
                 self.planned,
                 self.tree,
                 self.fair.shares,
@@ -516,29 +636,57 @@ class _Cycle:
             )
         return self.reclaim_index
 
-    def _covered(
-        self,
-        queue: str,
-        request: _Request,
-        counts: Sequence[int],
-        freed: Mapping[FlavorResource, int],
-    ) -> bool:
-        """Whether room now free plus `freed` could hold the request on some flavor choice."""
+    def _covering(
+        self, queue: str, request: _Request, counts: Sequence[int]
+    ) -> Callable[[Mapping[FlavorResource, int]], bool]:
+        """`covered(freed)`: whether room free now plus `freed` could hold the request on some
+        flavor choice (each pod set judged alone: a necessary condition).
+
+        Victim searches ask this after every candidate they count, while the planned ledger
+        stays as it is (or is restored), so the room free now is looked up once.
+        """
+        # Per pod set and resource group, per flavor option: (key, need, room free now).
+        options_per_group: list[list[list[tuple[FlavorResource, int, int]]]] = []
         headroom = self.planned.headroom
-        return self._each_group_has_flavor(
-            request,
-            counts,
-            lambda key, need: need <= headroom(queue, key) + freed.get(key, 0),
-        )
+        for i, plan in enumerate(request.plans):
+            pinned = request.base.flavors[i] if request.base is not None else None
+            per_pod = plan.pod_set.per_pod
+            for group in plan.groups:
+                if pinned is not None and group.resources[0] in pinned:
+                    flavors: Sequence[str] = (pinned[group.resources[0]],)
+                else:
+                    flavors = group.flavors
+                options = []
+                for f in flavors:
+                    needs = []
+                    for r in group.resources:
+                        key = (f, r)
+                        need = per_pod[r] * counts[i]
+                        needs.append((key, need, headroom(queue, key)))
+                    options.append(needs)
+                options_per_group.append(options)
+
+        def covered(freed: Mapping[FlavorResource, int]) -> bool:
+            get = freed.get
+            for options in options_per_group:
+                for needs in options:
+                    if all(need <= room + get(key, 0) for key, need, room in needs):
+                        break
+                else:
+                    return False
+            return True
+
+        return covered
 
     def _could_stay_under(
         self,
-        queue: str,
         request: _Request,
         counts: Sequence[int],
+        queue: str,
         bound: Callable[[FlavorResource], int],
     ) -> bool:
-        """Whether some flavor per group keeps `queue`'s planned usage within `bound`.
+        """Whether some flavor per group keeps `queue`'s planned usage plus the request within
+        `bound` (`queue` is the request's leaf or an ancestor).
 
         A necessary condition for reclaim, checked before looking at any victim.
         """

@@ -12,10 +12,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 
 from quota.ledger import Ledger
 from quota.resources import FlavorResource
-from quota.snapshot import Flavor, PodSet, QueueSpec, Workload
+from quota.snapshot import Flavor, PodSet, QueueSpec, Taint, Toleration, Workload
 
 
 def flavor_conflict(flavor: Flavor, pod_set: PodSet) -> str | None:
@@ -63,8 +64,9 @@ class PodSetPlan:
     skipped: tuple[str, ...]  # flavor conflicts, for reasons shown to users
 
 
-def _resource_groups(spec: QueueSpec) -> dict[str, int]:
-    """Map each resource to the id of its group (union of resources sharing a flavor)."""
+def _resource_groups(flavor_resources: Sequence[tuple[str, tuple[str, ...]]]) -> dict[str, int]:
+    """Map each resource to the id of its group (union of resources sharing a flavor), given
+    each flavor of a queue with the resources it has quota for."""
     parent: dict[str, str] = {}
 
     def find(r: str) -> str:
@@ -73,8 +75,7 @@ def _resource_groups(spec: QueueSpec) -> dict[str, int]:
             r = parent[r]
         return r
 
-    for fq in spec.flavors:
-        names = sorted(fq.quota)
+    for _, names in flavor_resources:
         for r in names:
             parent.setdefault(r, r)
         for r in names[1:]:
@@ -86,18 +87,60 @@ def _resource_groups(spec: QueueSpec) -> dict[str, int]:
     return {r: ids[find(r)] for r in parent}
 
 
-def plan_pod_set(spec: QueueSpec, flavors: Mapping[str, Flavor], pod_set: PodSet) -> PodSetPlan:
-    """Work out which flavors may serve each requested resource group of `pod_set`."""
-    requested = sorted(r for r, amount in pod_set.per_pod.items() if amount > 0)
-    group_of = _resource_groups(spec)
-    uncovered = [r for r in requested if r not in group_of]
-    if uncovered:
-        return PodSetPlan(
-            pod_set,
-            (),
-            f"queue {spec.name} has no quota for {', '.join(uncovered)} in any flavor",
-            (),
+# What planning reads of a queue and the flavors it names: per flavor in preference order,
+# its name, the resources the queue has quota for there, and the flavor's labels, taints
+# and tolerations (None for a flavor the snapshot does not describe). Hashable, so plans can
+# be shared by every queue with the same flavors and by every cycle.
+FlavorSignature = tuple[
+    tuple[
+        str,
+        tuple[str, ...],
+        tuple[tuple[tuple[str, str], ...], tuple[Taint, ...], tuple[Toleration, ...]] | None,
+    ],
+    ...,
+]
+
+
+def flavor_signature(spec: QueueSpec, flavors: Mapping[str, Flavor]) -> FlavorSignature:
+    """What flavor planning depends on in a queue: equal signatures plan alike."""
+    out = []
+    for fq in spec.flavors:
+        flavor = flavors.get(fq.flavor)
+        described = (
+            None
+            if flavor is None
+            else (tuple(sorted(flavor.node_labels.items())), flavor.taints, flavor.tolerations)
         )
+        out.append((fq.flavor, tuple(sorted(fq.quota)), described))
+    return tuple(out)
+
+
+@dataclass(frozen=True, slots=True)
+class _Shape:
+    """A plan without the queue: what every queue with one flavor signature shares."""
+
+    groups: tuple[GroupPlan, ...]
+    skipped: tuple[str, ...]
+    uncovered: tuple[str, ...]  # requested resources no flavor of the queue has quota for
+    unhostable: tuple[str, ...]  # a group every flavor of which is ruled out
+    why: str  # why they are ruled out
+
+
+@lru_cache(maxsize=4096)
+def _plan_shape(flavor_sig: FlavorSignature, pod_sig: PodSetSignature) -> _Shape:
+    """Plan a pod set shape against a queue's flavors, both given by signature.
+
+    Pure and cached: the simulator and the controller plan the same few shapes in the same
+    queues every cycle, and this used to be a quarter of a simulation's time. The cache is
+    bounded; a miss only costs the planning itself.
+    """
+    name, per_pod, selector, tolerations = pod_sig
+    pod_set = PodSet(name, 1, dict(per_pod), node_selector=dict(selector), tolerations=tolerations)
+    requested = sorted(r for r, amount in per_pod if amount > 0)
+    group_of = _resource_groups([(f, resources) for f, resources, _ in flavor_sig])
+    uncovered = tuple(r for r in requested if r not in group_of)
+    if uncovered:
+        return _Shape((), (), uncovered, (), "")
     by_group: dict[int, list[str]] = {}
     for r in requested:
         by_group.setdefault(group_of[r], []).append(r)
@@ -106,27 +149,46 @@ def plan_pod_set(spec: QueueSpec, flavors: Mapping[str, Flavor], pod_set: PodSet
     groups: list[GroupPlan] = []
     for _, resources in sorted(by_group.items()):
         candidates: list[str] = []
-        for fq in spec.flavors:
-            if not all(r in fq.quota for r in resources):
+        for flavor_name, covered, described in flavor_sig:
+            if not all(r in covered for r in resources):
                 continue
-            if fq.flavor not in conflicts:
-                flavor = flavors.get(fq.flavor, Flavor(fq.flavor))
-                conflicts[fq.flavor] = flavor_conflict(flavor, pod_set)
-                if conflicts[fq.flavor] is not None:
-                    skipped.append(str(conflicts[fq.flavor]))
-            if conflicts[fq.flavor] is None:
-                candidates.append(fq.flavor)
+            if flavor_name not in conflicts:
+                if described is None:
+                    flavor = Flavor(flavor_name)
+                else:
+                    labels, taints, flavor_tolerations = described
+                    flavor = Flavor(flavor_name, dict(labels), taints, flavor_tolerations)
+                conflicts[flavor_name] = flavor_conflict(flavor, pod_set)
+                if conflicts[flavor_name] is not None:
+                    skipped.append(str(conflicts[flavor_name]))
+            if conflicts[flavor_name] is None:
+                candidates.append(flavor_name)
         if not candidates:
             why = "; ".join(skipped) if skipped else "no flavor covers them together"
-            return PodSetPlan(
-                pod_set,
-                (),
-                f"no flavor of queue {spec.name} can host {', '.join(resources)} for pod set "
-                f"{pod_set.name}: {why}",
-                tuple(skipped),
-            )
+            return _Shape((), tuple(skipped), (), tuple(resources), why)
         groups.append(GroupPlan(tuple(resources), tuple(candidates)))
-    return PodSetPlan(pod_set, tuple(groups), None, tuple(skipped))
+    return _Shape(tuple(groups), tuple(skipped), (), (), "")
+
+
+def plan_pod_set(spec: QueueSpec, flavors: Mapping[str, Flavor], pod_set: PodSet) -> PodSetPlan:
+    """Work out which flavors may serve each requested resource group of `pod_set`."""
+    shape = _plan_shape(flavor_signature(spec, flavors), pod_set_signature(pod_set))
+    if shape.uncovered:
+        return PodSetPlan(
+            pod_set,
+            (),
+            f"queue {spec.name} has no quota for {', '.join(shape.uncovered)} in any flavor",
+            (),
+        )
+    if shape.unhostable:
+        return PodSetPlan(
+            pod_set,
+            (),
+            f"no flavor of queue {spec.name} can host {', '.join(shape.unhostable)} for pod set "
+            f"{pod_set.name}: {shape.why}",
+            shape.skipped,
+        )
+    return PodSetPlan(pod_set, shape.groups, None, shape.skipped)
 
 
 @dataclass(frozen=True, slots=True)
@@ -207,7 +269,12 @@ def assign_flavors(
     return Fit(tuple(chosen), usage)
 
 
-def pod_set_signature(pod_set: PodSet) -> tuple[object, ...]:
+PodSetSignature = tuple[
+    str, tuple[tuple[str, int], ...], tuple[tuple[str, str], ...], tuple[Toleration, ...]
+]
+
+
+def pod_set_signature(pod_set: PodSet) -> PodSetSignature:
     """What flavor planning depends on: equal signatures share one PodSetPlan."""
     return (
         pod_set.name,

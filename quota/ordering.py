@@ -6,15 +6,24 @@ everything is served before one that is short of one thing only. Equal ratios (t
 zero, when queues start empty) fall back to queue priority, then name. Inside a queue,
 higher workload priority first, then earlier arrival, then key, so decisions never depend
 on the order the shell listed workloads in.
+
+Across the tree, subtrees are compared before the queues in them, the way hierarchical fair
+schedulers pick: among the roots the least saturated subtree goes first, inside it the least
+saturated child, and so on down to a leaf. A team far below its own share still waits while
+its department is more saturated than another department; otherwise an idle team could pull
+into a well-served department the capacity that a less served department is owed.
 """
 
 from __future__ import annotations
 
+import heapq
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from quota.resources import FlavorResource
-from quota.snapshot import Workload
+from quota.snapshot import QueueTree, Workload
+
+QueueKey = tuple[float, int, str]
 
 
 def workload_order(workload: Workload) -> tuple[int, float, str]:
@@ -39,6 +48,83 @@ def dominant_ratio(
     return ratio
 
 
-def queue_order(ratio: float, priority: int, name: str) -> tuple[float, int, str]:
-    """Sort key across leaf queues: lowest saturation, then higher queue priority, then name."""
+def queue_order(ratio: float, priority: int, name: str) -> QueueKey:
+    """Sort key among sibling queues: lowest saturation, then higher queue priority, then name."""
     return (ratio, -priority, name)
+
+
+class QueueOrder:
+    """The leaf queues still to visit, picked subtree by subtree from the roots down.
+
+    Every queue with a leaf to visit below it sits in its parent's heap (the roots in the
+    top heap) under `key(queue)`. Picking descends from the top, taking the smallest key at
+    each level. When usage changes, only the changed queue's path is re-keyed: a re-keyed or
+    removed entry stays in its heap and is skipped when it surfaces (its version is stale),
+    so each change costs the depth of the tree times a heap push.
+    """
+
+    __slots__ = ("_active", "_heaps", "_key", "_kids", "_tree", "_version")
+
+    def __init__(self, tree: QueueTree, key: Callable[[str], QueueKey]) -> None:
+        self._tree = tree
+        self._key = key
+        self._heaps: dict[str | None, list[tuple[QueueKey, int, str]]] = {None: []}
+        self._version: dict[str, int] = {}
+        self._active: set[str] = set()
+        self._kids: dict[str, int] = {}  # active children per inner queue
+
+    def _parent(self, name: str) -> str | None:
+        path = self._tree.paths[name]
+        return path[1] if len(path) > 1 else None
+
+    def _enter(self, name: str) -> None:
+        version = self._version.get(name, 0) + 1
+        self._version[name] = version
+        heap = self._heaps.setdefault(self._parent(name), [])
+        heapq.heappush(heap, (self._key(name), version, name))
+
+    def push(self, leaf: str) -> None:
+        """Add `leaf` (again) with its current usage, and re-key its ancestors."""
+        newly = leaf not in self._active
+        for name in self._tree.paths[leaf]:
+            if newly:
+                self._active.add(name)
+                parent = self._parent(name)
+                if parent is not None:
+                    kids = self._kids.get(parent, 0)
+                    self._kids[parent] = kids + 1
+                    newly = kids == 0  # the parent joins only with its first active child
+                else:
+                    newly = False
+            self._enter(name)
+
+    def refresh(self, queue: str) -> None:
+        """Re-key the queues on `queue`'s path that are still to visit (usage changed)."""
+        for name in self._tree.paths[queue]:
+            if name in self._active:
+                self._enter(name)
+
+    def pop(self) -> str | None:
+        """Remove and return the next leaf to visit, or None when none is left."""
+        heaps, version, active = self._heaps, self._version, self._active
+        parent: str | None = None
+        while True:
+            heap = heaps.get(parent)
+            while heap and (heap[0][2] not in active or heap[0][1] != version[heap[0][2]]):
+                heapq.heappop(heap)
+            if not heap:
+                return None  # only possible at the top: inner queues stay while a leaf does
+            name = heap[0][2]
+            if self._tree.is_leaf(name):
+                break
+            parent = name
+        # Leave: the leaf, and every ancestor whose last active child it was.
+        for node in self._tree.paths[name]:
+            active.discard(node)
+            up = self._parent(node)
+            if up is None:
+                break
+            self._kids[up] -= 1
+            if self._kids[up]:
+                break
+        return name

@@ -42,13 +42,19 @@ def select_victims(
     ledger: Ledger,
     fits: Callable[[Sequence[Candidate]], bool],
     allowed: Callable[[Candidate], bool] | None = None,
+    enough: Callable[[Mapping[FlavorResource, int]], bool] | None = None,
 ) -> list[Candidate] | None:
     """Release candidates from `ledger` in order until `fits(chosen)`; then reprieve.
 
     On success the chosen victims stay released in `ledger` and are returned; on failure the
     ledger is left as it was and None is returned. `allowed` is asked just before each removal,
     with earlier victims already released, so guards see the state the removal would leave.
+    `enough(freed)`, when given (and `allowed` is not), is a necessary condition for fitting
+    once `freed` is released, judged without touching the ledger: candidates are then only
+    counted until it holds, and `fits` is asked from there on.
     """
+    if enough is not None and allowed is None:
+        return _select_counting(candidates, ledger, fits, enough)
     # Cheap refusal first: if evicting every allowed candidate would not be enough, say so
     # after one fit check instead of one per candidate.
     everyone: list[Candidate] = []
@@ -56,10 +62,10 @@ def select_victims(
         if allowed is None or allowed(candidate):
             ledger.charge(candidate.queue, candidate.usage, -1)
             everyone.append(candidate)
-    enough = bool(everyone) and fits(everyone)
+    enough_room = bool(everyone) and fits(everyone)
     for candidate in everyone:
         ledger.charge(candidate.queue, candidate.usage)
-    if not enough:
+    if not enough_room:
         return None
     chosen: list[Candidate] = []
     found = False
@@ -75,8 +81,50 @@ def select_victims(
         for candidate in chosen:
             ledger.charge(candidate.queue, candidate.usage)
         return None
-    needed: list[Candidate] = []
-    for index in range(len(chosen) - 1, -1, -1):
+    return _reprieve(chosen, ledger, fits)
+
+
+def _select_counting(
+    candidates: Sequence[Candidate],
+    ledger: Ledger,
+    fits: Callable[[Sequence[Candidate]], bool],
+    enough: Callable[[Mapping[FlavorResource, int]], bool],
+) -> list[Candidate] | None:
+    """The greedy search when a necessary condition on freed amounts is known: adding up
+    usage is far cheaper than releasing from the ledger and assigning flavors, and most
+    searches either fail that condition outright or need only the first few candidates."""
+    freed: dict[FlavorResource, int] = {}
+    chosen: list[Candidate] = []
+    released = 0
+    for candidate in candidates:
+        chosen.append(candidate)
+        if not released:
+            for key, amount in candidate.usage.items():
+                freed[key] = freed.get(key, 0) + amount
+            if not enough(freed):
+                continue
+        for c in chosen[released:]:
+            ledger.charge(c.queue, c.usage, -1)
+        released = len(chosen)
+        if fits(chosen):
+            return _reprieve(chosen, ledger, fits)
+    for c in chosen[:released]:
+        ledger.charge(c.queue, c.usage)
+    return None
+
+
+def _reprieve(
+    chosen: list[Candidate], ledger: Ledger, fits: Callable[[Sequence[Candidate]], bool]
+) -> list[Candidate]:
+    """Put back, most important first, every victim the preemptor fits without.
+
+    With two or more chosen, the last one is needed by construction (the search saw the
+    preemptor not fit, or not even come close, before releasing it), so it is kept without
+    asking; a lone victim is asked about like the others.
+    """
+    known = len(chosen) >= 2
+    needed: list[Candidate] = [chosen[-1]] if known else []
+    for index in range(len(chosen) - (2 if known else 1), -1, -1):
         candidate = chosen[index]
         ledger.charge(candidate.queue, candidate.usage)
         rest = needed + chosen[:index]
@@ -91,40 +139,37 @@ def select_victims(
 def within_queue_candidates(
     preemptor: Workload,
     policy: WithinQueuePolicy,
-    admitted: Sequence[Workload],
-    usage_of: Mapping[str, Mapping[FlavorResource, int]],
+    ordered: Sequence[Candidate],
     excluded: set[str] | frozenset[str],
-    relevant: set[FlavorResource],
+    contended: set[FlavorResource],
     now: float,
     min_runtime_s: float,
 ) -> list[Candidate]:
     """Workloads of the preemptor's own queue it may preempt, least important first.
 
-    LowerPriority allows strictly lower priorities; LowerOrNewerEqualPriority also allows
-    equal priority when the victim arrived after the preemptor. Workloads that started less
-    than `min_runtime_s` ago, and those holding nothing the preemptor could use, are spared.
+    `ordered` holds the queue's admitted workloads in victim order. LowerPriority allows
+    strictly lower priorities; LowerOrNewerEqualPriority also allows equal priority when the
+    victim arrived after the preemptor. Workloads that started less than `min_runtime_s` ago,
+    and those holding none of the `contended` (flavor, resource) pairs the preemptor is short
+    of, are spared: evicting them could not make it fit.
     """
     if policy == "Never":
         return []
     out: list[Candidate] = []
-    for w in admitted:
-        if w.key in excluded:
+    priority = preemptor.priority
+    equal_ok = policy == "LowerOrNewerEqualPriority"
+    for c in ordered:
+        w = c.workload
+        if w.priority >= priority:
+            if w.priority > priority or not equal_ok:
+                break  # victim order is by priority: nothing further is allowed
+            if w.arrival <= preemptor.arrival:
+                continue
+        if w.key in excluded or contended.isdisjoint(c.usage):
             continue
-        lower = w.priority < preemptor.priority
-        newer_equal = (
-            policy == "LowerOrNewerEqualPriority"
-            and w.priority == preemptor.priority
-            and w.arrival > preemptor.arrival
-        )
-        if not (lower or newer_equal):
+        if min_runtime_s and now - started_at(w) < min_runtime_s:
             continue
-        if now - started_at(w) < min_runtime_s:
-            continue
-        usage = usage_of[w.key]
-        if not any(key in relevant for key in usage):
-            continue
-        out.append(Candidate(w, w.queue, usage))
-    out.sort(key=victim_order)
+        out.append(c)
     return out
 
 

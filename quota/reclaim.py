@@ -1,7 +1,11 @@
 """Reclaim: a queue below its fair share takes capacity back from queues above theirs.
 
 Two rules are tried in turn, both judged at the level where the two queues meet (every queue
-on each side's path below their lowest common ancestor):
+on each side's path below their lowest common ancestor). The victim's side is judged only on
+the resources in contention: the (flavor, resource) pairs the preemptor is short of. A team
+borrowing GPUs far beyond its quota gives them back even while its cpu is within quota, as
+in Kueue and KAI; judging every resource a victim holds would let in-quota cpu shield
+borrowed GPUs forever. The reclaimer's side is judged on everything it would use.
 
 1. fair share: after the transfer the reclaimer's queues stay at or below their fair share
    and the victim's queues stay at or above theirs (and never below their quota);
@@ -13,18 +17,21 @@ the reclaimer ends no higher than the level the victim keeps, the victim can nev
 reclaim the same capacity straight back (no ping-pong). Minimum runtimes protect young
 workloads, and policy LowerPriority only reclaims workloads of lower priority.
 
-The search is bounded by what could possibly be given back: each leaf offers only its least
-important workloads that fit in what it holds above its floor, the offers are taken in
-victim order while every queue on the victim's side stays above its floor, and the walk
-stops as soon as the freed room could be enough. The usual greedy-then-reprieve search
-(quota/preemption.py) then picks the final victims among those.
+A search that cannot succeed stops before looking at any workload: if a queue on the
+reclaimer's path has no room under its ceiling or limit, only its subtree is searched
+(`_reach`), and if all that the reachable subtrees hold above their floors would not be
+enough, nothing is searched (`ReclaimIndex.freeable`, kept up to date per leaf). Otherwise
+the reachable leaves' candidates, each leaf's already in victim order, are merged lazily and
+taken while every queue on the victim's side stays above its floor, until the freed room
+could be enough. The usual greedy-then-reprieve search (quota/preemption.py) then picks the
+final victims among those.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+import heapq
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from functools import partial
 from typing import Literal
 
 from quota.flavorassign import Fit
@@ -95,20 +102,25 @@ def plan_reclaim(
     tree: QueueTree,
     index: ReclaimIndex,
     excluded: set[str],
-    relevant: set[FlavorResource],
+    contended: set[FlavorResource],
     shares: Mapping[str, Vector],
     quotas: Mapping[str, Vector],
     ledger: Ledger,
     now: float,
     try_fit: Callable[[], Fit | None],
-    could_stay_under: Callable[[Callable[[FlavorResource], int]], bool],
+    could_stay_under: Callable[[str, Callable[[FlavorResource], int]], bool],
     covered: Callable[[Mapping[FlavorResource, int]], bool],
 ) -> ReclaimPlan | None:
     """Find workloads of other queues whose eviction lets `preemptor` fit, or None.
 
+    `contended` holds the (flavor, resource) pairs the preemptor is short of: victims must
+    hold some of them, and their queues' floors are judged on them alone. The reclaimer's
+    ceiling is judged on everything it would use: ending above its level on any resource
+    would only make it the next queue to be reclaimed from.
     `ledger` is the cycle's planned usage; on success the victims stay released in it.
-    `try_fit` assigns flavors to the preemptor against that ledger; `could_stay_under(bound)`
-    tells whether some flavor choice keeps the preemptor's queue within `bound` per key;
+    `try_fit` assigns flavors to the preemptor against that ledger;
+    `could_stay_under(queue, bound)` tells whether some flavor choice keeps the planned usage
+    of `queue` (the preemptor's leaf or an ancestor) plus the request within `bound`;
     `covered(freed)` whether freeing `freed` could be enough room for some flavor choice.
     """
     if queue.reclaim == "Never":
@@ -123,11 +135,11 @@ def plan_reclaim(
 
     for rule in _RULES:
         levels = _Levels(rule, shares, quotas)
-        # The reclaimer must have room under its ceiling somewhere it could use.
-        if not could_stay_under(partial(levels.ceiling, queue.name)):
-            continue
-        if not covered(index.freeable(rule, queue.name, relevant)):
-            continue  # even all that other subtrees hold above their floors would not do
+        reach = _reach(own_path, levels, ledger, could_stay_under)
+        if not reach:
+            continue  # the reclaimer's own queue has no room under its ceiling or limit
+        if not covered(index.freeable(rule, queue.name, contended, reach)):
+            continue  # even all that the reachable subtrees hold above their floors won't do
         candidates = _walk(
             preemptor,
             queue,
@@ -135,11 +147,11 @@ def plan_reclaim(
             tree,
             index,
             excluded,
-            relevant,
+            contended,
             levels,
             ledger,
             now,
-            meeting,
+            reach,
             covered,
         )
         if not candidates:
@@ -149,7 +161,7 @@ def plan_reclaim(
             for name in below(tree, candidate.queue, meeting(candidate.queue)):
                 used = ledger.used[name]
                 for key, amount in candidate.usage.items():
-                    if key in relevant and used.get(key, 0) - amount < levels.floor(name, key):
+                    if key in contended and used.get(key, 0) - amount < levels.floor(name, key):
                         return False
             return True
 
@@ -171,11 +183,44 @@ def plan_reclaim(
         victims = select_victims(candidates, ledger, fits, allowed)
         if victims is not None:
             reasons = {
-                v.workload.key: _reason(preemptor, queue.name, v, victims, levels, ledger, relevant)
+                v.workload.key: _reason(
+                    preemptor, queue.name, v, victims, levels, ledger, contended
+                )
                 for v in victims
             }
             return ReclaimPlan(tuple(victims), rule, reasons)
     return None
+
+
+def _reach(
+    own_path: Sequence[str],
+    levels: _Levels,
+    ledger: Ledger,
+    could_stay_under: Callable[[str, Callable[[FlavorResource], int]], bool],
+) -> int:
+    """How far up the reclaimer's path victims may be sought: victims must meet it at
+    `own_path[d]` with d <= the result (len(own_path) for anywhere, 0 for nowhere).
+
+    Taking from a subtree that meets the path at `own_path[d]` leaves the usage of every queue
+    below d on the reclaimer's side as it is, plus the request: each of them must then stay
+    within its ceiling under the rule and within its limit. The first queue that cannot
+    (for any flavor choice) bounds the search: evicting outside its subtree could never
+    help, however much it freed. Without this a department above its share would search,
+    and fail to use, every other department's workloads.
+    """
+    reach = 0
+    for name in own_path:
+        limits = ledger.limits.get(name)
+
+        def bound(key: FlavorResource, name: str = name, limits: Vector | None = limits) -> int:
+            ceiling = levels.ceiling(name, key)
+            cap = limits.get(key) if limits else None
+            return ceiling if cap is None or cap > ceiling else cap
+
+        if not could_stay_under(name, bound):
+            break
+        reach += 1
+    return reach
 
 
 class ReclaimIndex:
@@ -191,6 +236,7 @@ class ReclaimIndex:
 
     __slots__ = (
         "_avail",
+        "_holding",
         "_kids",
         "_ledger",
         "_levels",
@@ -199,22 +245,25 @@ class ReclaimIndex:
         "_tree",
         "by_leaf",
         "giving",
+        "giving_below",
+        "order_keys",
     )
 
     def __init__(
         self,
-        candidates: Sequence[Candidate],
+        by_leaf: Mapping[str, Sequence[Candidate]],
         ledger: Ledger,
         tree: QueueTree,
         shares: Mapping[str, Vector],
         quotas: Mapping[str, Vector],
     ) -> None:
-        by_leaf: dict[str, list[Candidate]] = {}
-        for c in candidates:
-            by_leaf.setdefault(c.queue, []).append(c)
-        for found in by_leaf.values():
-            found.sort(key=victim_order)
+        """`by_leaf`: each leaf's admitted workloads as candidates, in victim order."""
         self.by_leaf = by_leaf
+        # The merge in `_walk` compares these keys again and again: computed once per cycle.
+        self.order_keys = {
+            leaf: [victim_order(c) for c in found] for leaf, found in by_leaf.items()
+        }
+        self._holding: dict[str, dict[FlavorResource, list[int]]] = {}
         self._ledger = ledger
         self._tree = tree
         self._levels = {rule: _Levels(rule, shares, quotas) for rule in _RULES}
@@ -225,15 +274,19 @@ class ReclaimIndex:
         self._kids: dict[Rule, dict[str, dict[FlavorResource, int]]] = {r: {} for r in _RULES}
         self._top: dict[Rule, dict[FlavorResource, int]] = {r: {} for r in _RULES}
         self.giving: dict[Rule, set[str]] = {r: set() for r in _RULES}
+        # Per rule and inner queue, the giving leaves of its subtree: a search confined to
+        # one department looks at that department's leaves only.
+        self.giving_below: dict[Rule, dict[str, set[str]]] = {r: {} for r in _RULES}
         if ledger.touched is None:
             ledger.touched = []
-        self._seen = len(ledger.touched)
+        self._seen = dict.fromkeys(_RULES, len(ledger.touched))
         for leaf in sorted(by_leaf):
             self._refresh(leaf)
 
-    def _refresh(self, leaf: str) -> None:
+    def _refresh(self, leaf: str, rules: Iterable[Rule] = _RULES) -> None:
         tree = self._tree
-        for rule, levels in self._levels.items():
+        for rule in rules:
+            levels = self._levels[rule]
             avail, kids = self._avail[rule], self._kids[rule]
             for name in tree.paths[leaf]:
                 used = self._ledger.used[name]
@@ -254,41 +307,91 @@ class ReclaimIndex:
                     delta = new.get(key, 0) - old.get(key, 0)
                     if delta:
                         target[key] = target.get(key, 0) + delta
+            below_ = self.giving_below[rule]
             if avail.get(leaf):
                 self.giving[rule].add(leaf)
+                for name in tree.paths[leaf][1:]:
+                    below_.setdefault(name, set()).add(leaf)
             else:
                 self.giving[rule].discard(leaf)
+                for name in tree.paths[leaf][1:]:
+                    below_.get(name, set()).discard(leaf)
 
-    def sync(self) -> None:
-        """Catch up with the ledger's charges since the last call."""
+    def sync(self, rule: Rule) -> None:
+        """Catch up with the ledger's charges since the last call, for `rule`.
+
+        Per rule, because most searches are settled by the first rule and never ask about
+        the second.
+        """
         touched = self._ledger.touched
         assert touched is not None
-        if self._seen < len(touched):
-            for name in sorted(set(touched[self._seen :])):
+        seen = self._seen[rule]
+        if seen < len(touched):
+            for name in sorted(set(touched[seen:])):
                 if self._tree.is_leaf(name):
-                    self._refresh(name)
-            self._seen = len(touched)
+                    self._refresh(name, (rule,))
+            self._seen[rule] = len(touched)
 
     def available(self, rule: Rule) -> Mapping[str, Mapping[FlavorResource, int]]:
-        """Per queue, what its subtree could give under `rule` (current after `sync`)."""
+        """Per queue, what its subtree could give under `rule` (current after `sync(rule)`)."""
         return self._avail[rule]
 
     def freeable(
-        self, rule: Rule, queue: str, keys: Iterable[FlavorResource]
+        self, rule: Rule, queue: str, keys: Iterable[FlavorResource], reach: int
     ) -> dict[FlavorResource, int]:
         """At most what reclaim under `rule` could free for `queue`: what every sibling
-        subtree along its path could give."""
-        self.sync()
+        subtree along its path could give, up to the `reach` first levels of the path (see
+        `_reach`)."""
+        self.sync(rule)
         avail, kids, top = self._avail[rule], self._kids[rule], self._top[rule]
         path = self._tree.paths[queue]
+        levels = min(reach, len(path))
         out: dict[FlavorResource, int] = {}
         for key in keys:
             total = 0
-            for i, name in enumerate(path):
+            for i in range(levels):
                 pool = top if i + 1 == len(path) else kids.get(path[i + 1], {})
-                total += pool.get(key, 0) - avail.get(name, {}).get(key, 0)
+                total += pool.get(key, 0) - avail.get(path[i], {}).get(key, 0)
             out[key] = total
         return out
+
+    def holding(self, leaf: str, key: FlavorResource) -> Sequence[int]:
+        """Positions in `by_leaf[leaf]` of the workloads that hold `key`, in victim order.
+
+        Built per leaf on first use: most cycles reclaim in a few departments only.
+        """
+        per_key = self._holding.get(leaf)
+        if per_key is None:
+            per_key = {}
+            for position, candidate in enumerate(self.by_leaf.get(leaf, ())):
+                for k, amount in candidate.usage.items():
+                    if amount > 0:
+                        per_key.setdefault(k, []).append(position)
+            self._holding[leaf] = per_key
+        return per_key.get(key, ())
+
+    def leaves_within(self, rule: Rule, queue: str, reach: int) -> Iterator[tuple[str, int]]:
+        """The giving leaves a search for `queue` may take from (see `_reach`), each with the
+        number of queues on its own path below the point where it meets `queue`'s path."""
+        self.sync(rule)
+        path = self._tree.paths[queue]
+        paths = self._tree.paths
+        if reach >= len(path):
+            pool: Iterable[str] = self.giving[rule]
+        else:
+            pool = self.giving_below[rule].get(path[reach], ())
+        for leaf in pool:
+            if leaf == queue:
+                continue
+            other = paths[leaf]
+            shared = 0  # common ancestors, counted from the root down
+            while (
+                shared < len(other)
+                and shared < len(path)
+                and other[-1 - shared] == path[-1 - shared]
+            ):
+                shared += 1
+            yield leaf, len(other) - shared
 
 
 def _walk(
@@ -298,81 +401,89 @@ def _walk(
     tree: QueueTree,
     index: ReclaimIndex,
     excluded: set[str],
-    relevant: set[FlavorResource],
+    contended: set[FlavorResource],
     levels: _Levels,
     ledger: Ledger,
     now: float,
-    meeting: Callable[[str], str | None],
+    reach: int,
     covered: Callable[[Mapping[FlavorResource, int]], bool],
 ) -> list[Candidate]:
     """Candidates this rule lets go, least important first, until enough could be freed.
 
-    Every queue on the victim's side keeps its floor: each has a budget (what it holds above
-    its floor) that accepted candidates use up, exactly as the removals would. Returns []
-    when even every allowed candidate would not free enough.
+    The reachable leaves' candidate lists (each already in victim order) are merged lazily,
+    and a candidate is taken while every queue on the victim's side keeps its floor: each has
+    a budget (what it holds above its floor on the contended pairs) that taken candidates use
+    up, exactly as the removals would. The merge stops as soon as the freed room could be
+    enough, so a search that succeeds looks at a handful of workloads however many leaves
+    have something to give. Returns [] when even every allowed candidate would not do.
     """
     lower_only = queue.reclaim == "LowerPriority"
-    avail = index.available(levels.rule)
-    # Per leaf with something to give, its least important workloads that fit in what its
-    # subtree can give (checked against the leaf's own budget, cumulatively).
-    pool: list[tuple[tuple[str, ...], Candidate]] = []
-    for leaf in index.giving[levels.rule]:
-        if leaf == queue.name:
-            continue
-        chain = below(tree, leaf, meeting(leaf))
-        top = avail.get(chain[-1], _NOTHING)
-        budget = {k: v for k, v in avail.get(leaf, _NOTHING).items() if k in relevant}
-        if not budget or not any(top.get(k, 0) > 0 for k in budget):
-            continue
-        min_runtime = queues[leaf].min_runtime_reclaim_s
-        for candidate in index.by_leaf.get(leaf, ()):
-            w = candidate.workload
-            if lower_only and w.priority >= preemptor.priority:
-                break  # sorted by priority, lowest first
-            fits_budget = touches = False
-            for k, amount in candidate.usage.items():
-                if k in relevant:
-                    touches = True
-                    fits_budget = budget.get(k, 0) >= amount and top.get(k, 0) >= amount
-                    if not fits_budget:
-                        break
-            if not (touches and fits_budget):
-                continue
-            if w.key in excluded or (min_runtime and now - started_at(w) < min_runtime):
-                continue
-            for k, amount in candidate.usage.items():
-                if k in budget:
-                    budget[k] -= amount
-            pool.append((chain, candidate))
-            if all(v <= 0 for v in budget.values()):
-                break
-    pool.sort(key=lambda entry: victim_order(entry[1]))
+    floor = levels.floor
+    used_of = ledger.used
+    paths = tree.paths
+    by_leaf = index.by_leaf
     budgets: dict[str, dict[FlavorResource, int]] = {}
+
+    def budget(name: str) -> dict[FlavorResource, int]:
+        left = budgets.get(name)
+        if left is None:
+            used = used_of[name]
+            left = {k: used.get(k, 0) - floor(name, k) for k in contended}
+            budgets[name] = left
+        return left
+
+    # (victim order of the leaf's next candidate, step in the leaf's sequence, leaf, length
+    # of its chain). With one contended pair (the usual case: GPUs) a leaf's sequence is only
+    # its workloads holding that pair, so workloads that could not help are never looked at.
+    heap: list[tuple[tuple[int, float, str], int, str, int]] = []
+    order_keys = index.order_keys
+    avail = index.available(levels.rule)
+    single = next(iter(contended)) if len(contended) == 1 else None
+    steps: dict[str, Sequence[int]] = {}
+    for leaf, length in index.leaves_within(levels.rule, queue.name, reach):
+        # Only leaves whose whole victim side has some contended pair to give are merged.
+        mine = avail.get(leaf, _NOTHING)
+        top = avail.get(paths[leaf][length - 1], _NOTHING)
+        if not any(k in mine and k in top for k in contended):
+            continue
+        # (A leaf may hold only this cycle's admissions or reservations: nothing to take.)
+        found = by_leaf.get(leaf, ())
+        seq = index.holding(leaf, single) if single is not None else range(len(found))
+        if seq:
+            steps[leaf] = seq
+            heap.append((order_keys[leaf][seq[0]], 0, leaf, length))
+    heapq.heapify(heap)
     freed: dict[FlavorResource, int] = {}
     out: list[Candidate] = []
-    for chain, candidate in pool:
-        taking = [(k, amount) for k, amount in candidate.usage.items() if k in relevant]
-        within = True
-        for name in chain:
-            left = budgets.get(name)
-            if left is None:
-                used = ledger.used[name]
-                left = {k: used.get(k, 0) - levels.floor(name, k) for k in relevant}
-                budgets[name] = left
-            if any(left[k] < amount for k, amount in taking):
-                within = False
-                break
-        if not within:
-            continue
-        for name in chain:
-            left = budgets[name]
-            for k, amount in taking:
-                left[k] -= amount
-        for k, amount in taking:
-            freed[k] = freed.get(k, 0) + amount
-        out.append(candidate)
-        if covered(freed):
-            return out
+    while heap:
+        _, step, leaf, length = heapq.heappop(heap)
+        seq = steps[leaf]
+        candidate = by_leaf[leaf][seq[step]]
+        w = candidate.workload
+        if lower_only and w.priority >= preemptor.priority:
+            continue  # sorted by priority: the rest of this leaf is no less important
+        taking = [(k, amount) for k, amount in candidate.usage.items() if k in contended]
+        min_runtime = queues[leaf].min_runtime_reclaim_s
+        if (
+            taking
+            and w.key not in excluded
+            and not (min_runtime and now - started_at(w) < min_runtime)
+        ):
+            chain = paths[leaf][:length]
+            if all(budget(name)[k] >= amount for name in chain for k, amount in taking):
+                for name in chain:
+                    left = budgets[name]
+                    for k, amount in taking:
+                        left[k] -= amount
+                for k, amount in taking:
+                    freed[k] = freed.get(k, 0) + amount
+                out.append(candidate)
+                if covered(freed):
+                    return out
+        # The leaf stays in the merge while it holds anything above its floor.
+        step += 1
+        if step < len(seq) and any(v > 0 for v in budget(leaf).values()):
+            heapq.heappush(heap, (order_keys[leaf][seq[step]], step, leaf, length))
     return []
 
 
@@ -383,10 +494,10 @@ def _reason(
     victims: Sequence[Candidate],
     levels: _Levels,
     ledger: Ledger,
-    relevant: set[FlavorResource],
+    contended: set[FlavorResource],
 ) -> str:
     """Explain with numbers why `victim`'s queue had to give capacity back."""
-    key = next((k for k in sorted(victim.usage) if k in relevant), next(iter(victim.usage)))
+    key = next((k for k in sorted(victim.usage) if k in contended), next(iter(victim.usage)))
     flavor, resource = key
     held = ledger.used[victim.queue].get(key, 0) + sum(
         v.usage.get(key, 0) for v in victims if v.queue == victim.queue

@@ -41,6 +41,7 @@ def reasons(result: CycleResult) -> dict[str, str]:
 
 
 H100 = {("h100", GPU): 4}
+H = ("h100", GPU)
 
 
 def test_queue_below_its_fair_share_goes_first() -> None:
@@ -57,6 +58,64 @@ def test_queue_below_its_fair_share_goes_first() -> None:
     )
     assert admitted_keys(result) == ["ns/b1"]
     assert "ns/a1" in reasons(result)
+
+
+def test_departments_are_ordered_before_their_teams() -> None:
+    # 8 GPUs, departments x and y guaranteed 4 each. Inside x, x2 borrowed x1's idle quota,
+    # so x holds its whole share while y holds half of its own. x1 (using nothing) is the
+    # least saturated leaf, but its department is the more saturated subtree: the 2 free GPUs
+    # go to y1 first, as a hierarchical fair scheduler picks the subtree before the team.
+    def run(x1: QueueSpec) -> CycleResult:
+        specs = [
+            queue("x", quota=4),
+            x1,
+            queue("x2", "x", quota=2),
+            queue("y", quota=4),
+            queue("y1", "y", quota=4),
+        ]
+        admitted = [
+            workload("ns/x2-old", "x2", gpus=2, flavor="h100", admitted_at=1.0),
+            workload("ns/x2-new", "x2", gpus=2, flavor="h100", admitted_at=2.0),
+            workload("ns/y1-run", "y1", gpus=2, flavor="h100"),
+        ]
+        pending = [
+            workload("ns/x1-new", "x1", gpus=2, arrival=0),
+            workload("ns/y1-new", "y1", gpus=2, arrival=5),
+        ]
+        return cycle(specs, pending, admitted, capacity={("h100", GPU): 8})
+
+    result = run(queue("x1", "x", quota=2))
+    assert admitted_keys(result) == ["ns/y1-new"]
+    assert "ns/x1-new" in reasons(result)
+    assert result.preempt == ()
+    # Allowed to reclaim, x1 takes back from its sibling what x2 holds beyond its share.
+    result = run(queue("x1", "x", quota=2, reclaim="Any"))
+    assert admitted_keys(result) == ["ns/y1-new"]
+    assert [(p.preemptor, [v.workload for v in p.victims]) for p in result.preempt] == [
+        ("ns/x1-new", ["ns/x2-new"])
+    ]
+
+
+def test_work_within_fair_share_goes_before_borrowing() -> None:
+    # 8 GPUs, a and b guaranteed 2 each; fair shares a=4, b=4. a's urgent 5-GPU job would
+    # borrow beyond a's share, b's 2-GPU job stays within b's: b's goes first, and a's
+    # low-priority 2-GPU job, within a's share, may pass the urgent one as it may pass a job
+    # that does not fit. The urgent job borrows what is left, if enough is.
+    pending = [
+        workload("ns/a-urgent", "a", gpus=5, priority=5, arrival=0),
+        workload("ns/a-low", "a", gpus=2, priority=0, arrival=1),
+        workload("ns/b-small", "b", gpus=2, arrival=2),
+        workload("ns/b-big", "b", gpus=6, arrival=3),
+    ]
+    result = cycle([queue("a", quota=2), queue("b", quota=2)], pending, capacity={H: 8})
+    assert admitted_keys(result) == ["ns/a-low", "ns/b-small"]
+    assert set(reasons(result)) == {"ns/a-urgent", "ns/b-big"}
+    # If a may preempt within itself, the low-priority job would only be evicted for the
+    # urgent one a cycle later: it waits behind it, and the urgent one borrows.
+    preempting = queue("a", quota=2, within_queue="LowerPriority")
+    result = cycle([preempting, queue("b", quota=2)], pending, capacity={H: 8})
+    assert admitted_keys(result) == ["ns/b-small", "ns/a-urgent"]
+    assert set(reasons(result)) == {"ns/a-low", "ns/b-big"}
 
 
 def test_inside_a_queue_priority_then_arrival() -> None:

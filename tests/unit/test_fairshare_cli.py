@@ -53,21 +53,24 @@ def test_admit_json_lists_admissions_preemptions_and_pending_reasons() -> None:
     decisions = json.loads(output)
     assert set(decisions) >= {"admit", "preempt", "pending"}
     admitted = {a["workload"]: a for a in decisions["admit"]}
-    assert set(admitted) == {"language/finetune-llm", "vision/eval-detector"}
-    (pod_set,) = admitted["language/finetune-llm"]["podSets"]
+    # Production (4 of its 8 GPUs) is further below its share than research (6 of 8), so its
+    # subtree is served first; language, idle but inside a research org at 6 of 8, waits.
+    assert set(admitted) == {"prod/serve-search", "vision/eval-detector"}
+    (pod_set,) = admitted["prod/serve-search"]["podSets"]
     assert pod_set == {
         "name": "main",
         "count": 4,
         "flavors": {"cpu": "h100", "nvidia.com/gpu": "h100"},
     }
     (pending,) = decisions["pending"]
-    assert pending["workload"] == "prod/serve-search"
+    assert pending["workload"] == "language/finetune-llm"
     assert "nvidia.com/gpu" in pending["reason"] and "requested 4" in pending["reason"]
 
 
 def test_admit_with_preemption_names_preemptor_and_victims(tmp_path: Path) -> None:
     # Production (withinQueue LowerPriority) now runs a low-priority workload and gets an
-    # urgent one that only fits if that one is evicted; the urgent one goes first.
+    # urgent one for all 8 of its GPUs that only fits if that one is evicted; the urgent one
+    # goes first.
     text = EXAMPLE.read_text().replace(
         "priority: 1000\n  podSets:\n  - {name: main, count: 4",
         "priority: 10\n  podSets:\n  - {name: main, count: 4",
@@ -81,7 +84,7 @@ spec:
   queueName: serving
   priority: 5000
   podSets:
-  - {name: main, count: 4, requests: {nvidia.com/gpu: 1, cpu: 8}}
+  - {name: main, count: 8, requests: {nvidia.com/gpu: 1, cpu: 8}}
 """
     path = tmp_path / "urgent.yaml"
     path.write_text(text)
