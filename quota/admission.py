@@ -62,6 +62,7 @@ from quota.snapshot import (
 )
 
 Vector = dict[FlavorResource, int]
+_NO_SHARE: Mapping[FlavorResource, int] = {}
 
 
 def admission_cycle(snapshot: Snapshot, fair: FairShare | None = None) -> CycleResult:
@@ -110,14 +111,17 @@ class _Cycle:
         # Admitted workloads that hold quota (an old slice whose successor is admitted does not).
         gone = superseded_slices(snapshot.admitted)
         self.running: dict[str, Workload] = {}
-        self.usage_of: dict[str, Vector] = {}
+        self.usage_of: dict[str, Mapping[FlavorResource, int]] = {}  # never changed
         self.admitted_by_queue: dict[str, list[Workload]] = {}
         # Summed per leaf first: one charge per leaf instead of one per workload up the tree.
         per_leaf: dict[str, Vector] = {}
+        known = fair.workload_usage
         for w in snapshot.admitted:
             if w.key in gone or w.queue not in self.tree.paths:
                 continue
-            usage = pod_set_usage(w)
+            # Fair share already worked this out, if it was computed for this snapshot.
+            counted = known.get(w.key)
+            usage = counted[1] if counted and counted[0] is w else pod_set_usage(w)
             self.running[w.key] = w
             self.usage_of[w.key] = usage
             total = per_leaf.get(w.queue)
@@ -155,6 +159,8 @@ class _Cycle:
         self.plans: dict[tuple[str, tuple[object, ...]], PodSetPlan] = {}
         self.signatures: dict[int, tuple[object, ...]] = {}
         self.memo: dict[tuple[object, ...], str] = {}
+        self.set_aside: dict[str, _Request] = {}  # by workload key, for the second pass
+        self.room: dict[FlavorResource, int] = {}  # see _could_stay_within_share
         self.reclaim_index: ReclaimIndex | None = None
         self.victim_lists: dict[str, list[Candidate]] = {}
         self.order = QueueOrder(self.tree, self._order)
@@ -208,6 +214,8 @@ class _Cycle:
             spec = self.queues[name]
             index = cursor[name]
             moved = False
+            # Usage stays as it is until this turn ends with an admission or a wait.
+            self.room = {}
             while index < len(items):
                 w = items[index]
                 index += 1
@@ -258,7 +266,7 @@ class _Cycle:
         return False
 
     def _order(self, name: str) -> QueueKey:
-        ratio = dominant_ratio(self.planned.used[name], self.fair.shares.get(name, {}))
+        ratio = dominant_ratio(self.planned.used[name], self.fair.shares.get(name, _NO_SHARE))
         return queue_order(ratio, self.queues[name].priority, name)
 
     # -- one workload -----------------------------------------------------------------------
@@ -266,10 +274,10 @@ class _Cycle:
     def _consider(self, spec: QueueSpec, w: Workload, within_share: bool = False) -> str:
         """Decide for `w`; return "admitted", "waiting" (preempting or reserved) or "".
 
-        With `within_share`, return "beyond" without deciding when `w` would be admitted but
-        take its queue or an ancestor beyond fair share.
+        With `within_share`, return "beyond" without deciding when `w` would take its queue
+        or an ancestor beyond fair share (whether it would fit or not).
         """
-        request = self._request(spec, w)
+        request = self.set_aside.pop(w.key, None) or self._request(spec, w)
         if isinstance(request, str):
             self.pending.append(Pending(w.key, spec.name, request))
             return ""
@@ -277,12 +285,14 @@ class _Cycle:
         if memo_key is not None and memo_key in self.memo:
             self.pending.append(Pending(w.key, spec.name, self.memo[memo_key]))
             return ""
+        if within_share and not self._could_stay_within_share(spec.name, request):
+            return self._set_aside(request)  # decided in the second pass, fitting or not
         sticky = request.base.flavors if request.base is not None else None
         ledgers = (self.held, self.planned) if self.diverged else (self.held,)
         result = assign_flavors(spec.name, request.plans, request.counts, ledgers, sticky)
         if isinstance(result, Fit):
             if within_share and self._beyond_share(spec.name, result):
-                return "beyond"
+                return self._set_aside(request)
             self._admit(spec, request, request.counts, result)
             return "admitted"
         failure = result
@@ -309,7 +319,7 @@ class _Cycle:
             if partial is not None:
                 counts, fit = partial
                 if within_share and self._beyond_share(spec.name, fit):
-                    return "beyond"
+                    return self._set_aside(request)
                 self._admit(spec, request, counts, fit)
                 return "admitted"
             smallest = tuple(
@@ -358,6 +368,54 @@ class _Cycle:
             plan = plan_pod_set(spec, self.snapshot.flavors, ps)
             self.plans[key] = plan
         return plan
+
+    def _set_aside(self, request: _Request) -> str:
+        """Keep `request` for the second pass; a slice's depends on what is being evicted by
+        then, so it is worked out again."""
+        if request.base is None:
+            self.set_aside[request.workload.key] = request
+        return "beyond"
+
+    def _could_stay_within_share(self, queue: str, request: _Request) -> bool:
+        """Whether some flavor per resource group keeps `queue` and its ancestors within fair
+        share (pod sets judged one by one: a necessary condition, cheaper than assigning
+        flavors). Every workload is asked this in the first pass: the room left under the
+        shares is worked out once per key while the queue's turn lasts (`self.room`)."""
+        room = self.room
+        levels: list[tuple[Mapping[FlavorResource, int], Mapping[FlavorResource, int]]] = []
+        for i, plan in enumerate(request.plans):
+            count = request.counts[i]
+            if not count:
+                continue
+            pinned = request.base.flavors[i] if request.base is not None else None
+            per_pod = plan.pod_set.per_pod
+            for group in plan.groups:
+                if pinned is not None and group.resources[0] in pinned:
+                    options: Sequence[str] = (pinned[group.resources[0]],)
+                else:
+                    options = group.flavors
+                for flavor in options:
+                    for r in group.resources:
+                        key = (flavor, r)
+                        left = room.get(key)
+                        if left is None:
+                            if not levels:
+                                shares = self.fair.shares
+                                levels = [
+                                    (self.planned.used[n], shares.get(n, _NO_SHARE))
+                                    for n in self.tree.paths[queue]
+                                ]
+                            left = min(
+                                share.get(key, 0) - used.get(key, 0) for used, share in levels
+                            )
+                            room[key] = left
+                        if per_pod[r] * count > left:
+                            break
+                    else:
+                        break  # this flavor keeps every level within its share
+                else:
+                    return False
+        return True
 
     def _beyond_share(self, queue: str, fit: Fit) -> bool:
         """Whether admitting `fit` would take `queue` or an ancestor beyond its fair share on

@@ -21,6 +21,7 @@ from quota.snapshot import (
     QueueSpec,
     QueueTree,
     Snapshot,
+    Workload,
     admission_blocker,
     pod_set_usage,
     queue_tree,
@@ -48,6 +49,12 @@ class FairShare(Mapping[str, Mapping[FlavorResource, int]]):
     usage: Mapping[str, Mapping[FlavorResource, int]] = field(default_factory=dict)
     demand: Mapping[str, Mapping[FlavorResource, int]] = field(default_factory=dict)
     amount: Mapping[FlavorResource, int] = field(default_factory=dict)
+    # Per admitted workload key: the workload and the usage it was counted with, so that an
+    # admission cycle on the same snapshot need not work it out again (a large share of a
+    # big cycle's fixed cost). Not part of the result proper: ignored by comparisons.
+    workload_usage: Mapping[str, tuple[Workload, Mapping[FlavorResource, int]]] = field(
+        default_factory=dict, compare=False, repr=False
+    )
 
     def __getitem__(self, queue: str) -> Mapping[FlavorResource, int]:
         return self.shares[queue]
@@ -73,7 +80,9 @@ def root_amount(snapshot: Snapshot, tree: QueueTree) -> Vector:
 
 
 def usage_and_demand(
-    snapshot: Snapshot, tree: QueueTree
+    snapshot: Snapshot,
+    tree: QueueTree,
+    per_workload: dict[str, tuple[Workload, Mapping[FlavorResource, int]]] | None = None,
 ) -> tuple[dict[str, Vector], dict[str, Vector]]:
     """Usage of admitted workloads and demand (usage + pending requests), per queue subtree.
 
@@ -81,6 +90,7 @@ def usage_and_demand(
     take its request from any of them: demand is an upper bound per flavor. Pending
     workloads of queues that cannot admit (inactive, held, unknown) add no demand. A
     scale-up slice adds only its extra pods, on the flavors of the slice it replaces.
+    `per_workload`, when given, receives each counted admitted workload and its usage.
     """
     usage: dict[str, Vector] = {name: {} for name in snapshot.queues}
     demand: dict[str, Vector] = {name: {} for name in snapshot.queues}
@@ -89,7 +99,10 @@ def usage_and_demand(
     for w in snapshot.admitted:
         if w.key in gone or w.queue not in usage:
             continue
-        add_into(usage[w.queue], pod_set_usage(w))
+        held = pod_set_usage(w)
+        if per_workload is not None:
+            per_workload[w.key] = (w, held)
+        add_into(usage[w.queue], held)
     for name, vector in usage.items():
         add_into(demand[name], vector)
     # Pending pod sets of one shape in one queue share one plan: sum their pod counts first,
@@ -156,11 +169,12 @@ def _roll_up(tree: QueueTree, vectors: dict[str, Vector]) -> None:
 def fair_share(snapshot: Snapshot) -> FairShare:
     """Compute every queue's fair share, usage and demand for one snapshot."""
     tree = queue_tree(snapshot.queues)
-    usage, demand = usage_and_demand(snapshot, tree)
+    per_workload: dict[str, tuple[Workload, Mapping[FlavorResource, int]]] = {}
+    usage, demand = usage_and_demand(snapshot, tree, per_workload)
     amount = root_amount(snapshot, tree)
     weights = _weights(snapshot, tree)
     shares = distribute(snapshot.queues, tree, demand, amount, weights)
-    return FairShare(shares=shares, usage=usage, demand=demand, amount=amount)
+    return FairShare(shares, usage, demand, amount, per_workload)
 
 
 def _weights(snapshot: Snapshot, tree: QueueTree) -> dict[str, int]:

@@ -63,33 +63,39 @@ class QueueOrder:
     so each change costs the depth of the tree times a heap push.
     """
 
-    __slots__ = ("_active", "_heaps", "_key", "_kids", "_tree", "_version")
+    __slots__ = ("_active", "_current", "_heaps", "_key", "_kids", "_leaf", "_parent", "_paths")
 
     def __init__(self, tree: QueueTree, key: Callable[[str], QueueKey]) -> None:
-        self._tree = tree
+        self._paths = tree.paths
+        self._parent = {
+            name: path[1] if len(path) > 1 else None for name, path in tree.paths.items()
+        }
+        self._leaf = {name: not tree.children.get(name) for name in tree.paths}
         self._key = key
-        self._heaps: dict[str | None, list[tuple[QueueKey, int, str]]] = {None: []}
-        self._version: dict[str, int] = {}
+        self._heaps: dict[str | None, list[tuple[QueueKey, str]]] = {None: []}
+        # The key of each queue's one live heap entry; an entry whose key differs is stale.
+        self._current: dict[str, QueueKey] = {}
         self._active: set[str] = set()
         self._kids: dict[str, int] = {}  # active children per inner queue
 
-    def _parent(self, name: str) -> str | None:
-        path = self._tree.paths[name]
-        return path[1] if len(path) > 1 else None
-
     def _enter(self, name: str) -> None:
-        version = self._version.get(name, 0) + 1
-        self._version[name] = version
-        heap = self._heaps.setdefault(self._parent(name), [])
-        heapq.heappush(heap, (self._key(name), version, name))
+        key = self._key(name)
+        if self._current.get(name) == key:
+            return  # its live entry already says so
+        self._current[name] = key
+        heap = self._heaps.get(self._parent[name])
+        if heap is None:
+            heap = self._heaps[self._parent[name]] = []
+        heapq.heappush(heap, (key, name))
 
     def push(self, leaf: str) -> None:
         """Add `leaf` (again) with its current usage, and re-key its ancestors."""
         newly = leaf not in self._active
-        for name in self._tree.paths[leaf]:
+        for name in self._paths[leaf]:
             if newly:
                 self._active.add(name)
-                parent = self._parent(name)
+                self._current.pop(name, None)  # entries left from an earlier stay are stale
+                parent = self._parent[name]
                 if parent is not None:
                     kids = self._kids.get(parent, 0)
                     self._kids[parent] = kids + 1
@@ -100,28 +106,29 @@ class QueueOrder:
 
     def refresh(self, queue: str) -> None:
         """Re-key the queues on `queue`'s path that are still to visit (usage changed)."""
-        for name in self._tree.paths[queue]:
+        for name in self._paths[queue]:
             if name in self._active:
                 self._enter(name)
 
     def pop(self) -> str | None:
         """Remove and return the next leaf to visit, or None when none is left."""
-        heaps, version, active = self._heaps, self._version, self._active
+        heaps, current, active = self._heaps, self._current, self._active
         parent: str | None = None
         while True:
             heap = heaps.get(parent)
-            while heap and (heap[0][2] not in active or heap[0][1] != version[heap[0][2]]):
+            while heap and (heap[0][1] not in active or heap[0][0] != current.get(heap[0][1])):
                 heapq.heappop(heap)
             if not heap:
                 return None  # only possible at the top: inner queues stay while a leaf does
-            name = heap[0][2]
-            if self._tree.is_leaf(name):
+            name = heap[0][1]
+            if self._leaf[name]:
                 break
             parent = name
         # Leave: the leaf, and every ancestor whose last active child it was.
-        for node in self._tree.paths[name]:
+        for node in self._paths[name]:
             active.discard(node)
-            up = self._parent(node)
+            current.pop(node, None)
+            up = self._parent[node]
             if up is None:
                 break
             self._kids[up] -= 1

@@ -8,50 +8,62 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from quota.admission import admission_cycle
-from quota.snapshot import FlavorQuota, QueueSpec, Snapshot
-from tests.unit.strategies import GPU, apply_cycle, snapshots, workload
+from quota.snapshot import FlavorQuota, PodSet, QueueSpec, Snapshot, Workload
+from tests.unit.strategies import CPU, GPU, apply_cycle, snapshots
 
 checked = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
 @st.composite
-def contended(draw: st.DrawFn) -> tuple[Snapshot, set[str]]:
+def contended(draw: st.DrawFn, with_cpu: bool = False) -> tuple[Snapshot, set[str]]:
     """A few sibling queues (perhaps under one parent) fighting over one GPU pool, and the
-    queues whose work arrives late (after the others borrowed their quota)."""
+    queues whose work arrives late (after the others borrowed their quota).
+
+    `with_cpu` adds cpu to the flavor, with its own quotas and capacity, and workloads that
+    ask for cpu, GPUs or both: a reclaim is then judged on whichever the preemptor is short
+    of, while the queues stand differently on the other.
+    """
     n = draw(st.integers(min_value=2, max_value=3))
     nested = draw(st.booleans())
+    resources = (GPU, CPU) if with_cpu else (GPU,)
     queues: dict[str, QueueSpec] = {}
     if nested:
-        queues["org"] = QueueSpec("org", flavors=(FlavorQuota("h100", {GPU: 0}),))
+        org = (FlavorQuota("h100", dict.fromkeys(resources, 0)),)
+        queues["org"] = QueueSpec("org", flavors=org)
     for i in range(n):
         name = f"q{i}"
+        quota = {r: draw(st.integers(min_value=0, max_value=4)) for r in resources}
         queues[name] = QueueSpec(
             name,
             parent="org" if nested else None,
             priority=draw(st.integers(min_value=0, max_value=1)),
             over_quota_weight=draw(st.sampled_from((1.0, 2.0, 3.0))),
-            flavors=(FlavorQuota("h100", {GPU: draw(st.integers(min_value=0, max_value=4))}),),
+            flavors=(FlavorQuota("h100", quota),),
             reclaim="Any",
         )
     pending = []
     for i in range(n):
         for j in range(draw(st.integers(min_value=1, max_value=6))):
+            gpus = draw(st.integers(min_value=0 if with_cpu else 1, max_value=3))
+            requests = {GPU: gpus} if gpus else {}
+            if with_cpu:
+                requests[CPU] = draw(st.integers(min_value=0 if gpus else 1, max_value=3))
             pending.append(
-                workload(
+                Workload(
                     f"ns/q{i}-{j}",
                     f"q{i}",
-                    gpus=draw(st.integers(min_value=1, max_value=3)),
-                    priority=draw(st.integers(min_value=0, max_value=2)),
-                    arrival=float(len(pending)),
+                    draw(st.integers(min_value=0, max_value=2)),
+                    float(len(pending)),
+                    (PodSet("main", 1, {r: a for r, a in requests.items() if a}),),
                 )
             )
-    capacity = draw(st.integers(min_value=2, max_value=12))
+    capacity = {("h100", r): draw(st.integers(min_value=2, max_value=12)) for r in resources}
     late = draw(st.sets(st.sampled_from([f"q{i}" for i in range(n)]), min_size=1, max_size=n - 1))
     snapshot = Snapshot(
         now=1_000.0,
         queues=queues,
         flavors={},
-        capacity={("h100", GPU): capacity},
+        capacity=capacity,
         pending=tuple(pending),
     )
     return snapshot, late
@@ -79,6 +91,12 @@ def assert_no_ping_pong(snapshot: Snapshot, late: set[str], cycles: int = 6) -> 
 @checked
 @given(contended())
 def test_no_ping_pong_among_siblings(case: tuple[Snapshot, set[str]]) -> None:
+    assert_no_ping_pong(*case)
+
+
+@checked
+@given(contended(with_cpu=True))
+def test_no_ping_pong_when_queues_contend_for_gpus_and_cpu(case: tuple[Snapshot, set[str]]) -> None:
     assert_no_ping_pong(*case)
 
 
