@@ -12,7 +12,7 @@ from pathlib import Path
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from controllers.history.bench_cli import bench_history
+from controllers.cli.bench_history import bench_history
 
 if __name__ == "__main__":
     bench_history()

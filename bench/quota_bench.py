@@ -19,13 +19,15 @@ from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
+from controllers.runtime.gcpause import paused_collection
+
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from quota.admission import admission_cycle
-from quota.decisions import CycleResult
-from quota.fairshare import distribute, fair_share, usage_and_demand
-from quota.snapshot import (
+from quota.admission.cycle import admission_cycle
+from quota.fairness.fairshare import distribute, fair_share, usage_and_demand
+from quota.model.decisions import CycleResult
+from quota.model.snapshot import (
     FlavorQuota,
     PodSet,
     QueueSpec,
@@ -116,7 +118,8 @@ def _time(fn: Callable[[], object], repeat: int) -> list[float]:
 def _cycle(label: str, snapshot: Snapshot, out: Callable[[str], None]) -> tuple[float, object]:
     gc.collect()
     start = time.perf_counter()
-    result = admission_cycle(snapshot)  # fair share included, as in a real cycle
+    with paused_collection():  # as the controller runs it
+        result = admission_cycle(snapshot)  # fair share included, as in a real cycle
     elapsed = time.perf_counter() - start
     decisions = len(result.admit) + len(result.pending)
     victims = sum(len(p.victims) for p in result.preempt)

@@ -17,13 +17,15 @@ import time
 from pathlib import Path
 from typing import Any
 
+from controllers.runtime.gcpause import paused_collection
+
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import yaml
 
-from quota.scenario import parse_scenario
-from quota.simulator import simulate
+from quota.simulation.scenario import parse_scenario
+from quota.simulation.simulator import simulate
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "kueue-baseline.yaml"
 
@@ -47,7 +49,8 @@ def run(factor: int, history: bool) -> None:
     started = time.perf_counter()
     scenario = parse_scenario(docs, name=f"kueue-baseline-x{factor}")
     parsed = time.perf_counter()
-    result = simulate(scenario, 0, record=history)
+    with paused_collection():  # as `muster simulate` runs it
+        result = simulate(scenario, 0, record=history)
     simulated = time.perf_counter()
     workloads = scenario.workload_count()
     line = (
@@ -57,7 +60,7 @@ def run(factor: int, history: bool) -> None:
         f"makespan {result.makespan:8.1f}s simulated"
     )
     if history:
-        from controllers.simulate_cli import write_history
+        from controllers.cli.simulate import write_history
 
         with tempfile.TemporaryDirectory() as tmp:
             records = write_history(result, Path(tmp) / "history.db")

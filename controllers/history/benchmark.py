@@ -35,9 +35,9 @@ from controllers.history.records import (
     Victim,
     WorkloadTransition,
 )
-from quota.admission import admission_cycle
-from quota.decisions import CycleResult
-from quota.snapshot import FlavorQuota, PodSet, QueueSpec, Snapshot, Workload
+from quota.admission.cycle import admission_cycle
+from quota.model.decisions import CycleResult
+from quota.model.snapshot import FlavorQuota, PodSet, QueueSpec, Snapshot, Workload
 
 GPU = "nvidia.com/gpu"
 T0 = datetime(2026, 3, 2, tzinfo=UTC)

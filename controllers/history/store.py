@@ -29,7 +29,7 @@ from controllers.history.engine import display_url, make_engine
 from controllers.history.jobs import HistoryJobs, QueueReading, RetentionSettings, Sampler
 from controllers.history.recorder import HistoryRecorder, SpoolLockedError, spool_dir_default
 from controllers.history.usage import FairnessSettings, UsageFigures
-from quota.fairshare import FairShare
+from quota.fairness.fairshare import FairShare
 
 log = logging.getLogger(__name__)
 

@@ -1,6 +1,6 @@
 """History records read off Workload objects: what a Workload's status says happened to it.
 
-The Workload status is the record of every decision (`controllers/workloads.py`), so each
+The Workload status is the record of every decision (`controllers/state/workloads.py`), so each
 transition can be rebuilt from the object alone, with the same natural key every time:
 
 - `sequence` is the Workload's attempt number, `status.requeueState.count` (0 until the first
@@ -29,13 +29,13 @@ from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
-from controllers import workloads as wls
 from controllers.history.records import (
     PreemptionDecision,
     TransitionKind,
     Victim,
     WorkloadTransition,
 )
+from controllers.state import workloads as wls
 from quota.api.conditions import WorkloadConditions as WC
 from quota.api.quantity import parse_quantity
 

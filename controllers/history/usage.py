@@ -19,7 +19,7 @@ from datetime import UTC, datetime, timedelta
 from sqlalchemy import Engine, select
 
 from controllers.history.models import QueueSampleRow
-from quota.usagefairness import adjust_weights, decayed_usage
+from quota.fairness.usage import adjust_weights, decayed_usage
 
 # queue name -> resource name -> decayed usage in base-unit-seconds.
 QueueUsage = Mapping[str, Mapping[str, float]]

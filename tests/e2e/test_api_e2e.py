@@ -28,7 +28,7 @@ from quota.api import (
     usage_summary,
 )
 from quota.api.meta import wire
-from quota.queuetree import check_queue_tree
+from quota.api.queuetree import check_queue_tree
 from tests.unit.test_api_strategies import MANIFESTS
 
 pytestmark = pytest.mark.e2e

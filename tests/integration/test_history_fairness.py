@@ -11,8 +11,8 @@ from controllers.history.jobs import RetentionSettings, apply_retention
 from controllers.history.recorder import write_records
 from controllers.history.records import QueueSample
 from controllers.history.usage import FairnessSettings, UsageFigures
-from quota.fairshare import fair_share
-from quota.snapshot import Flavor, FlavorQuota, PodSet, QueueSpec, Snapshot, Workload
+from quota.fairness.fairshare import fair_share
+from quota.model.snapshot import Flavor, FlavorQuota, PodSet, QueueSpec, Snapshot, Workload
 from tests.integration.conftest import Store
 
 NOW = datetime(2026, 3, 9, 0, 0, tzinfo=UTC)

@@ -7,7 +7,7 @@ from alembic.runtime.migration import MigrationContext
 from click.testing import CliRunner
 from sqlalchemy import inspect
 
-from controllers.cli import main
+from controllers.cli.main import main
 from controllers.history import migrate
 from controllers.history.models import Base
 from tests.integration.conftest import Store

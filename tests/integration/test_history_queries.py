@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from controllers.cli import main
+from controllers.cli.main import main
 from controllers.history import queries
 from controllers.history.recorder import write_records
 from controllers.history.records import (

@@ -13,8 +13,8 @@ from dataclasses import replace
 
 from hypothesis import strategies as st
 
-from quota.decisions import CycleResult
-from quota.snapshot import (
+from quota.model.decisions import CycleResult
+from quota.model.snapshot import (
     Assignment,
     FlavorQuota,
     PodSet,

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from quota.admission import admission_cycle
-from quota.decisions import CycleResult
-from quota.snapshot import (
+from quota.admission.cycle import admission_cycle
+from quota.model.decisions import CycleResult
+from quota.model.snapshot import (
     Flavor,
     FlavorQuota,
     PodSet,

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from quota.admission import admission_cycle
-from quota.fairshare import fair_share
-from quota.snapshot import (
+from quota.admission.cycle import admission_cycle
+from quota.fairness.fairshare import fair_share
+from quota.model.snapshot import (
     Assignment,
     FlavorQuota,
     PodSet,

@@ -8,8 +8,8 @@ from dataclasses import replace
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from quota.admission import admission_cycle
-from quota.snapshot import Snapshot, pod_set_usage, queue_tree
+from quota.admission.cycle import admission_cycle
+from quota.model.snapshot import Snapshot, pod_set_usage, queue_tree
 from tests.unit.strategies import CPU, GPU, apply_cycle, snapshots
 
 FLAVORS = ("h100", "a100")

@@ -15,7 +15,7 @@ from pydantic import BaseModel
 from quota.api import KINDS, ClusterQueue, LocalQueue, MusterObject, ResourceFlavor, parse_manifest
 from quota.api.conditions import Condition
 from quota.api.meta import LabelSelector, Taint, Toleration
-from quota.queuetree import check_queue_tree
+from quota.api.queuetree import check_queue_tree
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = sorted((REPO / "examples" / "api").glob("*.yaml"))

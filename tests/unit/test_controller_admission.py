@@ -8,16 +8,16 @@ import copy
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from controllers import workloads as wls
-from controllers.admission_loop import AdmissionLoop
-from controllers.caches import Caches, Context
-from controllers.events import EventRecorder
+from controllers.admission.loop import AdmissionLoop
+from controllers.runtime.events import EventRecorder
 from controllers.runtime.resources import (
     CLUSTER_QUEUE,
     LOCAL_QUEUE,
     RESOURCE_FLAVOR,
     WORKLOAD,
 )
+from controllers.state import workloads as wls
+from controllers.state.caches import Caches, Context
 from tests.unit.controller_fakes import FakeKube
 
 NOW = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
@@ -150,8 +150,8 @@ def test_a_decision_on_a_resized_workload_is_not_written() -> None:
     h = Harness(cpu_quota="4", limit="4")
     wl = h.workload("w", 2)
     view = h.loop.build()
-    from quota.admission import admission_cycle
-    from quota.fairshare import fair_share
+    from quota.admission.cycle import admission_cycle
+    from quota.fairness.fairshare import fair_share
 
     result = admission_cycle(view.snapshot, fair_share(view.snapshot))
     # The Job was resized after the snapshot: the Workload now asks for 6 cpu.

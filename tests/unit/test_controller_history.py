@@ -16,10 +16,7 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from controllers import workloads as wls
-from controllers.admission_loop import AdmissionLoop
-from controllers.caches import Caches, Context
-from controllers.events import EventRecorder
+from controllers.admission.loop import AdmissionLoop
 from controllers.history import queries
 from controllers.history import transitions as history
 from controllers.history.engine import parse_database_url
@@ -33,8 +30,11 @@ from controllers.history.store import (
     queue_readings,
 )
 from controllers.history.usage import FairnessSettings
-from controllers.manager import controller
+from controllers.manager.manager import controller
+from controllers.runtime.events import EventRecorder
 from controllers.runtime.resources import CLUSTER_QUEUE, LOCAL_QUEUE, RESOURCE_FLAVOR, WORKLOAD
+from controllers.state import workloads as wls
+from controllers.state.caches import Caches, Context
 from quota.api.conditions import WorkloadConditions as WC
 from tests.unit.controller_fakes import FakeKube
 

@@ -10,12 +10,13 @@ from typing import Any
 
 import pytest
 
-from controllers import gates, jobs
-from controllers import workloads as wls
-from controllers.caches import Caches, Context
-from controllers.events import EventRecorder
-from controllers.jobs import JobReconciler
+from controllers.jobs import batchjob as jobs
+from controllers.jobs import gates
+from controllers.jobs.batchjob import JobReconciler
+from controllers.runtime.events import EventRecorder
 from controllers.runtime.resources import JOB, POD, RESOURCE_FLAVOR, WORKLOAD, Kube
+from controllers.state import workloads as wls
+from controllers.state.caches import Caches, Context
 from quota.api import ManifestError
 from tests.unit.controller_fakes import FakeKube
 

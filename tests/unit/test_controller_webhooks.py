@@ -14,8 +14,9 @@ from typing import Any
 
 import pytest
 
-from controllers import certs, webhooks
 from controllers.runtime.resources import SECRET
+from controllers.webhooks import certs
+from controllers.webhooks import server as webhooks
 from tests.unit.controller_fakes import FakeKube
 
 

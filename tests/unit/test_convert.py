@@ -6,9 +6,9 @@ from typing import Any
 
 import pytest
 
-from quota import convert
 from quota.api import ClusterQueue, ManifestError, ResourceFlavor, Workload, parse_manifest
-from quota.snapshot import Assignment, Flavor, Taint, Toleration
+from quota.model import convert
+from quota.model.snapshot import Assignment, Flavor, Taint, Toleration
 
 GPU = "nvidia.com/gpu"
 GI = 1 << 30

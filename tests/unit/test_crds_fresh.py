@@ -12,7 +12,7 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from controllers.crdgen import crds, custom_resource_definition, generated_files, stale_files
+from controllers.cli.crds import crds, custom_resource_definition, generated_files, stale_files
 from quota.api import KINDS
 
 REPO = Path(__file__).resolve().parents[2]

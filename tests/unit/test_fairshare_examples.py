@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from quota.fairshare import fair_share
-from quota.snapshot import QueueSpec, Snapshot
+from quota.fairness.fairshare import fair_share
+from quota.model.snapshot import QueueSpec, Snapshot
 from tests.unit.strategies import GPU, queue, queues_of, workload
 
 H100 = ("h100", GPU)

@@ -8,8 +8,8 @@ from dataclasses import replace
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from quota.fairshare import FairShare, fair_share
-from quota.snapshot import QueueSpec, Snapshot, queue_tree
+from quota.fairness.fairshare import FairShare, fair_share
+from quota.model.snapshot import QueueSpec, Snapshot, queue_tree
 from tests.unit.strategies import CPU, GPU, queue, queues_of, snapshots, workload
 
 FLAVORS = ("h100", "a100")

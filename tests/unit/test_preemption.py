@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from quota.admission import admission_cycle
-from quota.decisions import CycleResult
-from quota.snapshot import QueueSpec, Snapshot, Workload
+from quota.admission.cycle import admission_cycle
+from quota.model.decisions import CycleResult
+from quota.model.snapshot import QueueSpec, Snapshot, Workload
 from tests.unit.strategies import apply_cycle, queue, queues_of, workload
 
 

@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from quota.api import ClusterQueue, LocalQueue, ResourceFlavor
-from quota.queuetree import check_queue_tree
+from quota.api.queuetree import check_queue_tree
 
 
 def cq(

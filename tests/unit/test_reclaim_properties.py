@@ -7,8 +7,8 @@ from dataclasses import replace
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from quota.admission import admission_cycle
-from quota.snapshot import FlavorQuota, PodSet, QueueSpec, Snapshot, Workload
+from quota.admission.cycle import admission_cycle
+from quota.model.snapshot import FlavorQuota, PodSet, QueueSpec, Snapshot, Workload
 from tests.unit.strategies import CPU, GPU, apply_cycle, snapshots
 
 checked = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])

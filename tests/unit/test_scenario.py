@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from quota.api import ManifestError
-from quota.scenario import cluster_state, parse_scenario
+from quota.simulation.scenario import cluster_state, parse_scenario
 
 REPO = Path(__file__).resolve().parents[2]
 GPU = "nvidia.com/gpu"

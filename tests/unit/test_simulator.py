@@ -11,11 +11,11 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-import quota.simulator as simulator
-from controllers.cli import main
-from quota.scenario import parse_scenario
-from quota.simreport import queue_stats, to_json
-from quota.simulator import SimResult, simulate
+import quota.simulation.simulator as simulator
+from controllers.cli.main import main
+from quota.simulation.report import queue_stats, to_json
+from quota.simulation.scenario import parse_scenario
+from quota.simulation.simulator import SimResult, simulate
 
 REPO = Path(__file__).resolve().parents[2]
 GPU = "nvidia.com/gpu"

@@ -1,0 +1,199 @@
+"""`muster fairshare FILE` and `muster admit FILE`: the quota engine on a file, no cluster.
+
+FILE is a multi-document YAML of ResourceFlavors, ClusterQueues, LocalQueues, Nodes (or
+none: quota-only mode), PriorityClasses and Workloads (pending, or admitted with
+`status.admission`). `fairshare` prints each queue's fair share, usage and demand per
+flavor/resource; `admit` runs one admission cycle and prints its decisions. A malformed file
+is rejected with the document's index, the field and the rule, and a non-zero exit.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import click
+import yaml
+from rich.console import Console
+from rich.table import Table
+
+from controllers.runtime.gcpause import paused_collection
+from quota.admission.cycle import admission_cycle
+from quota.api import ManifestError
+from quota.api.quantity import format_quantity
+from quota.fairness.fairshare import FairShare, fair_share
+from quota.model.decisions import CycleResult
+from quota.model.resources import FlavorResource
+from quota.model.snapshot import Snapshot
+from quota.simulation.report import key_name, tree_order
+from quota.simulation.scenario import ClusterState, cluster_state
+
+
+def load_documents(path: Path) -> list[Any]:
+    """The YAML documents of `path`; a syntax error becomes a ClickException naming the line."""
+    try:
+        with path.open(encoding="utf-8") as stream:
+            return list(yaml.safe_load_all(stream))
+    except yaml.YAMLError as error:
+        mark = getattr(error, "problem_mark", None)
+        where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
+        problem = getattr(error, "problem", None) or str(error)
+        raise click.ClickException(f"{path}: not valid YAML{where}: {problem}") from None
+    except OSError as error:
+        raise click.ClickException(f"{path}: {error.strerror}") from None
+
+
+def _now(text: str | None) -> float:
+    if text is None:
+        return datetime.now(UTC).timestamp()
+    try:
+        moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        raise click.BadParameter(
+            f"{text!r} is not an ISO 8601 time (e.g. 2025-01-06T09:00:00Z)", param_hint="--now"
+        ) from None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    return moment.timestamp()
+
+
+def _state(path: Path, now: str | None) -> ClusterState:
+    docs = load_documents(path)
+    try:
+        return cluster_state(docs, _now(now))
+    except ManifestError as error:
+        raise click.ClickException(f"{path}: {error}") from None
+
+
+def fair_share_table(snapshot: Snapshot, fair: FairShare) -> dict[str, Any]:
+    """The documented JSON: per queue and "flavor/resource", fairShare, usage, demand, quota
+    and limit (null when unlimited), in base units."""
+    queues: dict[str, dict[str, dict[str, int | None]]] = {}
+    for name, _ in tree_order(snapshot.queues):
+        spec = snapshot.queues[name]
+        shares = fair.shares.get(name, {})
+        usage = fair.usage.get(name, {})
+        demand = fair.demand.get(name, {})
+        keys: set[FlavorResource] = set(spec.quotas) | set(spec.limits)
+        keys |= {k for k, v in shares.items() if v} | {k for k, v in usage.items() if v}
+        keys |= {k for k, v in demand.items() if v}
+        queues[name] = {
+            key_name(key): {
+                "fairShare": shares.get(key, 0),
+                "usage": usage.get(key, 0),
+                "demand": demand.get(key, 0),
+                "quota": spec.quota_for(*key),
+                "limit": spec.limit_for(*key),
+            }
+            for key in sorted(keys)
+        }
+    return {"queues": queues}
+
+
+def _amount(key: str, value: int | None) -> str:
+    if value is None:
+        return "-"
+    return format_quantity(value, key.split("/", 1)[1])
+
+
+def _print_fair_share(data: Mapping[str, Any], snapshot: Snapshot) -> None:
+    depth = dict(tree_order(snapshot.queues))
+    table = Table(title="Fair share per queue (usage and demand of the whole subtree)")
+    for column in ("Queue", "Flavor/resource", "Quota", "Limit", "Usage", "Demand", "Fair share"):
+        table.add_column(
+            column, justify="left" if column in ("Queue", "Flavor/resource") else "right"
+        )
+    for name, entries in data["queues"].items():
+        label = "  " * depth.get(name, 0) + name
+        if not entries:
+            table.add_row(label, "-", "", "", "", "", "")
+        for i, (key, e) in enumerate(entries.items()):
+            table.add_row(
+                label if i == 0 else "",
+                key,
+                _amount(key, e["quota"]),
+                _amount(key, e["limit"]),
+                _amount(key, e["usage"]),
+                _amount(key, e["demand"]),
+                _amount(key, e["fairShare"]),
+            )
+    Console().print(table)
+
+
+_output = click.option(
+    "--output",
+    "-o",
+    type=click.Choice(["table", "json"]),
+    default="table",
+    show_default=True,
+    help="Human-readable table or JSON.",
+)
+_now_option = click.option(
+    "--now",
+    "now",
+    metavar="TIME",
+    default=None,
+    help="The time the cycle runs at, ISO 8601 (default: the current time); decides which "
+    "admitted workloads are still protected by a minimum runtime.",
+)
+_file = click.argument(
+    "file", type=click.Path(exists=True, dir_okay=False, readable=True, path_type=Path)
+)
+
+
+@click.command("fairshare")
+@_file
+@_output
+@_now_option
+def fairshare(file: Path, output: str, now: str | None) -> None:
+    """Print each queue's fair share, usage and demand per flavor/resource for FILE."""
+    state = _state(file, now)
+    fair = fair_share(state.snapshot)
+    data = fair_share_table(state.snapshot, fair)
+    if output == "json":
+        json.dump(data, sys.stdout, indent=2)
+        sys.stdout.write("\n")
+        return
+    _print_fair_share(data, state.snapshot)
+
+
+def _print_decisions(result: CycleResult) -> None:
+    console = Console()
+    table = Table(title="One admission cycle")
+    for column in ("Decision", "Workload", "Queue", "Why"):
+        table.add_column(column, overflow="fold")
+    for admit in result.admit:
+        table.add_row("admit", admit.workload, admit.queue, admit.reason)
+    for preempt in result.preempt:
+        for victim in preempt.victims:
+            table.add_row(
+                victim.kind.lower(),
+                victim.workload,
+                victim.queue,
+                f"for {preempt.preemptor}: {victim.reason}",
+            )
+    for victim in result.drain:
+        table.add_row("drain", victim.workload, victim.queue, victim.reason)
+    for pending in result.pending:
+        table.add_row("pending", pending.workload, pending.queue, pending.reason)
+    console.print(table)
+
+
+@click.command("admit")
+@_file
+@_output
+@_now_option
+def admit(file: Path, output: str, now: str | None) -> None:
+    """Run one admission cycle on FILE and print what it decides."""
+    state = _state(file, now)
+    with paused_collection():
+        result = admission_cycle(state.snapshot)
+    if output == "json":
+        json.dump(result.to_dict(), sys.stdout, indent=2)
+        sys.stdout.write("\n")
+        return
+    _print_decisions(result)

@@ -1,0 +1,117 @@
+"""Scheduling-gate lifting for elastic Jobs: pods are created with the gate
+`muster.dev/admission`, and the gate is lifted from exactly as many pods as the admitted
+slice grants, never more.
+
+How many ungated pods may exist is derived on every pass from the admitted slice's count,
+never remembered: after a restart, or across rapid scale events, the rule is recomputed from
+what the apiserver holds. Before lifting anything the pods are listed from the apiserver
+(a quorum read), because a pod this process ungated a moment ago may not have reached the
+cache yet, and counting it as gated would lift one pod too many.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from controllers.runtime import apply
+from controllers.runtime.resources import POD, Obj, object_key
+from controllers.state.caches import Context
+
+log = logging.getLogger(__name__)
+
+ADMISSION_GATE = "muster.dev/admission"
+JOB_UID_POD_LABEL = "batch.kubernetes.io/controller-uid"
+
+
+def is_gated(pod: Mapping[str, Any]) -> bool:
+    gates = (pod.get("spec") or {}).get("schedulingGates") or []
+    return any(g.get("name") == ADMISSION_GATE for g in gates)
+
+
+def holds_capacity(pod: Mapping[str, Any]) -> bool:
+    """A pod that is not finished counts against the slice, terminating ones included:
+    their resources are not free until they are gone."""
+    return (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
+
+
+def ungated_holding(pods: Iterable[Mapping[str, Any]]) -> int:
+    """Pods already released from the gate that still hold capacity (running, pending on a
+    node, or terminating): what the admitted slice must keep covering."""
+    return sum(1 for p in pods if holds_capacity(p) and not is_gated(p))
+
+
+def pods_to_ungate(pods: Iterable[Mapping[str, Any]], allowed: int) -> list[Mapping[str, Any]]:
+    """Which gated pods to release so that at most `allowed` ungated pods hold capacity:
+    the oldest first, so the pods that have waited longest start first."""
+    live = [p for p in pods if holds_capacity(p)]
+    ungated = sum(1 for p in live if not is_gated(p))
+    room = allowed - ungated
+    if room <= 0:
+        return []
+    candidates = [
+        p for p in live if is_gated(p) and not (p.get("metadata") or {}).get("deletionTimestamp")
+    ]
+    candidates.sort(
+        key=lambda p: (
+            str((p.get("metadata") or {}).get("creationTimestamp") or ""),
+            str((p.get("metadata") or {}).get("name") or ""),
+        )
+    )
+    return candidates[:room]
+
+
+def _remove_gate(pod: Obj) -> bool:
+    spec = pod.setdefault("spec", {})
+    gates = spec.get("schedulingGates") or []
+    kept = [g for g in gates if g.get("name") != ADMISSION_GATE]
+    if len(kept) == len(gates):
+        return False
+    spec["schedulingGates"] = kept
+    return True
+
+
+def lift(ctx: Context, job: Mapping[str, Any], allowed: int) -> int:
+    """Lift gates so the Job has at most `allowed` ungated pods; returns how many were lifted.
+    Raises on a conflicting write, so the caller retries from a fresh read."""
+    uid = job["metadata"]["uid"]
+    if not pods_to_ungate(ctx.caches.pods_of_job(uid), allowed):
+        return 0  # the cache can only over-count gated pods, so nothing to do is certain
+    namespace = job["metadata"]["namespace"]
+    pods, _ = ctx.kube.list(POD, namespace, label_selector=f"{JOB_UID_POD_LABEL}={uid}")
+    for pod in pods:
+        ctx.caches.pods.write_through(pod)
+    lifted = 0
+    for chosen in pods_to_ungate(pods, allowed):
+
+        def mutate(p: Obj) -> bool:
+            # A concurrent change to this pod (deleted, already ungated) invalidates the
+            # count; give up and recount from scratch rather than guess.
+            if not is_gated(p) or (p.get("metadata") or {}).get("deletionTimestamp"):
+                raise apply.ConflictRetriesExhausted("pod changed while ungating; recounting")
+            return _remove_gate(p)
+
+        written = apply.update(
+            ctx.kube,
+            POD,
+            object_key(chosen),
+            mutate,
+            cache=ctx.caches.pods,
+            current=dict(chosen),
+            attempts=1,
+        )
+        if written is not None:
+            lifted += 1
+    if lifted:
+        log.info(
+            "lifted scheduling gates",
+            extra={"job": object_key(job), "lifted": lifted, "allowed": allowed},
+        )
+        ctx.events.emit(
+            job,
+            "Normal",
+            "GatesLifted",
+            f"lifted the {ADMISSION_GATE} gate from {lifted} pod(s); {allowed} pod(s) admitted",
+        )
+    return lifted

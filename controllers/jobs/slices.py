@@ -1,0 +1,266 @@
+"""Elastic Jobs as WorkloadSlices (after Kueue KEP-77).
+
+An elastic Job has at most two active Workloads: the admitted slice its running pods belong
+to, and at most one pending slice asking for a new size.
+
+- Scale-down updates the admitted slice in place (admission first, so the quota is free at
+  once, then the spec); a pending scale-up slice is dropped. The admission never shrinks
+  below the Job's ungated pods that still hold capacity: quota is freed as they go.
+- Scale-up creates a slice for the full new size that `replaces` the admitted one; the
+  engine charges only the extra pods, on the same flavors. Once it is admitted the old slice
+  is marked Finished with reason WorkloadSliceReplaced and the new pods' gates are lifted.
+- Another scale event while a slice is pending resizes that pending slice in place (with
+  the resourceVersion it was read at, so a slice admitted meanwhile is never rewritten).
+
+Every step is recomputed from the Job, its Workloads and its pods on each reconcile, so
+rapid scale events and restarts converge to the same state.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from controllers.jobs import gates
+from controllers.runtime import apply
+from controllers.runtime.resources import WORKLOAD, Obj, object_key
+from controllers.state import workloads as wls
+from quota.api.conditions import WorkloadConditions as WC
+from quota.api.quantity import format_quantity, parse_quantity
+
+if TYPE_CHECKING:
+    from controllers.jobs.batchjob import JobReconciler
+
+log = logging.getLogger(__name__)
+
+POD_SET = "main"
+
+
+def _count(wl: Obj) -> int:
+    for ps in (wl.get("spec") or {}).get("podSets") or []:
+        if ps.get("name") == POD_SET:
+            return int(ps.get("count") or 0)
+    return 0
+
+
+def _created(wl: Obj) -> tuple[str, str]:
+    meta = wl.get("metadata") or {}
+    return str(meta.get("creationTimestamp") or ""), str(meta.get("name") or "")
+
+
+# Requeue delay when a step could not be written (a slice to retire, or pods still holding
+# capacity past the Job's parallelism), in case no event brings the Job back.
+RETRY_SECONDS = 1.0
+
+
+def retire_replaced(rec: JobReconciler, active: list[Obj]) -> tuple[list[Obj], bool]:
+    """Finish every slice that an admitted slice replaces; returns what stays active, and
+    whether a retirement could not be written (so the caller requeues)."""
+    by_name = {w["metadata"]["name"]: w for w in active}
+    retired: set[str] = set()
+    failed = False
+    for wl in active:
+        target = wls.replaces(wl)
+        if (
+            not wls.has_quota(wl)
+            or not target
+            or target not in by_name
+            or target == wl["metadata"]["name"]
+        ):
+            continue
+        old = by_name[target]
+        now = rec.ctx.now()
+        message = (
+            f"replaced by slice {wl['metadata']['name']} ({_count(wl)} pods) after scale-up; "
+            "its pods continue under the new slice"
+        )
+
+        def finish(w: Obj, m: str = message, t: datetime = now) -> bool:
+            return wls.mark_finished(w, WC.SLICE_REPLACED, m, t)
+
+        try:
+            written = rec.update_workload_status(old, finish)
+        except Exception:
+            log.warning("could not retire replaced slice", extra={"workload": object_key(old)})
+            failed = True
+            continue
+        # None: the slice is gone, which retires it as well.
+        retired.add(target)
+        if written is not None and wls.is_finished(written):
+            rec.ctx.events.emit(written, "Normal", WC.SLICE_REPLACED, message)
+    return [w for w in active if w["metadata"]["name"] not in retired], failed
+
+
+def _delete_pending(rec: JobReconciler, pending: list[Obj]) -> None:
+    for wl in pending:
+        # Only the version we looked at: if the admission loop admitted it meanwhile, the
+        # delete fails and the next reconcile sees the admitted slice.
+        if apply.delete(rec.ctx.kube, WORKLOAD, wl, cache=rec.ctx.caches.workloads, unchanged=True):
+            log.info("deleted pending slice", extra={"workload": object_key(wl)})
+            rec.ctx.poke_admission()
+
+
+def scale_down(rec: JobReconciler, wl: Obj, count: int) -> Obj | None:
+    """Shrink an admitted slice in place: the admission first (frees quota immediately),
+    then the spec."""
+    per_pod: dict[str, int] = {}
+    for ps in (wl.get("spec") or {}).get("podSets") or []:
+        if ps.get("name") == POD_SET:
+            per_pod = {r: parse_quantity(v, r) for r, v in (ps.get("requests") or {}).items()}
+
+    def shrink_admission(w: Obj) -> bool:
+        if not wls.has_quota(w):
+            return False
+        changed = False
+        for assignment in (w["status"].get("admission") or {}).get("podSetAssignments") or []:
+            if assignment.get("name") == POD_SET and int(assignment.get("count") or 0) > count:
+                assignment["count"] = count
+                assignment["resourceUsage"] = {
+                    r: format_quantity(v * count, r) for r, v in per_pod.items()
+                }
+                changed = True
+        return changed
+
+    before = wls.admitted_count(wl)
+    written = rec.update_workload_status(wl, shrink_admission)
+    if written is None:
+        return None
+
+    def shrink_spec(w: Obj) -> bool:
+        changed = False
+        for ps in (w.get("spec") or {}).get("podSets") or []:
+            if ps.get("name") == POD_SET and int(ps.get("count") or 0) > count:
+                ps["count"] = count
+                if ps.get("minCount") and ps["minCount"] > count:
+                    ps["minCount"] = count
+                changed = True
+        return changed
+
+    written = apply.update(
+        rec.ctx.kube,
+        WORKLOAD,
+        object_key(written),
+        shrink_spec,
+        cache=rec.ctx.caches.workloads,
+        current=written,
+    )
+    if written is not None and before > count:
+        rec.ctx.events.emit(
+            written,
+            "Normal",
+            "ScaledDown",
+            f"scaled down in place from {before} to {count} pods; quota released",
+        )
+        rec.ctx.poke_admission()
+    return written
+
+
+def reconcile_elastic(rec: JobReconciler, job: Obj, owned: list[Obj]) -> float | None:
+    """Bring an elastic Job's slices and gates in line with its parallelism."""
+    from controllers.jobs.batchjob import is_suspended, pod_count
+
+    meta = job["metadata"]
+    uid, job_name = meta["uid"], meta["name"]
+    first_name = wls.workload_name(job_name, uid)
+    active, retry = retire_replaced(rec, [w for w in owned if wls.is_active(w)])
+    if retry:
+        return RETRY_SECONDS
+    admitted = sorted((w for w in active if wls.has_quota(w)), key=_created)
+    pending = sorted((w for w in active if not wls.has_quota(w)), key=_created)
+    parallelism = pod_count(job)
+
+    if len(admitted) > 1:
+        # Two admitted slices neither of which replaces the other cannot come from this
+        # controller; keep counting both (no quota is lost) and let a person look.
+        log.warning(
+            "job has several admitted slices",
+            extra={"job": object_key(job), "slices": [w["metadata"]["name"] for w in admitted]},
+        )
+    current = admitted[-1] if admitted else None
+
+    if current is None and not is_suspended(job) and _cache_missed_admission(rec, job):
+        return RETRY_SECONDS
+    if current is None:
+        # Nothing admitted: one pending Workload for the whole Job, like a plain Job.
+        slice_name = first_name
+        keep = next((w for w in pending if w["metadata"]["name"] == first_name), None)
+        keep = keep or (pending[-1] if pending else None)
+        _delete_pending(rec, [w for w in pending if w is not keep])
+        desired = rec.desired_spec(job, slice_name=slice_name)
+        if keep is None:
+            rec.suspend(job)
+            taken = {w["metadata"]["name"] for w in owned}
+            name = first_name if first_name not in taken else _slice_name(job)
+            rec.new_workload(job, desired, name)
+            return None
+        return rec.drive(job, keep, desired)
+
+    if wls.is_evicted(current):
+        _delete_pending(rec, pending)
+        return rec.stop(job, current)
+    if is_suspended(job):
+        rec.start(job, current)
+        return None  # the Job's pods appear next; their events bring us back to ungate
+
+    spec_count = _count(current)
+    granted = wls.admitted_count(current)
+    slice_name = (current.get("spec") or {}).get("sliceName") or first_name
+    requeue: float | None = None
+    if parallelism < spec_count or parallelism < granted:
+        _delete_pending(rec, pending)
+        # Keep admitted what ungated pods still hold: the Job controller may not have
+        # deleted the excess pods yet, or never will if parallelism rises again before it
+        # acts (7 -> 2 -> 9 within milliseconds). Quota is released as those pods go (their
+        # deletion brings us back), down to parallelism; with kwok that is at once.
+        holding = gates.ungated_holding(rec.ctx.caches.pods_of_job(uid))
+        target = max(parallelism, holding)
+        if target < spec_count or target < granted:
+            current = scale_down(rec, current, target) or current
+        if target > parallelism:
+            requeue = RETRY_SECONDS
+    elif parallelism > spec_count:
+        want = rec.desired_spec(
+            job, count=parallelism, slice_name=slice_name, replaces=current["metadata"]["name"]
+        )
+        from controllers.jobs.batchjob import same_request
+
+        keep = pending[-1] if pending else None
+        _delete_pending(rec, pending[:-1])
+        if keep is None:
+            rec.new_workload(job, want, _slice_name(job))
+        elif not same_request(keep.get("spec") or {}, want):
+            rec.update_workload_spec(keep, want)
+    else:
+        _delete_pending(rec, pending)
+
+    # Never release more pods than the Job asks for, even while the admission still covers
+    # pods on their way out.
+    gates.lift(rec.ctx, job, min(wls.admitted_count(current), parallelism))
+    return requeue
+
+
+def _cache_missed_admission(rec: JobReconciler, job: Obj) -> bool:
+    """Before suspending a running elastic Job (which stops its pods), ask the apiserver, not
+    the cache, whether a slice holds quota. The cache can briefly lag the admission loop's
+    write of a fresh slice; acting on that lag would stop pods that are allowed to run.
+    When the apiserver disagrees, its copies go into the cache and the Job is retried."""
+    meta = job["metadata"]
+    fresh, _ = rec.ctx.kube.list(
+        WORKLOAD, meta["namespace"], label_selector=f"{wls.JOB_NAME_LABEL}={meta['name']}"
+    )
+    admitted = [w for w in fresh if wls.has_quota(w)]
+    if not admitted:
+        return False
+    for wl in fresh:
+        rec.ctx.caches.workloads.write_through(wl)
+    log.warning(
+        "cache lagged an admitted slice; not suspending",
+        extra={"job": object_key(job), "slices": [w["metadata"]["name"] for w in admitted]},
+    )
+    return True
+
+
+def _slice_name(job: Obj) -> str:
+    meta: dict[str, Any] = job["metadata"]
+    return wls.workload_name(meta["name"], meta["uid"], int(meta.get("generation") or 0))

@@ -1,0 +1,470 @@
+"""Admission webhooks, served by the controller over TLS, and the configurations that
+register them with the apiserver.
+
+- Mutating, Jobs with the queue-name label, on CREATE: set `spec.suspend: true` (users need
+  not), and for elastic Jobs add the `muster.dev/admission` scheduling gate and the
+  elastic pod label to the pod template. It also validates the new Job (a mutating webhook
+  may refuse), so creating a Job costs one webhook call, not two.
+- Validating, Jobs with the queue-name label, on UPDATE (and, through the mutating webhook,
+  CREATE): elastic together with partial admission is refused; a malformed
+  min-parallelism is refused; the queue name cannot change while the Job runs. A
+  LocalQueue that does not exist is accepted (the Workload's condition says so, and the
+  queue may be created later).
+- Validating, Muster's queue objects: the full API model check, which covers rules CEL
+  cannot express (exact quantities, unique names), plus warnings for cross-object problems
+  (missing parent, cycle, LocalQueue at a parent queue) that the Active condition reports.
+
+Failure policy (see docs/controller.md): the Job webhooks select only Jobs carrying
+`muster.dev/queue-name` (objectSelector), so an unavailable controller never touches any
+other workload in the cluster; for those Jobs the policy is Fail with a 5 s timeout,
+because a labelled Job that slipped through unsuspended would run outside its quota. The
+queue-object webhook uses Ignore: an administrator must be able to repair queues while
+the controller is down, and the Active condition reports every cross-object problem anyway.
+"""
+
+from __future__ import annotations
+
+import base64
+import copy
+import json
+import logging
+import socket
+import ssl
+import tempfile
+import threading
+from collections.abc import Callable, Mapping
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+from controllers.jobs.batchjob import (
+    ADMISSION_GATE,
+    ELASTIC_ANNOTATION,
+    MIN_PARALLELISM_ANNOTATION,
+    is_elastic,
+    min_parallelism,
+    queue_name,
+)
+from controllers.runtime.resources import MUTATING_WEBHOOK, VALIDATING_WEBHOOK, Kube, Obj
+from controllers.state.caches import ELASTIC_POD_LABEL, QUEUE_LABEL
+from controllers.webhooks.certs import CertBundle
+from quota.api import ManifestError, parse_manifest
+
+log = logging.getLogger(__name__)
+
+CONFIGURATION_NAME = "muster-webhooks"
+MUTATE_JOB_PATH = "/mutate-batch-v1-job"
+VALIDATE_JOB_PATH = "/validate-batch-v1-job"
+VALIDATE_QUEUES_PATH = "/validate-muster-dev-v1alpha1"
+TIMEOUT_SECONDS = 5
+
+
+# ------------------------------------------------------------------ decisions
+
+
+def _escape(segment: str) -> str:
+    """JSON-pointer escaping of one path segment."""
+    return segment.replace("~", "~0").replace("/", "~1")
+
+
+def mutate_job(job: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """JSON patch operations for a labelled Job being created."""
+    if not queue_name(job):
+        return []
+    ops: list[dict[str, Any]] = []
+    if not (job.get("spec") or {}).get("suspend"):
+        ops.append({"op": "add", "path": "/spec/suspend", "value": True})
+    if is_elastic(job):
+        template = (job.get("spec") or {}).get("template") or {}
+        meta = template.get("metadata")
+        if meta is None:
+            ops.append({"op": "add", "path": "/spec/template/metadata", "value": {}})
+            meta = {}
+        labels = meta.get("labels")
+        if labels is None:
+            ops.append(
+                {
+                    "op": "add",
+                    "path": "/spec/template/metadata/labels",
+                    "value": {ELASTIC_POD_LABEL: "true"},
+                }
+            )
+        elif labels.get(ELASTIC_POD_LABEL) != "true":
+            ops.append(
+                {
+                    "op": "add",
+                    "path": f"/spec/template/metadata/labels/{_escape(ELASTIC_POD_LABEL)}",
+                    "value": "true",
+                }
+            )
+        gates = (template.get("spec") or {}).get("schedulingGates")
+        if gates is None:
+            ops.append(
+                {
+                    "op": "add",
+                    "path": "/spec/template/spec/schedulingGates",
+                    "value": [{"name": ADMISSION_GATE}],
+                }
+            )
+        elif not any(g.get("name") == ADMISSION_GATE for g in gates):
+            ops.append(
+                {
+                    "op": "add",
+                    "path": "/spec/template/spec/schedulingGates/-",
+                    "value": {"name": ADMISSION_GATE},
+                }
+            )
+    return ops
+
+
+def validate_job(job: Mapping[str, Any], old: Mapping[str, Any] | None) -> str | None:
+    """Why a labelled Job is refused, or None."""
+    if not queue_name(job) and not (old and queue_name(old)):
+        return None
+    name = (job.get("metadata") or {}).get("name") or "(generated)"
+    minimum = min_parallelism(job)
+    if is_elastic(job) and minimum is not None:
+        return (
+            f"Job {name}: annotations {ELASTIC_ANNOTATION} and {MIN_PARALLELISM_ANNOTATION} "
+            "cannot be combined: an elastic Job changes size by scaling its parallelism, "
+            "while partial admission fixes the size when the Job is admitted; remove one of "
+            "the two annotations"
+        )
+    if minimum is not None:
+        parallelism = (job.get("spec") or {}).get("parallelism")
+        parallelism = 1 if parallelism is None else int(parallelism)
+        if not minimum.isdigit() or not 1 <= int(minimum) <= parallelism:
+            return (
+                f"Job {name}: annotation {MIN_PARALLELISM_ANNOTATION} must be a whole number "
+                f"between 1 and spec.parallelism ({parallelism}), got {minimum!r}"
+            )
+    if old is not None:
+        running = not (old.get("spec") or {}).get("suspend")
+        if running and queue_name(old) != queue_name(job):
+            return (
+                f"Job {name}: label {QUEUE_LABEL} cannot change while the Job runs "
+                f"({queue_name(old)!r} -> {queue_name(job)!r}); suspend the Job first"
+            )
+        if running and is_elastic(old) != is_elastic(job):
+            return f"Job {name}: annotation {ELASTIC_ANNOTATION} cannot change while the Job runs"
+    return None
+
+
+def validate_queue_object(
+    obj: Mapping[str, Any], warnings_for: Callable[[Mapping[str, Any]], list[str]] | None = None
+) -> tuple[str | None, list[str]]:
+    """(refusal, warnings) for a Muster queue object."""
+    doc = copy.deepcopy(dict(obj))
+    # Server-populated metadata is not part of what the user wrote; the model would accept
+    # most of it, but managedFields is noise for validation.
+    doc.get("metadata", {}).pop("managedFields", None)
+    try:
+        parse_manifest(doc, 0)
+    except ManifestError as error:
+        return str(error).replace("document 0 (", "(", 1), []
+    return None, (warnings_for(obj) if warnings_for else [])
+
+
+# ----------------------------------------------------------------- the server
+
+
+def review_response(
+    uid: str,
+    *,
+    allowed: bool,
+    message: str | None = None,
+    patch: list[dict[str, Any]] | None = None,
+    warnings: list[str] | None = None,
+) -> dict[str, Any]:
+    response: dict[str, Any] = {"uid": uid, "allowed": allowed}
+    if message:
+        response["status"] = {"code": 403 if not allowed else 200, "message": message}
+    if patch:
+        response["patchType"] = "JSONPatch"
+        response["patch"] = base64.b64encode(json.dumps(patch).encode()).decode()
+    if warnings:
+        response["warnings"] = warnings[:10]
+    return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": response}
+
+
+class WebhookHandlers:
+    """Routes AdmissionReview requests to the decisions above."""
+
+    def __init__(self, queue_warnings: Callable[[Mapping[str, Any]], list[str]] | None = None):
+        self.queue_warnings = queue_warnings
+
+    def handle(self, path: str, review: Mapping[str, Any]) -> dict[str, Any]:
+        request = review.get("request") or {}
+        uid = str(request.get("uid", ""))
+        obj = request.get("object") or {}
+        old = request.get("oldObject")
+        if path == MUTATE_JOB_PATH:
+            # Creation is validated here too: one webhook call per Job instead of two.
+            refusal = validate_job(obj, None)
+            if refusal is not None:
+                return review_response(uid, allowed=False, message=refusal)
+            return review_response(uid, allowed=True, patch=mutate_job(obj))
+        if path == VALIDATE_JOB_PATH:
+            refusal = validate_job(obj, old)
+            return review_response(uid, allowed=refusal is None, message=refusal)
+        if path == VALIDATE_QUEUES_PATH:
+            refusal, warnings = validate_queue_object(obj, self.queue_warnings)
+            return review_response(uid, allowed=refusal is None, message=refusal, warnings=warnings)
+        return review_response(uid, allowed=True)
+
+
+class _TLSServer(ThreadingHTTPServer):
+    daemon_threads = True
+    handlers: WebhookHandlers
+    context: ssl.SSLContext
+
+    def get_request(self) -> tuple[Any, Any]:
+        sock, address = self.socket.accept()
+        # Headers and body go out as separate writes; without this, Nagle's algorithm and
+        # the client's delayed ACK add ~40 ms to every admission review.
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        # Wrap with the context in force now (certificates rotate); the handshake happens in
+        # the request's own thread so a slow client does not hold up accept().
+        return self.context.wrap_socket(
+            sock, server_side=True, do_handshake_on_connect=False
+        ), address
+
+    def finish_request(self, request: Any, client_address: Any) -> None:
+        try:
+            request.settimeout(10)
+            request.do_handshake()
+        except (OSError, ssl.SSLError) as error:
+            log.debug("TLS handshake failed", extra={"error": str(error)})
+            return
+        super().finish_request(request, client_address)
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: _TLSServer
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, format: str, *args: Any) -> None:
+        log.debug("webhook request", extra={"request": format % args})
+
+    def do_POST(self) -> None:
+        length = int(self.headers.get("Content-Length") or 0)
+        try:
+            review = json.loads(self.rfile.read(length) or b"{}")
+            path = self.path.split("?", 1)[0]
+            answer = self.server.handlers.handle(path, review)
+            status = 200
+        except Exception as error:
+            log.exception("webhook failed")
+            answer = {"error": str(error)}
+            status = 500
+        body = json.dumps(answer).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def do_GET(self) -> None:
+        body = b"ok"
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+
+def ssl_context(bundle: CertBundle) -> ssl.SSLContext:
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    # load_cert_chain reads files; the key never touches disk longer than this call.
+    with tempfile.TemporaryDirectory() as tmp:
+        cert = Path(tmp) / "tls.crt"
+        key = Path(tmp) / "tls.key"
+        cert.write_bytes(bundle.serving.cert_pem)
+        key.write_bytes(bundle.serving.key_pem)
+        key.chmod(0o600)
+        context.load_cert_chain(cert, key)
+    return context
+
+
+class WebhookServer:
+    """HTTPS server for the webhooks, in background threads; `reload` swaps certificates."""
+
+    def __init__(self, host: str, port: int, handlers: WebhookHandlers) -> None:
+        self.bind_host = host
+        self.port = port
+        self.handlers = handlers
+        self._server: _TLSServer | None = None
+        self._thread: threading.Thread | None = None
+
+    def reload(self, bundle: CertBundle) -> None:
+        context = ssl_context(bundle)
+        if self._server is None:
+            self._server = _TLSServer((self.bind_host, self.port), _Handler)
+            self._server.handlers = self.handlers
+            self._server.context = context
+            self.port = self._server.server_address[1]
+        else:
+            self._server.context = context
+            log.info("webhook certificate reloaded")
+
+    def start(self) -> None:
+        assert self._server is not None, "reload() with certificates before start()"
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, name="webhooks", daemon=True
+        )
+        self._thread.start()
+        log.info("webhook server listening", extra={"port": self.port, "host": self.bind_host})
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+
+
+# ------------------------------------------------------------ configurations
+
+
+def _client_config(
+    path: str,
+    ca_bundle: bytes,
+    *,
+    url_base: str | None,
+    service: tuple[str, str, int] | None,
+) -> dict[str, Any]:
+    config: dict[str, Any] = {"caBundle": base64.b64encode(ca_bundle).decode()}
+    if service is not None:
+        namespace, name, port = service
+        config["service"] = {"namespace": namespace, "name": name, "path": path, "port": port}
+    else:
+        config["url"] = f"{url_base}{path}"
+    return config
+
+
+def configurations(
+    ca_bundle: bytes,
+    *,
+    url_base: str | None = None,
+    service: tuple[str, str, int] | None = None,
+) -> tuple[Obj, Obj]:
+    """The MutatingWebhookConfiguration and ValidatingWebhookConfiguration to register."""
+    labelled = {"matchExpressions": [{"key": QUEUE_LABEL, "operator": "Exists"}]}
+    # The controller's own machinery is never subject to its webhooks.
+    not_system = {
+        "matchExpressions": [
+            {"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": ["kube-system"]}
+        ]
+    }
+
+    def cc(path: str) -> dict[str, Any]:
+        return _client_config(path, ca_bundle, url_base=url_base, service=service)
+
+    job_rule = {
+        "apiGroups": ["batch"],
+        "apiVersions": ["v1"],
+        "resources": ["jobs"],
+        "scope": "Namespaced",
+    }
+    labels = {"app.kubernetes.io/managed-by": "muster"}
+    mutating = {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "MutatingWebhookConfiguration",
+        "metadata": {"name": CONFIGURATION_NAME, "labels": labels},
+        "webhooks": [
+            {
+                "name": "mjob.muster.dev",
+                "clientConfig": cc(MUTATE_JOB_PATH),
+                "rules": [{**job_rule, "operations": ["CREATE"]}],
+                "objectSelector": labelled,
+                "namespaceSelector": not_system,
+                "failurePolicy": "Fail",
+                "matchPolicy": "Equivalent",
+                "sideEffects": "None",
+                "timeoutSeconds": TIMEOUT_SECONDS,
+                "admissionReviewVersions": ["v1"],
+                "reinvocationPolicy": "IfNeeded",
+            }
+        ],
+    }
+    validating = {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingWebhookConfiguration",
+        "metadata": {"name": CONFIGURATION_NAME, "labels": labels},
+        "webhooks": [
+            {
+                "name": "vjob.muster.dev",
+                "clientConfig": cc(VALIDATE_JOB_PATH),
+                "rules": [{**job_rule, "operations": ["UPDATE"]}],
+                "objectSelector": labelled,
+                "namespaceSelector": not_system,
+                "failurePolicy": "Fail",
+                "matchPolicy": "Equivalent",
+                "sideEffects": "None",
+                "timeoutSeconds": TIMEOUT_SECONDS,
+                "admissionReviewVersions": ["v1"],
+            },
+            {
+                "name": "vqueues.muster.dev",
+                "clientConfig": cc(VALIDATE_QUEUES_PATH),
+                "rules": [
+                    {
+                        "apiGroups": ["muster.dev"],
+                        "apiVersions": ["v1alpha1"],
+                        "resources": ["clusterqueues", "localqueues", "resourceflavors"],
+                        "operations": ["CREATE", "UPDATE"],
+                        "scope": "*",
+                    }
+                ],
+                "objectSelector": {},
+                "namespaceSelector": {},
+                "failurePolicy": "Ignore",
+                "matchPolicy": "Equivalent",
+                "sideEffects": "None",
+                "timeoutSeconds": TIMEOUT_SECONDS,
+                "admissionReviewVersions": ["v1"],
+            },
+        ],
+    }
+    return mutating, validating
+
+
+def register(kube: Kube, mutating: Obj, validating: Obj) -> None:
+    """Create or update both configurations (with the resourceVersion read, retrying on
+    conflict)."""
+    from controllers.runtime import apply
+
+    for kind, desired in ((MUTATING_WEBHOOK, mutating), (VALIDATING_WEBHOOK, validating)):
+        name = desired["metadata"]["name"]
+        _, created = apply.create(kube, kind, desired)
+        if created:
+            log.info("registered webhook configuration", extra={"kind": kind.name})
+            continue
+
+        def mutate(obj: Obj, want: Obj = desired) -> bool:
+            changed = False
+            for field in ("webhooks",):
+                if obj.get(field) != want[field]:
+                    obj[field] = copy.deepcopy(want[field])
+                    changed = True
+            labels = obj["metadata"].setdefault("labels", {})
+            for k, v in want["metadata"]["labels"].items():
+                if labels.get(k) != v:
+                    labels[k] = v
+                    changed = True
+            return changed
+
+        apply.update(kube, kind, name, mutate)
+
+
+def unregister(kube: Kube, url_base: str) -> None:
+    """Remove the configurations if they still point at this process (local mode, on a
+    graceful shutdown: a stopped developer controller must not leave labelled Jobs
+    failing to create)."""
+    for kind in (MUTATING_WEBHOOK, VALIDATING_WEBHOOK):
+        obj = kube.get(kind, None, CONFIGURATION_NAME)
+        if obj is None:
+            continue
+        urls = {(w.get("clientConfig") or {}).get("url", "") for w in obj.get("webhooks") or []}
+        if all(u.startswith(url_base) for u in urls):
+            from controllers.runtime import apply
+
+            apply.delete(kube, kind, obj, unchanged=True)

@@ -1,0 +1,810 @@
+"""One admission cycle: which pending workloads to admit, whom to evict, and why.
+
+The cycle keeps two ledgers. `held` is what nodes actually hold: admitted workloads,
+including those already told to leave, plus this cycle's admissions. `planned` is the state
+once every eviction in flight has completed: victims and drained workloads released,
+preemptors that wait for them charged. A workload is admitted only when it fits both, so it
+neither overcommits nodes nor takes room promised to a preemptor; preemption plans against
+`planned`, so no quota is promised twice and no victim is chosen twice.
+
+Queues are visited lowest usage/fair-share ratio first, subtrees compared before the queues
+in them (quota/ordering.py); a queue keeps admitting while it stays the most deserving, so
+one cycle admits as many workloads per queue as fit. Queues are visited twice: first for
+what keeps them within fair share, then for what borrows beyond it (see `run`).
+
+A shape that failed in a queue is not tried again in the same cycle: usage in `held` only
+grows during a cycle. A preemption elsewhere can give a little room back in `planned`, but a
+failed shape is still not retried until the next cycle: being conservative for one cycle is
+cheaper than re-running victim searches after every preemption.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from functools import partial
+
+from quota.fairness.fairshare import FairShare, fair_share, root_amount
+from quota.fairness.ordering import (
+    QueueKey,
+    QueueOrder,
+    dominant_ratio,
+    queue_order,
+    workload_order,
+)
+from quota.model.decisions import Admit, CycleResult, Pending, Preempt, Victim
+from quota.model.flavorassign import (
+    Fit,
+    FitFailure,
+    PodSetPlan,
+    SliceBase,
+    assign_flavors,
+    plan_pod_set,
+    pod_set_signature,
+    slice_base,
+)
+from quota.model.ledger import Ledger
+from quota.model.resources import FlavorResource, format_amount
+from quota.model.snapshot import (
+    Assignment,
+    PodSet,
+    QueueSpec,
+    Snapshot,
+    Workload,
+    admission_blocker,
+    draining,
+    pod_set_usage,
+    queue_tree,
+    superseded_slices,
+)
+from quota.preemption.reclaim import ReclaimIndex, plan_reclaim
+from quota.preemption.victims import (
+    Candidate,
+    preemption_reason,
+    select_victims,
+    victim_order,
+    within_queue_candidates,
+)
+
+Vector = dict[FlavorResource, int]
+_NO_SHARE: Mapping[FlavorResource, int] = {}
+
+
+def admission_cycle(snapshot: Snapshot, fair: FairShare | None = None) -> CycleResult:
+    """Decide, for every pending workload of `snapshot`, admit or keep pending (and evict whom).
+
+    `fair` may be passed when the caller already computed it for the same snapshot.
+    """
+    return _Cycle(snapshot, fair if fair is not None else fair_share(snapshot)).run()
+
+
+@dataclass(slots=True)
+class _Request:
+    """A pending workload prepared for fitting in its queue."""
+
+    workload: Workload
+    plans: tuple[PodSetPlan, ...]
+    counts: tuple[int, ...]  # pods to charge per pod set (the extra pods for a scale-up)
+    base: SliceBase | None  # what the slice it replaces already runs
+    running: Workload | None  # that slice
+
+
+class _Cycle:
+    def __init__(self, snapshot: Snapshot, fair: FairShare) -> None:
+        self.snapshot = snapshot
+        self.fair = fair
+        self.queues = snapshot.queues
+        self.tree = queue_tree(snapshot.queues)
+        self.quotas = {name: spec.quotas for name, spec in self.queues.items()}
+        limits = {name: spec.limits for name, spec in self.queues.items()}
+        amount = dict(fair.amount) if fair.amount else root_amount(snapshot, self.tree)
+        self.held = Ledger(self.tree.paths, limits, amount)
+        self.admit: list[Admit] = []
+        self.preempt: list[Preempt] = []
+        self.pending: list[Pending] = []
+        self.drain: list[Victim] = []
+        # Admitted workloads that hold quota (an old slice whose successor is admitted does not).
+        gone = superseded_slices(snapshot.admitted)
+        self.running: dict[str, Workload] = {}
+        self.usage_of: dict[str, Mapping[FlavorResource, int]] = {}  # never changed
+        self.admitted_by_queue: dict[str, list[Workload]] = {}
+        # Summed per leaf first: one charge per leaf instead of one per workload up the tree.
+        per_leaf: dict[str, Vector] = {}
+        known = fair.workload_usage
+        for w in snapshot.admitted:
+            if w.key in gone or w.queue not in self.tree.paths:
+                continue
+            # Fair share already worked this out, if it was computed for this snapshot.
+            counted = known.get(w.key)
+            usage = counted[1] if counted and counted[0] is w else pod_set_usage(w)
+            self.running[w.key] = w
+            self.usage_of[w.key] = usage
+            total = per_leaf.get(w.queue)
+            if total is None:
+                per_leaf[w.queue] = dict(usage)
+            else:
+                for key, held in usage.items():
+                    total[key] = total.get(key, 0) + held
+        for queue in sorted(per_leaf):
+            self.held.charge(queue, per_leaf[queue])
+        self.planned = self.held.copy()
+        # Workloads already leaving, or chosen as victims this cycle: never chosen again.
+        self.taken: set[str] = set()
+        drains: dict[str, str | None] = {}  # per queue: the draining queue on its path
+        for w in self.running.values():
+            if w.queue not in drains:
+                drains[w.queue] = draining(self.queues, self.tree, w.queue)
+            drained_by = drains[w.queue]
+            if w.evicting or drained_by is not None:
+                self.taken.add(w.key)
+                self.planned.charge(w.queue, self.usage_of[w.key], -1)
+                if drained_by is not None and not w.evicting:
+                    self.drain.append(
+                        Victim(
+                            w.key,
+                            w.queue,
+                            "Preempted",
+                            f"queue {drained_by} is draining (stopPolicy HoldAndDrain); "
+                            "set stopPolicy to None to keep workloads running",
+                        )
+                    )
+            else:
+                self.admitted_by_queue.setdefault(w.queue, []).append(w)
+        self.diverged = bool(self.taken)
+        self.plans: dict[tuple[str, tuple[object, ...]], PodSetPlan] = {}
+        self.signatures: dict[int, tuple[object, ...]] = {}
+        self.memo: dict[tuple[object, ...], str] = {}
+        self.set_aside: dict[str, _Request] = {}  # by workload key, for the second pass
+        self.room: dict[FlavorResource, int] = {}  # see _could_stay_within_share
+        self.reclaim_index: ReclaimIndex | None = None
+        self.victim_lists: dict[str, list[Candidate]] = {}
+        self.order = QueueOrder(self.tree, self._order)
+
+    # -- the loop ---------------------------------------------------------------------------
+
+    def run(self) -> CycleResult:
+        by_queue: dict[str, list[Workload]] = {}
+        for w in self.snapshot.pending:
+            by_queue.setdefault(w.queue, []).append(w)
+        open_queues: dict[str, list[Workload]] = {}
+        for name in sorted(by_queue):
+            items = by_queue[name]
+            items.sort(key=workload_order)
+            blocker = admission_blocker(self.queues, self.tree, name)
+            if blocker is not None:
+                self.pending.extend(Pending(w.key, name, blocker) for w in items)
+                continue
+            open_queues[name] = items
+        # Two passes, as KAI-Scheduler allocates deserved quota before over-quota: first each
+        # queue admits while it stays (with its ancestors) within fair share, then, from what
+        # is left, the rest. Otherwise a queue could borrow room that another queue below
+        # its share was about to use (room a reclaim had just freed, say), and lose it to
+        # that queue's reclaim in the next cycle: churn.
+        beyond: dict[str, list[Workload]] = {}
+        self._pass(open_queues, beyond)
+        self._pass(beyond, None)
+        return CycleResult(
+            admit=tuple(self.admit),
+            preempt=tuple(self.preempt),
+            pending=tuple(self.pending),
+            drain=tuple(self.drain),
+        )
+
+    def _pass(
+        self, by_queue: Mapping[str, list[Workload]], beyond: dict[str, list[Workload]] | None
+    ) -> None:
+        """Visit the queues in order and decide for their workloads.
+
+        With `beyond`, a workload that would take its queue beyond fair share is set aside
+        there, in order, with whatever `_held_back` keeps behind it.
+        """
+        order = self.order = QueueOrder(self.tree, self._order)
+        for name in by_queue:
+            if by_queue[name]:
+                order.push(name)
+        cursor = dict.fromkeys(by_queue, 0)
+        while (picked := order.pop()) is not None:
+            name = picked
+            items = by_queue[name]
+            spec = self.queues[name]
+            index = cursor[name]
+            moved = False
+            # Usage stays as it is until this turn ends with an admission or a wait.
+            self.room = {}
+            while index < len(items):
+                w = items[index]
+                index += 1
+                if beyond is not None and name in beyond:
+                    deferred = beyond[name]
+                    if self._held_back(spec, w, deferred[0]):
+                        deferred.extend(items[index - 1 :])
+                        index = len(items)
+                        break
+                outcome = self._consider(spec, w, within_share=beyond is not None)
+                if outcome == "beyond":
+                    assert beyond is not None
+                    beyond.setdefault(name, []).append(w)
+                    continue
+                if outcome == "admitted":
+                    moved = True
+                    break
+                if spec.queueing_strategy == "StrictFIFO" or outcome == "waiting":
+                    if spec.queueing_strategy == "StrictFIFO":
+                        why = f"waiting behind {w.key}, the head of StrictFIFO queue {name}" + (
+                            " (it is waiting for preempted workloads)" if outcome else ""
+                        )
+                        self.pending.extend(Pending(x.key, name, why) for x in items[index:])
+                        index = len(items)
+                    moved = True
+                    break
+            cursor[name] = index
+            if moved and index < len(items):
+                order.push(name)
+            elif moved:
+                order.refresh(name)  # its ancestors stay in line with their new usage
+
+    @staticmethod
+    def _held_back(spec: QueueSpec, w: Workload, first: Workload) -> bool:
+        """Whether `w` must wait for the borrowing pass because `first`, ahead of it in its
+        queue, was set aside for it.
+
+        BestEffortFIFO lets a workload pass one that cannot be admitted yet, and one set
+        aside is in that position, so `w` may go unless `first` could preempt it within the
+        queue: it would only be evicted for `first` a cycle later. StrictFIFO holds all.
+        """
+        if spec.queueing_strategy == "StrictFIFO":
+            return True
+        if spec.within_queue == "LowerPriority":
+            return w.priority < first.priority
+        if spec.within_queue == "LowerOrNewerEqualPriority":
+            return w.priority <= first.priority  # those behind it arrived later
+        return False
+
+    def _order(self, name: str) -> QueueKey:
+        ratio = dominant_ratio(self.planned.used[name], self.fair.shares.get(name, _NO_SHARE))
+        return queue_order(ratio, self.queues[name].priority, name)
+
+    # -- one workload -----------------------------------------------------------------------
+
+    def _consider(self, spec: QueueSpec, w: Workload, within_share: bool = False) -> str:
+        """Decide for `w`; return "admitted", "waiting" (preempting or reserved) or "".
+
+        With `within_share`, return "beyond" without deciding when `w` would take its queue
+        or an ancestor beyond fair share (whether it would fit or not).
+        """
+        request = self.set_aside.pop(w.key, None) or self._request(spec, w)
+        if isinstance(request, str):
+            self.pending.append(Pending(w.key, spec.name, request))
+            return ""
+        memo_key = self._memo_key(spec, request)
+        if memo_key is not None and memo_key in self.memo:
+            self.pending.append(Pending(w.key, spec.name, self.memo[memo_key]))
+            return ""
+        if within_share and not self._could_stay_within_share(spec.name, request):
+            return self._set_aside(request)  # decided in the second pass, fitting or not
+        sticky = request.base.flavors if request.base is not None else None
+        ledgers = (self.held, self.planned) if self.diverged else (self.held,)
+        result = assign_flavors(spec.name, request.plans, request.counts, ledgers, sticky)
+        if isinstance(result, Fit):
+            if within_share and self._beyond_share(spec.name, result):
+                return self._set_aside(request)
+            self._admit(spec, request, request.counts, result)
+            return "admitted"
+        failure = result
+        if self.diverged:
+            reserved = assign_flavors(
+                spec.name, request.plans, request.counts, (self.planned,), sticky
+            )
+            if isinstance(reserved, Fit):
+                # The room exists once evictions in flight complete: hold it for this workload.
+                self.planned.charge(spec.name, reserved.usage)
+                self.pending.append(
+                    Pending(
+                        w.key,
+                        spec.name,
+                        "waiting for preempted workloads to release quota; its room is reserved",
+                    )
+                )
+                return "waiting"
+        smallest = request.counts
+        if request.base is None and any(
+            ps.min_count is not None and ps.min_count < ps.count for ps in w.pod_sets
+        ):
+            partial = self._partial(spec, request, ledgers)
+            if partial is not None:
+                counts, fit = partial
+                if within_share and self._beyond_share(spec.name, fit):
+                    return self._set_aside(request)
+                self._admit(spec, request, counts, fit)
+                return "admitted"
+            smallest = tuple(
+                ps.min_count if ps.min_count is not None else ps.count for ps in w.pod_sets
+            )
+        if self._preempt(spec, request, smallest):
+            return "waiting"
+        reason = self._failure_reason(spec, w, failure, smallest != request.counts)
+        if memo_key is not None:
+            self.memo[memo_key] = reason
+        self.pending.append(Pending(w.key, spec.name, reason))
+        return ""
+
+    def _request(self, spec: QueueSpec, w: Workload) -> _Request | str:
+        base: SliceBase | None = None
+        running: Workload | None = None
+        if w.replaces is not None:
+            running = self.running.get(w.replaces)
+            if running is not None:
+                if w.replaces in self.taken:
+                    return (
+                        f"the slice {w.replaces} it replaces is being evicted; it will be "
+                        "considered again once that slice is gone"
+                    )
+                base = slice_base(w, running)
+        plans: list[PodSetPlan] = []
+        for ps in w.pod_sets:
+            plan = self._plan(spec, ps)
+            if plan.impossible is not None:
+                return plan.impossible
+            plans.append(plan)
+        if base is None:
+            counts = tuple(ps.count for ps in w.pod_sets)
+        else:
+            counts = tuple(max(0, ps.count - base.counts[i]) for i, ps in enumerate(w.pod_sets))
+        return _Request(w, tuple(plans), counts, base, running)
+
+    def _plan(self, spec: QueueSpec, ps: PodSet) -> PodSetPlan:
+        signature = self.signatures.get(id(ps))
+        if signature is None:
+            signature = pod_set_signature(ps)
+            self.signatures[id(ps)] = signature
+        key = (spec.name, signature)
+        plan = self.plans.get(key)
+        if plan is None:
+            plan = plan_pod_set(spec, self.snapshot.flavors, ps)
+            self.plans[key] = plan
+        return plan
+
+    def _set_aside(self, request: _Request) -> str:
+        """Keep `request` for the second pass; a slice's depends on what is being evicted by
+        then, so it is worked out again."""
+        if request.base is None:
+            self.set_aside[request.workload.key] = request
+        return "beyond"
+
+    def _could_stay_within_share(self, queue: str, request: _Request) -> bool:
+        """Whether some flavor per resource group keeps `queue` and its ancestors within fair
+        share (pod sets judged one by one: a necessary condition, cheaper than assigning
+        flavors). Every workload is asked this in the first pass: the room left under the
+        shares is worked out once per key while the queue's turn lasts (`self.room`)."""
+        room = self.room
+        levels: list[tuple[Mapping[FlavorResource, int], Mapping[FlavorResource, int]]] = []
+        for i, plan in enumerate(request.plans):
+            count = request.counts[i]
+            if not count:
+                continue
+            pinned = request.base.flavors[i] if request.base is not None else None
+            per_pod = plan.pod_set.per_pod
+            for group in plan.groups:
+                if pinned is not None and group.resources[0] in pinned:
+                    options: Sequence[str] = (pinned[group.resources[0]],)
+                else:
+                    options = group.flavors
+                for flavor in options:
+                    for r in group.resources:
+                        key = (flavor, r)
+                        left = room.get(key)
+                        if left is None:
+                            if not levels:
+                                shares = self.fair.shares
+                                levels = [
+                                    (self.planned.used[n], shares.get(n, _NO_SHARE))
+                                    for n in self.tree.paths[queue]
+                                ]
+                            left = min(
+                                share.get(key, 0) - used.get(key, 0) for used, share in levels
+                            )
+                            room[key] = left
+                        if per_pod[r] * count > left:
+                            break
+                    else:
+                        break  # this flavor keeps every level within its share
+                else:
+                    return False
+        return True
+
+    def _beyond_share(self, queue: str, fit: Fit) -> bool:
+        """Whether admitting `fit` would take `queue` or an ancestor beyond its fair share on
+        some flavor/resource it adds to (for a scale-up slice `fit` holds the extra pods)."""
+        usage = fit.usage
+        shares = self.fair.shares
+        for name in self.tree.paths[queue]:
+            used = self.planned.used[name]
+            share = shares.get(name, {})
+            for key, amount in usage.items():
+                if amount > 0 and used.get(key, 0) + amount > share.get(key, 0):
+                    return True
+        return False
+
+    def _memo_key(self, spec: QueueSpec, request: _Request) -> tuple[object, ...] | None:
+        """Identical shapes fail identically; priority and arrival matter only to preemption."""
+        if request.base is not None:
+            return None
+        w = request.workload
+        shape: list[object] = [spec.name]
+        for ps in w.pod_sets:
+            shape.append((self.signatures[id(ps)], ps.count, ps.min_count))
+        if spec.within_queue != "Never" or spec.reclaim != "Never":
+            shape.append(w.priority)
+            if spec.within_queue == "LowerOrNewerEqualPriority":
+                shape.append(w.arrival)
+        return tuple(shape)
+
+    def _partial(
+        self, spec: QueueSpec, request: _Request, ledgers: Sequence[Ledger]
+    ) -> tuple[tuple[int, ...], Fit] | None:
+        """The largest counts between minCount and count that fit (binary search)."""
+        pod_sets = request.workload.pod_sets
+        lows = [ps.min_count if ps.min_count is not None else ps.count for ps in pod_sets]
+        spans = [ps.count - low for ps, low in zip(pod_sets, lows, strict=True)]
+        steps = max(spans)
+
+        def counts_at(step: int) -> tuple[int, ...]:
+            return tuple(low + span * step // steps for low, span in zip(lows, spans, strict=True))
+
+        best: tuple[tuple[int, ...], Fit] | None = None
+        lo, hi = 0, steps - 1  # `steps` itself (the full count) already failed
+        while lo <= hi:
+            mid = (lo + hi) // 2
+            counts = counts_at(mid)
+            fit = assign_flavors(spec.name, request.plans, counts, ledgers)
+            if isinstance(fit, Fit):
+                best = (counts, fit)
+                lo = mid + 1
+            else:
+                if mid == 0:
+                    return None
+                hi = mid - 1
+        return best
+
+    def _admit(self, spec: QueueSpec, request: _Request, counts: Sequence[int], fit: Fit) -> None:
+        w = request.workload
+        assignments: list[Assignment] = []
+        total: Vector = {}
+        for i, ps in enumerate(w.pod_sets):
+            # A slice is admitted at its full new size; only the difference is charged.
+            full = ps.count if request.base is not None else counts[i]
+            flavors = fit.flavors[i]
+            assignments.append(Assignment(ps.name, full, dict(flavors)))
+            for resource, amount in ps.per_pod.items():
+                flavor = flavors.get(resource)
+                if flavor is not None and amount:
+                    key = (flavor, resource)
+                    total[key] = total.get(key, 0) + amount * full
+        charge = dict(total)
+        if request.running is not None:
+            for key, amount in self.usage_of[request.running.key].items():
+                charge[key] = charge.get(key, 0) - amount
+            # The old slice is now part of this one: it must not be picked as a victim.
+            self.taken.add(request.running.key)
+        self.held.charge(spec.name, charge)
+        self.planned.charge(spec.name, charge)
+        borrowed = self._borrowing(spec.name, total)
+        reason = self._admit_reason(spec, request, counts, total, borrowed)
+        self.admit.append(Admit(w.key, spec.name, tuple(assignments), borrowed is not None, reason))
+
+    def _borrowing(self, queue: str, usage: Mapping[FlavorResource, int]) -> str | None:
+        """Describe the first queue on the path now above its quota, if any."""
+        for name in self.tree.paths[queue]:
+            used = self.held.used[name]
+            quota = self.quotas[name]
+            for key in sorted(usage):
+                if used.get(key, 0) > quota.get(key, 0):
+                    flavor, resource = key
+                    return (
+                        f"borrows idle capacity beyond the quota of queue {name} for {resource} "
+                        f"in flavor {flavor} ({format_amount(resource, used.get(key, 0))} in use, "
+                        f"quota {format_amount(resource, quota.get(key, 0))})"
+                    )
+        return None
+
+    def _admit_reason(
+        self,
+        spec: QueueSpec,
+        request: _Request,
+        counts: Sequence[int],
+        usage: Mapping[FlavorResource, int],
+        borrowed: str | None,
+    ) -> str:
+        w = request.workload
+        flavors = sorted({flavor for flavor, _ in usage})
+        where = f" on flavor {', '.join(flavors)}" if flavors else ""
+        parts = [f"admitted to queue {spec.name}{where}"]
+        if request.running is not None:
+            grown = sum(counts)
+            parts[0] = (
+                f"scale-up slice replacing {request.running.key} admitted to queue {spec.name}: "
+                f"{grown} more pods charged on the flavors it already runs on"
+                if grown
+                else f"scale-down slice replacing {request.running.key}: quota freed at once"
+            )
+        else:
+            for i, ps in enumerate(w.pod_sets):
+                if counts[i] < ps.count:
+                    parts.append(
+                        f"partial admission: pod set {ps.name} gets {counts[i]} of {ps.count} "
+                        f"pods (minCount {ps.min_count})"
+                    )
+        if borrowed is not None:
+            parts.append(borrowed)
+        return "; ".join(parts)
+
+    # -- preemption and reclaim -------------------------------------------------------------
+
+    def _contended_keys(
+        self, queue: str, request: _Request, counts: Sequence[int]
+    ) -> set[FlavorResource]:
+        """The (flavor, resource) pairs the request is short of in the planned ledger, on any
+        flavor it could take.
+
+        Only these are worth freeing, so victims must hold some of them and their queues'
+        floors are judged on them alone: a queue's in-quota cpu must not shield the GPUs it
+        borrows.
+        Each pair's need sums every pod set that could land there, so a pair two pod sets
+        would share is not missed.
+        """
+        need: dict[FlavorResource, int] = {}
+        for i, plan in enumerate(request.plans):
+            if not counts[i]:
+                continue
+            pinned = request.base.flavors[i] if request.base is not None else None
+            per_pod = plan.pod_set.per_pod
+            for group in plan.groups:
+                if pinned is not None and group.resources[0] in pinned:
+                    options: Sequence[str] = (pinned[group.resources[0]],)
+                else:
+                    options = group.flavors
+                for flavor in options:
+                    for r in group.resources:
+                        key = (flavor, r)
+                        need[key] = need.get(key, 0) + per_pod[r] * counts[i]
+        headroom = self.planned.headroom
+        return {key for key, amount in need.items() if amount > headroom(queue, key)}
+
+    def _preempt(self, spec: QueueSpec, request: _Request, counts: tuple[int, ...]) -> bool:
+        """Try within-queue preemption, then reclaim; on success record the decision."""
+        if spec.within_queue == "Never" and spec.reclaim == "Never":
+            return False
+        w = request.workload
+        sticky = request.base.flavors if request.base is not None else None
+        contended = self._contended_keys(spec.name, request, counts)
+        if not contended:
+            return False  # nothing is short in the planned ledger: evicting cannot help
+        last: list[Fit] = []
+        # Valid for the whole call: each search below leaves the ledger as it found it or
+        # succeeds and ends the call.
+        covered = self._covering(spec.name, request, counts)
+
+        def try_fit() -> Fit | None:
+            fit = assign_flavors(spec.name, request.plans, counts, (self.planned,), sticky)
+            return fit if isinstance(fit, Fit) else None
+
+        victims: list[Victim] = []
+        chosen: list[Candidate] | None = None
+        if spec.within_queue != "Never":
+            candidates = within_queue_candidates(
+                w,
+                spec.within_queue,
+                self._victim_list(spec.name),
+                self.taken,
+                contended,
+                self.snapshot.now,
+                spec.min_runtime_preempt_s,
+            )
+            if candidates:
+
+                def fits(_: Sequence[Candidate]) -> bool:
+                    fit = try_fit()
+                    if fit is None:
+                        return False
+                    last[:] = [fit]
+                    return True
+
+                chosen = select_victims(candidates, self.planned, fits, enough=covered)
+                if chosen is not None:
+                    victims = [
+                        Victim(
+                            c.workload.key,
+                            c.queue,
+                            "Preempted",
+                            preemption_reason(w, c.workload, c.queue),
+                        )
+                        for c in chosen
+                    ]
+        if chosen is None and spec.reclaim != "Never":
+            plan = plan_reclaim(
+                w,
+                spec,
+                self.queues,
+                self.tree,
+                self._reclaim_index(),
+                self.taken,
+                contended,
+                self.fair.shares,
+                self.quotas,
+                self.planned,
+                self.snapshot.now,
+                try_fit,
+                partial(self._could_stay_under, request, counts),
+                covered,
+            )
+            if plan is not None:
+                chosen = list(plan.victims)
+                victims = [
+                    Victim(c.workload.key, c.queue, "Reclaimed", plan.reasons[c.workload.key])
+                    for c in chosen
+                ]
+        if chosen is None:
+            return False
+        fit = try_fit()
+        assert fit is not None, "victim search ended in a state where the preemptor fits"
+        self.planned.charge(spec.name, fit.usage)
+        self.taken.update(c.workload.key for c in chosen)
+        for queue in sorted({c.queue for c in chosen}):
+            self.order.refresh(queue)  # victims' subtrees are less saturated once they leave
+        self.diverged = True
+        self.preempt.append(Preempt(w.key, tuple(victims)))
+        n = len(victims)
+        self.pending.append(
+            Pending(
+                w.key,
+                spec.name,
+                f"waiting for {n} preempted workload{'s' if n != 1 else ''} to release quota: "
+                + ", ".join(v.workload for v in victims),
+            )
+        )
+        return True
+
+    def _victim_list(self, queue: str) -> list[Candidate]:
+        """The admitted workloads of a leaf as candidates in victim order, sorted once per
+        cycle and shared by preemption and reclaim (taken ones are filtered when used)."""
+        found = self.victim_lists.get(queue)
+        if found is None:
+            found = [
+                Candidate(w, queue, self.usage_of[w.key])
+                for w in self.admitted_by_queue.get(queue, ())
+            ]
+            found.sort(key=victim_order)
+            self.victim_lists[queue] = found
+        return found
+
+    def _reclaim_index(self) -> ReclaimIndex:
+        """Every admitted workload as a reclaim candidate, per leaf in victim order."""
+        if self.reclaim_index is None:
+            self.reclaim_index = ReclaimIndex(
+                {name: self._victim_list(name) for name in self.admitted_by_queue},
+                self.planned,
+                self.tree,
+                self.fair.shares,
+                self.quotas,
+            )
+        return self.reclaim_index
+
+    def _covering(
+        self, queue: str, request: _Request, counts: Sequence[int]
+    ) -> Callable[[Mapping[FlavorResource, int]], bool]:
+        """`covered(freed)`: whether room free now plus `freed` could hold the request on some
+        flavor choice (each pod set judged alone: a necessary condition).
+
+        Victim searches ask this after every candidate they count, while the planned ledger
+        stays as it is (or is restored), so the room free now is looked up once.
+        """
+        # Per pod set and resource group, per flavor option: (key, need, room free now).
+        options_per_group: list[list[list[tuple[FlavorResource, int, int]]]] = []
+        headroom = self.planned.headroom
+        for i, plan in enumerate(request.plans):
+            pinned = request.base.flavors[i] if request.base is not None else None
+            per_pod = plan.pod_set.per_pod
+            for group in plan.groups:
+                if pinned is not None and group.resources[0] in pinned:
+                    flavors: Sequence[str] = (pinned[group.resources[0]],)
+                else:
+                    flavors = group.flavors
+                options = []
+                for f in flavors:
+                    needs = []
+                    for r in group.resources:
+                        key = (f, r)
+                        need = per_pod[r] * counts[i]
+                        needs.append((key, need, headroom(queue, key)))
+                    options.append(needs)
+                options_per_group.append(options)
+
+        def covered(freed: Mapping[FlavorResource, int]) -> bool:
+            get = freed.get
+            for options in options_per_group:
+                for needs in options:
+                    if all(need <= room + get(key, 0) for key, need, room in needs):
+                        break
+                else:
+                    return False
+            return True
+
+        return covered
+
+    def _could_stay_under(
+        self,
+        request: _Request,
+        counts: Sequence[int],
+        queue: str,
+        bound: Callable[[FlavorResource], int],
+    ) -> bool:
+        """Whether some flavor per group keeps `queue`'s planned usage plus the request within
+        `bound` (`queue` is the request's leaf or an ancestor).
+
+        A necessary condition for reclaim, checked before looking at any victim.
+        """
+        used = self.planned.used[queue]
+        return self._each_group_has_flavor(
+            request, counts, lambda key, need: used.get(key, 0) + need <= bound(key)
+        )
+
+    def _each_group_has_flavor(
+        self,
+        request: _Request,
+        counts: Sequence[int],
+        ok: Callable[[FlavorResource, int], bool],
+    ) -> bool:
+        """Whether every resource group of every pod set has a flavor where `ok` holds for
+        the group's whole request (pod sets judged one by one: a necessary condition)."""
+        for i, plan in enumerate(request.plans):
+            pinned = request.base.flavors[i] if request.base is not None else None
+            per_pod = plan.pod_set.per_pod
+            for group in plan.groups:
+                if pinned is not None and group.resources[0] in pinned:
+                    options: Sequence[str] = (pinned[group.resources[0]],)
+                else:
+                    options = group.flavors
+                if not any(
+                    all(ok((f, r), per_pod[r] * counts[i]) for r in group.resources)
+                    for f in options
+                ):
+                    return False
+        return True
+
+    # -- reasons ----------------------------------------------------------------------------
+
+    def _failure_reason(
+        self, spec: QueueSpec, w: Workload, failure: FitFailure, partial: bool
+    ) -> str:
+        shares = self.fair.shares.get(spec.name, {})
+        parts: list[str] = []
+        for short in failure.shortfalls:
+            key = (short.flavor, short.resource)
+            available, binder, bound = min(
+                (ledger.binding(spec.name, key) for ledger in (self.held, self.planned)),
+                key=lambda b: b[0],
+            )
+            r = short.resource
+            requested = format_amount(r, short.requested)
+            if binder is not None:
+                parts.append(
+                    f"exceeds limit of queue {binder} for {r} in flavor {short.flavor}: "
+                    f"requested {requested}, limit {format_amount(r, bound)}, "
+                    f"in use {format_amount(r, bound - available)}"
+                )
+            else:
+                parts.append(
+                    f"insufficient quota for {r} in flavor {short.flavor}: requested "
+                    f"{requested}, available {format_amount(r, max(0, available))}, "
+                    f"fair share {format_amount(r, shares.get(key, 0))}"
+                )
+        text = "; ".join(parts)
+        if len(w.pod_sets) > 1:
+            text = f"pod set {failure.pod_set}: {text}"
+        if failure.skipped:
+            text += "; " + "; ".join(failure.skipped)
+        if partial:
+            text += "; not even minCount pods fit"
+        if spec.within_queue != "Never" or spec.reclaim != "Never":
+            text += "; no preemption or reclaim allowed by the queue's policies would make room"
+        return text

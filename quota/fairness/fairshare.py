@@ -1,0 +1,360 @@
+"""Hierarchical fair share per flavor and resource (see docs/fairness.md).
+
+At the root the amount to share is the capacity of Ready nodes of each flavor, or, with no
+nodes known, the sum of the root queues' quotas. Among siblings, each queue first gets
+min(quota, demand capped by limit); what is left goes to priority buckets, highest first, and
+inside a bucket is water-filled in proportion to over-quota weight, never above a queue's
+limit or demand. Each parent's share is then split among its children the same way.
+Everything is an exact integer; how indivisible units are handed out is documented in
+docs/fairness.md and implemented by `_largest_remainder`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+
+from quota.fairness.usage import adjust_weights
+from quota.model.flavorassign import PodSetPlan, plan_pod_set, pod_set_signature, slice_base
+from quota.model.resources import FlavorResource, add_into
+from quota.model.snapshot import (
+    PodSet,
+    QueueSpec,
+    QueueTree,
+    Snapshot,
+    Workload,
+    admission_blocker,
+    pod_set_usage,
+    queue_tree,
+    superseded_slices,
+)
+
+# Over-quota weights are floats in the API; they are turned into integers at this scale so
+# the water-filling below is exact. Two weights closer than one millionth count as equal.
+WEIGHT_SCALE = 1_000_000
+
+Vector = dict[FlavorResource, int]
+
+
+@dataclass(frozen=True, slots=True)
+class FairShare(Mapping[str, Mapping[FlavorResource, int]]):
+    """Fair share of every queue (leaves and parents) per (flavor, resource).
+
+    Reads like a mapping of queue name to shares; `usage` and `demand` have the same shape
+    (subtree totals for parents), and `amount` is what was distributed at the root. A key
+    missing from an inner mapping means zero.
+    """
+
+    shares: Mapping[str, Mapping[FlavorResource, int]]
+    usage: Mapping[str, Mapping[FlavorResource, int]] = field(default_factory=dict)
+    demand: Mapping[str, Mapping[FlavorResource, int]] = field(default_factory=dict)
+    amount: Mapping[FlavorResource, int] = field(default_factory=dict)
+    # Per admitted workload key: the workload and the usage it was counted with, so that an
+    # admission cycle on the same snapshot need not work it out again (a large share of a
+    # big cycle's fixed cost). Not part of the result proper: ignored by comparisons.
+    workload_usage: Mapping[str, tuple[Workload, Mapping[FlavorResource, int]]] = field(
+        default_factory=dict, compare=False, repr=False
+    )
+
+    def __getitem__(self, queue: str) -> Mapping[FlavorResource, int]:
+        return self.shares[queue]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.shares)
+
+    def __len__(self) -> int:
+        return len(self.shares)
+
+
+def root_amount(snapshot: Snapshot, tree: QueueTree) -> Vector:
+    """What is shared at the root: Ready capacity, or the sum of the root queues' quotas."""
+    if snapshot.capacity is not None:
+        return dict(snapshot.capacity)
+    amount: Vector = {}
+    for name in tree.roots:
+        for fq in snapshot.queues[name].flavors:
+            for resource, quota in fq.quota.items():
+                key = (fq.flavor, resource)
+                amount[key] = amount.get(key, 0) + quota
+    return amount
+
+
+def usage_and_demand(
+    snapshot: Snapshot,
+    tree: QueueTree,
+    per_workload: dict[str, tuple[Workload, Mapping[FlavorResource, int]]] | None = None,
+) -> tuple[dict[str, Vector], dict[str, Vector]]:
+    """Usage of admitted workloads and demand (usage + pending requests), per queue subtree.
+
+    A pending pod set counts toward every flavor that could host it, since the queue could
+    take its request from any of them: demand is an upper bound per flavor. Pending
+    workloads of queues that cannot admit (inactive, held, unknown) add no demand. A
+    scale-up slice adds only its extra pods, on the flavors of the slice it replaces.
+    `per_workload`, when given, receives each counted admitted workload and its usage.
+    """
+    usage: dict[str, Vector] = {name: {} for name in snapshot.queues}
+    demand: dict[str, Vector] = {name: {} for name in snapshot.queues}
+    gone = superseded_slices(snapshot.admitted)
+    by_key = {w.key: w for w in snapshot.admitted if w.key not in gone}
+    for w in snapshot.admitted:
+        if w.key in gone or w.queue not in usage:
+            continue
+        held = pod_set_usage(w)
+        if per_workload is not None:
+            per_workload[w.key] = (w, held)
+        add_into(usage[w.queue], held)
+    for name, vector in usage.items():
+        add_into(demand[name], vector)
+    # Pending pod sets of one shape in one queue share one plan: sum their pod counts first,
+    # then spread the total over the flavors that could host them.
+    pods: dict[tuple[str, int], int] = {}
+    shapes: dict[int, PodSet] = {}
+    blocked: dict[str, bool] = {}
+    for w in snapshot.pending:
+        queue = w.queue
+        if queue not in blocked:
+            blocked[queue] = admission_blocker(snapshot.queues, tree, queue) is not None
+        if blocked[queue]:
+            continue
+        running = by_key.get(w.replaces) if w.replaces is not None else None
+        base = slice_base(w, running) if running is not None else None
+        for index, ps in enumerate(w.pod_sets):
+            count = ps.count
+            if base is not None:
+                count -= base.counts[index]
+                pinned = base.flavors[index]
+                if pinned is not None:
+                    target = demand[queue]
+                    if count > 0:
+                        for resource, amount in ps.per_pod.items():
+                            flavor = pinned.get(resource)
+                            if flavor is not None and amount:
+                                key = (flavor, resource)
+                                target[key] = target.get(key, 0) + amount * count
+                    continue
+            if count <= 0:
+                continue
+            shape = (queue, id(ps))
+            pods[shape] = pods.get(shape, 0) + count
+            shapes[id(ps)] = ps
+    plans: dict[tuple[str, tuple[object, ...]], PodSetPlan] = {}
+    for (queue, shape_id), count in pods.items():
+        ps = shapes[shape_id]
+        plan_key = (queue, pod_set_signature(ps))
+        plan = plans.get(plan_key)
+        if plan is None:
+            plan = plan_pod_set(snapshot.queues[queue], snapshot.flavors, ps)
+            plans[plan_key] = plan
+        target = demand[queue]
+        for group in plan.groups:
+            for flavor in group.flavors:
+                for resource in group.resources:
+                    key = (flavor, resource)
+                    target[key] = target.get(key, 0) + ps.per_pod[resource] * count
+    _roll_up(tree, usage)
+    _roll_up(tree, demand)
+    return usage, demand
+
+
+def _roll_up(tree: QueueTree, vectors: dict[str, Vector]) -> None:
+    """Add every queue's own amounts into all its ancestors (children before parents)."""
+    own = {name: dict(v) for name, v in vectors.items()}
+    for name, vector in own.items():
+        if not vector:
+            continue
+        for ancestor in tree.paths[name][1:]:
+            add_into(vectors[ancestor], vector)
+
+
+def fair_share(snapshot: Snapshot) -> FairShare:
+    """Compute every queue's fair share, usage and demand for one snapshot."""
+    tree = queue_tree(snapshot.queues)
+    per_workload: dict[str, tuple[Workload, Mapping[FlavorResource, int]]] = {}
+    usage, demand = usage_and_demand(snapshot, tree, per_workload)
+    amount = root_amount(snapshot, tree)
+    weights = _weights(snapshot, tree)
+    shares = distribute(snapshot.queues, tree, demand, amount, weights)
+    return FairShare(shares, usage, demand, amount, per_workload)
+
+
+def _weights(snapshot: Snapshot, tree: QueueTree) -> dict[str, int]:
+    """Integer over-quota weights, shifted by recent usage when time-based fairness is on."""
+    raw = {name: spec.over_quota_weight for name, spec in snapshot.queues.items()}
+    if snapshot.historical_usage and snapshot.usage_fairness_k:
+        for group in (tree.roots, *tree.children.values()):
+            if not group:
+                continue
+            siblings = {name: raw[name] for name in group}
+            used = {name: snapshot.historical_usage.get(name, 0.0) for name in group}
+            raw.update(adjust_weights(siblings, used, snapshot.usage_fairness_k))
+    return {name: weight_units(w) for name, w in raw.items()}
+
+
+def weight_units(weight: float) -> int:
+    """An over-quota weight as the integer the water-filling works with."""
+    return max(0, round(weight * WEIGHT_SCALE))
+
+
+def distribute(
+    queues: Mapping[str, QueueSpec],
+    tree: QueueTree,
+    demand: Mapping[str, Mapping[FlavorResource, int]],
+    amount: Mapping[FlavorResource, int],
+    weights: Mapping[str, int] | None = None,
+) -> dict[str, Vector]:
+    """Split `amount` down the tree given each queue's subtree `demand` (the pure algorithm).
+
+    `weights` are integer over-quota weights (default: each queue's weight x WEIGHT_SCALE).
+    """
+    shares: dict[str, Vector] = {name: {} for name in queues}
+    # Groups of siblings, each with the amount it splits: the root group first, then every
+    # parent's children once the parent's own share is known (parents before children).
+    pending: list[tuple[tuple[str, ...], Mapping[FlavorResource, int]]] = [(tree.roots, amount)]
+    while pending:
+        group, available = pending.pop()
+        if not group:
+            continue
+        _split_group(queues, group, demand, available, weights, shares)
+        for name in group:
+            kids = tree.children.get(name)
+            if kids:
+                pending.append((kids, shares[name]))
+    return shares
+
+
+def _split_group(
+    queues: Mapping[str, QueueSpec],
+    group: tuple[str, ...],
+    demand: Mapping[str, Mapping[FlavorResource, int]],
+    available: Mapping[FlavorResource, int],
+    weights: Mapping[str, int] | None,
+    shares: dict[str, Vector],
+) -> None:
+    empty: Mapping[FlavorResource, int] = {}
+    names = list(group)
+    demands = [demand.get(name, empty) for name in names]
+    keys: set[FlavorResource] = set()
+    for d in demands:
+        keys.update(d)
+    if not keys:
+        return
+    specs = [queues[name] for name in names]
+    members = [(d, s.quotas, s.limits) for d, s in zip(demands, specs, strict=True)]
+    priorities = sorted({s.priority for s in specs}, reverse=True)
+    buckets = [[i for i, s in enumerate(specs) if s.priority == p] for p in priorities]
+    w = (
+        [weight_units(s.over_quota_weight) for s in specs]
+        if weights is None
+        else [weights.get(name, 0) for name in names]
+    )
+    outs = [shares[name] for name in names]
+    for key in sorted(keys):
+        total = available.get(key, 0)
+        if total <= 0:
+            continue
+        caps: list[int] = []
+        grants: list[int] = []
+        for d, quotas, limits in members:
+            want = d.get(key, 0)
+            if want <= 0:
+                caps.append(0)
+                grants.append(0)
+                continue
+            limit = limits.get(key)
+            cap = want if limit is None or limit > want else limit
+            caps.append(cap)
+            quota = quotas.get(key, 0)
+            grants.append(quota if quota < cap else cap)
+        claimed = sum(grants)
+        if claimed >= total:
+            if claimed > total:
+                # Guarantees add up to more than there is (overcommitted quota, or nodes
+                # missing): the in-quota claims are scaled down in proportion.
+                grants = _largest_remainder(total, grants, names)
+        elif sum(caps) <= total:
+            grants = caps
+        else:
+            left = total - claimed
+            for bucket in buckets:
+                wanting = [i for i in bucket if caps[i] > grants[i] and w[i] > 0]
+                if not wanting:
+                    continue
+                left -= _water_fill(left, wanting, caps, grants, w, names)
+                if left <= 0:
+                    break
+        for out, grant in zip(outs, grants, strict=True):
+            if grant:
+                out[key] = grant
+
+
+def _largest_remainder(total: int, claims: list[int], names: list[str]) -> list[int]:
+    """Split `total` < sum(claims) in proportion to claims, in whole units.
+
+    Each gets the floor of its exact share; the units left over go one each to the largest
+    fractional remainders, ties to the alphabetically first name.
+    """
+    whole = sum(claims)
+    out: list[int] = []
+    remainders: list[tuple[int, str, int]] = []
+    for i, claim in enumerate(claims):
+        share, rem = divmod(total * claim, whole)
+        out.append(share)
+        if rem:
+            remainders.append((-rem, names[i], i))
+    leftover = total - sum(out)
+    remainders.sort()
+    for _, _, i in remainders[:leftover]:
+        out[i] += 1
+    return out
+
+
+def _water_fill(
+    left: int,
+    wanting: list[int],
+    caps: list[int],
+    grants: list[int],
+    weights: list[int],
+    names: list[str],
+) -> int:
+    """Raise `grants` of `wanting` toward `caps` in proportion to weight; return units given.
+
+    Exact: a queue is filled to its cap when its remaining want per unit of weight is at most
+    the current water level (left / total weight); the level only rises as such queues drop
+    out. The rest share what is left in proportion to weight, floored, and the leftover
+    units go to the largest remainders (ties by name).
+    """
+    want = {i: caps[i] - grants[i] for i in wanting}
+    total_want = sum(want.values())
+    if total_want <= left:
+        for i, amount in want.items():
+            grants[i] += amount
+        return total_want
+    given = 0
+    active = list(wanting)
+    weight = sum(weights[i] for i in active)
+    while active:
+        full = [i for i in active if want[i] * weight <= left * weights[i]]
+        if not full:
+            break
+        for i in full:
+            grants[i] += want[i]
+            given += want[i]
+            left -= want[i]
+            weight -= weights[i]
+        done = set(full)
+        active = [i for i in active if i not in done]
+    if active and left > 0:
+        remainders: list[tuple[int, str, int]] = []
+        handed = 0
+        for i in active:
+            share, rem = divmod(left * weights[i], weight)
+            grants[i] += share
+            handed += share
+            if rem:
+                remainders.append((-rem, names[i], i))
+        remainders.sort()
+        extra = left - handed
+        for _, _, i in remainders[:extra]:
+            grants[i] += 1
+        given += left
+    return given

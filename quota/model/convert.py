@@ -1,0 +1,415 @@
+"""From API objects to the engine's snapshot types: the one place that knows both shapes.
+
+The controller builds its snapshot from the watch caches, `muster fairshare` / `muster admit`
+from a file and the simulator from a scenario; all three go through these functions, so a
+ClusterQueue means the same thing to each of them. Everything here is pure: models and plain
+dicts (decoded manifests such as Nodes and Jobs) in, frozen snapshot values out.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from quota.api import ManifestError, parse_manifest
+from quota.api.clusterqueue import ClusterQueue
+from quota.api.meta import Toleration as TolerationModel
+from quota.api.quantity import QuantityError, format_quantity, parse_quantity
+from quota.api.resourceflavor import ResourceFlavor
+from quota.api.workload import Workload as WorkloadModel
+from quota.model.resources import FlavorResource
+from quota.model.snapshot import (
+    Assignment,
+    Flavor,
+    FlavorQuota,
+    PodSet,
+    QueueSpec,
+    Taint,
+    Toleration,
+    Workload,
+)
+
+QUEUE_LABEL = "muster.dev/queue-name"
+ELASTIC_ANNOTATION = "muster.dev/elastic-job"
+# Partial admission, as Kueue's job-min-parallelism: the Job may start with fewer pods, down
+# to this many, when all of them do not fit. Ignored for elastic Jobs, which resize instead.
+MIN_PARALLELISM_ANNOTATION = "muster.dev/min-parallelism"
+JOB_POD_SET = "main"
+
+
+def queue_spec(cq: ClusterQueue, active: bool = True, reason: str = "") -> QueueSpec:
+    """A ClusterQueue as the engine sees it; `active`/`reason` come from the tree check."""
+    spec = cq.spec
+    preemption = spec.preemption
+    preempt_min = preemption.preempt_min_runtime
+    reclaim_min = preemption.reclaim_min_runtime
+    return QueueSpec(
+        name=cq.name,
+        parent=spec.parent,
+        priority=spec.priority,
+        over_quota_weight=float(spec.over_quota_weight),
+        flavors=tuple(FlavorQuota(f.name, dict(f.quota), dict(f.limit)) for f in spec.flavors),
+        queueing_strategy=spec.queueing_strategy,
+        within_queue=preemption.within_queue,
+        reclaim=preemption.reclaim,
+        min_runtime_preempt_s=preempt_min.total_seconds() if preempt_min else 0.0,
+        min_runtime_reclaim_s=reclaim_min.total_seconds() if reclaim_min else 0.0,
+        stop_policy=spec.stop_policy,
+        active=active,
+        inactive_reason="" if active else reason,
+    )
+
+
+def toleration(model: TolerationModel) -> Toleration | None:
+    """A pod toleration for the engine; None for Lt/Gt, which never match a flavor's taints."""
+    if model.operator not in (None, "Equal", "Exists"):
+        return None
+    return Toleration(
+        key=model.key or "",
+        operator="Exists" if model.operator == "Exists" else "Equal",
+        value=model.value or "",
+        effect=model.effect or "",
+    )
+
+
+def _tolerations(models: Iterable[TolerationModel]) -> tuple[Toleration, ...]:
+    return tuple(t for t in (toleration(m) for m in models) if t is not None)
+
+
+def flavor(rf: ResourceFlavor) -> Flavor:
+    """A ResourceFlavor as the engine sees it: node labels, taints, added tolerations."""
+    return Flavor(
+        name=rf.name,
+        node_labels=dict(rf.spec.node_labels),
+        taints=tuple(Taint(t.key, t.value or "", t.effect) for t in rf.spec.node_taints),
+        tolerations=_tolerations(rf.spec.tolerations),
+    )
+
+
+def pod_sets(wl: WorkloadModel) -> tuple[PodSet, ...]:
+    """The pod sets of a Workload, requests already in base units."""
+    return tuple(
+        PodSet(
+            name=ps.name,
+            count=ps.count,
+            per_pod=dict(ps.requests),
+            min_count=ps.min_count,
+            node_selector=dict(ps.template.node_selector),
+            tolerations=_tolerations(ps.template.tolerations),
+        )
+        for ps in wl.spec.pod_sets
+    )
+
+
+def workload(
+    wl: WorkloadModel,
+    cluster_queue: str,
+    *,
+    arrival: float = 0.0,
+    admitted_at: float | None = None,
+    priority_classes: Mapping[str, int] | None = None,
+    evicting: bool = False,
+) -> Workload:
+    """A Workload for the engine: admitted when `status.admission` is set, pending otherwise.
+
+    `cluster_queue` is the leaf queue it belongs to (resolve the LocalQueue with
+    `cluster_queue_of`; an admitted workload's own `status.admission.clusterQueue` wins).
+    The priority is `spec.priority`, else the value of `spec.priorityClassName` in
+    `priority_classes`, else 0.
+    """
+    namespace = wl.metadata.namespace or "default"
+    priority = wl.spec.priority
+    if priority is None and wl.spec.priority_class_name and priority_classes:
+        priority = priority_classes.get(wl.spec.priority_class_name)
+    admission = wl.status.admission
+    assignments: tuple[Assignment, ...] | None = None
+    queue = cluster_queue
+    if admission is not None:
+        queue = admission.cluster_queue
+        assignments = tuple(
+            Assignment(a.name, a.count, dict(a.flavors)) for a in admission.pod_set_assignments
+        )
+        if admitted_at is None:
+            admitted_at = arrival
+    else:
+        admitted_at = None
+    return Workload(
+        key=f"{namespace}/{wl.name}",
+        queue=queue,
+        priority=priority or 0,
+        arrival=arrival,
+        pod_sets=pod_sets(wl),
+        admission=assignments,
+        admitted_at=admitted_at,
+        replaces=f"{namespace}/{wl.spec.replaces}" if wl.spec.replaces else None,
+        evicting=evicting,
+    )
+
+
+def cluster_queue_of(wl: WorkloadModel, local_queues: Mapping[tuple[str, str], str]) -> str | None:
+    """The ClusterQueue behind the Workload's LocalQueue, or None when there is no such queue.
+
+    `local_queues` maps (namespace, LocalQueue name) to its `spec.clusterQueue`.
+    """
+    return local_queues.get((wl.metadata.namespace or "default", wl.spec.queue_name))
+
+
+def node_is_ready(node: Mapping[str, Any]) -> bool:
+    """A Node that is Ready and schedulable: only those count as capacity."""
+    if (node.get("spec") or {}).get("unschedulable"):
+        return False
+    conditions = (node.get("status") or {}).get("conditions") or []
+    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+
+
+def node_capacity(
+    nodes: Sequence[Mapping[str, Any]], flavors: Mapping[str, Flavor]
+) -> dict[FlavorResource, int]:
+    """Allocatable capacity of Ready nodes per (flavor, resource).
+
+    A node provides a flavor when it carries every one of the flavor's node labels; a flavor
+    without node labels describes no particular node and gets no capacity. Every labelled
+    flavor appears (with cpu 0 when no node matches), so that "no nodes of this kind" reads
+    as zero capacity rather than as unknown. Unparseable allocatable values are skipped: a
+    node the kubelet reports oddly must not stop admission for everyone. When this returns
+    an empty mapping callers use quota-only mode (`Snapshot.capacity = None`).
+    """
+    labelled = [f for f in flavors.values() if f.node_labels]
+    capacity: dict[FlavorResource, int] = {}
+    for node in nodes:
+        if not node_is_ready(node):
+            continue
+        labels = (node.get("metadata") or {}).get("labels") or {}
+        allocatable = (node.get("status") or {}).get("allocatable") or {}
+        for fl in labelled:
+            if any(labels.get(k) != v for k, v in fl.node_labels.items()):
+                continue
+            for resource, value in allocatable.items():
+                try:
+                    amount = parse_quantity(value, resource)
+                except QuantityError:
+                    continue
+                key = (fl.name, resource)
+                capacity[key] = capacity.get(key, 0) + amount
+    if capacity:
+        for fl in labelled:
+            if not any(key[0] == fl.name for key in capacity):
+                capacity[(fl.name, "cpu")] = 0
+    return capacity
+
+
+# ------------------------------------------------------------------------ batch/v1 Job
+
+
+def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
+    meta = obj.get("metadata")
+    return meta if isinstance(meta, Mapping) else {}
+
+
+def job_queue_name(job: Mapping[str, Any]) -> str | None:
+    """The LocalQueue a Job asks for (label muster.dev/queue-name), or None."""
+    labels = _meta(job).get("labels") or {}
+    value = labels.get(QUEUE_LABEL)
+    return str(value) if value else None
+
+
+def job_is_elastic(job: Mapping[str, Any]) -> bool:
+    """Whether the Job opted into WorkloadSlices (annotation muster.dev/elastic-job: "true")."""
+    annotations = _meta(job).get("annotations") or {}
+    return str(annotations.get(ELASTIC_ANNOTATION, "")).lower() == "true"
+
+
+def job_pod_count(job: Mapping[str, Any]) -> int:
+    """Pods the Job runs at once: parallelism (default 1), at most completions."""
+    spec = job.get("spec") or {}
+    parallelism = spec.get("parallelism")
+    count = 1 if parallelism is None else int(parallelism)
+    completions = spec.get("completions")
+    if completions is not None:
+        count = min(count, int(completions))
+    return max(count, 0)
+
+
+def _container_requests(container: Mapping[str, Any], where: str) -> dict[str, int]:
+    resources = container.get("resources") or {}
+    # The apiserver defaults a missing request to the limit; so does the quota.
+    merged = dict(resources.get("limits") or {})
+    merged.update(resources.get("requests") or {})
+    return {r: parse_quantity(v, r, field=f"{where}.resources[{r}]") for r, v in merged.items()}
+
+
+def _add(into: dict[str, int], more: Mapping[str, int]) -> None:
+    for r, v in more.items():
+        into[r] = into.get(r, 0) + v
+
+
+def pod_requests(pod_spec: Mapping[str, Any], where: str = "spec") -> dict[str, int]:
+    """What one pod requests, as the scheduler counts it: the sum of its containers and
+    sidecars, or its largest init container if that is more, plus the pod overhead.
+
+    `where` prefixes the field path in errors (e.g. ``spec.template.spec``).
+    """
+    total: dict[str, int] = {}
+    for i, container in enumerate(pod_spec.get("containers") or []):
+        _add(total, _container_requests(container, f"{where}.containers[{i}]"))
+    sidecars: dict[str, int] = {}
+    init_peak: dict[str, int] = {}
+    for i, container in enumerate(pod_spec.get("initContainers") or []):
+        requests = _container_requests(container, f"{where}.initContainers[{i}]")
+        if container.get("restartPolicy") == "Always":
+            _add(sidecars, requests)
+            continue
+        # A regular init container runs next to the sidecars started before it.
+        for r in set(requests) | set(sidecars):
+            init_peak[r] = max(init_peak.get(r, 0), requests.get(r, 0) + sidecars.get(r, 0))
+    _add(total, sidecars)
+    for r, v in init_peak.items():
+        total[r] = max(total.get(r, 0), v)
+    overhead = pod_spec.get("overhead") or {}
+    _add(
+        total,
+        {r: parse_quantity(v, r, field=f"{where}.overhead[{r}]") for r, v in overhead.items()},
+    )
+    return {r: v for r, v in total.items() if v > 0}
+
+
+def job_priority(
+    job: Mapping[str, Any],
+    priority_classes: Mapping[str, int],
+    global_default: str | None = None,
+) -> tuple[str | None, int]:
+    """The Job's PriorityClass name and value: the named class, else the global default
+    class, else (None, 0). Raises KeyError for a class that does not exist."""
+    pod_spec = ((job.get("spec") or {}).get("template") or {}).get("spec") or {}
+    name = pod_spec.get("priorityClassName")
+    if name:
+        return str(name), priority_classes[str(name)]
+    if global_default is not None:
+        return global_default, priority_classes[global_default]
+    return None, 0
+
+
+def _subject(job: Mapping[str, Any]) -> str:
+    meta = _meta(job)
+    namespace = meta.get("namespace") or "default"
+    return f"{job.get('kind') or 'Job'} {namespace}/{meta.get('name') or '?'}"
+
+
+def job_to_workload_model(
+    job: Mapping[str, Any],
+    priority_classes: Mapping[str, int],
+    *,
+    global_default: str | None = None,
+    index: int = 0,
+    name: str | None = None,
+    count: int | None = None,
+) -> WorkloadModel:
+    """The Workload a batch/v1 Job becomes: one pod set of min(parallelism, completions) pods
+    with the pod template's requests, node selector and tolerations.
+
+    The queue is the Job's `muster.dev/queue-name` label (a LocalQueue in its namespace), the
+    priority its PriorityClass, and `muster.dev/min-parallelism` allows partial admission
+    (not for elastic Jobs, which resize through slices instead). `count` overrides the pod
+    count (a slice of an elastic Job). Raises ManifestError naming `index`, the field and the
+    rule when the Job cannot be queued.
+    """
+    subject = _subject(job)
+
+    def fail(path: str, rule: str) -> ManifestError:
+        return ManifestError(index, subject, [(path, rule)])
+
+    meta = _meta(job)
+    queue = job_queue_name(job)
+    if queue is None:
+        raise fail(
+            f"metadata.labels[{QUEUE_LABEL}]",
+            "required: the LocalQueue the Job is queued in",
+        )
+    spec = job.get("spec")
+    if not isinstance(spec, Mapping):
+        raise fail("spec", "required field is missing")
+    for field in ("parallelism", "completions"):
+        value = spec.get(field)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+            raise fail(f"spec.{field}", f"must be a whole number (got {value!r})")
+        if isinstance(value, int) and value < 0:
+            raise fail(f"spec.{field}", f"must not be negative (got {value})")
+    template = spec.get("template")
+    pod_spec = template.get("spec") if isinstance(template, Mapping) else None
+    if not isinstance(pod_spec, Mapping):
+        raise fail("spec.template.spec", "required field is missing")
+    try:
+        requests = pod_requests(pod_spec, "spec.template.spec")
+    except QuantityError as error:
+        path, _, rule = str(error).partition(": ")
+        raise fail(path, rule) from None
+    try:
+        class_name, priority = job_priority(job, priority_classes, global_default)
+    except KeyError:
+        raise fail(
+            "spec.template.spec.priorityClassName",
+            f"PriorityClass {pod_spec.get('priorityClassName')!r} does not exist",
+        ) from None
+    pods = job_pod_count(job) if count is None else count
+    pod_set: dict[str, Any] = {
+        "name": JOB_POD_SET,
+        "count": pods,
+        "template": {
+            "nodeSelector": dict(pod_spec.get("nodeSelector") or {}),
+            "tolerations": list(pod_spec.get("tolerations") or []),
+        },
+        "requests": {r: format_quantity(v, r) for r, v in requests.items()},
+    }
+    annotations = meta.get("annotations") or {}
+    minimum = annotations.get(MIN_PARALLELISM_ANNOTATION)
+    if minimum is not None and not job_is_elastic(job) and pods:
+        try:
+            low = int(str(minimum))
+        except ValueError:
+            raise fail(
+                f"metadata.annotations[{MIN_PARALLELISM_ANNOTATION}]",
+                f"must be a whole number of pods (got {minimum!r})",
+            ) from None
+        if low < 1:
+            raise fail(
+                f"metadata.annotations[{MIN_PARALLELISM_ANNOTATION}]",
+                f"must be at least 1 (got {low})",
+            )
+        pod_set["minCount"] = min(low, pods)
+    body: dict[str, Any] = {"queueName": queue, "priority": priority, "podSets": [pod_set]}
+    if class_name:
+        body["priorityClassName"] = class_name
+    document = {
+        "apiVersion": "muster.dev/v1alpha1",
+        "kind": "Workload",
+        "metadata": {
+            "name": name or str(meta.get("name") or ""),
+            "namespace": str(meta.get("namespace") or "default"),
+        },
+        "spec": body,
+    }
+    try:
+        model = parse_manifest(document, index)
+    except ManifestError as error:
+        # Say it in the Job's terms: the user wrote a Job, not a Workload.
+        problems = [(_job_field(path), rule) for path, rule in error.problems]
+        raise ManifestError(index, subject, problems) from None
+    assert isinstance(model, WorkloadModel)
+    return model
+
+
+_WORKLOAD_TO_JOB = (
+    ("spec.podSets[0].count", "spec.parallelism"),
+    ("spec.podSets[0].minCount", f"metadata.annotations[{MIN_PARALLELISM_ANNOTATION}]"),
+    ("spec.podSets[0].requests", "spec.template.spec.containers[*].resources.requests"),
+    ("spec.podSets[0].template", "spec.template.spec"),
+    ("spec.queueName", f"metadata.labels[{QUEUE_LABEL}]"),
+    ("spec.priority", "spec.template.spec.priorityClassName"),
+)
+
+
+def _job_field(path: str) -> str:
+    for workload_path, job_path in _WORKLOAD_TO_JOB:
+        if path.startswith(workload_path):
+            return job_path + path[len(workload_path) :]
+    return path

@@ -1,0 +1,307 @@
+"""Choosing a flavor per resource for each pod set of a workload.
+
+Resources that appear together in one of a queue's flavors form a resource group (cpu and
+memory of "default", say, or cpu, memory and GPUs of "h100"); every requested resource of a
+group comes from the same flavor, because the pods land on nodes of one kind. Flavors are
+tried in the queue's preference order, a flavor whose node labels contradict the pod set's
+node selector, or whose taints the pods do not tolerate, is skipped, and a whole pod set
+always takes one flavor per resource.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+
+from quota.model.ledger import Ledger
+from quota.model.resources import FlavorResource
+from quota.model.snapshot import Flavor, PodSet, QueueSpec, Taint, Toleration, Workload
+
+
+def flavor_conflict(flavor: Flavor, pod_set: PodSet) -> str | None:
+    """Why `flavor` cannot host `pod_set`, or None when it can.
+
+    Only selector keys that the flavor labels count: a flavor says nothing about the others.
+    The flavor's own tolerations count as the pods' because they are added to admitted pods.
+    """
+    for key, wanted in sorted(pod_set.node_selector.items()):
+        have = flavor.node_labels.get(key)
+        if have is not None and have != wanted:
+            return (
+                f"flavor {flavor.name} skipped: node selector {key}={wanted} of pod set "
+                f"{pod_set.name} conflicts with flavor label {key}={have}"
+            )
+    tolerations = pod_set.tolerations + flavor.tolerations
+    for taint in flavor.taints:
+        if taint.effect == "PreferNoSchedule":
+            continue
+        if not any(t.tolerates(taint) for t in tolerations):
+            return (
+                f"flavor {flavor.name} skipped: taint {taint} is not tolerated by pod set "
+                f"{pod_set.name}"
+            )
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class GroupPlan:
+    """The flavors a group of requested resources may come from, in preference order."""
+
+    resources: tuple[str, ...]
+    flavors: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class PodSetPlan:
+    """Everything flavor assignment needs about one pod set in one queue, computed once."""
+
+    pod_set: PodSet  # shape only: its count is not used, callers pass counts
+    groups: tuple[GroupPlan, ...]
+    # Why the pod set cannot be admitted in this queue at all (no flavor covers a resource,
+    # or every flavor is ruled out); None when some flavor may host every group.
+    impossible: str | None
+    skipped: tuple[str, ...]  # flavor conflicts, for reasons shown to users
+
+
+def _resource_groups(flavor_resources: Sequence[tuple[str, tuple[str, ...]]]) -> dict[str, int]:
+    """Map each resource to the id of its group (union of resources sharing a flavor), given
+    each flavor of a queue with the resources it has quota for."""
+    parent: dict[str, str] = {}
+
+    def find(r: str) -> str:
+        while parent[r] != r:
+            parent[r] = parent[parent[r]]
+            r = parent[r]
+        return r
+
+    for _, names in flavor_resources:
+        for r in names:
+            parent.setdefault(r, r)
+        for r in names[1:]:
+            a, b = find(names[0]), find(r)
+            if a != b:
+                parent[max(a, b)] = min(a, b)
+    roots = sorted({find(r) for r in parent})
+    ids = {root: i for i, root in enumerate(roots)}
+    return {r: ids[find(r)] for r in parent}
+
+
+# What planning reads of a queue and the flavors it names: per flavor in preference order,
+# its name, the resources the queue has quota for there, and the flavor's labels, taints
+# and tolerations (None for a flavor the snapshot does not describe). Hashable, so plans can
+# be shared by every queue with the same flavors and by every cycle.
+FlavorSignature = tuple[
+    tuple[
+        str,
+        tuple[str, ...],
+        tuple[tuple[tuple[str, str], ...], tuple[Taint, ...], tuple[Toleration, ...]] | None,
+    ],
+    ...,
+]
+
+
+def flavor_signature(spec: QueueSpec, flavors: Mapping[str, Flavor]) -> FlavorSignature:
+    """What flavor planning depends on in a queue: equal signatures plan alike."""
+    out = []
+    for fq in spec.flavors:
+        flavor = flavors.get(fq.flavor)
+        described = (
+            None
+            if flavor is None
+            else (tuple(sorted(flavor.node_labels.items())), flavor.taints, flavor.tolerations)
+        )
+        out.append((fq.flavor, tuple(sorted(fq.quota)), described))
+    return tuple(out)
+
+
+@dataclass(frozen=True, slots=True)
+class _Shape:
+    """A plan without the queue: what every queue with one flavor signature shares."""
+
+    groups: tuple[GroupPlan, ...]
+    skipped: tuple[str, ...]
+    uncovered: tuple[str, ...]  # requested resources no flavor of the queue has quota for
+    unhostable: tuple[str, ...]  # a group every flavor of which is ruled out
+    why: str  # why they are ruled out
+
+
+@lru_cache(maxsize=4096)
+def _plan_shape(flavor_sig: FlavorSignature, pod_sig: PodSetSignature) -> _Shape:
+    """Plan a pod set shape against a queue's flavors, both given by signature.
+
+    Pure and cached: the simulator and the controller plan the same few shapes in the same
+    queues every cycle, and this used to be a quarter of a simulation's time. The cache is
+    bounded; a miss only costs the planning itself.
+    """
+    name, per_pod, selector, tolerations = pod_sig
+    pod_set = PodSet(name, 1, dict(per_pod), node_selector=dict(selector), tolerations=tolerations)
+    requested = sorted(r for r, amount in per_pod if amount > 0)
+    group_of = _resource_groups([(f, resources) for f, resources, _ in flavor_sig])
+    uncovered = tuple(r for r in requested if r not in group_of)
+    if uncovered:
+        return _Shape((), (), uncovered, (), "")
+    by_group: dict[int, list[str]] = {}
+    for r in requested:
+        by_group.setdefault(group_of[r], []).append(r)
+    skipped: list[str] = []
+    conflicts: dict[str, str | None] = {}
+    groups: list[GroupPlan] = []
+    for _, resources in sorted(by_group.items()):
+        candidates: list[str] = []
+        for flavor_name, covered, described in flavor_sig:
+            if not all(r in covered for r in resources):
+                continue
+            if flavor_name not in conflicts:
+                if described is None:
+                    flavor = Flavor(flavor_name)
+                else:
+                    labels, taints, flavor_tolerations = described
+                    flavor = Flavor(flavor_name, dict(labels), taints, flavor_tolerations)
+                conflicts[flavor_name] = flavor_conflict(flavor, pod_set)
+                if conflicts[flavor_name] is not None:
+                    skipped.append(str(conflicts[flavor_name]))
+            if conflicts[flavor_name] is None:
+                candidates.append(flavor_name)
+        if not candidates:
+            why = "; ".join(skipped) if skipped else "no flavor covers them together"
+            return _Shape((), tuple(skipped), (), tuple(resources), why)
+        groups.append(GroupPlan(tuple(resources), tuple(candidates)))
+    return _Shape(tuple(groups), tuple(skipped), (), (), "")
+
+
+def plan_pod_set(spec: QueueSpec, flavors: Mapping[str, Flavor], pod_set: PodSet) -> PodSetPlan:
+    """Work out which flavors may serve each requested resource group of `pod_set`."""
+    shape = _plan_shape(flavor_signature(spec, flavors), pod_set_signature(pod_set))
+    if shape.uncovered:
+        return PodSetPlan(
+            pod_set,
+            (),
+            f"queue {spec.name} has no quota for {', '.join(shape.uncovered)} in any flavor",
+            (),
+        )
+    if shape.unhostable:
+        return PodSetPlan(
+            pod_set,
+            (),
+            f"no flavor of queue {spec.name} can host {', '.join(shape.unhostable)} for pod set "
+            f"{pod_set.name}: {shape.why}",
+            shape.skipped,
+        )
+    return PodSetPlan(pod_set, shape.groups, None, shape.skipped)
+
+
+@dataclass(frozen=True, slots=True)
+class Shortfall:
+    """One flavor that could not take one resource: what was asked and what was left."""
+
+    pod_set: str
+    flavor: str
+    resource: str
+    requested: int
+
+
+@dataclass(frozen=True, slots=True)
+class FitFailure:
+    """The pod set that did not fit, and per flavor tried the first resource short."""
+
+    pod_set: str
+    shortfalls: tuple[Shortfall, ...]
+    skipped: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Fit:
+    """A flavor per resource for every pod set, and the usage that admission charges."""
+
+    flavors: tuple[dict[str, str], ...]  # per pod set, resource -> flavor
+    usage: dict[FlavorResource, int]
+
+
+def assign_flavors(
+    queue: str,
+    plans: Sequence[PodSetPlan],
+    counts: Sequence[int],
+    ledgers: Sequence[Ledger],
+    sticky: Sequence[Mapping[str, str] | None] | None = None,
+) -> Fit | FitFailure:
+    """Pick flavors for the pod sets at `counts` pods so the whole workload fits every ledger.
+
+    `sticky` pins the flavors of pod sets that already run (an elastic scale-up stays on the
+    flavors of its running slice). Pod sets are charged one after another, so two pod sets
+    asking for the same flavor see each other's requests.
+    """
+    usage: dict[FlavorResource, int] = {}
+    chosen: list[dict[str, str]] = []
+    for index, plan in enumerate(plans):
+        count = counts[index]
+        per_pod = plan.pod_set.per_pod
+        pinned = sticky[index] if sticky is not None else None
+        picked: dict[str, str] = {}
+        for group in plan.groups:
+            options = group.flavors
+            if pinned is not None and group.resources[0] in pinned:
+                options = (pinned[group.resources[0]],)
+            shortfalls: list[Shortfall] = []
+            for flavor in options:
+                short: Shortfall | None = None
+                if count:
+                    for r in group.resources:
+                        key = (flavor, r)
+                        need = per_pod[r] * count + usage.get(key, 0)
+                        for ledger in ledgers:
+                            if ledger.headroom(queue, key) < need:
+                                short = Shortfall(plan.pod_set.name, flavor, r, need)
+                                break
+                        if short is not None:
+                            break
+                if short is None:
+                    for r in group.resources:
+                        picked[r] = flavor
+                        if count:
+                            key = (flavor, r)
+                            usage[key] = usage.get(key, 0) + per_pod[r] * count
+                    break
+                shortfalls.append(short)
+            else:
+                return FitFailure(plan.pod_set.name, tuple(shortfalls), plan.skipped)
+        chosen.append(picked)
+    return Fit(tuple(chosen), usage)
+
+
+PodSetSignature = tuple[
+    str, tuple[tuple[str, int], ...], tuple[tuple[str, str], ...], tuple[Toleration, ...]
+]
+
+
+def pod_set_signature(pod_set: PodSet) -> PodSetSignature:
+    """What flavor planning depends on: equal signatures share one PodSetPlan."""
+    return (
+        pod_set.name,
+        tuple(sorted(pod_set.per_pod.items())),
+        tuple(sorted(pod_set.node_selector.items())),
+        pod_set.tolerations,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class SliceBase:
+    """For a scale-up slice, per pod set: pods already running and their (sticky) flavors."""
+
+    counts: tuple[int, ...]
+    flavors: tuple[Mapping[str, str] | None, ...]
+
+
+def slice_base(workload: Workload, running: Workload) -> SliceBase:
+    """What `running` (the admitted slice that `workload` replaces) already holds per pod set.
+
+    Pod sets the running slice lacks start from zero and choose flavors freely.
+    """
+    admitted = {a.pod_set: a for a in running.admission or ()}
+    counts: list[int] = []
+    pinned: list[Mapping[str, str] | None] = []
+    for ps in workload.pod_sets:
+        a = admitted.get(ps.name)
+        counts.append(a.count if a is not None else 0)
+        pinned.append(a.flavors if a is not None else None)
+    return SliceBase(tuple(counts), tuple(pinned))

@@ -1,0 +1,94 @@
+"""Quota in use along the queue tree, and how much more a leaf may still take.
+
+A ledger charges a workload's usage to its leaf queue and to every ancestor, so that a limit
+anywhere on the path and the amount distributed at the root (capacity of Ready nodes, or the
+sum of the root queues' quotas) are checked by walking at most the depth of the tree.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from quota.model.resources import FlavorResource
+
+# (queue name, its limits, its usage) for one limited queue on a path.
+_LimitedQueue = tuple[str, Mapping[FlavorResource, int], dict[FlavorResource, int]]
+
+
+class Ledger:
+    """Mutable usage per queue subtree and in total, for the duration of one cycle."""
+
+    __slots__ = ("_limited", "amount", "limits", "paths", "root_used", "touched", "used")
+
+    def __init__(
+        self,
+        paths: Mapping[str, tuple[str, ...]],
+        limits: Mapping[str, Mapping[FlavorResource, int]],
+        amount: Mapping[FlavorResource, int],
+    ) -> None:
+        self.paths = paths
+        self.limits = limits
+        self.amount = amount
+        self.used: dict[str, dict[FlavorResource, int]] = {name: {} for name in paths}
+        self.root_used: dict[FlavorResource, int] = {}
+        # Per queue, the (name, limits, usage) of the queues on its path that have any limit;
+        # most trees limit few queues, so the walk is usually empty.
+        self._limited: dict[str, tuple[_LimitedQueue, ...]] = {}
+        # When set, every charged queue is appended here, so that figures derived from
+        # usage (see quota/reclaim.py) can be refreshed for just those queues.
+        self.touched: list[str] | None = None
+
+    def copy(self) -> Ledger:
+        """An independent ledger with the same usage."""
+        twin = Ledger(self.paths, self.limits, self.amount)
+        twin.used = {name: dict(usage) for name, usage in self.used.items()}
+        twin.root_used = dict(self.root_used)
+        return twin
+
+    def _limited_path(self, queue: str) -> tuple[_LimitedQueue, ...]:
+        found = self._limited.get(queue)
+        if found is None:
+            found = tuple(
+                (name, self.limits[name], self.used[name])
+                for name in self.paths[queue]
+                if self.limits.get(name)
+            )
+            self._limited[queue] = found
+        return found
+
+    def charge(self, queue: str, usage: Mapping[FlavorResource, int], sign: int = 1) -> None:
+        """Add (sign=1) or release (sign=-1) `usage` on `queue` and all its ancestors."""
+        if self.touched is not None:
+            self.touched.append(queue)
+        root = self.root_used
+        for key, amount in usage.items():
+            delta = amount * sign
+            root[key] = root.get(key, 0) + delta
+        for name in self.paths[queue]:
+            used = self.used[name]
+            for key, amount in usage.items():
+                used[key] = used.get(key, 0) + amount * sign
+
+    def headroom(self, queue: str, key: FlavorResource) -> int:
+        """How much more of `key` a workload in `queue` may take right now."""
+        room = self.amount.get(key, 0) - self.root_used.get(key, 0)
+        for _, limits, used in self._limited_path(queue):
+            cap = limits.get(key)
+            if cap is not None:
+                left = cap - used.get(key, 0)
+                if left < room:
+                    room = left
+        return room
+
+    def binding(self, queue: str, key: FlavorResource) -> tuple[int, str | None, int]:
+        """(available, queue whose limit binds or None for the root amount, that bound)."""
+        room = self.amount.get(key, 0) - self.root_used.get(key, 0)
+        binder: str | None = None
+        bound = self.amount.get(key, 0)
+        for name, limits, used in self._limited_path(queue):
+            cap = limits.get(key)
+            if cap is not None:
+                left = cap - used.get(key, 0)
+                if left < room or (left == room and binder is None):
+                    room, binder, bound = left, name, cap
+        return room, binder, bound

@@ -1,0 +1,278 @@
+"""The immutable input of one admission cycle: queues, flavors, capacity and workloads.
+
+The shell builds a Snapshot from its caches; the core reads it and never changes it. Every
+class here is a frozen, slotted dataclass so a cycle can share one snapshot freely and two
+runs over the same snapshot decide the same things.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Literal
+
+from quota.model.resources import FlavorResource
+
+QueueingStrategy = Literal["StrictFIFO", "BestEffortFIFO"]
+WithinQueuePolicy = Literal["Never", "LowerPriority", "LowerOrNewerEqualPriority"]
+ReclaimPolicy = Literal["Never", "LowerPriority", "Any"]
+StopPolicy = Literal["None", "Hold", "HoldAndDrain"]
+TaintEffect = Literal["NoSchedule", "PreferNoSchedule", "NoExecute"]
+
+
+@dataclass(frozen=True, slots=True)
+class Taint:
+    """A taint carried by every node of a flavor."""
+
+    key: str
+    value: str = ""
+    effect: TaintEffect = "NoSchedule"
+
+    def __str__(self) -> str:
+        value = f"={self.value}" if self.value else ""
+        return f"{self.key}{value}:{self.effect}"
+
+
+@dataclass(frozen=True, slots=True)
+class Toleration:
+    """A pod toleration, with the Kubernetes matching rules."""
+
+    key: str = ""
+    operator: Literal["Equal", "Exists"] = "Equal"
+    value: str = ""
+    effect: TaintEffect | Literal[""] = ""
+
+    def tolerates(self, taint: Taint) -> bool:
+        """True when this toleration matches `taint` (empty key with Exists matches all)."""
+        if self.effect and self.effect != taint.effect:
+            return False
+        if not self.key:
+            return self.operator == "Exists"
+        if self.key != taint.key:
+            return False
+        return self.operator == "Exists" or self.value == taint.value
+
+
+@dataclass(frozen=True, slots=True)
+class FlavorQuota:
+    """What a queue is guaranteed (quota) and may at most use (limit) of one flavor.
+
+    `limit` holds only the resources that have one; a resource missing there is unlimited.
+    A resource missing from `quota` cannot be taken from this flavor by a leaf queue.
+    """
+
+    flavor: str
+    quota: Mapping[str, int]
+    limit: Mapping[str, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class QueueSpec:
+    """A ClusterQueue: one node of the queue tree."""
+
+    name: str
+    parent: str | None = None
+    priority: int = 0
+    over_quota_weight: float = 1.0
+    flavors: tuple[FlavorQuota, ...] = ()  # preference order
+    queueing_strategy: QueueingStrategy = "BestEffortFIFO"
+    within_queue: WithinQueuePolicy = "Never"
+    reclaim: ReclaimPolicy = "Never"
+    min_runtime_preempt_s: float = 0.0
+    min_runtime_reclaim_s: float = 0.0
+    stop_policy: StopPolicy = "None"
+    active: bool = True
+    inactive_reason: str = ""
+    # Derived once: quota and limits keyed by (flavor, resource), for lookups in hot loops.
+    quotas: Mapping[FlavorResource, int] = field(init=False, repr=False, compare=False)
+    limits: Mapping[FlavorResource, int] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        quotas: dict[FlavorResource, int] = {}
+        limits: dict[FlavorResource, int] = {}
+        for fq in self.flavors:
+            for resource, amount in fq.quota.items():
+                quotas.setdefault((fq.flavor, resource), amount)
+            for resource, amount in fq.limit.items():
+                limits.setdefault((fq.flavor, resource), amount)
+        object.__setattr__(self, "quotas", quotas)
+        object.__setattr__(self, "limits", limits)
+
+    def quota_for(self, flavor: str, resource: str) -> int:
+        """Guaranteed amount of `resource` in `flavor` (0 when the queue lists none)."""
+        return self.quotas.get((flavor, resource), 0)
+
+    def limit_for(self, flavor: str, resource: str) -> int | None:
+        """Hard cap on `resource` in `flavor`, or None when there is none."""
+        return self.limits.get((flavor, resource))
+
+
+@dataclass(frozen=True, slots=True)
+class Flavor:
+    """A ResourceFlavor: the node labels and taints shared by the nodes of one kind."""
+
+    name: str
+    node_labels: Mapping[str, str] = field(default_factory=dict)
+    taints: tuple[Taint, ...] = ()
+    tolerations: tuple[Toleration, ...] = ()  # added to pods admitted on this flavor
+
+
+@dataclass(frozen=True, slots=True)
+class PodSet:
+    """A group of identical pods of a workload (e.g. the workers of a training Job)."""
+
+    name: str
+    count: int
+    per_pod: Mapping[str, int]
+    min_count: int | None = None  # partial admission: the fewest pods the job can run with
+    node_selector: Mapping[str, str] = field(default_factory=dict)
+    tolerations: tuple[Toleration, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Assignment:
+    """How one pod set was admitted: how many pods and which flavor per resource."""
+
+    pod_set: str
+    count: int
+    flavors: Mapping[str, str]  # resource -> flavor
+
+
+@dataclass(frozen=True, slots=True)
+class Workload:
+    """A unit of admission: every pod set is admitted together or not at all."""
+
+    key: str  # "namespace/name"
+    queue: str  # leaf ClusterQueue name
+    priority: int
+    arrival: float  # seconds; earlier arrivals go first among equal priority
+    pod_sets: tuple[PodSet, ...]
+    admission: tuple[Assignment, ...] | None = None  # set when admitted
+    admitted_at: float | None = None
+    replaces: str | None = None  # elastic scale-up: key of the admitted slice it replaces
+    # The shell has already asked for this admitted workload to be evicted (preempted,
+    # reclaimed or drained): it still holds its quota until it is gone, but nothing should
+    # choose it as a victim again, and a preemptor may count on the quota it will release.
+    evicting: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """Everything one admission cycle decides from."""
+
+    now: float
+    queues: Mapping[str, QueueSpec]
+    flavors: Mapping[str, Flavor]
+    # (flavor, resource) -> capacity of Ready nodes; None = quota-only mode.
+    capacity: Mapping[FlavorResource, int] | None = None
+    admitted: tuple[Workload, ...] = ()
+    pending: tuple[Workload, ...] = ()
+    # Per queue, decayed past usage; empty turns time-based fairness off.
+    historical_usage: Mapping[str, float] = field(default_factory=dict)
+    usage_fairness_k: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class QueueTree:
+    """The parent/child structure of the queues, resolved once per cycle."""
+
+    roots: tuple[str, ...]
+    children: Mapping[str, tuple[str, ...]]
+    # Each queue's path from itself up to its root, itself first.
+    paths: Mapping[str, tuple[str, ...]]
+
+    def is_leaf(self, name: str) -> bool:
+        """True for queues without children: only those hold workloads."""
+        return not self.children.get(name)
+
+
+def queue_tree(queues: Mapping[str, QueueSpec]) -> QueueTree:
+    """Resolve parents into a tree; raise ValueError naming the queue on a bad parent or cycle."""
+    children: dict[str, list[str]] = {name: [] for name in queues}
+    roots: list[str] = []
+    for name in sorted(queues):
+        parent = queues[name].parent
+        if parent is None:
+            roots.append(name)
+        elif parent not in queues:
+            raise ValueError(f"queue {name}: parent {parent} does not exist")
+        else:
+            children[parent].append(name)
+    paths: dict[str, tuple[str, ...]] = {}
+    for name in queues:
+        path = [name]
+        seen = {name}
+        parent = queues[name].parent
+        while parent is not None:
+            if parent in seen:
+                raise ValueError(f"queue {name}: parent chain loops back to {parent}")
+            seen.add(parent)
+            path.append(parent)
+            parent = queues[parent].parent
+        paths[name] = tuple(path)
+    return QueueTree(
+        roots=tuple(roots),
+        children={name: tuple(kids) for name, kids in children.items()},
+        paths=paths,
+    )
+
+
+def pod_set_usage(workload: Workload) -> dict[FlavorResource, int]:
+    """Quota an admitted workload holds, per (flavor, resource), from its admission."""
+    out: dict[FlavorResource, int] = {}
+    if workload.admission is None:
+        return out
+    per_pod = {ps.name: ps.per_pod for ps in workload.pod_sets}
+    for assignment in workload.admission:
+        requests = per_pod.get(assignment.pod_set, {})
+        for resource, amount in requests.items():
+            flavor = assignment.flavors.get(resource)
+            if flavor is None or not amount:
+                continue
+            key = (flavor, resource)
+            out[key] = out.get(key, 0) + amount * assignment.count
+    return out
+
+
+def superseded_slices(admitted: tuple[Workload, ...]) -> frozenset[str]:
+    """Keys of admitted slices that an admitted successor slice already replaces.
+
+    The shell retires the old slice a little after the new one is admitted; until then both
+    are in the snapshot and only the successor's usage counts.
+    """
+    keys = {w.key for w in admitted}
+    return frozenset(w.replaces for w in admitted if w.replaces is not None and w.replaces in keys)
+
+
+def admission_blocker(queues: Mapping[str, QueueSpec], tree: QueueTree, name: str) -> str | None:
+    """Why workloads of queue `name` cannot be admitted at all, or None.
+
+    A stop policy or deactivation on an ancestor holds the whole subtree: holding a
+    department holds its teams.
+    """
+    if name not in queues:
+        return f"queue {name} does not exist"
+    if not tree.is_leaf(name):
+        return f"queue {name} has child queues; workloads must name a leaf queue"
+    for queue_name in tree.paths[name]:
+        spec = queues[queue_name]
+        where = "" if queue_name == name else f" (ancestor of {name})"
+        if not spec.active:
+            why = f": {spec.inactive_reason}" if spec.inactive_reason else ""
+            return f"queue {queue_name}{where} is inactive{why}"
+        if spec.stop_policy != "None":
+            return (
+                f"queue {queue_name}{where} is stopped (stopPolicy {spec.stop_policy}); "
+                "set stopPolicy to None to resume admission"
+            )
+    return None
+
+
+def draining(queues: Mapping[str, QueueSpec], tree: QueueTree, name: str) -> str | None:
+    """The queue on `name`'s path whose stopPolicy HoldAndDrain evicts its workloads, if any."""
+    if name not in tree.paths:
+        return None
+    for queue_name in tree.paths[name]:
+        if queues[queue_name].stop_policy == "HoldAndDrain":
+            return queue_name
+    return None

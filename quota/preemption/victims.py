@@ -1,0 +1,202 @@
+"""Choosing victims: the greedy-then-reprieve search, and preemption within a queue.
+
+The search removes candidates least important first until the preemptor fits, then puts
+back, most important first, every victim whose removal turns out not to be needed. The
+result is a small set made of the least important workloads that together make room.
+Reclaim across queues (quota/reclaim.py) uses the same search with its own candidates and
+guards.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+from quota.model.ledger import Ledger
+from quota.model.resources import FlavorResource
+from quota.model.snapshot import WithinQueuePolicy, Workload
+from quota.model.transaction import Transaction
+
+
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    """An admitted workload that could be evicted, with the quota it would release."""
+
+    workload: Workload
+    queue: str
+    usage: Mapping[FlavorResource, int]
+
+
+def started_at(workload: Workload) -> float:
+    """When an admitted workload started holding quota (arrival when not recorded)."""
+    return workload.admitted_at if workload.admitted_at is not None else workload.arrival
+
+
+def victim_order(candidate: Candidate) -> tuple[int, float, str]:
+    """Least important first: lowest priority, then most recently started, then key."""
+    w = candidate.workload
+    return (w.priority, -started_at(w), w.key)
+
+
+def select_victims(
+    candidates: Sequence[Candidate],
+    ledger: Ledger,
+    fits: Callable[[Sequence[Candidate]], bool],
+    allowed: Callable[[Candidate], bool] | None = None,
+    enough: Callable[[Mapping[FlavorResource, int]], bool] | None = None,
+) -> list[Candidate] | None:
+    """Release candidates from `ledger` in order until `fits(chosen)`; then reprieve.
+
+    On success the chosen victims stay released in `ledger` and are returned; on failure the
+    ledger is left as it was and None is returned. `allowed` is asked just before each removal,
+    with earlier victims already released, so guards see the state the removal would leave.
+    `enough(freed)`, when given (and `allowed` is not), is a necessary condition for fitting
+    once `freed` is released, judged without touching the ledger: candidates are then only
+    counted until it holds, and `fits` is asked from there on.
+    """
+    tx = Transaction()
+    if enough is not None and allowed is None:
+        chosen = _select_counting(candidates, ledger, fits, enough, tx)
+    else:
+        chosen = _select_greedy(candidates, ledger, fits, allowed, tx)
+    if chosen is None:
+        tx.rollback()
+        return None
+    needed = _reprieve(chosen, ledger, fits, tx)
+    tx.commit()
+    return needed
+
+
+def _select_greedy(
+    candidates: Sequence[Candidate],
+    ledger: Ledger,
+    fits: Callable[[Sequence[Candidate]], bool],
+    allowed: Callable[[Candidate], bool] | None,
+    tx: Transaction,
+) -> list[Candidate] | None:
+    """Release allowed candidates least important first until the preemptor fits."""
+    # Cheap refusal first: if evicting every allowed candidate would not be enough, say so
+    # after one fit check instead of one per candidate.
+    everyone: list[Candidate] = []
+    for candidate in candidates:
+        if allowed is None or allowed(candidate):
+            tx.release(ledger, candidate.queue, candidate.usage)
+            everyone.append(candidate)
+    enough_room = bool(everyone) and fits(everyone)
+    tx.rollback()
+    if not enough_room:
+        return None
+    chosen: list[Candidate] = []
+    for candidate in candidates:
+        if allowed is not None and not allowed(candidate):
+            continue
+        tx.release(ledger, candidate.queue, candidate.usage)
+        chosen.append(candidate)
+        if fits(chosen):
+            return chosen
+    return None
+
+
+def _select_counting(
+    candidates: Sequence[Candidate],
+    ledger: Ledger,
+    fits: Callable[[Sequence[Candidate]], bool],
+    enough: Callable[[Mapping[FlavorResource, int]], bool],
+    tx: Transaction,
+) -> list[Candidate] | None:
+    """The greedy search when a necessary condition on freed amounts is known: adding up
+    usage is far cheaper than releasing from the ledger and assigning flavors, and most
+    searches either fail that condition outright or need only the first few candidates."""
+    freed: dict[FlavorResource, int] = {}
+    chosen: list[Candidate] = []
+    released = 0
+    for candidate in candidates:
+        chosen.append(candidate)
+        if not released:
+            for key, amount in candidate.usage.items():
+                freed[key] = freed.get(key, 0) + amount
+            if not enough(freed):
+                continue
+        for c in chosen[released:]:
+            tx.release(ledger, c.queue, c.usage)
+        released = len(chosen)
+        if fits(chosen):
+            return chosen
+    return None
+
+
+def _reprieve(
+    chosen: list[Candidate],
+    ledger: Ledger,
+    fits: Callable[[Sequence[Candidate]], bool],
+    tx: Transaction,
+) -> list[Candidate]:
+    """Put back, most important first, every victim the preemptor fits without.
+
+    With two or more chosen, the last one is needed by construction (the search saw the
+    preemptor not fit, or not even come close, before releasing it), so it is kept without
+    asking; a lone victim is asked about like the others.
+    """
+    known = len(chosen) >= 2
+    needed: list[Candidate] = [chosen[-1]] if known else []
+    for index in range(len(chosen) - (2 if known else 1), -1, -1):
+        candidate = chosen[index]
+        mark = tx.checkpoint()
+        tx.charge(ledger, candidate.queue, candidate.usage)
+        rest = needed + chosen[:index]
+        if fits(rest):
+            continue  # reprieved: the preemptor fits without evicting this one
+        tx.rollback(mark)
+        needed.append(candidate)
+    needed.reverse()
+    return needed
+
+
+def within_queue_candidates(
+    preemptor: Workload,
+    policy: WithinQueuePolicy,
+    ordered: Sequence[Candidate],
+    excluded: set[str] | frozenset[str],
+    contended: set[FlavorResource],
+    now: float,
+    min_runtime_s: float,
+) -> list[Candidate]:
+    """Workloads of the preemptor's own queue it may preempt, least important first.
+
+    `ordered` holds the queue's admitted workloads in victim order. LowerPriority allows
+    strictly lower priorities; LowerOrNewerEqualPriority also allows equal priority when the
+    victim arrived after the preemptor. Workloads that started less than `min_runtime_s` ago,
+    and those holding none of the `contended` (flavor, resource) pairs the preemptor is short
+    of, are spared: evicting them could not make it fit.
+    """
+    if policy == "Never":
+        return []
+    out: list[Candidate] = []
+    priority = preemptor.priority
+    equal_ok = policy == "LowerOrNewerEqualPriority"
+    for c in ordered:
+        w = c.workload
+        if w.priority >= priority:
+            if w.priority > priority or not equal_ok:
+                break  # victim order is by priority: nothing further is allowed
+            if w.arrival <= preemptor.arrival:
+                continue
+        if w.key in excluded or contended.isdisjoint(c.usage):
+            continue
+        if min_runtime_s and now - started_at(w) < min_runtime_s:
+            continue
+        out.append(c)
+    return out
+
+
+def preemption_reason(preemptor: Workload, victim: Workload, queue: str) -> str:
+    """Why a victim was chosen inside its own queue."""
+    why = (
+        f"lower priority ({victim.priority} < {preemptor.priority})"
+        if victim.priority < preemptor.priority
+        else f"equal priority {victim.priority} and arrived later"
+    )
+    return (
+        f"preempted in queue {queue} to make room for {preemptor.key} "
+        f"(priority {preemptor.priority}): {why}"
+    )

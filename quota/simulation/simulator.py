@@ -1,0 +1,988 @@
+"""The simulator: the controller's decisions, in simulated time, without a cluster.
+
+Simulated time moves from event to event — Job arrivals, completions, scale events, the end
+of a requeue backoff, the end of an eviction — never by sleeping or ticking a clock. After
+the events of one instant are applied (all of them: simultaneous arrivals form one batch),
+an admission cycle runs on a fresh snapshot, through the very `fair_share` and
+`admission_cycle` the controller calls. The simulator then does what the controller's shell
+does with the decisions:
+
+- Admit: the workload starts; it finishes `run_for` seconds later. An admitted scale-up
+  slice retires the slice it replaces, and the running pods keep running throughout.
+- Preempt / reclaim / drain: the victims are evicted (after `eviction_delay`, during which
+  they keep their quota), counted, and requeued after an exponential backoff; an evicted Job
+  restarts from scratch when admitted again. Another cycle follows as soon as they are
+  gone, and admits the preemptor into the room they left.
+
+Everything is deterministic for a scenario and a seed (the seed only feeds the jitter of
+workload generators). Usage, fair share and demand per queue are kept as step functions and
+integrated exactly, so averages are time-weighted.
+"""
+
+from __future__ import annotations
+
+import bisect
+import heapq
+import random
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
+from typing import Literal
+
+from quota.admission.cycle import admission_cycle
+from quota.fairness.fairshare import FairShare, fair_share
+from quota.model.decisions import CycleResult, Victim
+from quota.model.flavorassign import pod_set_signature
+from quota.model.resources import FlavorResource
+from quota.model.snapshot import Assignment, PodSet, QueueSpec, Snapshot, Workload, pod_set_usage
+from quota.simulation.scenario import Scenario, Settings
+
+Vector = dict[FlavorResource, int]
+TransitionKind = Literal[
+    "created",
+    "admitted",
+    "preempted",
+    "reclaimed",
+    "evicted",
+    "requeued",
+    "slice_replaced",
+    "finished",
+]
+Measure = Literal["usage", "fairShare", "demand"]
+MEASURES: tuple[Measure, ...] = ("usage", "fairShare", "demand")
+TOTAL = ""  # the pseudo-queue for the whole cluster in the meter
+
+# Events of one instant are applied in this order: what frees quota before what asks for it.
+_COMPLETE, _EVICTED, _SCALE, _ARRIVE, _REQUEUE = range(5)
+# Cycles at one instant keep running while they evict (each round admits the preemptors of
+# the previous one); the engine's anti-ping-pong rules end this long before the cap.
+MAX_CYCLES_PER_INSTANT = 64
+# Workloads of one shape and queue a cycle is shown at first (see _Pending).
+INITIAL_WINDOW = 2
+# The plot timeline keeps at most this many buckets, doubling their width as time goes on.
+MAX_BUCKETS = 1024
+# Job states in which it waits for admission (its wait time grows).
+_WAITING = ("pending", "backoff")
+
+# --------------------------------------------------------------------------- results
+
+
+@dataclass(frozen=True, slots=True)
+class Transition:
+    """One step of a workload's life, for the history store."""
+
+    at: float
+    kind: TransitionKind
+    job: str  # "namespace/name" of the Job
+    workload: str  # the engine's key of the slice it concerns
+    sequence: int  # tells repeated transitions of one kind apart (requeues, slices)
+    local_queue: str
+    cluster_queue: str
+    flavors: Mapping[str, str] = field(default_factory=dict)
+    resources: Mapping[str, int] = field(default_factory=dict)
+    reason: str = ""
+    actor: str = ""  # the preemptor, for evictions
+
+
+@dataclass(frozen=True, slots=True)
+class PreemptionRecord:
+    """A preemptor and the victims one cycle chose for it."""
+
+    at: float
+    preemptor: str  # Job key
+    cluster_queue: str
+    sequence: int
+    victims: tuple[tuple[str, str, int, Victim], ...]  # (job, cluster queue, priority, victim)
+
+
+@dataclass(frozen=True, slots=True)
+class Resize:
+    """A scale event of an elastic Job and when the running pods reached the new size."""
+
+    at: float
+    parallelism: int
+    effective_at: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class JobOutcome:
+    """What happened to one Job (or generated workload)."""
+
+    key: str
+    local_queue: str
+    cluster_queue: str
+    priority: int
+    submitted_at: float
+    admitted_at: float | None  # first admission
+    finished_at: float | None
+    evictions: int
+    waited: float  # seconds spent pending (including backoff) before its last admission
+    flavors: Mapping[str, str]  # resource -> flavor of its last admission
+    resizes: tuple[Resize, ...] = ()
+    last_pending_reason: str = ""  # why it last waited, as the admission cycle said
+
+
+@dataclass(frozen=True, slots=True)
+class Bucket:
+    """Time-averaged measures over [start, end) per queue and flavor/resource."""
+
+    start: float
+    end: float
+    values: Mapping[str, Mapping[Measure, Mapping[FlavorResource, float]]]
+
+
+@dataclass(frozen=True)
+class SimResult:
+    """Everything a report needs from one simulation."""
+
+    settings: Settings
+    seed: int
+    queues: Mapping[str, QueueSpec]
+    capacity: Mapping[FlavorResource, int]  # what was shared at the root
+    jobs: tuple[JobOutcome, ...]
+    end: float  # simulated seconds covered
+    makespan: float
+    # Per queue (TOTAL for the whole cluster): integral over [0, end] of each measure.
+    integrals: Mapping[str, Mapping[Measure, Mapping[FlavorResource, float]]]
+    timeline: tuple[Bucket, ...]  # for plots
+    samples: tuple[Bucket, ...]  # at settings.sample_interval_s, for the history store
+    transitions: tuple[Transition, ...]
+    preemptions: tuple[PreemptionRecord, ...]
+    cycles: int
+    evictions: int
+    finished_all: bool
+
+
+# ----------------------------------------------------------------------- the meter
+
+
+class _Meter:
+    """Step functions per queue and measure, integrated exactly and bucketed on the way."""
+
+    def __init__(self, names: list[str], sample_interval: float) -> None:
+        self.names = names
+        self.current: dict[str, dict[Measure, Vector]] = {
+            n: {m: {} for m in MEASURES} for n in names
+        }
+        self.since: dict[tuple[str, Measure], float] = {}
+        self.total: dict[str, dict[Measure, dict[FlavorResource, float]]] = {
+            n: {m: {} for m in MEASURES} for n in names
+        }
+        self.sample_interval = sample_interval
+        self.samples: list[Bucket] = []
+        self._sample_mark = self._marks()
+        self.width = 1.0
+        self.timeline: list[Bucket] = []
+        self._timeline_mark = self._marks()
+
+    def _flush(self, name: str, measure: Measure, t: float) -> None:
+        since = self.since.get((name, measure), 0.0)
+        if t > since:
+            acc = self.total[name][measure]
+            for key, value in self.current[name][measure].items():
+                if value:
+                    acc[key] = acc.get(key, 0.0) + value * (t - since)
+        self.since[(name, measure)] = t
+
+    def set(
+        self, name: str, measure: Measure, vector: Mapping[FlavorResource, int], t: float
+    ) -> None:
+        """The measure is `vector` from time `t` on."""
+        if self.current[name][measure] != vector:
+            self._flush(name, measure, t)
+            self.current[name][measure] = dict(vector)
+
+    def add(self, name: str, vector: Mapping[FlavorResource, int], sign: int, t: float) -> None:
+        """Usage of `name` changes by sign x vector at time `t`."""
+        self._flush(name, "usage", t)
+        current = self.current[name]["usage"]
+        for key, amount in vector.items():
+            current[key] = current.get(key, 0) + sign * amount
+
+    def integrals_at(self, t: float) -> dict[str, dict[Measure, dict[FlavorResource, float]]]:
+        """Integrals of every measure over [0, t], for t at or after the last change.
+
+        A pure read: closing a bucket must not move `since`, or a later, earlier-ending
+        bucket of the other series would count the same interval twice.
+        """
+        out: dict[str, dict[Measure, dict[FlavorResource, float]]] = {}
+        for name in self.names:
+            per: dict[Measure, dict[FlavorResource, float]] = {}
+            for measure in MEASURES:
+                acc = dict(self.total[name][measure])
+                elapsed = t - self.since.get((name, measure), 0.0)
+                if elapsed > 0:
+                    for key, value in self.current[name][measure].items():
+                        if value:
+                            acc[key] = acc.get(key, 0.0) + value * elapsed
+                per[measure] = acc
+            out[name] = per
+        return out
+
+    def _marks(self) -> tuple[float, dict[str, dict[Measure, dict[FlavorResource, float]]]]:
+        return 0.0, {n: {m: {} for m in MEASURES} for n in self.names}
+
+    def advance(self, t: float) -> None:
+        """Close every sample and timeline bucket that ends at or before `t`."""
+        while self._sample_mark[0] + self.sample_interval <= t:
+            self._sample_mark = self._close(self._sample_mark, self.sample_interval, self.samples)
+        while self._timeline_mark[0] + self.width <= t:
+            self._timeline_mark = self._close(self._timeline_mark, self.width, self.timeline)
+            if len(self.timeline) >= MAX_BUCKETS:
+                # MAX_BUCKETS is even and buckets start at 0, so pairs merge exactly and the
+                # open bucket starts on a boundary of the doubled width.
+                self.timeline = [
+                    _merge(a, b)
+                    for a, b in zip(self.timeline[0::2], self.timeline[1::2], strict=True)
+                ]
+                self.width *= 2
+
+    def _close(
+        self,
+        mark: tuple[float, dict[str, dict[Measure, dict[FlavorResource, float]]]],
+        width: float,
+        into: list[Bucket],
+    ) -> tuple[float, dict[str, dict[Measure, dict[FlavorResource, float]]]]:
+        start, before = mark
+        end = start + width
+        now = self.integrals_at(end)
+        values: dict[str, dict[Measure, dict[FlavorResource, float]]] = {}
+        for name in self.names:
+            per: dict[Measure, dict[FlavorResource, float]] = {}
+            for measure in MEASURES:
+                old = before[name][measure]
+                per[measure] = {
+                    key: (amount - old.get(key, 0.0)) / width
+                    for key, amount in now[name][measure].items()
+                    if amount - old.get(key, 0.0) > 0
+                }
+            values[name] = per
+        into.append(Bucket(start, end, values))
+        return end, now
+
+    def finish(self, t: float) -> None:
+        """Close the last, partial buckets at `t` (the end of the simulation)."""
+        self.advance(t)
+        for mark, into in ((self._sample_mark, self.samples), (self._timeline_mark, self.timeline)):
+            if t > mark[0]:
+                self._close(mark, t - mark[0], into)
+
+
+def _merge(a: Bucket, b: Bucket) -> Bucket:
+    wa, wb = a.end - a.start, b.end - b.start
+    values: dict[str, dict[Measure, dict[FlavorResource, float]]] = {}
+    for name in a.values.keys() | b.values.keys():
+        per: dict[Measure, dict[FlavorResource, float]] = {}
+        for measure in MEASURES:
+            va = a.values.get(name, {}).get(measure, {})
+            vb = b.values.get(name, {}).get(measure, {})
+            per[measure] = {
+                key: (va.get(key, 0.0) * wa + vb.get(key, 0.0) * wb) / (wa + wb)
+                for key in va.keys() | vb.keys()
+            }
+        values[name] = per
+    return Bucket(a.start, b.end, values)
+
+
+# ---------------------------------------------------------------------- pending
+
+
+ShapeKey = tuple[int, tuple[object, ...]]  # (priority, pod sets' signatures and counts)
+
+
+class _Line:
+    """Pending workloads of one shape in one queue, oldest first.
+
+    Admission takes workloads from the front, so removal there just moves `head`; a
+    workload leaving from elsewhere is marked gone and skipped. Either way no removal
+    shifts the list, which matters when a queue holds tens of thousands.
+    """
+
+    __slots__ = ("gone", "head", "items", "live")
+
+    def __init__(self) -> None:
+        self.items: list[Workload] = []
+        self.head = 0
+        self.gone: set[int] = set()  # ids of removed workloads still in `items`
+        self.live = 0
+
+    def add(self, w: Workload) -> None:
+        items = self.items
+        if len(items) == self.head or _age(items[-1]) <= _age(w):
+            items.append(w)  # the usual case: arrivals come in time order
+        else:
+            bisect.insort(items, w, lo=self.head, key=_age)
+        self.live += 1
+
+    def remove(self, w: Workload) -> None:
+        self.live -= 1
+        if self.items[self.head] is w:
+            self.head += 1
+            self._skip()
+        else:
+            self.gone.add(id(w))
+        if self.head > 1024 and self.head * 2 > len(self.items):
+            self.items = [x for x in self.items[self.head :] if id(x) not in self.gone]
+            self.gone.clear()
+            self.head = 0
+
+    def _skip(self) -> None:
+        items, gone = self.items, self.gone
+        while self.head < len(items) and id(items[self.head]) in gone:
+            gone.discard(id(items[self.head]))
+            self.head += 1
+
+    def first(self, n: int) -> list[Workload]:
+        """The `n` oldest workloads."""
+        if not self.gone:
+            return self.items[self.head : self.head + n]
+        out: list[Workload] = []
+        for w in self.items[self.head :]:
+            if id(w) not in self.gone:
+                out.append(w)
+                if len(out) == n:
+                    break
+        return out
+
+
+class _Pending:
+    """Pending workloads, grouped per queue by shape (priority, pod sets), oldest first.
+
+    Two things make a simulation of thousands of pending workloads fast without changing
+    what is decided:
+
+    - Fair share depends on pending workloads only through their summed requests per queue
+      and shape, so the fair-share snapshot carries one aggregate per shape instead of
+      every workload (exactly the same demand, hence the same shares).
+    - Workloads of one shape in one queue differ only in age, and the engine rejects a shape
+      that failed once for every younger copy in the same cycle. So a cycle is shown, per
+      queue and shape, only the oldest `window` of them (INITIAL_WINDOW at first). When a
+      cycle admits (or starts preemption for) every workload of a window that hid others,
+      its decisions are thrown away and the cycle is run again on the same state with that
+      window doubled, so what is carried out is what a cycle over every pending workload
+      would decide. A window shrinks back to what its shape used plus one. Scale-up slices
+      are always shown.
+    """
+
+    def __init__(self) -> None:
+        self.by_key: dict[str, Workload] = {}
+        self.shapes: dict[str, dict[ShapeKey, _Line]] = {}
+        self.slices: dict[str, Workload] = {}
+        self.window: dict[tuple[str, ShapeKey], int] = {}
+        # id(pod sets) -> (pod sets, key); holding the tuple keeps its id from being reused.
+        self._shape_of: dict[int, tuple[tuple[PodSet, ...], tuple[object, ...]]] = {}
+        self._shown: list[tuple[tuple[str, ShapeKey], list[Workload]]] = []
+        # (queue, shape) -> how many workloads the aggregate last built for it stands for,
+        # and that aggregate; rebuilt only when the count changes.
+        self._aggregates: dict[tuple[str, ShapeKey], tuple[int, Workload]] = {}
+
+    def _shape(self, w: Workload) -> ShapeKey:
+        cached = self._shape_of.get(id(w.pod_sets))
+        if cached is None:
+            signature = tuple((pod_set_signature(ps), ps.count, ps.min_count) for ps in w.pod_sets)
+            cached = (w.pod_sets, signature)
+            self._shape_of[id(w.pod_sets)] = cached
+        return w.priority, cached[1]
+
+    def add(self, w: Workload) -> None:
+        self.by_key[w.key] = w
+        if w.replaces is not None:
+            self.slices[w.key] = w
+            return
+        by_shape = self.shapes.setdefault(w.queue, {})
+        shape = self._shape(w)
+        line = by_shape.get(shape)
+        if line is None:
+            line = by_shape[shape] = _Line()
+        line.add(w)
+
+    def remove(self, key: str) -> Workload | None:
+        w = self.by_key.pop(key, None)
+        if w is None:
+            return None
+        if w.replaces is not None:
+            del self.slices[key]
+            return w
+        by_shape = self.shapes[w.queue]
+        shape = self._shape(w)
+        line = by_shape[shape]
+        line.remove(w)
+        if not line.live:
+            del by_shape[shape]
+        return w
+
+    def shown(self) -> list[Workload]:
+        """The workloads one cycle decides about (see the class docstring)."""
+        out: list[Workload] = []
+        self._shown = []
+        for queue, by_shape in self.shapes.items():
+            for shape, line in by_shape.items():
+                size = self.window.get((queue, shape), INITIAL_WINDOW)
+                head = line.first(size)
+                out.extend(head)
+                if line.live > size:
+                    self._shown.append(((queue, shape), head))
+        out.extend(self.slices.values())
+        return out
+
+    def aggregated(self) -> list[Workload]:
+        """One workload per queue and shape carrying their summed pods (for fair share)."""
+        out: list[Workload] = []
+        for queue, by_shape in self.shapes.items():
+            for shape, line in by_shape.items():
+                n = line.live
+                cached = self._aggregates.get((queue, shape))
+                if cached is None or cached[0] != n:
+                    first = line.first(1)[0]
+                    pod_sets = tuple(replace(ps, count=ps.count * n) for ps in first.pod_sets)
+                    # The first workload's key keeps aggregates of one snapshot distinct.
+                    cached = (n, replace(first, key=f"{first.key}~{n}", pod_sets=pod_sets))
+                    self._aggregates[(queue, shape)] = cached
+                out.append(cached[1])
+        out.extend(self.slices.values())
+        return out
+
+    def feedback(self, progressed: set[str]) -> bool:
+        """Resize the windows after a cycle; True when a saturated window calls for another."""
+        again = False
+        for (queue, shape), head in self._shown:
+            used = sum(1 for w in head if w.key in progressed)
+            if used == len(head):
+                self.window[(queue, shape)] = 2 * len(head)
+                again = True
+            elif used + 1 < len(head):
+                self.window[(queue, shape)] = max(INITIAL_WINDOW, used + 1)
+        return again
+
+
+def _age(w: Workload) -> tuple[float, str]:
+    return w.arrival, w.key
+
+
+# ------------------------------------------------------------------------ jobs
+
+
+@dataclass(slots=True)
+class _Job:
+    key: str
+    local_queue: str
+    cluster_queue: str
+    priority: int
+    submit_at: float
+    run_for: float
+    pod_sets: tuple[PodSet, ...]  # at the desired parallelism
+    elastic: bool
+    state: Literal["waiting", "pending", "backoff", "running", "finished"] = "waiting"
+    workload: str = ""  # the engine key of its pending or running slice
+    scale_slice: str | None = None  # a pending scale-up slice
+    slices: int = 0
+    run: int = 0  # bumps on every admission and eviction, so stale completions are ignored
+    first_admitted: float | None = None
+    finished_at: float | None = None
+    pending_since: float = 0.0
+    waited: float = 0.0
+    evictions: int = 0
+    flavors: dict[str, str] = field(default_factory=dict)
+    resizes: list[Resize] = field(default_factory=list)
+    reason: str = ""
+
+    def new_slice_key(self) -> str:
+        self.slices += 1
+        return self.key if self.slices == 1 else f"{self.key}-slice-{self.slices}"
+
+
+def _with_count(pod_sets: tuple[PodSet, ...], count: int) -> tuple[PodSet, ...]:
+    """An elastic Job's pod sets at a new parallelism (its single pod set resizes)."""
+    first, *rest = pod_sets
+    return (replace(first, count=count), *rest)
+
+
+def _flavors_of(assignments: tuple[Assignment, ...]) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for a in assignments:
+        out.update(a.flavors)
+    return out
+
+
+def _resources_of(w: Workload) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for (_, resource), amount in pod_set_usage(w).items():
+        out[resource] = out.get(resource, 0) + amount
+    return out
+
+
+# ---------------------------------------------------------------------- simulation
+
+
+class _Simulation:
+    def __init__(self, scenario: Scenario, seed: int, record: bool) -> None:
+        self.scenario = scenario
+        self.settings = scenario.settings
+        self.seed = seed
+        self.record = record
+        self.queues = scenario.queues
+        paths: dict[str, tuple[str, ...]] = {}
+        for name in self.queues:
+            path = [name]
+            parent = self.queues[name].parent
+            while parent is not None and parent in self.queues and parent not in path:
+                path.append(parent)
+                parent = self.queues[parent].parent
+            paths[name] = (*path, TOTAL)
+        self.paths = paths
+        self.meter = _Meter([*sorted(self.queues), TOTAL], self.settings.sample_interval_s)
+        self.jobs: dict[str, _Job] = {}
+        self.job_of: dict[str, _Job] = {}  # engine key -> Job
+        self.pending = _Pending()
+        self.admitted: dict[str, Workload] = {}
+        self.usage_of: dict[str, Vector] = {}
+        self.heap: list[tuple[float, int, int, str, int]] = []
+        self.counter = 0
+        self.transitions: list[Transition] = []
+        self.preemptions: list[PreemptionRecord] = []
+        self.preemption_seq: dict[str, int] = {}
+        self.sequences: dict[tuple[str, str], int] = {}
+        self.finished = 0
+        self.end = 0.0
+        self.cycles = 0
+        self.evictions = 0
+        self.last_fair: FairShare | None = None
+        self.now = 0.0
+
+    # -- setting up ------------------------------------------------------------------------
+
+    def push(self, t: float, order: int, job: str, run: int = 0) -> None:
+        self.counter += 1
+        heapq.heappush(self.heap, (t, order, self.counter, job, run))
+
+    def load(self) -> None:
+        for spec in self.scenario.jobs:
+            self._add_job(
+                _Job(
+                    spec.key,
+                    spec.local_queue,
+                    spec.cluster_queue,
+                    spec.priority,
+                    spec.submit_at,
+                    spec.run_for,
+                    spec.pod_sets,
+                    spec.elastic,
+                )
+            )
+        rng = random.Random(self.seed)
+        for gen in self.scenario.generators:
+            for cls in gen.classes:
+                number = 0
+                pod_sets = (cls.pod_set,)  # one object per class: the engine caches by shape
+                for target in gen.targets:
+                    t = cls.start_s
+                    for i in range(cls.count):
+                        number += 1
+                        if cls.jitter:
+                            submit = t
+                            t += cls.interval_s * (1 + cls.jitter * (2 * rng.random() - 1))
+                            runtime = cls.runtime_s * (1 + cls.jitter * (2 * rng.random() - 1))
+                        else:
+                            # Multiplying, not adding up, keeps simultaneous creations in
+                            # different queues at exactly equal times, so they batch.
+                            submit = cls.start_s + i * cls.interval_s
+                            runtime = cls.runtime_s
+                        key = f"{target.namespace}/{gen.name}-{cls.name}-{number}"
+                        self._add_job(
+                            _Job(
+                                key,
+                                target.local_queue,
+                                target.cluster_queue,
+                                cls.priority,
+                                submit,
+                                runtime,
+                                pod_sets,
+                                False,
+                            )
+                        )
+        for scale in self.scenario.scale_events:
+            self.push(scale.at, _SCALE, scale.job, scale.parallelism)
+
+    def _add_job(self, job: _Job) -> None:
+        if job.key in self.jobs:
+            raise ValueError(f"two workloads are named {job.key}; rename one of them")
+        self.jobs[job.key] = job
+        self.push(job.submit_at, _ARRIVE, job.key)
+
+    # -- the loop --------------------------------------------------------------------------
+
+    def run(self, progress: Callable[[float, int], None] | None) -> None:
+        until = self.settings.until_s
+        while self.heap:
+            t = self.heap[0][0]
+            if until is not None and t > until:
+                break
+            self.meter.advance(t)
+            self.now = t
+            while self.heap and self.heap[0][0] == t:
+                _, order, _, key, value = heapq.heappop(self.heap)
+                self._apply(order, key, value, t)
+            self._cycles(t)
+            if progress is not None:
+                progress(t, self.finished)
+        # Stopped by --until with work left: the simulation covers up to `until`.
+        self.end = until if until is not None and self.heap else self.now
+
+    def _apply(self, order: int, key: str, value: int, t: float) -> None:
+        if order == _ARRIVE:
+            self._arrive(self.jobs[key], t)
+        elif order == _COMPLETE:
+            job = self.jobs[key]
+            if job.state == "running" and job.run == value:
+                self._complete(job, t)
+        elif order == _EVICTED:
+            w = self.admitted.get(key)
+            if w is not None and w.evicting:
+                self._evicted(key, t)
+        elif order == _REQUEUE:
+            job = self.jobs[key]
+            if job.state == "backoff" and job.run == value:
+                self._submit(job, t, requeued=True)
+        elif order == _SCALE:
+            self._scale(self.jobs[key], value, t)
+
+    # -- what happens to a job ---------------------------------------------------------------
+
+    def _log(
+        self,
+        t: float,
+        kind: TransitionKind,
+        job: _Job,
+        w: Workload | None,
+        reason: str = "",
+        actor: str = "",
+    ) -> None:
+        if not self.record:
+            return
+        # One stored row per (job, kind, sequence): count repeats of a kind per job.
+        sequence = self.sequences.get((job.key, kind), 0)
+        self.sequences[(job.key, kind)] = sequence + 1
+        admitted = w is not None and w.admission is not None
+        self.transitions.append(
+            Transition(
+                at=t,
+                kind=kind,
+                job=job.key,
+                workload=w.key if w is not None else job.workload,
+                sequence=sequence,
+                local_queue=job.local_queue,
+                cluster_queue=job.cluster_queue,
+                flavors=_flavors_of(w.admission) if w is not None and w.admission else {},
+                resources=_resources_of(w) if w is not None and admitted else {},
+                reason=reason,
+                actor=actor,
+            )
+        )
+
+    def _arrive(self, job: _Job, t: float) -> None:
+        self._log(t, "created", job, None)
+        self._submit(job, t, requeued=False)
+
+    def _submit(self, job: _Job, t: float, requeued: bool) -> None:
+        key = job.new_slice_key() if job.elastic or job.slices == 0 else job.key
+        if not job.elastic and job.slices == 0:
+            job.slices = 1
+        w = Workload(
+            key=key,
+            queue=job.cluster_queue,
+            priority=job.priority,
+            # Like Kueue's default (requeuingTimestamp: Eviction), a requeued workload goes
+            # behind those that arrived while it ran.
+            arrival=t,
+            pod_sets=job.pod_sets,
+        )
+        job.state = "pending"
+        job.workload = key
+        if not requeued:
+            job.pending_since = t
+        self.pending.add(w)
+        self.job_of[key] = job
+        if requeued:
+            self._log(t, "requeued", job, None, reason="backoff after eviction ended")
+
+    def _charge(self, w: Workload, sign: int, t: float) -> None:
+        usage = self.usage_of.pop(w.key) if sign < 0 else pod_set_usage(w)
+        if sign > 0:
+            self.usage_of[w.key] = usage
+        for name in self.paths[w.queue]:
+            self.meter.add(name, usage, sign, t)
+
+    def _complete(self, job: _Job, t: float) -> None:
+        w = self.admitted.pop(job.workload)
+        self._charge(w, -1, t)
+        self._drop_scale_slice(job)
+        job.state = "finished"
+        job.finished_at = t
+        self.finished += 1
+        self._log(t, "finished", job, w, reason="the Job completed")
+
+    def _drop_scale_slice(self, job: _Job) -> None:
+        if job.scale_slice is not None:
+            self.pending.remove(job.scale_slice)
+            self.job_of.pop(job.scale_slice, None)
+            job.scale_slice = None
+
+    def _admit(self, key: str, assignments: tuple[Assignment, ...], reason: str, t: float) -> None:
+        w = self.pending.remove(key)
+        assert w is not None, f"admitted {key}, which is not pending"
+        job = self.job_of[key]
+        admitted = replace(w, admission=assignments, admitted_at=t)
+        self.admitted[key] = admitted
+        self._charge(admitted, 1, t)
+        job.flavors = _flavors_of(assignments)
+        if w.replaces is not None:
+            old = self.admitted.pop(w.replaces)
+            self._charge(old, -1, t)
+            self.job_of.pop(w.replaces, None)
+            job.workload = key
+            job.scale_slice = None
+            self._log(t, "slice_replaced", job, old, reason=f"replaced by slice {key}")
+            self._log(t, "admitted", job, admitted, reason=reason)
+            self._resized(job, admitted, t)
+            return
+        job.state = "running"
+        job.waited += t - job.pending_since
+        if job.first_admitted is None:
+            job.first_admitted = t
+        job.run += 1
+        self.push(t + job.run_for, _COMPLETE, job.key, job.run)
+        self._log(t, "admitted", job, admitted, reason=reason)
+        self._resized(job, admitted, t)
+
+    def _resized(self, job: _Job, running: Workload, t: float) -> None:
+        """Close the open resize once the running slice has the size it asked for."""
+        if job.resizes and job.resizes[-1].effective_at is None:
+            size = running.admission[0].count if running.admission else 0
+            if size == job.resizes[-1].parallelism:
+                job.resizes[-1] = replace(job.resizes[-1], effective_at=t)
+
+    def _evict(self, victim: Victim, actor: str, t: float) -> None:
+        w = self.admitted.get(victim.workload)
+        if w is None or w.evicting:
+            return
+        job = self.job_of[victim.workload]
+        self.evictions += 1
+        kind: TransitionKind = "preempted" if victim.kind == "Preempted" else "reclaimed"
+        if not actor:
+            kind = "evicted"  # drained by its queue's stopPolicy
+        job.evictions += 1
+        self._log(t, kind, job, w, reason=victim.reason, actor=actor)
+        if self.settings.eviction_delay_s > 0:
+            self.admitted[victim.workload] = replace(w, evicting=True)
+            self.push(t + self.settings.eviction_delay_s, _EVICTED, victim.workload)
+        else:
+            self._evicted(victim.workload, t)
+
+    def _evicted(self, key: str, t: float) -> None:
+        w = self.admitted.pop(key)
+        self._charge(w, -1, t)
+        job = self.job_of.pop(key)
+        self._drop_scale_slice(job)
+        job.run += 1  # its completion will never come
+        job.state = "backoff"
+        job.pending_since = t
+        s = self.settings
+        backoff = min(s.requeue_max_s, s.requeue_base_s * 2 ** (job.evictions - 1))
+        self.push(t + backoff, _REQUEUE, job.key, job.run)
+
+    def _scale(self, job: _Job, parallelism: int, t: float) -> None:
+        if job.state == "finished":
+            return
+        job.resizes.append(Resize(t, parallelism, None))
+        job.pod_sets = _with_count(job.pod_sets, parallelism)
+        if job.state in ("waiting", "backoff"):
+            return
+        if job.state == "pending":
+            w = self.pending.remove(job.workload)
+            assert w is not None
+            self.pending.add(replace(w, pod_sets=job.pod_sets))
+            return
+        running = self.admitted[job.workload]
+        size = running.pod_sets[0].count
+        if parallelism > size:
+            if job.scale_slice is not None:
+                pending = self.pending.remove(job.scale_slice)
+                assert pending is not None
+                self.pending.add(replace(pending, pod_sets=job.pod_sets))
+                return
+            key = job.new_slice_key()
+            self.pending.add(
+                Workload(
+                    key=key,
+                    queue=job.cluster_queue,
+                    priority=job.priority,
+                    arrival=t,
+                    pod_sets=job.pod_sets,
+                    replaces=running.key,
+                )
+            )
+            self.job_of[key] = job
+            job.scale_slice = key
+            return
+        self._drop_scale_slice(job)
+        if parallelism < size and running.admission is not None:
+            # Scale-down happens in place and frees quota at once.
+            self._charge(running, -1, t)
+            shrunk = replace(
+                running,
+                pod_sets=job.pod_sets,
+                admission=tuple(
+                    replace(a, count=min(a.count, parallelism)) if i == 0 else a
+                    for i, a in enumerate(running.admission)
+                ),
+            )
+            self.admitted[running.key] = shrunk
+            self._charge(shrunk, 1, t)
+        job.resizes[-1] = replace(job.resizes[-1], effective_at=t)
+
+    # -- cycles ------------------------------------------------------------------------------
+
+    def _cycles(self, t: float) -> None:
+        cycles = 0
+        while cycles < MAX_CYCLES_PER_INSTANT:
+            admitted = tuple(self.admitted.values())
+            fair = fair_share(self._snapshot(t, admitted, self.pending.aggregated()))
+            self.last_fair = fair
+            while True:
+                cycles += 1
+                self.cycles += 1
+                shown = self.pending.shown()
+                result = admission_cycle(self._snapshot(t, admitted, shown), fair)
+                progressed = {a.workload for a in result.admit}
+                progressed.update(p.preemptor for p in result.preempt)
+                # A window that was used up hid workloads this cycle would have decided
+                # about: decide again, on the same state, with the wider window.
+                if not self.pending.feedback(progressed) or cycles >= MAX_CYCLES_PER_INSTANT:
+                    break
+            evicted = self._carry_out(result, t)
+            if not evicted or self.settings.eviction_delay_s > 0:
+                break
+        if self.last_fair is not None:
+            self._meter_fair_share(self.last_fair, t)
+
+    def _snapshot(
+        self, t: float, admitted: tuple[Workload, ...], pending: list[Workload]
+    ) -> Snapshot:
+        return Snapshot(
+            now=t,
+            queues=self.queues,
+            flavors=self.scenario.flavors,
+            capacity=self.scenario.capacity,
+            admitted=admitted,
+            pending=tuple(pending),
+        )
+
+    def _meter_fair_share(self, fair: FairShare, t: float) -> None:
+        """Fair share and demand hold from `t` until the next instant's cycle."""
+        for name in self.queues:
+            self.meter.set(name, "fairShare", fair.shares.get(name, {}), t)
+            self.meter.set(name, "demand", fair.demand.get(name, {}), t)
+        self.meter.set(TOTAL, "fairShare", fair.amount, t)
+        demand: Vector = {}
+        for root in (n for n, q in self.queues.items() if q.parent is None):
+            for key, amount in fair.demand.get(root, {}).items():
+                demand[key] = demand.get(key, 0) + amount
+        self.meter.set(TOTAL, "demand", demand, t)
+
+    def _carry_out(self, result: CycleResult, t: float) -> bool:
+        for pending in result.pending:
+            waiting = self.job_of.get(pending.workload)
+            if waiting is not None:
+                waiting.reason = pending.reason
+        for admit in result.admit:
+            self._admit(admit.workload, admit.assignments, admit.reason, t)
+        evicted = False
+        for preempt in result.preempt:
+            job = self.job_of.get(preempt.preemptor)
+            actor = job.key if job is not None else preempt.preemptor
+            victims: list[tuple[str, str, int, Victim]] = []
+            for victim in preempt.victims:
+                owner = self.job_of.get(victim.workload)
+                if owner is not None:
+                    victims.append((owner.key, owner.cluster_queue, owner.priority, victim))
+                self._evict(victim, actor, t)
+                evicted = True
+            if self.record and victims:
+                n = self.preemption_seq.get(actor, 0)
+                self.preemption_seq[actor] = n + 1
+                self.preemptions.append(
+                    PreemptionRecord(
+                        t,
+                        actor,
+                        job.cluster_queue if job is not None else "",
+                        n,
+                        tuple(victims),
+                    )
+                )
+        for victim in result.drain:
+            self._evict(victim, "", t)
+            evicted = True
+        return evicted
+
+    # -- results -----------------------------------------------------------------------------
+
+    def result(self) -> SimResult:
+        finished = [j.finished_at for j in self.jobs.values() if j.finished_at is not None]
+        finished_all = all(j.state == "finished" for j in self.jobs.values())
+        end = self.end
+        makespan = max(finished, default=0.0) if finished_all else end
+        self.meter.finish(end)
+        integrals = self.meter.integrals_at(end)
+        outcomes = tuple(
+            JobOutcome(
+                key=j.key,
+                local_queue=j.local_queue,
+                cluster_queue=j.cluster_queue,
+                priority=j.priority,
+                submitted_at=j.submit_at,
+                admitted_at=j.first_admitted,
+                finished_at=j.finished_at,
+                evictions=j.evictions,
+                waited=j.waited + (end - j.pending_since if j.state in _WAITING else 0.0),
+                flavors=dict(j.flavors),
+                resizes=tuple(j.resizes),
+                last_pending_reason=j.reason,
+            )
+            for j in self.jobs.values()
+            if j.state != "waiting"
+        )
+        capacity = dict(self.last_fair.amount) if self.last_fair is not None else {}
+        return SimResult(
+            settings=self.settings,
+            seed=self.seed,
+            queues=self.queues,
+            capacity=capacity,
+            jobs=outcomes,
+            end=end,
+            makespan=makespan,
+            integrals=integrals,
+            timeline=tuple(self.meter.timeline),
+            samples=tuple(self.meter.samples),
+            transitions=tuple(self.transitions),
+            preemptions=tuple(self.preemptions),
+            cycles=self.cycles,
+            evictions=self.evictions,
+            finished_all=finished_all,
+        )
+
+
+def simulate(
+    scenario: Scenario,
+    seed: int = 0,
+    *,
+    record: bool = True,
+    progress: Callable[[float, int], None] | None = None,
+) -> SimResult:
+    """Run `scenario` to the end (or to its `until`) and return what happened.
+
+    `record` keeps every transition and preemption for the history store; `progress` is
+    called after each instant with the simulated time and the number of finished workloads.
+    """
+    sim = _Simulation(scenario, seed, record)
+    sim.load()
+    sim.run(progress)
+    return sim.result()
