@@ -24,12 +24,12 @@ from controllers.state import workloads as wls
 from controllers.state.caches import Context
 from quota.api.clusterqueue import ClusterQueueSpec, usage_summary
 from quota.api.conditions import ClusterQueueConditions
+from quota.api.names import QUEUE_FINALIZER
 from quota.api.quantity import format_quantity
 from quota.model.resources import FlavorResource
 
 log = logging.getLogger(__name__)
 
-FINALIZER = "muster.dev/resource-in-use"
 ACTIVE = ClusterQueueConditions.ACTIVE
 
 
@@ -170,20 +170,20 @@ def reconcile_finalizers(ctx: Context, in_use: Mapping[str, int]) -> None:
         name = meta["name"]
         finalizers = list(meta.get("finalizers") or [])
         deleting = bool(meta.get("deletionTimestamp"))
-        if not deleting and FINALIZER not in finalizers:
+        if not deleting and QUEUE_FINALIZER not in finalizers:
             want_present = True
-        elif deleting and FINALIZER in finalizers and not in_use.get(name):
+        elif deleting and QUEUE_FINALIZER in finalizers and not in_use.get(name):
             want_present = False
         else:
             continue
 
         def mutate(obj: Obj, present: bool = want_present) -> bool:
             current = list((obj.get("metadata") or {}).get("finalizers") or [])
-            if present and FINALIZER not in current:
-                obj["metadata"]["finalizers"] = [*current, FINALIZER]
+            if present and QUEUE_FINALIZER not in current:
+                obj["metadata"]["finalizers"] = [*current, QUEUE_FINALIZER]
                 return True
-            if not present and FINALIZER in current:
-                obj["metadata"]["finalizers"] = [f for f in current if f != FINALIZER]
+            if not present and QUEUE_FINALIZER in current:
+                obj["metadata"]["finalizers"] = [f for f in current if f != QUEUE_FINALIZER]
                 return True
             return False
 

@@ -24,24 +24,26 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from controllers.jobs import gates, slices
+from controllers.jobs import slices
 from controllers.runtime import apply
 from controllers.runtime.resources import JOB, WORKLOAD, Obj, object_key
 from controllers.state import workloads as wls
-from controllers.state.caches import ELASTIC_POD_LABEL, Context
+from controllers.state.caches import Context
 from quota.api.conditions import WorkloadConditions as WC
+from quota.api.names import (
+    ADMISSION_GATE,
+    ELASTIC_POD_LABEL,
+    JOB_POD_SET,
+    MIN_PARALLELISM_ANNOTATION,
+    ORIGINAL_SCHEDULING_ANNOTATION,
+)
 from quota.model import convert
 
 log = logging.getLogger(__name__)
 
-ELASTIC_ANNOTATION = convert.ELASTIC_ANNOTATION
 # Partial admission (see quota.model.convert); refused together with elastic by the webhook.
-MIN_PARALLELISM_ANNOTATION = convert.MIN_PARALLELISM_ANNOTATION
 # The pod template's scheduling fields as the user wrote them, saved before the assigned
 # flavor's node labels and tolerations are merged in, and restored on eviction.
-ORIGINAL_SCHEDULING_ANNOTATION = "muster.dev/original-scheduling"
-ADMISSION_GATE = gates.ADMISSION_GATE
-POD_SET = convert.JOB_POD_SET
 
 
 # ------------------------------------------------------------------- reading a Job
@@ -393,7 +395,7 @@ class JobReconciler:
     def start(self, job: Obj, wl: Obj) -> Obj | None:
         """Admitted: merge the flavors into the template and unsuspend."""
         flavors = self._flavor_objects(wl)
-        granted = wls.admitted_count(wl, POD_SET)
+        granted = wls.admitted_count(wl, JOB_POD_SET)
         partial = None if is_elastic(job) else granted
 
         def mutate(j: Obj) -> bool:

@@ -18,11 +18,9 @@ from typing import Any
 from controllers.runtime import apply
 from controllers.runtime.resources import POD, Obj, object_key
 from controllers.state.caches import Context
+from quota.api.names import ADMISSION_GATE, JOB_UID_POD_LABEL
 
 log = logging.getLogger(__name__)
-
-ADMISSION_GATE = "muster.dev/admission"
-JOB_UID_POD_LABEL = "batch.kubernetes.io/controller-uid"
 
 
 def is_gated(pod: Mapping[str, Any]) -> bool:

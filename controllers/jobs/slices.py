@@ -27,6 +27,7 @@ from controllers.runtime import apply
 from controllers.runtime.resources import WORKLOAD, Obj, object_key
 from controllers.state import workloads as wls
 from quota.api.conditions import WorkloadConditions as WC
+from quota.api.names import JOB_NAME_LABEL, JOB_POD_SET
 from quota.api.quantity import format_quantity, parse_quantity
 
 if TYPE_CHECKING:
@@ -34,12 +35,10 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-POD_SET = "main"
-
 
 def _count(wl: Obj) -> int:
     for ps in (wl.get("spec") or {}).get("podSets") or []:
-        if ps.get("name") == POD_SET:
+        if ps.get("name") == JOB_POD_SET:
             return int(ps.get("count") or 0)
     return 0
 
@@ -106,7 +105,7 @@ def scale_down(rec: JobReconciler, wl: Obj, count: int) -> Obj | None:
     then the spec."""
     per_pod: dict[str, int] = {}
     for ps in (wl.get("spec") or {}).get("podSets") or []:
-        if ps.get("name") == POD_SET:
+        if ps.get("name") == JOB_POD_SET:
             per_pod = {r: parse_quantity(v, r) for r, v in (ps.get("requests") or {}).items()}
 
     def shrink_admission(w: Obj) -> bool:
@@ -114,7 +113,7 @@ def scale_down(rec: JobReconciler, wl: Obj, count: int) -> Obj | None:
             return False
         changed = False
         for assignment in (w["status"].get("admission") or {}).get("podSetAssignments") or []:
-            if assignment.get("name") == POD_SET and int(assignment.get("count") or 0) > count:
+            if assignment.get("name") == JOB_POD_SET and int(assignment.get("count") or 0) > count:
                 assignment["count"] = count
                 assignment["resourceUsage"] = {
                     r: format_quantity(v * count, r) for r, v in per_pod.items()
@@ -130,7 +129,7 @@ def scale_down(rec: JobReconciler, wl: Obj, count: int) -> Obj | None:
     def shrink_spec(w: Obj) -> bool:
         changed = False
         for ps in (w.get("spec") or {}).get("podSets") or []:
-            if ps.get("name") == POD_SET and int(ps.get("count") or 0) > count:
+            if ps.get("name") == JOB_POD_SET and int(ps.get("count") or 0) > count:
                 ps["count"] = count
                 if ps.get("minCount") and ps["minCount"] > count:
                     ps["minCount"] = count
@@ -247,7 +246,7 @@ def _cache_missed_admission(rec: JobReconciler, job: Obj) -> bool:
     When the apiserver disagrees, its copies go into the cache and the Job is retried."""
     meta = job["metadata"]
     fresh, _ = rec.ctx.kube.list(
-        WORKLOAD, meta["namespace"], label_selector=f"{wls.JOB_NAME_LABEL}={meta['name']}"
+        WORKLOAD, meta["namespace"], label_selector=f"{JOB_NAME_LABEL}={meta['name']}"
     )
     admitted = [w for w in fresh if wls.has_quota(w)]
     if not admitted:

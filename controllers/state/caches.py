@@ -28,10 +28,7 @@ from controllers.runtime.resources import (
     Obj,
 )
 from controllers.state.workloads import now_utc, owner_job_uid
-
-QUEUE_LABEL = "muster.dev/queue-name"
-ELASTIC_POD_LABEL = "muster.dev/elastic-job"
-JOB_UID_POD_LABEL = "batch.kubernetes.io/controller-uid"
+from quota.api.names import ELASTIC_POD_LABEL, JOB_UID_POD_LABEL, QUEUE_LABEL
 
 
 def _job_uid_of_pod(pod: Obj) -> Iterable[str]:

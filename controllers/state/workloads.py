@@ -18,13 +18,12 @@ from typing import Any
 
 from quota.api.conditions import WorkloadConditions as WC
 from quota.api.meta import API_VERSION
+from quota.api.names import JOB_NAME_LABEL, JOB_UID_LABEL
 
 Obj = dict[str, Any]
 
 # Labels on every Workload Muster creates for a Job: which Job, so a reconciler can find all
 # slices of a Job from the cache, and `kubectl get wl -l muster.dev/job-name=x` works.
-JOB_UID_LABEL = "muster.dev/job-uid"
-JOB_NAME_LABEL = "muster.dev/job-name"
 
 QUOTA_RESERVED = WC.QUOTA_RESERVED
 ADMITTED = WC.ADMITTED

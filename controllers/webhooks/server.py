@@ -38,17 +38,20 @@ from pathlib import Path
 from typing import Any
 
 from controllers.jobs.batchjob import (
-    ADMISSION_GATE,
-    ELASTIC_ANNOTATION,
-    MIN_PARALLELISM_ANNOTATION,
     is_elastic,
     min_parallelism,
     queue_name,
 )
 from controllers.runtime.resources import MUTATING_WEBHOOK, VALIDATING_WEBHOOK, Kube, Obj
-from controllers.state.caches import ELASTIC_POD_LABEL, QUEUE_LABEL
 from controllers.webhooks.certs import CertBundle
 from quota.api import ManifestError, parse_manifest
+from quota.api.names import (
+    ADMISSION_GATE,
+    ELASTIC_ANNOTATION,
+    ELASTIC_POD_LABEL,
+    MIN_PARALLELISM_ANNOTATION,
+    QUEUE_LABEL,
+)
 
 log = logging.getLogger(__name__)
 

@@ -14,6 +14,7 @@ from typing import Any
 from quota.api import ManifestError, parse_manifest
 from quota.api.clusterqueue import ClusterQueue
 from quota.api.meta import Toleration as TolerationModel
+from quota.api.names import ELASTIC_ANNOTATION, JOB_POD_SET, MIN_PARALLELISM_ANNOTATION, QUEUE_LABEL
 from quota.api.quantity import QuantityError, format_quantity, parse_quantity
 from quota.api.resourceflavor import ResourceFlavor
 from quota.api.workload import Workload as WorkloadModel
@@ -29,12 +30,8 @@ from quota.model.snapshot import (
     Workload,
 )
 
-QUEUE_LABEL = "muster.dev/queue-name"
-ELASTIC_ANNOTATION = "muster.dev/elastic-job"
 # Partial admission, as Kueue's job-min-parallelism: the Job may start with fewer pods, down
 # to this many, when all of them do not fit. Ignored for elastic Jobs, which resize instead.
-MIN_PARALLELISM_ANNOTATION = "muster.dev/min-parallelism"
-JOB_POD_SET = "main"
 
 
 def queue_spec(cq: ClusterQueue, active: bool = True, reason: str = "") -> QueueSpec:

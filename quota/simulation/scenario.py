@@ -34,6 +34,7 @@ from quota.api.clusterqueue import ClusterQueue
 from quota.api.conditions import find_condition
 from quota.api.localqueue import LocalQueue
 from quota.api.meta import DNS_SUBDOMAIN, ApiModel, Duration, ObjectMeta, parse_duration
+from quota.api.names import ELASTIC_ANNOTATION, JOB_POD_SET, QUEUE_LABEL
 from quota.api.quantity import QuantityError, ResourceList, format_quantity, parse_quantity
 from quota.api.queuetree import check_queue_tree
 from quota.api.resourceflavor import ResourceFlavor
@@ -624,7 +625,7 @@ def _jobs(
             raise _error(
                 index,
                 doc,
-                f"metadata.labels[{convert.QUEUE_LABEL}]",
+                f"metadata.labels[{QUEUE_LABEL}]",
                 f"LocalQueue {namespace}/{queue} does not exist in the scenario",
             )
         submit, run_for = _job_timing(index, doc)
@@ -683,7 +684,7 @@ def _generators(
                     start_s=_seconds(cls.start_at),
                     runtime_s=_seconds(cls.runtime),
                     priority=priority,
-                    pod_set=PodSet(convert.JOB_POD_SET, cls.pods, dict(cls.requests)),
+                    pod_set=PodSet(JOB_POD_SET, cls.pods, dict(cls.requests)),
                     jitter=cls.jitter,
                 )
             )
@@ -706,7 +707,7 @@ def _scale_events(docs: _Docs, jobs: Sequence[JobSpec]) -> tuple[Scale, ...]:
                 doc,
                 "spec.job",
                 f"Job {name} is not elastic: only Jobs annotated "
-                f'{convert.ELASTIC_ANNOTATION}: "true" resize without a restart',
+                f'{ELASTIC_ANNOTATION}: "true" resize without a restart',
             )
         out.append(Scale(_seconds(event.spec.at), name, event.spec.parallelism))
     return tuple(sorted(out, key=lambda s: s.at))

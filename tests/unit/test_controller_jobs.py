@@ -18,6 +18,7 @@ from controllers.runtime.resources import JOB, POD, RESOURCE_FLAVOR, WORKLOAD, K
 from controllers.state import workloads as wls
 from controllers.state.caches import Caches, Context
 from quota.api import ManifestError
+from quota.api.names import ADMISSION_GATE, ORIGINAL_SCHEDULING_ANNOTATION
 from tests.unit.controller_fakes import FakeKube
 
 NOW = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
@@ -148,7 +149,7 @@ def pod(name: str, *, gated: bool, phase: str = "Pending", created: str = "00") 
                 "batch.kubernetes.io/job-name": "train",
             },
         },
-        "spec": {"schedulingGates": [{"name": gates.ADMISSION_GATE}] if gated else []},
+        "spec": {"schedulingGates": [{"name": ADMISSION_GATE}] if gated else []},
         "status": {"phase": phase},
     }
 
@@ -277,7 +278,7 @@ def test_admission_starts_the_job_on_its_flavor_and_eviction_stops_and_requeues_
     delay = h.reconcile()
     job = h.job()
     assert job["spec"]["template"]["spec"]["nodeSelector"] == {"disk": "ssd"}
-    assert jobs.ORIGINAL_SCHEDULING_ANNOTATION not in job["metadata"]["annotations"]
+    assert ORIGINAL_SCHEDULING_ANNOTATION not in job["metadata"]["annotations"]
     [wl] = h.workloads()
     assert not wls.has_quota(wl)
     assert wl["status"]["requeueState"]["count"] == 1
@@ -438,7 +439,7 @@ def test_a_slice_admitted_while_being_deleted_stays_visible_and_retires_the_old_
 def test_original_scheduling_annotation_is_json_the_user_can_read() -> None:
     job = job_dict()
     jobs.inject_flavors(job, [])
-    saved = json.loads(job["metadata"]["annotations"][jobs.ORIGINAL_SCHEDULING_ANNOTATION])
+    saved = json.loads(job["metadata"]["annotations"][ORIGINAL_SCHEDULING_ANNOTATION])
     assert saved == {"nodeSelector": {"disk": "ssd"}, "tolerations": []}
 
 

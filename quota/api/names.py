@@ -1,0 +1,28 @@
+"""Names Muster uses on the cluster: labels, annotations, gates, finalizers, the pod-set name.
+
+Defined once, here, because the controller, the webhooks, the converter and the simulator
+must agree on every one of them; a second spelling anywhere would be a silent split.
+"""
+
+from __future__ import annotations
+
+# On a Job (and other integrated kinds): the LocalQueue in its namespace.
+QUEUE_LABEL = "muster.dev/queue-name"
+# On a Job: opt into WorkloadSlices (scale without restarting). Also copied onto its pods.
+ELASTIC_ANNOTATION = "muster.dev/elastic-job"
+ELASTIC_POD_LABEL = ELASTIC_ANNOTATION
+# On a Job: the fewest pods it can run with (partial admission).
+MIN_PARALLELISM_ANNOTATION = "muster.dev/min-parallelism"
+# On a Job: its pod template's scheduling fields before Muster merged flavors into them.
+ORIGINAL_SCHEDULING_ANNOTATION = "muster.dev/original-scheduling"
+# Scheduling gate that holds the pods of an elastic slice until the slice is admitted.
+ADMISSION_GATE = "muster.dev/admission"
+# On Workloads: the owning Job's uid and name (for `kubectl get wl -l muster.dev/job-name=x`).
+JOB_UID_LABEL = "muster.dev/job-uid"
+JOB_NAME_LABEL = "muster.dev/job-name"
+# Set by the Job controller on its pods.
+JOB_UID_POD_LABEL = "batch.kubernetes.io/controller-uid"
+# On ClusterQueues: held while workloads still use the queue's quota.
+QUEUE_FINALIZER = "muster.dev/resource-in-use"
+# The one pod set of a batch Job's Workload.
+JOB_POD_SET = "main"
