@@ -41,7 +41,10 @@ from controllers.localcluster.binaries import ensure_binaries
 from controllers.localcluster.cluster import LocalCluster, free_port
 from controllers.localcluster.kubectl import kubectl
 from controllers.localcluster.nodes import create_nodes
-from controllers.manager.manager import Manager, Options, api_client, setup_logging
+from controllers.manager.manager import Manager
+from controllers.manager.options import Options
+from controllers.runtime.client import api_client
+from controllers.runtime.logs import setup_logging
 from controllers.runtime.resources import JOB, WORKLOAD, Kube, WriteCounter
 
 REPO = Path(__file__).resolve().parents[1]

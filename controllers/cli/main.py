@@ -10,7 +10,7 @@ import click
 # `muster simulate` does not pay for the Kubernetes client and `muster --help` stays fast.
 _COMMANDS: dict[str, tuple[str, str]] = {
     "local-cluster": ("controllers.cli.localcluster", "local_cluster"),
-    "controller": ("controllers.manager.manager", "controller"),
+    "controller": ("controllers.cli.controller", "controller"),
     "crds": ("controllers.cli.crds", "crds"),
     "db": ("controllers.cli.history", "db"),
     "history": ("controllers.cli.history", "history"),

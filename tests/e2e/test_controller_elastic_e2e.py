@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from controllers.manager.manager import api_client
+from controllers.runtime.client import api_client
 from controllers.runtime.resources import JOB, POD, WORKLOAD, Kube
 from tests.conftest import ClusterHandle
 from tests.e2e.controller_harness import (

@@ -17,6 +17,7 @@ import pytest
 from click.testing import CliRunner
 
 from controllers.admission.loop import AdmissionLoop
+from controllers.cli.controller import controller
 from controllers.history import queries
 from controllers.history import transitions as history
 from controllers.history.engine import parse_database_url
@@ -30,7 +31,6 @@ from controllers.history.store import (
     queue_readings,
 )
 from controllers.history.usage import FairnessSettings
-from controllers.manager.manager import controller
 from controllers.runtime.events import EventRecorder
 from controllers.runtime.resources import CLUSTER_QUEUE, LOCAL_QUEUE, RESOURCE_FLAVOR, WORKLOAD
 from controllers.state import workloads as wls

@@ -1,0 +1,233 @@
+"""`muster controller`: run the controller process (see controllers/manager/ for what it wires)."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from pathlib import Path
+
+import click
+
+from controllers.history.engine import DatabaseURLError, database_url
+from controllers.history.queries import parse_duration
+from controllers.history.store import HistorySettings
+from controllers.history.usage import FairnessSettings
+from controllers.manager.manager import Manager, run_manager
+from controllers.manager.options import Options
+from controllers.runtime.client import api_client
+from controllers.runtime.logs import setup_logging
+
+
+def history_options(
+    *,
+    enabled: bool,
+    url: str | None,
+    spool_dir: Path | None,
+    usage_fairness: bool,
+    window: str,
+    half_life: str,
+    k: float,
+) -> HistorySettings | None:
+    """The history settings from the command line; UsageError names the flag at fault."""
+    if not enabled:
+        if usage_fairness:
+            raise click.UsageError(
+                "--usage-fairness needs the history store (it reads past usage from it); "
+                "drop --no-history"
+            )
+        return None
+    try:
+        fairness = FairnessSettings(
+            enabled=usage_fairness,
+            window=parse_duration(window, option="--usage-fairness-window"),
+            half_life=parse_duration(half_life, option="--usage-fairness-half-life"),
+            k=k,
+        )
+        return HistorySettings(url=database_url(url), spool_dir=spool_dir, fairness=fairness)
+    except (DatabaseURLError, ValueError) as error:
+        raise click.UsageError(str(error)) from None
+
+
+@click.command("controller")
+@click.option(
+    "--kubeconfig",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="Kubeconfig to use; in-cluster config when omitted.",
+)
+@click.option(
+    "--namespace",
+    default="muster-system",
+    show_default=True,
+    help="Namespace of the leader-election Lease and the webhook certificate Secret.",
+)
+@click.option(
+    "--webhook-port",
+    type=int,
+    default=9443,
+    show_default=True,
+    help="Port the webhook server listens on (0: any free port).",
+)
+@click.option(
+    "--webhook-host",
+    default="127.0.0.1",
+    show_default=True,
+    help="Host the apiserver reaches the webhooks at (local cluster); the serving "
+    "certificate names it.",
+)
+@click.option(
+    "--webhook-bind",
+    default=None,
+    help="Address to listen on (default: --webhook-host, or 0.0.0.0 with a Service).",
+)
+@click.option(
+    "--webhook-service",
+    default=None,
+    help="In-cluster: name of the Service in --namespace that fronts the webhooks; "
+    "the configurations then use a service reference instead of a URL.",
+)
+@click.option("--webhook-service-port", type=int, default=443, show_default=True)
+@click.option(
+    "--webhooks/--no-webhooks",
+    default=True,
+    show_default=True,
+    help="Serve and register the admission webhooks.",
+)
+@click.option(
+    "--leader-elect/--no-leader-elect",
+    default=True,
+    show_default=True,
+    help="Elect a leader on a Lease so that only one replica acts.",
+)
+@click.option("--lease-name", default="muster-controller", show_default=True)
+@click.option("--lease-duration", type=float, default=15.0, show_default=True)
+@click.option("--renew-deadline", type=float, default=10.0, show_default=True)
+@click.option("--retry-period", type=float, default=2.0, show_default=True)
+@click.option("--identity", default=None, help="Leader-election identity (default: host_random).")
+@click.option("--workers", type=int, default=4, show_default=True, help="Job reconciler threads.")
+@click.option(
+    "--status-interval",
+    type=float,
+    default=1.0,
+    show_default=True,
+    help="Seconds between status writes to one queue or pending Workload.",
+)
+@click.option(
+    "--events/--no-events",
+    default=True,
+    show_default=True,
+    help="Write Kubernetes Events on Jobs and Workloads.",
+)
+@click.option(
+    "--database-url",
+    "database_url_flag",
+    metavar="URL",
+    default=None,
+    help="History store: postgresql+psycopg://... or sqlite:///PATH (default: "
+    "$MUSTER_DATABASE_URL, else ~/.local/share/muster/history.db).",
+)
+@click.option(
+    "--history/--no-history",
+    default=True,
+    show_default=True,
+    help="Record transitions, preemptions and queue usage in the history store.",
+)
+@click.option(
+    "--history-spool-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Where records wait while the database is unreachable; one per replica (default: "
+    "under ~/.local/share/muster/history-spool/, a free one per replica).",
+)
+@click.option(
+    "--usage-fairness/--no-usage-fairness",
+    default=False,
+    show_default=True,
+    help="Time-based fair share: recent usage adjusts over-quota weights among siblings.",
+)
+@click.option(
+    "--usage-fairness-window",
+    default="7d",
+    show_default=True,
+    help="How far back usage counts (90m, 24h, 7d, 2w).",
+)
+@click.option(
+    "--usage-fairness-half-life",
+    default="1d",
+    show_default=True,
+    help="Age at which past usage counts half.",
+)
+@click.option(
+    "--usage-fairness-k",
+    type=click.FloatRange(min=0),
+    default=1.0,
+    show_default=True,
+    help="Strength: weight' = max(0, w + k(w - u)); 0 leaves weights as configured.",
+)
+@click.option("--log-level", default="info", show_default=True)
+def controller(
+    kubeconfig: str | None,
+    namespace: str,
+    webhook_port: int,
+    webhook_host: str,
+    webhook_bind: str | None,
+    webhook_service: str | None,
+    webhook_service_port: int,
+    webhooks: bool,
+    leader_elect: bool,
+    lease_name: str,
+    lease_duration: float,
+    renew_deadline: float,
+    retry_period: float,
+    identity: str | None,
+    workers: int,
+    status_interval: float,
+    events: bool,
+    database_url_flag: str | None,
+    history: bool,
+    history_spool_dir: Path | None,
+    usage_fairness: bool,
+    usage_fairness_window: str,
+    usage_fairness_half_life: str,
+    usage_fairness_k: float,
+    log_level: str,
+) -> None:
+    """Run the Muster controller: admit queue-labelled Jobs under quota."""
+    history_settings = history_options(
+        enabled=history,
+        url=database_url_flag,
+        spool_dir=history_spool_dir,
+        usage_fairness=usage_fairness,
+        window=usage_fairness_window,
+        half_life=usage_fairness_half_life,
+        k=usage_fairness_k,
+    )
+    setup_logging(log_level)
+    options = Options(
+        namespace=namespace,
+        webhook_port=webhook_port,
+        webhook_host=webhook_host,
+        webhook_bind=webhook_bind,
+        webhook_service=webhook_service,
+        webhook_service_port=webhook_service_port,
+        webhooks=webhooks,
+        leader_elect=leader_elect,
+        lease_name=lease_name,
+        lease_duration=lease_duration,
+        renew_deadline=renew_deadline,
+        retry_period=retry_period,
+        identity=identity or os.environ.get("POD_NAME"),
+        workers=workers,
+        status_interval=status_interval,
+        events=events,
+        history=history_settings,
+    )
+    try:
+        manager = Manager(api_client(kubeconfig), options)
+    except OSError as error:  # the SQLite file's directory cannot be created
+        raise click.ClickException(f"history store: {error}") from None
+    code = run_manager(manager)
+    # Daemon threads (watches, the webhook server) end with the process.
+    time.sleep(0.05)
+    sys.exit(code)

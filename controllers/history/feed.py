@@ -1,0 +1,75 @@
+"""What the leader sees happen to Workloads, fed to the history store.
+
+The admission loop records what it decides; this feed records what the Workload cache shows
+happening (created, requeued, finished), and on taking over replays what every Workload's
+status shows, so that whatever a previous leader decided but did not get into the store
+before it died is filled in (the store keeps each transition once).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+from controllers.history import transitions as history
+from controllers.history.records import WorkloadTransition
+from controllers.runtime.resources import Obj
+from controllers.state.caches import Context
+
+log = logging.getLogger("muster.controller")
+
+
+class HistoryFeed:
+    """Turns Workload cache changes into history records while this replica leads."""
+
+    def __init__(self, ctx: Context, is_leader: Callable[[], bool]) -> None:
+        self.ctx = ctx
+        self.is_leader = is_leader
+        # Set when leading: from then on Workload changes seen are recorded.
+        self.recording = False
+
+    def cluster_queue_of(self, wl: Obj) -> str:
+        """The ClusterQueue a Workload's LocalQueue points at now ("" if unknown)."""
+        namespace = (wl.get("metadata") or {}).get("namespace")
+        lq_name = (wl.get("spec") or {}).get("queueName")
+        lq = self.ctx.caches.local_queues.get(f"{namespace}/{lq_name}") if lq_name else None
+        return str(((lq or {}).get("spec") or {}).get("clusterQueue") or "")
+
+    def on_workload(self, kind: str, old: Obj | None, new: Obj | None) -> None:
+        """Record what the leader sees happen to a Workload (creation, requeue, finish).
+
+        Runs on whichever thread changed the cache, often an admission write: it only compares
+        a few fields, and the records are built on the recorder's thread."""
+        if new is None or not self.recording or not self.is_leader():
+            return
+        if old is not None and history.milestones(old) == history.milestones(new):
+            return
+        at = self.ctx.now()
+        self.ctx.record_later(
+            lambda: history.new_transitions(
+                old, new, at=at, cluster_queue=self.cluster_queue_of(new)
+            )
+        )
+
+    def start_recording(self) -> None:
+        """Start recording (on taking the lead) and replay what the cluster shows."""
+        if self.ctx.recorder is None:
+            return
+        self.recording = True
+        objects = self.ctx.caches.workloads.objects()
+
+        # Cached objects are replaced, never changed, so the recorder may read them later.
+        def replay(chunk: list[Obj]) -> Callable[[], list[WorkloadTransition]]:
+            return lambda: [
+                t
+                for wl in chunk
+                for t in history.visible(wl, cluster_queue=self.cluster_queue_of(wl))
+            ]
+
+        for start in range(0, len(objects), 100):
+            self.ctx.record_later(replay(objects[start : start + 100]))
+        log.info("history: replaying what the cluster shows", extra={"workloads": len(objects)})
+
+    def stop_recording(self) -> None:
+        """Stop recording (on shutting down)."""
+        self.recording = False

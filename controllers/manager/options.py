@@ -1,0 +1,33 @@
+"""What a controller process is told on its command line (see `muster controller --help`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from controllers.history.store import HistorySettings
+
+
+@dataclass
+class Options:
+    """Settings of one controller replica; the defaults are the command line's."""
+
+    namespace: str = "muster-system"
+    webhook_port: int = 9443
+    webhook_host: str = "127.0.0.1"
+    webhook_bind: str | None = None
+    webhook_service: str | None = None
+    webhook_service_port: int = 443
+    webhooks: bool = True
+    leader_elect: bool = True
+    lease_name: str = "muster-controller"
+    lease_duration: float = 15.0
+    renew_deadline: float = 10.0
+    retry_period: float = 2.0
+    identity: str | None = None
+    workers: int = 4
+    status_interval: float = 1.0
+    resync_period: float = 300.0
+    cert_secret: str = "muster-webhook-tls"
+    events: bool = True
+    # None: no history store (unless a recorder is passed to the Manager).
+    history: HistorySettings | None = None

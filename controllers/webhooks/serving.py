@@ -1,0 +1,129 @@
+"""Serving the admission webhooks: the HTTPS server, its certificate, and the registration of
+the webhook configurations that point the apiserver at it.
+
+Every replica serves (so a standby answers as soon as the Service routes to it); only the
+leader registers the configurations, and removes them on a clean shutdown when it registered
+a URL of its own rather than a Service.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from controllers.manager.options import Options
+from controllers.runtime.resources import Kube
+from controllers.state.caches import Caches
+from controllers.webhooks import server as webhooks
+from controllers.webhooks.certs import CertBundle, CertManager
+
+log = logging.getLogger("muster.controller")
+
+
+class WebhookServing:
+    """The webhook server of one replica, with its certificates and configurations."""
+
+    def __init__(
+        self,
+        kube: Kube,
+        options: Options,
+        caches: Caches,
+        is_leader: Callable[[], bool],
+    ) -> None:
+        self.kube = kube
+        self.options = options
+        self.caches = caches
+        self.is_leader = is_leader
+        self.certs: CertManager | None = None
+        self.server: webhooks.WebhookServer | None = None
+
+    def url_base(self) -> str:
+        """Where the apiserver reaches this replica's server directly (local clusters)."""
+        return f"https://{self.options.webhook_host}:{self.server.port if self.server else 0}"
+
+    def register(self) -> None:
+        """Create or update the webhook configurations (the leader does this)."""
+        if not self.options.webhooks or self.certs is None or self.certs.current is None:
+            return
+        service = None
+        if self.options.webhook_service:
+            service = (
+                self.options.namespace,
+                self.options.webhook_service,
+                self.options.webhook_service_port,
+            )
+        mutating, validating = webhooks.configurations(
+            self.certs.current.ca_bundle,
+            url_base=None if service else self.url_base(),
+            service=service,
+        )
+        try:
+            webhooks.register(self.kube, mutating, validating)
+        except Exception:
+            log.exception("could not register the webhook configurations")
+
+    def _cert_changed(self, bundle: CertBundle) -> None:
+        if self.server is not None:
+            self.server.reload(bundle)
+        if self.is_leader():
+            self.register()
+
+    def _hosts(self) -> list[str]:
+        if self.options.webhook_service:
+            name, ns = self.options.webhook_service, self.options.namespace
+            return [f"{name}.{ns}.svc", f"{name}.{ns}.svc.cluster.local", name]
+        return [self.options.webhook_host]
+
+    def queue_warnings(self, obj: Any) -> list[str]:
+        """Cross-object problems with a queue object, as admission warnings."""
+        kind = obj.get("kind")
+        spec = obj.get("spec") or {}
+        warnings: list[str] = []
+        if kind == "ClusterQueue":
+            parent = spec.get("parent")
+            if parent and self.caches.cluster_queues.get(parent) is None:
+                warnings.append(
+                    f"spec.parent {parent!r} does not exist yet: the queue stays inactive "
+                    "(ParentNotFound) until it does"
+                )
+            for flavor in spec.get("flavors") or []:
+                if self.caches.flavors.get(flavor.get("name", "")) is None:
+                    warnings.append(
+                        f"ResourceFlavor {flavor.get('name')!r} does not exist yet: the queue "
+                        "stays inactive (FlavorNotFound) until it does"
+                    )
+        if kind == "LocalQueue":
+            target = spec.get("clusterQueue")
+            if target and self.caches.cluster_queues.get(target) is None:
+                warnings.append(f"ClusterQueue {target!r} does not exist yet")
+        return warnings
+
+    def start(self, spawn: Callable[[str, Callable[[], Any]], None], stop: threading.Event) -> None:
+        """Make sure of a certificate, start serving, and keep the certificate fresh."""
+        self.certs = CertManager(
+            self.kube, self.options.namespace, self.options.cert_secret, self._hosts()
+        )
+        bind = self.options.webhook_bind or (
+            "0.0.0.0" if self.options.webhook_service else self.options.webhook_host
+        )
+        self.server = webhooks.WebhookServer(
+            bind, self.options.webhook_port, webhooks.WebhookHandlers(self.queue_warnings)
+        )
+        self.certs.on_change(self._cert_changed)
+        self.certs.ensure()
+        self.server.start()
+        certs = self.certs
+        spawn("certs", lambda: certs.run(stop))
+
+    def stop(self, registered: bool) -> None:
+        """Stop serving; remove the URL configurations this replica `registered`."""
+        if self.server is None:
+            return
+        if registered and not self.options.webhook_service:
+            try:
+                webhooks.unregister(self.kube, self.url_base())
+            except Exception:
+                log.exception("could not remove the webhook configurations")
+        self.server.stop()
