@@ -149,7 +149,7 @@ def test_an_admitted_workload_is_never_admitted_again() -> None:
 def test_a_decision_on_a_resized_workload_is_not_written() -> None:
     h = Harness(cpu_quota="4", limit="4")
     wl = h.workload("w", 2)
-    view = h.loop.build()
+    view = h.loop.views.build()
     from quota.admission.cycle import admission_cycle
     from quota.fairness.fairshare import fair_share
 
@@ -158,7 +158,7 @@ def test_a_decision_on_a_resized_workload_is_not_written() -> None:
     grown = copy.deepcopy(wl)
     grown["spec"]["podSets"][0]["count"] = 6
     h.kube.patch(WORKLOAD, "ns", "w", {"spec": grown["spec"]})
-    h.loop.carry_out(view, result)
+    h.loop.writer.carry_out(view, result)
     assert not wls.has_quota(h.get("w")), "admitted for 2 cpu, but it now wants 6"
 
 

@@ -1,0 +1,267 @@
+"""The admission loop's view of the cluster: one cycle's snapshot, built from the caches,
+plus what the shell needs to act on the engine's decisions.
+
+Parsed models and engine workloads are cached by resourceVersion, so a cycle converts only
+the objects that changed since the last one. Queues the tree check rejects, and queues being
+deleted, still count what they admitted: nothing admitted is ever dropped from the snapshot.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any
+
+from pydantic import ValidationError
+
+from controllers.runtime.resources import Obj, object_key
+from controllers.state import workloads as wls
+from controllers.state.caches import Context
+from quota.api.clusterqueue import ClusterQueue
+from quota.api.conditions import ClusterQueueConditions
+from quota.api.localqueue import LocalQueue
+from quota.api.queuetree import QueueState, QueueTree, check_queue_tree
+from quota.api.resourceflavor import ResourceFlavor
+from quota.api.workload import Workload as WorkloadModel
+from quota.model import convert
+from quota.model.snapshot import (
+    QueueSpec,
+    Snapshot,
+    Workload,
+)
+
+if TYPE_CHECKING:
+    from controllers.history.usage import UsageFigures
+
+from quota.api.conditions import WorkloadConditions as WC
+
+log = logging.getLogger(__name__)
+
+INADMISSIBLE = WC.INADMISSIBLE
+PENDING = WC.PENDING
+
+
+def _epoch(text: str | None, default: float = 0.0) -> float:
+    moment = wls.parse_time(text)
+    return moment.timestamp() if moment is not None else default
+
+
+def engine_workload(wl: WorkloadModel, queue: str, raw: Mapping[str, Any]) -> Workload:
+    """A Workload as the engine sees it (through `quota.model.convert`), with the times and the
+    eviction state only the cluster object knows."""
+    admitted_at = None
+    if wls.has_quota(raw):
+        reserved = wls.condition(raw, wls.QUOTA_RESERVED) or {}
+        admitted_at = _epoch(reserved.get("lastTransitionTime"))
+    return convert.workload(
+        wl,
+        queue,
+        arrival=_epoch((raw.get("metadata") or {}).get("creationTimestamp")),
+        admitted_at=admitted_at,
+        evicting=wls.is_evicted(raw),
+    )
+
+
+@dataclass
+class View:
+    """One cycle's snapshot plus what the shell needs to act on the decisions."""
+
+    snapshot: Snapshot
+    tree: QueueTree
+    raw: dict[str, Obj]  # workload key -> the object the snapshot was built from
+    engine: dict[str, Workload]  # workload key -> as the engine saw it
+    cluster_queues: dict[str, ClusterQueue]
+    lq_of: dict[str, str]  # workload key -> "namespace/localqueue"
+    blocked: list[tuple[str, str, str]] = field(default_factory=list)  # key, reason, message
+
+
+class ViewBuilder:
+    """Builds each cycle's View from the caches, reusing what did not change."""
+
+    def __init__(
+        self,
+        ctx: Context,
+        *,
+        use_node_capacity: bool = True,
+        usage: UsageFigures | None = None,
+    ) -> None:
+        self.ctx = ctx
+        self.use_node_capacity = use_node_capacity
+        self._parsed: dict[str, tuple[Any, Any]] = {}  # key -> (version, parsed)
+        # Time-based fair share: figures a history job refreshes; None turns it off.
+        self.usage = usage
+        self._historical: tuple[Any, dict[str, float]] = (None, {})
+
+    def _engine_workload(self, key: str, raw: Obj, model: WorkloadModel, queue: str) -> Workload:
+        rv = str((raw.get("metadata") or {}).get("resourceVersion") or "")
+        cache_key = f"engine:{key}"
+        cached = self._parsed.get(cache_key)
+        if cached is not None and cached[0] == (rv, queue):
+            converted: Workload = cached[1]
+            return converted
+        converted = engine_workload(model, queue, raw)
+        self._parsed[cache_key] = ((rv, queue), converted)
+        return converted
+
+    def _model(self, key: str, raw: Obj, model: type[Any]) -> Any:
+        rv = str((raw.get("metadata") or {}).get("resourceVersion") or "")
+        cached = self._parsed.get(key)
+        if cached is not None and cached[0] == rv:
+            return cached[1]
+        parsed = model.model_validate(raw)
+        self._parsed[key] = (rv, parsed)
+        return parsed
+
+    def build(self) -> View:
+        """The snapshot, from the caches."""
+        caches = self.ctx.caches
+        now = self.ctx.now()
+        flavor_models: list[ResourceFlavor] = []
+        for raw in caches.flavors.objects():
+            try:
+                flavor_models.append(self._model(f"rf:{object_key(raw)}", raw, ResourceFlavor))
+            except ValidationError as error:
+                log.warning("invalid ResourceFlavor", extra={"error": str(error)[:300]})
+        cq_models: dict[str, ClusterQueue] = {}
+        for raw in caches.cluster_queues.objects():
+            try:
+                cq = self._model(f"cq:{object_key(raw)}", raw, ClusterQueue)
+            except ValidationError as error:
+                log.warning("invalid ClusterQueue", extra={"error": str(error)[:300]})
+                continue
+            cq_models[cq.name] = cq
+        lq_models: list[LocalQueue] = []
+        for raw in caches.local_queues.objects():
+            try:
+                lq_models.append(self._model(f"lq:{object_key(raw)}", raw, LocalQueue))
+            except ValidationError as error:
+                log.warning("invalid LocalQueue", extra={"error": str(error)[:300]})
+        tree = check_queue_tree(cq_models.values(), flavor_models, lq_models)
+        tree = self._with_deletions(tree, cq_models)
+
+        flavors = {rf.name: convert.flavor(rf) for rf in flavor_models}
+        queues: dict[str, QueueSpec] = {}
+        for name, cq in cq_models.items():
+            state = tree.cluster_queues[name]
+            spec = convert.queue_spec(cq, state.active, state.message)
+            if state.reason in (
+                ClusterQueueConditions.PARENT_NOT_FOUND,
+                ClusterQueueConditions.CYCLE,
+            ):
+                # Inactive anyway; detached so that the rest of the tree stays a tree.
+                spec = replace(spec, parent=None)
+            queues[name] = spec
+        lqs = {f"{lq.metadata.namespace}/{lq.name}": lq for lq in lq_models}
+
+        admitted: list[Workload] = []
+        pending: list[Workload] = []
+        raw_by_key: dict[str, Obj] = {}
+        engine: dict[str, Workload] = {}
+        lq_of: dict[str, str] = {}
+        blocked: list[tuple[str, str, str]] = []
+        for raw in caches.workloads.objects():
+            if wls.is_finished(raw):
+                continue
+            key = object_key(raw)
+            try:
+                model: WorkloadModel = self._model(f"wl:{key}", raw, WorkloadModel)
+            except ValidationError as error:
+                blocked.append((key, INADMISSIBLE, f"invalid Workload: {str(error)[:500]}"))
+                continue
+            namespace = model.metadata.namespace or ""
+            lq_key = f"{namespace}/{model.spec.queue_name}"
+            lq_of[key] = lq_key
+            raw_by_key[key] = raw
+            if wls.has_quota(raw):
+                queue = ((raw.get("status") or {}).get("admission") or {}).get("clusterQueue")
+                w = self._engine_workload(key, raw, model, str(queue))
+                admitted.append(w)
+                engine[key] = w
+                continue
+            lq = lqs.get(lq_key)
+            if lq is None:
+                blocked.append(
+                    (
+                        key,
+                        INADMISSIBLE,
+                        f"LocalQueue {model.spec.queue_name} does not exist in namespace "
+                        f"{namespace}; create it, or fix the Job's label muster.dev/queue-name",
+                    )
+                )
+                continue
+            lq_state = tree.local_queues.get((namespace, lq.name))
+            if lq_state is not None and not lq_state.active:
+                blocked.append(
+                    (key, INADMISSIBLE, f"LocalQueue {lq.name} is inactive: {lq_state.message}")
+                )
+                continue
+            when = wls.requeue_at(raw)
+            if when is not None and when > now:
+                blocked.append(
+                    (
+                        key,
+                        PENDING,
+                        f"evicted earlier; back-off until {wls.rfc3339(when)} before it "
+                        "competes for quota again",
+                    )
+                )
+                continue
+            w = self._engine_workload(key, raw, model, lq.spec.cluster_queue)
+            pending.append(w)
+            engine[key] = w
+        # Drop parsed models of objects that are gone.
+        live = (
+            {f"wl:{k}" for k in raw_by_key}
+            | {f"engine:{k}" for k in raw_by_key}
+            | {k for k in self._parsed if not k.startswith(("wl:", "engine:"))}
+        )
+        for stale in [k for k in self._parsed if k not in live]:
+            del self._parsed[stale]
+
+        capacity = None
+        if self.use_node_capacity:
+            # No node of any flavor known: quota-only mode.
+            capacity = convert.node_capacity(caches.nodes.objects(), flavors) or None
+        snapshot = Snapshot(
+            now=now.timestamp(),
+            queues=queues,
+            flavors=flavors,
+            capacity=capacity,
+            admitted=tuple(admitted),
+            pending=tuple(pending),
+            historical_usage=self._historical_usage(queues),
+            usage_fairness_k=self.usage.k if self.usage is not None else 0.0,
+        )
+        return View(snapshot, tree, raw_by_key, engine, cq_models, lq_of, blocked)
+
+    def _historical_usage(self, queues: Mapping[str, QueueSpec]) -> dict[str, float]:
+        """Each queue's recent usage among its siblings, from the figures in memory.
+
+        Recomputed only when the figures were refreshed or the tree changed shape."""
+        if self.usage is None:
+            return {}
+        parents = {name: spec.parent for name, spec in queues.items()}
+        stamp = (self.usage.computed_at, tuple(sorted(parents.items(), key=lambda p: p[0])))
+        if self._historical[0] != stamp:
+            self._historical = (stamp, self.usage.historical_usage(parents))
+        return self._historical[1]
+
+    @staticmethod
+    def _with_deletions(tree: QueueTree, cqs: Mapping[str, ClusterQueue]) -> QueueTree:
+        """A ClusterQueue being deleted admits nothing more (its admitted work keeps running
+        until it finishes or is drained; the finalizer holds the deletion until then)."""
+        states = dict(tree.cluster_queues)
+        changed = False
+        for name, cq in cqs.items():
+            if cq.metadata.deletion_timestamp is not None and states[name].active:
+                states[name] = QueueState(
+                    False,
+                    "Terminating",
+                    "the ClusterQueue is being deleted; it admits nothing new and is removed "
+                    "once no admitted workload holds quota in it",
+                )
+                changed = True
+        if not changed:
+            return tree
+        return QueueTree(states, tree.local_queues, tree.children)

@@ -1,0 +1,65 @@
+"""What an eviction does to a workload once its pods are gone.
+
+The quota it held is released, its requeue count goes up by one, and it competes for quota
+again only after the backoff for that count. The controller writes the texts here into the
+Workload's conditions and the simulator into its history, so both tell the same story.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import TypeVar
+
+from quota.api.conditions import WorkloadConditions as WC
+from quota.lifecycle.backoff import DEFAULT_BACKOFF, Backoff
+
+# The controller keeps time as datetimes, the simulator as seconds.
+Moment = TypeVar("Moment", float, datetime)
+
+
+@dataclass(frozen=True, slots=True)
+class Requeue:
+    """An evicted workload queued again: its quota is released and it waits `delay_s`."""
+
+    count: int  # requeues so far, this one included
+    delay_s: float
+    # QuotaReserved and Admitted turn False with these.
+    pending_reason: str
+    pending_message: str
+    # Requeued (False until the backoff ends) says why and for how long.
+    requeued_reason: str
+    requeued_message: str
+
+    def competes_at(self, released_at: Moment) -> Moment:
+        """When the workload may be admitted again, its quota having been released at
+        `released_at`."""
+        if isinstance(released_at, datetime):
+            return released_at + timedelta(seconds=self.delay_s)
+        return released_at + self.delay_s
+
+
+def requeue_after_eviction(
+    requeues: int,
+    *,
+    reason: str = "",
+    message: str = "",
+    backoff: Backoff = DEFAULT_BACKOFF,
+) -> Requeue:
+    """The requeue that follows an eviction of a workload requeued `requeues` times before.
+
+    `reason` and `message` are those of the eviction (its Evicted condition), if known.
+    """
+    count = requeues + 1
+    delay = backoff.delay(count)
+    why = message or "evicted"
+    return Requeue(
+        count=count,
+        delay_s=delay,
+        pending_reason=WC.PENDING,
+        pending_message=f"evicted: {why}",
+        requeued_reason=reason or WC.EVICTED,
+        requeued_message=(
+            f"queued again; competes for quota after {delay:.0f}s backoff (requeue #{count})"
+        ),
+    )

@@ -1,0 +1,310 @@
+"""What a pod needs from a node, and which nodes pass: selector, affinity, taints, room.
+
+A node passes when it is Ready, not cordoned, carries the pod's node selector labels,
+matches one of its required node affinity terms, has every NoSchedule and NoExecute taint
+tolerated, and has room for the pod's requests and a pod slot.
+Everything but room never changes within a view, so `candidates` runs those filters once
+per node class and pod shape and remembers the answer; room is checked per node by the
+placement loop. Every failing filter has a short reason a person can act on.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Literal
+
+from quota.model.resources import format_amount
+from quota.model.snapshot import Taint, Toleration
+from quota.placement.nodes import PODS, Demand, Node, NodeClass, NodeState, NodeView
+
+Operator = Literal["In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt"]
+OPERATORS: tuple[Operator, ...] = ("In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt")
+NAME_FIELD = "metadata.name"
+
+# Gt/Lt compare label values as base-10 int64, as Kubernetes parses them (strconv.ParseInt).
+_INTEGER = re.compile(r"^[+-]?[0-9]+$")
+
+
+def _integer(text: str) -> int | None:
+    return int(text) if _INTEGER.match(text) else None
+
+
+@dataclass(frozen=True, slots=True)
+class Requirement:
+    """One node selector requirement (a matchExpressions or matchFields entry)."""
+
+    key: str
+    operator: Operator
+    values: tuple[str, ...] = ()
+    # matchFields: the key is metadata.name and is matched against the node's name.
+    field: bool = False
+
+    def matches(self, labels: Mapping[str, str], name: str) -> bool:
+        """Kubernetes semantics: NotIn and DoesNotExist hold for a missing label."""
+        value = name if self.field else labels.get(self.key)
+        op = self.operator
+        if op == "In":
+            return value is not None and value in self.values
+        if op == "NotIn":
+            return value is None or value not in self.values
+        if op == "Exists":
+            return value is not None
+        if op == "DoesNotExist":
+            return value is None
+        if value is None or len(self.values) != 1:
+            return False
+        have, bound = _integer(value), _integer(self.values[0])
+        if have is None or bound is None:
+            return False
+        return have > bound if op == "Gt" else have < bound
+
+    def __str__(self) -> str:
+        if self.operator in ("Exists", "DoesNotExist"):
+            return f"{self.key} {self.operator}"
+        if self.operator in ("Gt", "Lt"):
+            return f"{self.key} {self.operator} {', '.join(self.values)}"
+        return f"{self.key} {self.operator} ({', '.join(self.values)})"
+
+
+@dataclass(frozen=True, slots=True)
+class SelectorTerm:
+    """Requirements that must all hold (a nodeSelectorTerm); an empty term matches no node."""
+
+    requirements: tuple[Requirement, ...] = ()
+
+    def matches(self, labels: Mapping[str, str], name: str) -> bool:
+        """True when every requirement holds (never for an empty term, as in Kubernetes)."""
+        return bool(self.requirements) and all(r.matches(labels, name) for r in self.requirements)
+
+    def __str__(self) -> str:
+        return " and ".join(map(str, self.requirements)) or "(empty term)"
+
+
+@dataclass(frozen=True, slots=True)
+class PodShape:
+    """Everything about one pod that decides where it may go."""
+
+    requests: Mapping[str, int] = field(default_factory=dict)  # base units, per pod
+    node_selector: Mapping[str, str] = field(default_factory=dict)
+    # Required node affinity: the node must match at least one term; () means none is set.
+    affinity: tuple[SelectorTerm, ...] = ()
+    tolerations: tuple[Toleration, ...] = ()
+
+
+# -- static filters: the same answer for a node all through a view ------------------------
+
+
+def labels_match(shape: PodShape, labels: Mapping[str, str], name: str) -> bool:
+    """Node selector and required node affinity both hold for these labels and node name."""
+    for key, wanted in shape.node_selector.items():
+        if labels.get(key) != wanted:
+            return False
+    return not shape.affinity or any(t.matches(labels, name) for t in shape.affinity)
+
+
+def label_reason(shape: PodShape, labels: Mapping[str, str], name: str) -> str | None:
+    """Why the node's labels rule it out, or None when they do not."""
+    for key, wanted in sorted(shape.node_selector.items()):
+        have = labels.get(key)
+        if have != wanted:
+            has = f"has {key}={have}" if have is not None else f"has no {key} label"
+            return f"node selector {key}={wanted} not matched (node {has})"
+    if not shape.affinity or any(t.matches(labels, name) for t in shape.affinity):
+        return None
+    if len(shape.affinity) == 1:
+        failing = next(
+            (r for r in shape.affinity[0].requirements if not r.matches(labels, name)), None
+        )
+        return f"node affinity {failing or shape.affinity[0]} not matched"
+    return f"none of the {len(shape.affinity)} node affinity terms matched"
+
+
+def untolerated(tolerations: tuple[Toleration, ...], taints: tuple[Taint, ...]) -> Taint | None:
+    """The first NoSchedule/NoExecute taint no toleration matches, or None."""
+    for taint in taints:
+        if taint.effect == "PreferNoSchedule":
+            continue
+        if not any(t.tolerates(taint) for t in tolerations):
+            return taint
+    return None
+
+
+def static_reason(node: Node, shape: PodShape) -> str | None:
+    """Why `node` can never take this pod in the current view (room aside), or None."""
+    if not node.ready:
+        return "not Ready"
+    if node.unschedulable:
+        return "cordoned (spec.unschedulable)"
+    reason = label_reason(shape, node.labels, node.name)
+    if reason is not None:
+        return reason
+    taint = untolerated(shape.tolerations, node.taints)
+    return None if taint is None else f"taint {taint} not tolerated"
+
+
+# -- room ---------------------------------------------------------------------------------
+
+
+def fit_count(free: Mapping[str, int], demand: Demand) -> int:
+    """How many pods of `demand` fit in `free`: the least over resources of free // request."""
+    return max(0, min([free.get(r, 0) // v for r, v in demand]))
+
+
+def fits_one(free: Mapping[str, int], demand: Demand) -> bool:
+    """True when one pod of `demand` fits in `free`."""
+    for r, v in demand:
+        if free.get(r, 0) < v:
+            return False
+    return True
+
+
+def shortfall(node: Node, free: Mapping[str, int], demand: Demand) -> str | None:
+    """The first resource a node lacks for one pod, as "4 of 8 nvidia.com/gpu free", or None."""
+    for r, v in demand:
+        have = free.get(r, 0)
+        if have >= v:
+            continue
+        allocatable = node.allocatable.get(r, 0)
+        if r == PODS:
+            return f"{have} of {allocatable} pod slots free"
+        return (
+            f"{format_amount(r, have)} of {format_amount(r, allocatable)} {r} free, "
+            f"pod needs {format_amount(r, v)}"
+        )
+    return None
+
+
+def node_reason(view: NodeView, name: str, shape: PodShape, demand: Demand) -> str | None:
+    """Why node `name` cannot take one pod of this shape right now, or None when it can."""
+    state = view.states[name]
+    reason = static_reason(state.node, shape) or shortfall(state.node, state.free, demand)
+    return None if reason is None else f"node {name}: {reason}"
+
+
+# -- candidates: static filters once per class and shape ----------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Candidates:
+    """The nodes of a view that a pod shape may ever use (every filter but room passed)."""
+
+    groups: tuple[NodeClass, ...]  # every node of these classes passes
+    nodes: tuple[NodeState, ...]  # nodes passing one by one (the shape names per-node labels)
+    failure: str | None  # why no node passes; None when some does
+
+    @property
+    def count(self) -> int:
+        """How many nodes pass."""
+        return sum(len(g.states) for g in self.groups) + len(self.nodes)
+
+    def allocatables(self) -> Iterator[tuple[Mapping[str, int], int]]:
+        """Each distinct allocatable vector among the passing nodes, with how many have it."""
+        for group in self.groups:
+            for vector, count in group.allocatables.items():
+                yield dict(vector), count
+        for state in self.nodes:
+            yield state.node.allocatable, 1
+
+    def total_free(self, resource: str) -> int:
+        """Free `resource` summed over the passing nodes."""
+        return sum(g.total.get(resource, 0) for g in self.groups) + sum(
+            s.free.get(resource, 0) for s in self.nodes
+        )
+
+
+def candidates(view: NodeView, shape: PodShape) -> Candidates:
+    """The nodes that pass the static filters for `shape`, computed once per view and shape."""
+    key = (tuple(sorted(shape.node_selector.items())), shape.affinity, shape.tolerations)
+    found = view.shape_cache.get(key)
+    if found is None:
+        found = _filter(view, shape)
+        view.shape_cache[key] = found
+    return found
+
+
+def _names_single_nodes(shape: PodShape, per_node: frozenset[str]) -> bool:
+    if any(k in per_node for k in shape.node_selector):
+        return True
+    return any(
+        r.field or r.key in per_node for term in shape.affinity for r in term.requirements
+    )
+
+
+def _filter(view: NodeView, shape: PodShape) -> Candidates:
+    per_node = _names_single_nodes(shape, view.per_node_labels)
+    groups: list[NodeClass] = []
+    nodes: list[NodeState] = []
+    matched = not_ready = cordoned = 0
+    taints: Counter[Taint] = Counter()
+    for group in view.classes:
+        if per_node:
+            members = [s for s in group.states if labels_match(shape, s.node.labels, s.name)]
+        elif labels_match(shape, group.labels, ""):
+            members = group.states
+        else:
+            members = []
+        if not members:
+            continue
+        matched += len(members)
+        if not group.ready:
+            not_ready += len(members)
+            continue
+        if group.unschedulable:
+            cordoned += len(members)
+            continue
+        taint = untolerated(shape.tolerations, group.taints)
+        if taint is not None:
+            taints[taint] += len(members)
+        elif members is group.states:
+            groups.append(group)
+        else:
+            nodes.extend(members)
+    if groups or nodes:
+        return Candidates(tuple(groups), tuple(nodes), None)
+    return Candidates((), (), _failure(view, shape, matched, not_ready, cordoned, taints))
+
+
+def _selection(shape: PodShape) -> str:
+    parts = []
+    if shape.node_selector:
+        labels = ", ".join(f"{k}={v}" for k, v in sorted(shape.node_selector.items()))
+        parts.append(f"carries labels {labels}")
+    if shape.affinity:
+        parts.append(f"matches node affinity {' or '.join(f'({t})' for t in shape.affinity)}")
+    return " and ".join(parts)
+
+
+def _nodes(n: int) -> str:
+    return f"{n} node" if n == 1 else f"{n} nodes"
+
+
+def _failure(
+    view: NodeView,
+    shape: PodShape,
+    matched: int,
+    not_ready: int,
+    cordoned: int,
+    taints: Counter[Taint],
+) -> str:
+    if not len(view):
+        return "there are no nodes"
+    selection = _selection(shape)
+    head = f"no Ready node {selection}" if selection else "no Ready, schedulable node"
+    if not matched:
+        return head
+    unusable = []
+    if not_ready:
+        unusable.append(f"{_nodes(not_ready)} not Ready")
+    if cordoned:
+        unusable.append(f"{_nodes(cordoned)} cordoned")
+    if not taints:
+        return f"{head} ({', '.join(unusable)})"
+    # Most common first: the taint that rules out most nodes is the one to tolerate.
+    parts = [
+        f"taint {t} not tolerated ({_nodes(n)})"
+        for t, n in sorted(taints.items(), key=lambda item: (-item[1], str(item[0])))
+    ]
+    return "; ".join(parts + unusable)

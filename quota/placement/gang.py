@@ -1,0 +1,449 @@
+"""Gang placement: every pod of a group gets a node at once, or none of them does.
+
+`place_gang` is the one function the admission cycle, the scheduler loop and the simulator
+call. It reads a `NodeView` and returns plain data: a `Placement` (pod set -> nodes and pod
+counts) or an `Unplaceable` with a reason a person can act on. It leaves the view as it
+found it; the caller takes the room with `view.assume(placement)` once it decides to.
+
+Identical pods of a pod set are placed in batches: the chosen node takes as many of them
+as fit (the least over resources of free // request), so a node that takes four pods is
+chosen once, not four times. Pod sets go in a fixed order, the largest per-pod request of
+the gang's scarcest resource first, because the big pods are the ones that run out of
+nodes. With minimum counts every pod set first gets its minimum, then as many more as fit.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from fractions import Fraction
+from itertools import islice
+
+from quota.model.resources import format_amount
+from quota.placement.filters import (
+    Candidates,
+    PodShape,
+    candidates,
+    fit_count,
+    fits_one,
+)
+from quota.placement.nodes import PODS, Demand, NodeClass, NodeKey, NodeState, NodeView, demand_of
+from quota.placement.scoring import (
+    STRATEGIES,
+    Strategy,
+    better,
+    lowest_key,
+    preferred,
+    scarcity_order,
+    spread_batch,
+)
+
+# Free amounts listed in a reason before it says "...": enough to see fragmentation.
+_LISTED = 8
+
+
+@dataclass(frozen=True, slots=True)
+class PodSetRequest:
+    """`count` identical pods; at least `min_count` of them when that is set."""
+
+    name: str
+    count: int
+    shape: PodShape
+    min_count: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class GangRequest:
+    """Pod sets placed together or not at all; `min_count` as a PodGroup's minCount.
+
+    Without any minimum every pod must be placed. A pod set's `min_count` is its own floor;
+    the gang's `min_count` is a floor on the total, and pod sets without a floor of their
+    own then count only towards it.
+    """
+
+    pod_sets: tuple[PodSetRequest, ...]
+    min_count: int | None = None
+
+    @property
+    def count(self) -> int:
+        """Pods in the whole gang."""
+        return sum(ps.count for ps in self.pod_sets)
+
+
+@dataclass(frozen=True, slots=True)
+class Placement:
+    """Where each pod set's pods go: pod set -> ((node, pods on it), ...)."""
+
+    nodes: Mapping[str, tuple[tuple[str, int], ...]]
+    total: int
+    requests: Mapping[str, Mapping[str, int]]  # per-pod requests of each pod set
+
+    def count(self, pod_set: str) -> int:
+        """Pods of `pod_set` placed (less than asked under partial placement)."""
+        return sum(n for _, n in self.nodes.get(pod_set, ()))
+
+    def pod_nodes(self, pod_set: str) -> tuple[str, ...]:
+        """One node name per placed pod of `pod_set`, in placement order: what to bind."""
+        return tuple(node for node, n in self.nodes.get(pod_set, ()) for _ in range(n))
+
+    def usage(self) -> dict[str, dict[str, int]]:
+        """What the placement takes from each node, pod slots included."""
+        out: dict[str, dict[str, int]] = {}
+        for pod_set, pairs in self.nodes.items():
+            demand = demand_of(self.requests[pod_set])
+            for node, n in pairs:
+                room = out.setdefault(node, {})
+                for r, v in demand:
+                    room[r] = room.get(r, 0) + v * n
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class Unplaceable:
+    """No placement now, and why.
+
+    `never` is set when no node of the view could host it even with every bound pod gone:
+    preemption cannot help, only new or changed nodes can, so a queue should not wait on it.
+    """
+
+    reason: str
+    never: bool = False
+    pod_set: str | None = None  # the pod set that did not fit, when one is to blame
+
+
+class _Plan:
+    """One pod set, with what placing it needs computed once."""
+
+    __slots__ = ("cands", "count", "demand", "floor", "name", "need")
+
+    def __init__(self, request: PodSetRequest, cands: Candidates, floor: int) -> None:
+        self.name = request.name
+        self.count = request.count
+        self.demand = demand_of(request.shape.requests)
+        self.need = dict(self.demand)
+        self.cands = cands
+        self.floor = floor
+
+
+class _Scratch:
+    """Tentative takes on the view, undone in reverse so that a gang leaves no trace."""
+
+    __slots__ = ("log", "view")
+
+    def __init__(self, view: NodeView) -> None:
+        self.view = view
+        self.log: list[tuple[NodeState, Demand, int]] = []
+
+    def take(self, state: NodeState, demand: Demand, times: int) -> None:
+        self.view.take(state, demand, times)
+        self.log.append((state, demand, times))
+
+    def undo(self) -> None:
+        take = self.view.take
+        for state, demand, times in reversed(self.log):
+            take(state, demand, -times)
+        self.log.clear()
+
+
+def place_gang(
+    view: NodeView, request: GangRequest, strategy: Strategy = "BinPack"
+) -> Placement | Unplaceable:
+    """Place the whole gang (or at least its minimums) on the view's nodes, or say why not.
+
+    The view is left unchanged; call `view.assume(placement)` to take the room.
+    """
+    if strategy not in STRATEGIES:
+        raise ValueError(f"unknown placement strategy {strategy!r} (one of {', '.join(STRATEGIES)})")
+    floors, gang_floor = _floors(request)
+    plans = _ordered(
+        view,
+        [_Plan(ps, candidates(view, ps.shape), floors[ps.name]) for ps in request.pod_sets],
+    )
+    several = len(plans) > 1
+    placed: dict[str, dict[str, int]] = {plan.name: {} for plan in plans}
+    scratch = _Scratch(view)
+    try:
+        for plan in plans:
+            if not plan.floor:
+                continue
+            before = len(scratch.log)
+            got = _place(view, plan, plan.floor, strategy, scratch, placed[plan.name])
+            if got < plan.floor:
+                return _pod_set_short(view, plan, plan.floor, got, several, before > 0)
+        for plan in plans:
+            _place(view, plan, plan.count - plan.floor, strategy, scratch, placed[plan.name])
+        total = sum(sum(p.values()) for p in placed.values())
+        if total < gang_floor:
+            return _gang_short(view, request, plans, placed, gang_floor, total)
+    finally:
+        scratch.undo()
+    return Placement(
+        nodes={ps.name: tuple(placed[ps.name].items()) for ps in request.pod_sets},
+        total=total,
+        requests={ps.name: dict(ps.shape.requests) for ps in request.pod_sets},
+    )
+
+
+def _floors(request: GangRequest) -> tuple[dict[str, int], int]:
+    """Each pod set's floor and the gang's, after checking the request makes sense."""
+    floors: dict[str, int] = {}
+    for ps in request.pod_sets:
+        if ps.name in floors:
+            raise ValueError(f"pod set {ps.name} appears twice in the gang")
+        if ps.count < 0:
+            raise ValueError(f"pod set {ps.name}: count {ps.count} is negative")
+        if ps.min_count is not None and not 0 <= ps.min_count <= ps.count:
+            raise ValueError(
+                f"pod set {ps.name}: min_count {ps.min_count} is not between 0 and count "
+                f"{ps.count}"
+            )
+        for r, v in ps.shape.requests.items():
+            if v < 0:
+                raise ValueError(f"pod set {ps.name}: request {r}={v} is negative")
+        if ps.min_count is not None:
+            floors[ps.name] = ps.min_count
+        else:
+            floors[ps.name] = ps.count if request.min_count is None else 0
+    gang_min = request.min_count
+    if gang_min is not None and not 0 <= gang_min <= request.count:
+        raise ValueError(
+            f"gang min_count {gang_min} is not between 0 and its {request.count} pods"
+        )
+    return floors, max(gang_min or 0, sum(floors.values()))
+
+
+def _ordered(view: NodeView, plans: list[_Plan]) -> list[_Plan]:
+    """Largest per-pod request of the gang's scarcest resource first, then the next, then name."""
+    if len(plans) < 2:
+        return plans
+    wanted: dict[str, int] = {}
+    for plan in plans:
+        for r, v in plan.demand:
+            wanted[r] = wanted.get(r, 0) + v * max(plan.count, 1)
+    usable = [g for g in view.classes if g.ready and not g.unschedulable]
+    ratios = {r: Fraction(sum(g.total.get(r, 0) for g in usable), v) for r, v in wanted.items()}
+    order = sorted(ratios, key=lambda r: (ratios[r], r))
+    return sorted(plans, key=lambda p: (*(-p.need.get(r, 0) for r in order), p.name))
+
+
+def _place(
+    view: NodeView,
+    plan: _Plan,
+    want: int,
+    strategy: Strategy,
+    scratch: _Scratch,
+    placed: dict[str, int],
+) -> int:
+    """Place up to `want` pods of `plan` in batches; return how many were placed."""
+    cands = plan.cands
+    if want <= 0 or cands.failure is not None:
+        return 0
+    demand = plan.demand
+    lead = scarcity_order(demand, cands.total_free)[0]
+    need = plan.need[lead]
+    spread = strategy == "Spread"
+    # Spread also needs the runner-up, to know how many pods its best node takes.
+    limit = 2 if spread else 1
+    sources: list[NodeClass | None] = [*cands.groups, *([None] if cands.nodes else [])]
+    # Each source's best nodes, kept until a batch lands in that source.
+    tops: list[list[tuple[NodeKey, NodeState]] | None] = [None] * len(sources)
+    remaining = want
+    while remaining:
+        best_i = -1
+        best_key: NodeKey | None = None
+        for i, group in enumerate(sources):
+            top = tops[i]
+            if top is None:
+                top = tops[i] = _top(view, group, cands, lead, need, demand, strategy, limit)
+            if top and (best_key is None or better(strategy, top[0][0], best_key)):
+                best_i, best_key = i, top[0][0]
+        if best_key is None:
+            break
+        best = tops[best_i]
+        assert best is not None
+        state = best[0][1]
+        batch = min(remaining, fit_count(state.free, demand))
+        if spread:
+            others = [t[0][0][0] for j, t in enumerate(tops) if j != best_i and t]
+            if len(best) > 1:
+                others.append(best[1][0][0])
+            if others:
+                batch = min(batch, spread_batch(best_key[0], max(others), need))
+        scratch.take(state, demand, batch)
+        placed[state.name] = placed.get(state.name, 0) + batch
+        tops[best_i] = None
+        remaining -= batch
+    return want - remaining
+
+
+def _top(
+    view: NodeView,
+    group: NodeClass | None,
+    cands: Candidates,
+    lead: str,
+    need: int,
+    demand: Demand,
+    strategy: Strategy,
+    limit: int,
+) -> list[tuple[NodeKey, NodeState]]:
+    """The best `limit` nodes of one source that fit a pod, best first."""
+    out: list[tuple[NodeKey, NodeState]] = []
+    if group is not None:
+        states = view.states
+        for key in preferred(group.index(lead), strategy, need):
+            state = states[key[2]]
+            if fits_one(state.free, demand):
+                out.append((key, state))
+                if len(out) == limit:
+                    break
+        return out
+    # Nodes that pass one by one (e.g. pinned by hostname) are few: a scan is cheapest.
+    keyed = [(s.key(lead), s) for s in cands.nodes if fits_one(s.free, demand)]
+    pick = heapq.nlargest if strategy == "Spread" else heapq.nsmallest
+    return pick(limit, keyed, key=lambda item: item[0])
+
+
+# -- reasons ------------------------------------------------------------------------------
+
+
+def _pods(n: int) -> str:
+    return f"{n} pod" if n == 1 else f"{n} pods"
+
+
+def _subject(plan: _Plan, want: int, several: bool) -> str:
+    what = f"pod set {plan.name} of" if several else "gang of"
+    floor = f" (at least {want})" if want < plan.count else ""
+    return f"{what} {_pods(plan.count)}{floor}"
+
+
+def _requests_text(plan: _Plan) -> str:
+    parts = [f"{format_amount(r, v)} {r}" for r, v in plan.demand if r != PODS]
+    return ", ".join(parts) or "no resources"
+
+
+def _pod_set_short(
+    view: NodeView, plan: _Plan, want: int, got: int, several: bool, after_others: bool
+) -> Unplaceable:
+    """Why `plan` got only `got` of the `want` pods it must have."""
+    if plan.cands.failure is not None:
+        reason = plan.cands.failure
+        return Unplaceable(f"pod set {plan.name}: {reason}" if several else reason, True, plan.name)
+    never = _never(view, plan, want)
+    if never is not None:
+        return Unplaceable(f"pod set {plan.name}: {never}" if several else never, True, plan.name)
+    reason = _shortage(plan, want, got, several)
+    if after_others:
+        reason += "; the gang's other pod sets were placed first"
+    return Unplaceable(reason, False, plan.name)
+
+
+def _never(view: NodeView, plan: _Plan, want: int) -> str | None:
+    """Why `want` pods could not be placed even on emptied nodes, or None when they could."""
+    vectors = list(plan.cands.allocatables())
+    where = "node" if plan.cands.count == len(view) else "matching node"
+    for r, v in plan.demand:
+        largest = max((a.get(r, 0) for a, _ in vectors), default=0)
+        if v <= largest:
+            continue
+        if r == PODS:
+            return f"no {where} accepts pods (allocatable pods is 0)"
+        return (
+            f"pod needs {format_amount(r, v)} {r}; the largest {where} has "
+            f"{format_amount(r, largest)} allocatable"
+        )
+    capacity = sum(fit_count(a, plan.demand) * n for a, n in vectors)
+    if not capacity:
+        return f"pod needs {_requests_text(plan)}; no {where} has all of it allocatable"
+    if capacity < want:
+        return (
+            f"{_pods(want)} x {_requests_text(plan)} need more than the {plan.cands.count} "
+            f"{where}s can hold even when empty ({_pods(capacity)})"
+        )
+    return None
+
+
+def _room(cands: Candidates, resource: str, need: int) -> tuple[int, int]:
+    """How many passing nodes have `need` of `resource` free, and the most any has."""
+    bound = lowest_key(need)
+    count, most = 0, 0
+    for group in cands.groups:
+        index = group.index(resource)
+        count += len(index) - index.bisect_left(bound)
+        if index:
+            most = max(most, index[-1][0])
+    for state in cands.nodes:
+        have = state.free.get(resource, 0)
+        count += have >= need
+        most = max(most, have)
+    return count, most
+
+
+def _below(cands: Candidates, resource: str, need: int) -> Iterator[int]:
+    """Free amounts of `resource` under `need` on passing nodes, largest first."""
+    bound = lowest_key(need)
+    runs = [
+        (key[0] for key in g.index(resource).irange(maximum=bound, inclusive=(True, False), reverse=True))
+        for g in cands.groups
+    ]
+    explicit = sorted((f for s in cands.nodes if (f := s.free.get(resource, 0)) < need), reverse=True)
+    return heapq.merge(*runs, iter(explicit), reverse=True)
+
+
+def _shortage(plan: _Plan, want: int, got: int, several: bool) -> str:
+    """The free amounts behind a shortage, on the resource fewest nodes have room for."""
+    cands = plan.cands
+    order = scarcity_order(plan.demand, cands.total_free)
+    rooms = {r: _room(cands, r, plan.need[r]) for r in order}
+    resource = min(order, key=lambda r: (rooms[r][0], order.index(r)))
+    need = plan.need[resource]
+    with_room, most = rooms[resource]
+    unit = "pod slot" if resource == PODS else resource
+    head = f"{_subject(plan, want, several)} x {format_amount(resource, need)} {unit}"
+    amount = format_amount(resource, need)
+    parts = []
+    if got != with_room:
+        parts.append(f"room for {got}")
+    if with_room:
+        have = "node has" if with_room == 1 else "nodes have"
+        more = " or more" if most > need else ""
+        parts.append(f"{with_room} {have} {amount}{more} free")
+    else:
+        parts.append(f"no node has {amount} free")
+    listed = list(islice(_below(cands, resource, need), _LISTED + 1))
+    if listed:
+        values = ", ".join(format_amount(resource, v) for v in listed[:_LISTED])
+        ellipsis = ", ..." if len(listed) > _LISTED else ""
+        others = "the others have" if with_room else "the nodes have"
+        if len(listed) == 1:
+            others = "the other has" if with_room else "the node has"
+        parts.append(f"{others} {values}{ellipsis}")
+    total = format_amount(resource, cands.total_free(resource))
+    return f"{head}: {'; '.join(parts)} ({total} free in total)"
+
+
+def _gang_short(
+    view: NodeView,
+    request: GangRequest,
+    plans: list[_Plan],
+    placed: dict[str, dict[str, int]],
+    gang_floor: int,
+    total: int,
+) -> Unplaceable:
+    """Why the gang as a whole stays under its minimum even though each pod set met its own."""
+    head = f"gang needs at least {gang_floor} of its {request.count} pods; room for {total}"
+    capacity = 0
+    for plan in plans:
+        if plan.cands.failure is None:
+            vectors = plan.cands.allocatables()
+            capacity += min(plan.count, sum(fit_count(a, plan.demand) * n for a, n in vectors))
+    if capacity < gang_floor:
+        return Unplaceable(f"{head}; the matching nodes hold {capacity} even when empty", True)
+    short = [p for p in plans if sum(placed[p.name].values()) < p.count]
+    plan = short[0]
+    got = sum(placed[plan.name].values())
+    if plan.cands.failure is not None:
+        detail = f"pod set {plan.name}: {plan.cands.failure}"
+    else:
+        detail = _shortage(plan, plan.count, got, len(plans) > 1)
+    return Unplaceable(f"{head}: {detail}", False, plan.name)
