@@ -9,6 +9,11 @@ a controller restart that reports the same transition again) stores each record 
 
 A record the database refuses as malformed is not retried forever: it goes to `rejected.jsonl`
 in the spool directory (kept, never dropped silently) and counts in a metric.
+
+Why one module of this size: the buffer, the database writes and the spool are one state
+machine driven by one thread under one lock, and their ordering (spool before drop, replay
+before new writes, flush on close) is the whole point; split across modules, that invariant
+would have no single place to be read and checked.
 """
 
 from __future__ import annotations

@@ -35,7 +35,7 @@ class Ledger:
         # most trees limit few queues, so the walk is usually empty.
         self._limited: dict[str, tuple[_LimitedQueue, ...]] = {}
         # When set, every charged queue is appended here, so that figures derived from
-        # usage (see quota/reclaim.py) can be refreshed for just those queues.
+        # usage (see quota/preemption/reclaim.py) can be refreshed for just those queues.
         self.touched: list[str] | None = None
 
     def copy(self) -> Ledger:

@@ -3,7 +3,7 @@
 The search removes candidates least important first until the preemptor fits, then puts
 back, most important first, every victim whose removal turns out not to be needed. The
 result is a small set made of the least important workloads that together make room.
-Reclaim across queues (quota/reclaim.py) uses the same search with its own candidates and
+Reclaim across queues (quota/preemption/reclaim.py) uses the same search with its own candidates and
 guards.
 """
 
