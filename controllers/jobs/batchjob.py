@@ -1,34 +1,25 @@
-"""batch/v1 Job integration: one Workload per Job, started when admitted, stopped when
-evicted, finished when the Job finishes.
+"""batch/v1 Job behind the workload seam (`controllers.jobs.framework`): how a Job is
+read, suspended, run on its assigned flavors and restored. The reconcile itself is the
+shared one in `controllers.jobs.reconciler`; `JobReconciler` binds it to Jobs.
 
-The Job reconciler observes a Job and its Workloads and moves the Job towards what the
-Workloads say (the admission loop decides; this module only carries decisions out):
-
-- no Workload yet: create it (deterministic name, owned by the Job) and keep the Job
-  suspended;
-- admitted: merge the assigned flavors' node labels and tolerations into the pod template
-  (keeping the original in an annotation) and unsuspend;
-- evicted: suspend, wait until the Job's pods are gone, restore the original template, and
-  give the quota back with a requeue backoff;
-- finished: mark the Workload Finished, which releases its quota at once.
-
-Elastic Jobs (annotation muster.dev/elastic-job) go through `controllers.jobs.slices` and
-`controllers.jobs.gates` instead of resizing by suspension.
+Admission merges the assigned flavors' node labels and tolerations into the pod template
+and, for a partial admission, lowers parallelism to the pods admitted; the user's
+originals are kept in an annotation and put back on eviction. Elastic Jobs (annotation
+muster.dev/elastic-job) resize through `controllers.jobs.slices` instead, with their pods
+held behind the admission gate.
 """
 
 from __future__ import annotations
 
 import json
-import logging
 from collections.abc import Mapping, Sequence
-from datetime import datetime
 from typing import Any
 
-from controllers.jobs import slices
-from controllers.runtime import apply
-from controllers.runtime.resources import JOB, WORKLOAD, Obj, object_key
-from controllers.state import workloads as wls
-from controllers.state.caches import Context
+from controllers.jobs.framework import Integration, owner_of, register
+from controllers.jobs.reconciler import Reconciler
+from controllers.runtime.informer import Informer
+from controllers.runtime.resources import JOB, Obj
+from controllers.state.caches import Caches, Context
 from quota.api.conditions import WorkloadConditions as WC
 from quota.api.names import (
     ADMISSION_GATE,
@@ -38,13 +29,6 @@ from quota.api.names import (
     ORIGINAL_SCHEDULING_ANNOTATION,
 )
 from quota.model import convert
-
-log = logging.getLogger(__name__)
-
-# Partial admission (see quota.model.convert); refused together with elastic by the webhook.
-# The pod template's scheduling fields as the user wrote them, saved before the assigned
-# flavor's node labels and tolerations are merged in, and restored on eviction.
-
 
 # ------------------------------------------------------------------- reading a Job
 
@@ -126,26 +110,12 @@ def original_scheduling(job: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-def priority_classes(ctx: Context) -> tuple[dict[str, int], str | None]:
-    """PriorityClass values by name, and the global default class (if any)."""
-    values: dict[str, int] = {}
-    default = None
-    for pc in ctx.caches.priority_classes.objects():
-        name = pc["metadata"]["name"]
-        values[name] = int(pc.get("value") or 0)
-        if pc.get("globalDefault"):
-            default = name
-    return values, default
-
-
 def workload_spec(
     job: Mapping[str, Any],
     priorities: Mapping[str, int],
     *,
     global_default: str | None = None,
     count: int | None = None,
-    slice_name: str | None = None,
-    replaces: str | None = None,
 ) -> Obj:
     """The Workload spec for a Job, through the one Job -> Workload conversion
     (`quota.model.convert`), from the Job as its user wrote it. Raises ManifestError naming the
@@ -158,17 +128,7 @@ def workload_spec(
     affinity = (((view.get("spec") or {}).get("template") or {}).get("spec") or {}).get("affinity")
     if affinity:
         spec["podSets"][0].setdefault("template", {})["affinity"] = affinity
-    if slice_name:
-        spec["sliceName"] = slice_name
-    if replaces:
-        spec["replaces"] = replaces
     return spec
-
-
-def same_request(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
-    """Whether two Workload specs ask for the same thing (queue, priority, pod sets)."""
-    keys = ("queueName", "priority", "priorityClassName", "podSets", "sliceName", "replaces")
-    return all(a.get(k) == b.get(k) for k in keys)
 
 
 # --------------------------------------------------------------- changing a Job
@@ -238,224 +198,78 @@ def ensure_gate(job: Obj) -> bool:
     return changed
 
 
-# ------------------------------------------------------------------ reconciling
+# ------------------------------------------------------------------ the adapter
 
 
-class JobReconciler:
-    """Moves one Job towards what its Workloads say. Returns a delay to requeue after (or
-    None); raising requeues with backoff."""
+class BatchJob:
+    """A batch/v1 Job seen as a `GenericJob`."""
+
+    def __init__(self, job: Obj) -> None:
+        self._job = job
+
+    @property
+    def object(self) -> Obj:
+        return self._job
+
+    def queue_name(self) -> str | None:
+        return queue_name(self._job)
+
+    def is_suspended(self) -> bool:
+        return is_suspended(self._job)
+
+    def suspend(self) -> bool:
+        if is_suspended(self._job):
+            return False
+        self._job["spec"]["suspend"] = True
+        return True
+
+    def hold_pods(self) -> bool:
+        if (self._job.get("status") or {}).get("startTime"):
+            return False  # started: its pods exist and were counted against the gate
+        return ensure_gate(self._job)
+
+    def run_with(self, flavors: Sequence[Mapping[str, Any]], granted: Mapping[str, int]) -> None:
+        # Elastic Jobs keep their parallelism: gates, not the Job controller, hold pods back.
+        partial = None if is_elastic(self._job) else granted.get(JOB_POD_SET, 0)
+        inject_flavors(self._job, flavors, partial)
+        self._job["spec"]["suspend"] = False
+
+    def restore(self) -> bool:
+        return restore_template(self._job)
+
+    def workload_spec(
+        self, priorities: Mapping[str, int], *, global_default: str | None, count: int | None
+    ) -> Obj:
+        return workload_spec(self._job, priorities, global_default=global_default, count=count)
+
+    def finished(self) -> tuple[str, str] | None:
+        return finished(self._job)
+
+    def pods_gone(self) -> bool:
+        return pods_gone(self._job)
+
+    def is_elastic(self) -> bool:
+        return is_elastic(self._job)
+
+    def elastic_size(self) -> tuple[str, int]:
+        return JOB_POD_SET, pod_count(self._job)
+
+
+def _jobs_cache(caches: Caches) -> Informer:
+    return caches.jobs
+
+
+BATCH_JOB = register(Integration("batch/v1", JOB, BatchJob, _jobs_cache))
+
+
+class JobReconciler(Reconciler):
+    """The shared reconciler, driving batch/v1 Jobs."""
 
     def __init__(self, ctx: Context) -> None:
-        self.ctx = ctx
-
-    # -- small writers
-    def _update_job(self, job: Obj, mutate: apply.Mutation) -> Obj | None:
-        return apply.update(
-            self.ctx.kube, JOB, object_key(job), mutate, cache=self.ctx.caches.jobs, current=job
-        )
-
-    def update_workload_status(self, wl: Obj, mutate: apply.Mutation) -> Obj | None:
-        return apply.update(
-            self.ctx.kube,
-            WORKLOAD,
-            object_key(wl),
-            mutate,
-            cache=self.ctx.caches.workloads,
-            current=wl,
-            status=True,
-        )
-
-    def _flavor_objects(self, wl: Obj) -> list[Obj]:
-        names = sorted({f for m in wls.assigned_flavors(wl).values() for f in m.values()})
-        found = []
-        for name in names:
-            flavor = self.ctx.caches.flavors.get(name)
-            if flavor is None:
-                raise RuntimeError(f"ResourceFlavor {name} assigned to {object_key(wl)} is gone")
-            found.append(flavor)
-        return found
-
-    # -- the reconcile
-    def reconcile(self, key: str) -> float | None:
-        job = self.ctx.caches.jobs.get(key)
-        if job is None or not queue_name(job):
-            return None  # deleted: owner references take its Workloads with it
-        if (job.get("metadata") or {}).get("deletionTimestamp"):
-            return None
-        uid = job["metadata"]["uid"]
-        owned = self.ctx.caches.workloads_of_job(uid)
-        active = [w for w in owned if wls.is_active(w)]
-
-        done = finished(job)
-        if done is not None:
-            self._finish_all(job, active, *done)
-            return None
-        if is_elastic(job):
-            return slices.reconcile_elastic(self, job, owned)
-        return self._reconcile_plain(job, active, owned)
-
-    def _finish_all(self, job: Obj, active: list[Obj], reason: str, message: str) -> None:
-        for wl in active:
-            now = self.ctx.now()
-
-            def finish(w: Obj, t: datetime = now) -> bool:
-                return wls.mark_finished(w, reason, message, t)
-
-            written = self.update_workload_status(wl, finish)
-            if written is not None and wls.is_finished(written):
-                self.ctx.events.emit(written, "Normal", "Finished", f"{message}; quota released")
-                self.ctx.poke_admission()
-
-    def new_workload(self, job: Obj, spec: Obj, name: str) -> Obj:
-        body = wls.new_workload(name, job["metadata"]["namespace"], job, spec)
-        created, fresh = apply.create(
-            self.ctx.kube, WORKLOAD, body, cache=self.ctx.caches.workloads
-        )
-        if fresh:
-            self.ctx.events.emit(
-                job,
-                "Normal",
-                "CreatedWorkload",
-                f"created Workload {name} for queue {spec.get('queueName')}",
-            )
-            self.ctx.poke_admission()
-        return created
-
-    def desired_spec(self, job: Obj, **kwargs: Any) -> Obj:
-        values, default = priority_classes(self.ctx)
-        return workload_spec(job, values, global_default=default, **kwargs)
-
-    def _reconcile_plain(self, job: Obj, active: list[Obj], owned: list[Obj]) -> float | None:
-        uid = job["metadata"]["uid"]
-        name = wls.workload_name(job["metadata"]["name"], uid)
-        wl = next((w for w in active if w["metadata"]["name"] == name), None)
-        if wl is None and any(w["metadata"]["name"] == name for w in owned):
-            return None  # finished for good; the Job finishing will follow
-        try:
-            desired = self.desired_spec(job)
-        except ValueError as error:  # ManifestError: says which field of the Job, and why
-            self.ctx.events.emit(job, "Warning", "InvalidJob", str(error)[:1000])
-            return None
-        if wl is None:
-            self.suspend(job)
-            self.new_workload(job, desired, name)
-            return None
-        return self.drive(job, wl, desired)
-
-    def drive(self, job: Obj, wl: Obj, desired: Obj | None) -> float | None:
-        """Carry a single Workload's state over to its Job (shared by plain and elastic)."""
-        if not wls.has_quota(wl):
-            if desired is not None and not same_request(wl.get("spec") or {}, desired):
-                self.update_workload_spec(wl, desired)
-            self.suspend(job)
-            return None
-        if wls.is_evicted(wl):
-            return self.stop(job, wl)
-        if is_suspended(job):
-            self.start(job, wl)
-        return None
-
-    def update_workload_spec(self, wl: Obj, desired: Obj) -> Obj | None:
-        def mutate(w: Obj) -> bool:
-            if wls.has_quota(w) or wls.is_finished(w):
-                return False  # admitted meanwhile: the spec is what was admitted
-            if same_request(w.get("spec") or {}, desired):
-                return False
-            w["spec"] = desired
-            return True
-
-        return apply.update(
-            self.ctx.kube,
-            WORKLOAD,
-            object_key(wl),
-            mutate,
-            cache=self.ctx.caches.workloads,
-            current=wl,
-        )
-
-    def suspend(self, job: Obj) -> Obj | None:
-        """Suspend a Job that runs without admission (created while the webhook was down,
-        or evicted); elastic Jobs also get their gate if they never started."""
-
-        def mutate(j: Obj) -> bool:
-            changed = False
-            if not is_suspended(j):
-                j["spec"]["suspend"] = True
-                changed = True
-            if is_elastic(j) and not (j.get("status") or {}).get("startTime"):
-                changed |= ensure_gate(j)
-            return changed
-
-        before = is_suspended(job)
-        written = self._update_job(job, mutate)
-        if written is not None and not before and is_suspended(written):
-            self.ctx.events.emit(job, "Normal", "Suspended", "suspended until admitted by Muster")
-        return written
-
-    def start(self, job: Obj, wl: Obj) -> Obj | None:
-        """Admitted: merge the flavors into the template and unsuspend."""
-        flavors = self._flavor_objects(wl)
-        granted = wls.admitted_count(wl, JOB_POD_SET)
-        partial = None if is_elastic(job) else granted
-
-        def mutate(j: Obj) -> bool:
-            if not is_suspended(j):
-                return False
-            inject_flavors(j, flavors, partial)
-            j["spec"]["suspend"] = False
-            return True
-
-        written = self._update_job(job, mutate)
-        if written is not None and not is_suspended(written):
-            admission = (wl.get("status") or {}).get("admission") or {}
-            names = ", ".join(f["metadata"]["name"] for f in flavors) or "no flavor"
-            self.ctx.events.emit(
-                job,
-                "Normal",
-                "Started",
-                f"admitted by ClusterQueue {admission.get('clusterQueue')} on {names}; unsuspended",
-            )
-        return written
-
-    def stop(self, job: Obj, wl: Obj) -> float | None:
-        """Evicted: suspend, wait for the pods to go, restore the template, release quota."""
-        if not is_suspended(job):
-            evicted = wls.condition(wl, wls.EVICTED) or {}
-            written = self._update_job(job, _suspend_only)
-            if written is not None:
-                self.ctx.events.emit(
-                    job,
-                    "Warning",
-                    "Stopped",
-                    f"suspended: {evicted.get('message') or 'evicted'}",
-                )
-            return None
-        if not pods_gone(job):
-            return None  # the Job's status change will bring us back
-        self._update_job(job, lambda j: restore_template(j) if is_suspended(j) else False)
-        now = self.ctx.now()
-        written = self.update_workload_status(wl, lambda w: wls.release_quota(w, now))
-        if written is not None:
-            requeued = wls.condition(written, wls.REQUEUED) or {}
-            self.ctx.events.emit(written, "Normal", "Requeued", str(requeued.get("message")))
-            self.ctx.poke_admission()
-            when = wls.requeue_at(written)
-            if when is not None:
-                return max(0.0, (when - now).total_seconds())
-        return None
-
-
-def _suspend_only(job: Obj) -> bool:
-    if is_suspended(job):
-        return False
-    job["spec"]["suspend"] = True
-    return True
+        super().__init__(ctx, BATCH_JOB)
 
 
 def job_key_of_workload(wl: Mapping[str, Any]) -> str | None:
     """The Job key ("ns/name") a Workload belongs to."""
-    meta = wl.get("metadata") or {}
-    for ref in meta.get("ownerReferences") or []:
-        if ref.get("kind") == "Job":
-            return f"{meta.get('namespace')}/{ref.get('name')}"
-    return None
+    owner = owner_of(wl)
+    return owner[1] if owner is not None and owner[0] is BATCH_JOB else None

@@ -12,7 +12,9 @@ To plug in a new kind (JobSet, TrainJob, ...), add a module to `controllers/jobs
    shared by every kind; nothing of them is copied.
 
 This module imports nothing else from `controllers.jobs`: the reconciler, the slices and
-every kind import it, never the other way round.
+every kind import it, never the other way round. Not yet generic: `controllers.state`
+writes a Workload's owner reference as batch/v1 Job and indexes Workloads and pods by that
+owner's uid; a second kind needs those taught its apiVersion and kind first.
 """
 
 from __future__ import annotations
@@ -29,8 +31,8 @@ from controllers.state.caches import Caches, Context
 
 class GenericJob(Protocol):
     """One object of a workload kind, wrapped. Mutators change the wrapped dict in place
-    (the reconciler hands them a fresh copy inside a conflict-retried update) and return
-    whether anything changed."""
+    (the reconciler hands them a fresh copy inside a conflict-retried update); those that
+    return a bool say whether anything changed."""
 
     @property
     def object(self) -> Obj:
@@ -44,7 +46,13 @@ class GenericJob(Protocol):
     def is_suspended(self) -> bool: ...
 
     def suspend(self) -> bool:
-        """Stop it from running (and hold back its pods if it never started)."""
+        """Stop it from running."""
+        ...
+
+    def hold_pods(self) -> bool:
+        """Elastic and never started: make sure its pods are created behind the admission
+        gate (the webhook does this at creation; this covers objects created while it was
+        down)."""
         ...
 
     def run_with(self, flavors: Sequence[Mapping[str, Any]], granted: Mapping[str, int]) -> None:
@@ -133,7 +141,14 @@ class Driver(Protocol):
 
     ctx: Context
 
-    def desired_spec(self, job: GenericJob, **kwargs: Any) -> Obj: ...
+    def desired_spec(
+        self,
+        job: GenericJob,
+        *,
+        count: int | None = None,
+        slice_name: str | None = None,
+        replaces: str | None = None,
+    ) -> Obj: ...
 
     def new_workload(self, job: GenericJob, spec: Obj, name: str) -> Obj: ...
 

@@ -1,7 +1,9 @@
-"""Elastic Jobs as WorkloadSlices (after Kueue KEP-77).
+"""Elastic workloads as WorkloadSlices (after Kueue KEP-77), for any kind whose
+`GenericJob.is_elastic()` says so; the "Job" below is such an object.
 
 An elastic Job has at most two active Workloads: the admitted slice its running pods belong
-to, and at most one pending slice asking for a new size.
+to, and at most one pending slice asking for a new size. Only one pod set scales (the one
+`GenericJob.elastic_size()` names).
 
 - Scale-down updates the admitted slice in place (admission first, so the quota is free at
   once, then the spec); a pending scale-up slice is dropped. The admission never shrinks
@@ -20,25 +22,23 @@ from __future__ import annotations
 
 import logging
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from controllers.jobs import gates
+from controllers.jobs.framework import Driver, GenericJob, same_request
 from controllers.runtime import apply
 from controllers.runtime.resources import WORKLOAD, Obj, object_key
 from controllers.state import workloads as wls
 from quota.api.conditions import WorkloadConditions as WC
-from quota.api.names import JOB_NAME_LABEL, JOB_POD_SET
+from quota.api.names import JOB_NAME_LABEL
 from quota.api.quantity import format_quantity, parse_quantity
-
-if TYPE_CHECKING:
-    from controllers.jobs.batchjob import JobReconciler
 
 log = logging.getLogger(__name__)
 
 
-def _count(wl: Obj) -> int:
+def _count(wl: Obj, pod_set: str) -> int:
     for ps in (wl.get("spec") or {}).get("podSets") or []:
-        if ps.get("name") == JOB_POD_SET:
+        if ps.get("name") == pod_set:
             return int(ps.get("count") or 0)
     return 0
 
@@ -53,7 +53,7 @@ def _created(wl: Obj) -> tuple[str, str]:
 RETRY_SECONDS = 1.0
 
 
-def retire_replaced(rec: JobReconciler, active: list[Obj]) -> tuple[list[Obj], bool]:
+def retire_replaced(rec: Driver, active: list[Obj], pod_set: str) -> tuple[list[Obj], bool]:
     """Finish every slice that an admitted slice replaces; returns what stays active, and
     whether a retirement could not be written (so the caller requeues)."""
     by_name = {w["metadata"]["name"]: w for w in active}
@@ -71,8 +71,8 @@ def retire_replaced(rec: JobReconciler, active: list[Obj]) -> tuple[list[Obj], b
         old = by_name[target]
         now = rec.ctx.now()
         message = (
-            f"replaced by slice {wl['metadata']['name']} ({_count(wl)} pods) after scale-up; "
-            "its pods continue under the new slice"
+            f"replaced by slice {wl['metadata']['name']} ({_count(wl, pod_set)} pods) "
+            "after scale-up; its pods continue under the new slice"
         )
 
         def finish(w: Obj, m: str = message, t: datetime = now) -> bool:
@@ -91,7 +91,7 @@ def retire_replaced(rec: JobReconciler, active: list[Obj]) -> tuple[list[Obj], b
     return [w for w in active if w["metadata"]["name"] not in retired], failed
 
 
-def _delete_pending(rec: JobReconciler, pending: list[Obj]) -> None:
+def _delete_pending(rec: Driver, pending: list[Obj]) -> None:
     for wl in pending:
         # Only the version we looked at: if the admission loop admitted it meanwhile, the
         # delete fails and the next reconcile sees the admitted slice.
@@ -100,12 +100,12 @@ def _delete_pending(rec: JobReconciler, pending: list[Obj]) -> None:
             rec.ctx.poke_admission()
 
 
-def scale_down(rec: JobReconciler, wl: Obj, count: int) -> Obj | None:
+def scale_down(rec: Driver, wl: Obj, count: int, pod_set: str) -> Obj | None:
     """Shrink an admitted slice in place: the admission first (frees quota immediately),
     then the spec."""
     per_pod: dict[str, int] = {}
     for ps in (wl.get("spec") or {}).get("podSets") or []:
-        if ps.get("name") == JOB_POD_SET:
+        if ps.get("name") == pod_set:
             per_pod = {r: parse_quantity(v, r) for r, v in (ps.get("requests") or {}).items()}
 
     def shrink_admission(w: Obj) -> bool:
@@ -113,7 +113,7 @@ def scale_down(rec: JobReconciler, wl: Obj, count: int) -> Obj | None:
             return False
         changed = False
         for assignment in (w["status"].get("admission") or {}).get("podSetAssignments") or []:
-            if assignment.get("name") == JOB_POD_SET and int(assignment.get("count") or 0) > count:
+            if assignment.get("name") == pod_set and int(assignment.get("count") or 0) > count:
                 assignment["count"] = count
                 assignment["resourceUsage"] = {
                     r: format_quantity(v * count, r) for r, v in per_pod.items()
@@ -121,7 +121,7 @@ def scale_down(rec: JobReconciler, wl: Obj, count: int) -> Obj | None:
                 changed = True
         return changed
 
-    before = wls.admitted_count(wl)
+    before = wls.admitted_count(wl, pod_set)
     written = rec.update_workload_status(wl, shrink_admission)
     if written is None:
         return None
@@ -129,7 +129,7 @@ def scale_down(rec: JobReconciler, wl: Obj, count: int) -> Obj | None:
     def shrink_spec(w: Obj) -> bool:
         changed = False
         for ps in (w.get("spec") or {}).get("podSets") or []:
-            if ps.get("name") == JOB_POD_SET and int(ps.get("count") or 0) > count:
+            if ps.get("name") == pod_set and int(ps.get("count") or 0) > count:
                 ps["count"] = count
                 if ps.get("minCount") and ps["minCount"] > count:
                     ps["minCount"] = count
@@ -155,30 +155,29 @@ def scale_down(rec: JobReconciler, wl: Obj, count: int) -> Obj | None:
     return written
 
 
-def reconcile_elastic(rec: JobReconciler, job: Obj, owned: list[Obj]) -> float | None:
+def reconcile_elastic(rec: Driver, job: GenericJob, owned: list[Obj]) -> float | None:
     """Bring an elastic Job's slices and gates in line with its parallelism."""
-    from controllers.jobs.batchjob import is_suspended, pod_count
-
-    meta = job["metadata"]
+    obj = job.object
+    meta = obj["metadata"]
     uid, job_name = meta["uid"], meta["name"]
     first_name = wls.workload_name(job_name, uid)
-    active, retry = retire_replaced(rec, [w for w in owned if wls.is_active(w)])
+    pod_set, parallelism = job.elastic_size()
+    active, retry = retire_replaced(rec, [w for w in owned if wls.is_active(w)], pod_set)
     if retry:
         return RETRY_SECONDS
     admitted = sorted((w for w in active if wls.has_quota(w)), key=_created)
     pending = sorted((w for w in active if not wls.has_quota(w)), key=_created)
-    parallelism = pod_count(job)
 
     if len(admitted) > 1:
         # Two admitted slices neither of which replaces the other cannot come from this
         # controller; keep counting both (no quota is lost) and let a person look.
         log.warning(
             "job has several admitted slices",
-            extra={"job": object_key(job), "slices": [w["metadata"]["name"] for w in admitted]},
+            extra={"job": object_key(obj), "slices": [w["metadata"]["name"] for w in admitted]},
         )
     current = admitted[-1] if admitted else None
 
-    if current is None and not is_suspended(job) and _cache_missed_admission(rec, job):
+    if current is None and not job.is_suspended() and _cache_missed_admission(rec, obj):
         return RETRY_SECONDS
     if current is None:
         # Nothing admitted: one pending Workload for the whole Job, like a plain Job.
@@ -190,7 +189,7 @@ def reconcile_elastic(rec: JobReconciler, job: Obj, owned: list[Obj]) -> float |
         if keep is None:
             rec.suspend(job)
             taken = {w["metadata"]["name"] for w in owned}
-            name = first_name if first_name not in taken else _slice_name(job)
+            name = first_name if first_name not in taken else _slice_name(obj)
             rec.new_workload(job, desired, name)
             return None
         return rec.drive(job, keep, desired)
@@ -198,12 +197,12 @@ def reconcile_elastic(rec: JobReconciler, job: Obj, owned: list[Obj]) -> float |
     if wls.is_evicted(current):
         _delete_pending(rec, pending)
         return rec.stop(job, current)
-    if is_suspended(job):
+    if job.is_suspended():
         rec.start(job, current)
         return None  # the Job's pods appear next; their events bring us back to ungate
 
-    spec_count = _count(current)
-    granted = wls.admitted_count(current)
+    spec_count = _count(current, pod_set)
+    granted = wls.admitted_count(current, pod_set)
     slice_name = (current.get("spec") or {}).get("sliceName") or first_name
     requeue: float | None = None
     if parallelism < spec_count or parallelism < granted:
@@ -215,19 +214,17 @@ def reconcile_elastic(rec: JobReconciler, job: Obj, owned: list[Obj]) -> float |
         holding = gates.ungated_holding(rec.ctx.caches.pods_of_job(uid))
         target = max(parallelism, holding)
         if target < spec_count or target < granted:
-            current = scale_down(rec, current, target) or current
+            current = scale_down(rec, current, target, pod_set) or current
         if target > parallelism:
             requeue = RETRY_SECONDS
     elif parallelism > spec_count:
         want = rec.desired_spec(
             job, count=parallelism, slice_name=slice_name, replaces=current["metadata"]["name"]
         )
-        from controllers.jobs.batchjob import same_request
-
         keep = pending[-1] if pending else None
         _delete_pending(rec, pending[:-1])
         if keep is None:
-            rec.new_workload(job, want, _slice_name(job))
+            rec.new_workload(job, want, _slice_name(obj))
         elif not same_request(keep.get("spec") or {}, want):
             rec.update_workload_spec(keep, want)
     else:
@@ -235,11 +232,11 @@ def reconcile_elastic(rec: JobReconciler, job: Obj, owned: list[Obj]) -> float |
 
     # Never release more pods than the Job asks for, even while the admission still covers
     # pods on their way out.
-    gates.lift(rec.ctx, job, min(wls.admitted_count(current), parallelism))
+    gates.lift(rec.ctx, obj, min(wls.admitted_count(current, pod_set), parallelism))
     return requeue
 
 
-def _cache_missed_admission(rec: JobReconciler, job: Obj) -> bool:
+def _cache_missed_admission(rec: Driver, job: Obj) -> bool:
     """Before suspending a running elastic Job (which stops its pods), ask the apiserver, not
     the cache, whether a slice holds quota. The cache can briefly lag the admission loop's
     write of a fresh slice; acting on that lag would stop pods that are allowed to run.

@@ -34,7 +34,7 @@ from controllers.runtime.workers import WorkerPool
 from controllers.runtime.workqueue import WorkQueue
 from controllers.state.caches import Caches, Context, Recorder
 from controllers.state.changes import decision_inputs, node_shape
-from controllers.webhooks.serving import WebhookServing
+from controllers.webhooks.serving import WebhookServing, WebhookSettings
 
 log = logging.getLogger("muster.controller")
 
@@ -80,7 +80,17 @@ class Manager:
             "job", self.queue, self.jobs.reconcile, self.is_leader, self.stop_event
         )
         self.feed = HistoryFeed(self.ctx, self.is_leader)
-        self.webhooks = WebhookServing(self.kube, options, self.caches, self.is_leader)
+        settings = WebhookSettings(
+            namespace=options.namespace,
+            port=options.webhook_port,
+            host=options.webhook_host,
+            bind=options.webhook_bind,
+            service=options.webhook_service,
+            service_port=options.webhook_service_port,
+            cert_secret=options.cert_secret,
+            enabled=options.webhooks,
+        )
+        self.webhooks = WebhookServing(self.kube, settings, self.caches, self.is_leader)
         self.elector: LeaderElector | None = None
         if options.leader_elect:
             self.elector = LeaderElector(

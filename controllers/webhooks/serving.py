@@ -11,9 +11,9 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
-from controllers.manager.options import Options
 from controllers.runtime.resources import Kube
 from controllers.state.caches import Caches
 from controllers.webhooks import server as webhooks
@@ -22,13 +22,27 @@ from controllers.webhooks.certs import CertBundle, CertManager
 log = logging.getLogger("muster.controller")
 
 
+@dataclass(frozen=True)
+class WebhookSettings:
+    """Where the webhooks are served and how the apiserver reaches them."""
+
+    namespace: str  # of the certificate Secret and the Service
+    port: int
+    host: str  # the apiserver reaches the server here (no Service); the certificate names it
+    bind: str | None
+    service: str | None  # a Service in `namespace` fronting the webhooks, in a cluster
+    service_port: int
+    cert_secret: str
+    enabled: bool = True
+
+
 class WebhookServing:
     """The webhook server of one replica, with its certificates and configurations."""
 
     def __init__(
         self,
         kube: Kube,
-        options: Options,
+        options: WebhookSettings,
         caches: Caches,
         is_leader: Callable[[], bool],
     ) -> None:
@@ -41,18 +55,18 @@ class WebhookServing:
 
     def url_base(self) -> str:
         """Where the apiserver reaches this replica's server directly (local clusters)."""
-        return f"https://{self.options.webhook_host}:{self.server.port if self.server else 0}"
+        return f"https://{self.options.host}:{self.server.port if self.server else 0}"
 
     def register(self) -> None:
         """Create or update the webhook configurations (the leader does this)."""
-        if not self.options.webhooks or self.certs is None or self.certs.current is None:
+        if not self.options.enabled or self.certs is None or self.certs.current is None:
             return
         service = None
-        if self.options.webhook_service:
+        if self.options.service:
             service = (
                 self.options.namespace,
-                self.options.webhook_service,
-                self.options.webhook_service_port,
+                self.options.service,
+                self.options.service_port,
             )
         mutating, validating = webhooks.configurations(
             self.certs.current.ca_bundle,
@@ -71,10 +85,10 @@ class WebhookServing:
             self.register()
 
     def _hosts(self) -> list[str]:
-        if self.options.webhook_service:
-            name, ns = self.options.webhook_service, self.options.namespace
+        if self.options.service:
+            name, ns = self.options.service, self.options.namespace
             return [f"{name}.{ns}.svc", f"{name}.{ns}.svc.cluster.local", name]
-        return [self.options.webhook_host]
+        return [self.options.host]
 
     def queue_warnings(self, obj: Any) -> list[str]:
         """Cross-object problems with a queue object, as admission warnings."""
@@ -105,11 +119,9 @@ class WebhookServing:
         self.certs = CertManager(
             self.kube, self.options.namespace, self.options.cert_secret, self._hosts()
         )
-        bind = self.options.webhook_bind or (
-            "0.0.0.0" if self.options.webhook_service else self.options.webhook_host
-        )
+        bind = self.options.bind or ("0.0.0.0" if self.options.service else self.options.host)
         self.server = webhooks.WebhookServer(
-            bind, self.options.webhook_port, webhooks.WebhookHandlers(self.queue_warnings)
+            bind, self.options.port, webhooks.WebhookHandlers(self.queue_warnings)
         )
         self.certs.on_change(self._cert_changed)
         self.certs.ensure()
@@ -121,7 +133,7 @@ class WebhookServing:
         """Stop serving; remove the URL configurations this replica `registered`."""
         if self.server is None:
             return
-        if registered and not self.options.webhook_service:
+        if registered and not self.options.service:
             try:
                 webhooks.unregister(self.kube, self.url_base())
             except Exception:
