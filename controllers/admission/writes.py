@@ -25,6 +25,7 @@ from controllers.state import workloads as wls
 from controllers.state.caches import Context
 from quota.api.conditions import WorkloadConditions as WC
 from quota.api.quantity import format_quantity
+from quota.lifecycle.slices import slice_replaced_message
 from quota.model.decisions import Admit, CycleResult, Victim
 
 if TYPE_CHECKING:
@@ -170,10 +171,7 @@ class DecisionWriter:
         if raw is None:
             return
         now = self.ctx.now()
-        message = (
-            f"replaced by slice {new_key.split('/', 1)[1]} after scale-up; its pods continue "
-            "under the new slice"
-        )
+        message = slice_replaced_message(new_key.split("/", 1)[1])
         written = apply.update(
             self.ctx.kube,
             WORKLOAD,

@@ -1,9 +1,9 @@
 """Past usage for time-based fair share, read from the queue samples in the history store.
 
 Each queue's usage of a resource over the fairness window, integrated over time and decayed by
-age with a half-life (`quota.usagefairness.decayed_usage`), summed over flavors. The controller
-refreshes these figures periodically (see `controllers/history/jobs.py`) and puts them into the quota engine's
-snapshot (`Snapshot.historical_usage` from `UsageFigures.historical_usage(parents)`,
+age with a half-life (`quota.fairness.usage.decayed_usage`), summed over flavors. The
+controller refreshes these figures periodically (see `controllers/history/jobs.py`) and puts
+them into the quota engine's snapshot (`Snapshot.historical_usage` from `UsageFigures.historical_usage(parents)`,
 `Snapshot.usage_fairness_k` from `UsageFigures.k`); the engine never queries the database.
 `quota.usagefairness.adjust_weights` turns them into over-quota weights among siblings.
 """

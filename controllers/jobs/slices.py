@@ -32,6 +32,7 @@ from controllers.state import workloads as wls
 from quota.api.conditions import WorkloadConditions as WC
 from quota.api.names import JOB_NAME_LABEL
 from quota.api.quantity import format_quantity, parse_quantity
+from quota.lifecycle.slices import slice_replaced_message, superseded_slice
 
 log = logging.getLogger(__name__)
 
@@ -60,20 +61,12 @@ def retire_replaced(rec: Driver, active: list[Obj], pod_set: str) -> tuple[list[
     retired: set[str] = set()
     failed = False
     for wl in active:
-        target = wls.replaces(wl)
-        if (
-            not wls.has_quota(wl)
-            or not target
-            or target not in by_name
-            or target == wl["metadata"]["name"]
-        ):
+        target = superseded_slice(wl["metadata"]["name"], wls.replaces(wl), by_name)
+        if target is None or not wls.has_quota(wl):
             continue
         old = by_name[target]
         now = rec.ctx.now()
-        message = (
-            f"replaced by slice {wl['metadata']['name']} ({_count(wl, pod_set)} pods) "
-            "after scale-up; its pods continue under the new slice"
-        )
+        message = slice_replaced_message(wl["metadata"]["name"], _count(wl, pod_set))
 
         def finish(w: Obj, m: str = message, t: datetime = now) -> bool:
             return wls.mark_finished(w, WC.SLICE_REPLACED, m, t)

@@ -13,12 +13,14 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Mapping, Sequence
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import Any
 
 from quota.api.conditions import WorkloadConditions as WC
 from quota.api.meta import API_VERSION
 from quota.api.names import JOB_NAME_LABEL, JOB_UID_LABEL
+from quota.lifecycle.eviction import requeue_after_eviction
+from quota.lifecycle.slices import pods_after_scale_down
 
 Obj = dict[str, Any]
 
@@ -31,11 +33,6 @@ EVICTED = WC.EVICTED
 PREEMPTED = WC.PREEMPTED
 REQUEUED = WC.REQUEUED
 FINISHED = WC.FINISHED
-
-# Backoff after an eviction before a workload competes again: base * 2^(requeues-1),
-# capped, so a workload that keeps being preempted does not thrash the cluster.
-REQUEUE_BASE = timedelta(seconds=1)
-REQUEUE_MAX = timedelta(minutes=10)
 
 MAX_NAME = 253
 
@@ -124,7 +121,7 @@ def admitted_count(wl: Mapping[str, Any], pod_set: str = "main") -> int:
         0,
     )
     # Scale-down lowers both; until both are written the smaller one holds.
-    return min(granted, spec_count)
+    return pods_after_scale_down(granted, spec_count)
 
 
 def assigned_flavors(wl: Mapping[str, Any]) -> dict[str, dict[str, str]]:
@@ -262,30 +259,24 @@ def mark_evicted(wl: Obj, reason: str, message: str, now: datetime) -> bool:
 
 def release_quota(wl: Obj, now: datetime) -> bool:
     """After an eviction is complete (the Job's pods are gone): give the quota back and
-    queue again after a growing backoff."""
+    queue again after a growing backoff (quota.lifecycle, which the simulator follows too)."""
     if is_finished(wl) or not has_quota(wl):
         return False
     evicted = condition(wl, EVICTED) or {}
     status = status_of(wl)
     status.pop("admission", None)
     state = dict(status.get("requeueState") or {})
-    count = int(state.get("count") or 0) + 1
-    delay = min(REQUEUE_MAX, REQUEUE_BASE * (2 ** (count - 1)))
-    state["count"] = count
-    state["requeueAt"] = rfc3339(now + delay)
-    status["requeueState"] = state
-    why = evicted.get("message") or "evicted"
-    set_condition(wl, QUOTA_RESERVED, "False", "Pending", f"evicted: {why}", now)
-    set_condition(wl, ADMITTED, "False", "Pending", f"evicted: {why}", now)
-    set_condition(
-        wl,
-        REQUEUED,
-        "False",
-        str(evicted.get("reason") or "Evicted"),
-        f"queued again; competes for quota after {delay.total_seconds():.0f}s backoff "
-        f"(requeue #{count})",
-        now,
+    requeue = requeue_after_eviction(
+        int(state.get("count") or 0),
+        reason=str(evicted.get("reason") or ""),
+        message=str(evicted.get("message") or ""),
     )
+    state["count"] = requeue.count
+    state["requeueAt"] = rfc3339(requeue.competes_at(now))
+    status["requeueState"] = state
+    for type_ in (QUOTA_RESERVED, ADMITTED):
+        set_condition(wl, type_, "False", requeue.pending_reason, requeue.pending_message, now)
+    set_condition(wl, REQUEUED, "False", requeue.requeued_reason, requeue.requeued_message, now)
     return True
 
 

@@ -22,9 +22,12 @@ def superseded_slice(key: str, replaces: str | None, admitted: Container[str]) -
     return replaces
 
 
-def slice_replaced_message(new_slice: str) -> str:
-    """Why a slice was retired, naming its successor."""
-    return f"replaced by slice {new_slice} after scale-up; its pods continue under the new slice"
+def slice_replaced_message(new_slice: str, pods: int | None = None) -> str:
+    """Why a slice was retired, naming its successor (and its size, when known)."""
+    size = f" ({pods} pods)" if pods is not None else ""
+    return (
+        f"replaced by slice {new_slice}{size} after scale-up; its pods continue under the new slice"
+    )
 
 
 def pods_after_scale_down(admitted: int, requested: int) -> int:

@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
+from quota.lifecycle.slices import superseded_slice
 from quota.model.resources import FlavorResource
 
 QueueingStrategy = Literal["StrictFIFO", "BestEffortFIFO"]
@@ -241,7 +242,8 @@ def superseded_slices(admitted: tuple[Workload, ...]) -> frozenset[str]:
     are in the snapshot and only the successor's usage counts.
     """
     keys = {w.key for w in admitted}
-    return frozenset(w.replaces for w in admitted if w.replaces is not None and w.replaces in keys)
+    gone = (superseded_slice(w.key, w.replaces, keys) for w in admitted)
+    return frozenset(key for key in gone if key is not None)
 
 
 def admission_blocker(queues: Mapping[str, QueueSpec], tree: QueueTree, name: str) -> str | None:

@@ -39,6 +39,7 @@ from quota.api.quantity import QuantityError, ResourceList, format_quantity, par
 from quota.api.queuetree import check_queue_tree
 from quota.api.resourceflavor import ResourceFlavor
 from quota.api.workload import Workload as WorkloadModel
+from quota.lifecycle.backoff import REQUEUE_BASE_S, REQUEUE_MAX_S
 from quota.model import convert
 from quota.model.resources import FlavorResource
 from quota.model.snapshot import Flavor, PodSet, QueueSpec, Snapshot, Workload
@@ -69,10 +70,12 @@ class SimulationSpec(ApiModel):
     )
     until: Duration | None = Field(None, description="Stop simulating at this time.")
     requeue_base: Duration = Field(
-        timedelta(seconds=1),
+        timedelta(seconds=REQUEUE_BASE_S),
         description="Backoff before an evicted workload competes again, doubled per eviction.",
     )
-    requeue_max: Duration = Field(timedelta(minutes=10), description="Cap on that backoff.")
+    requeue_max: Duration = Field(
+        timedelta(seconds=REQUEUE_MAX_S), description="Cap on that backoff."
+    )
     eviction_delay: Duration = Field(
         timedelta(0),
         description="How long an evicted workload keeps its quota (pods terminating).",
@@ -192,8 +195,8 @@ class Settings:
     name: str = "scenario"
     start: datetime = DEFAULT_START
     until_s: float | None = None
-    requeue_base_s: float = 1.0
-    requeue_max_s: float = 600.0
+    requeue_base_s: float = REQUEUE_BASE_S
+    requeue_max_s: float = REQUEUE_MAX_S
     eviction_delay_s: float = 0.0
     sample_interval_s: float = 60.0
 

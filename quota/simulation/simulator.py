@@ -14,6 +14,9 @@ does with the decisions:
   restarts from scratch when admitted again. Another cycle follows as soon as they are
   gone, and admits the preemptor into the room they left.
 
+The backoff, what an eviction leaves and the slice replacement rules come from
+`quota.lifecycle`, which the controller follows too, so the two cannot drift apart.
+
 Everything is deterministic for a scenario and a seed (the seed only feeds the jitter of
 workload generators). Usage, fair share and demand per queue are kept as step functions and
 integrated exactly, so averages are time-weighted.
@@ -30,6 +33,13 @@ from typing import Literal
 
 from quota.admission.cycle import admission_cycle
 from quota.fairness.fairshare import FairShare, fair_share
+from quota.lifecycle.backoff import Backoff
+from quota.lifecycle.eviction import Requeue, requeue_after_eviction
+from quota.lifecycle.slices import (
+    pods_after_scale_down,
+    slice_replaced_message,
+    superseded_slice,
+)
 from quota.model.decisions import CycleResult, Victim
 from quota.model.flavorassign import pod_set_signature
 from quota.model.resources import FlavorResource
@@ -481,6 +491,7 @@ class _Job:
     pending_since: float = 0.0
     waited: float = 0.0
     evictions: int = 0
+    requeue: Requeue | None = None  # after its last eviction
     flavors: dict[str, str] = field(default_factory=dict)
     resizes: list[Resize] = field(default_factory=list)
     reason: str = ""
@@ -517,6 +528,7 @@ class _Simulation:
     def __init__(self, scenario: Scenario, seed: int, record: bool) -> None:
         self.scenario = scenario
         self.settings = scenario.settings
+        self.backoff = Backoff(self.settings.requeue_base_s, self.settings.requeue_max_s)
         self.seed = seed
         self.record = record
         self.queues = scenario.queues
@@ -702,7 +714,8 @@ class _Simulation:
         self.pending.add(w)
         self.job_of[key] = job
         if requeued:
-            self._log(t, "requeued", job, None, reason="backoff after eviction ended")
+            assert job.requeue is not None
+            self._log(t, "requeued", job, None, reason=job.requeue.requeued_message)
 
     def _charge(self, w: Workload, sign: int, t: float) -> None:
         usage = self.usage_of.pop(w.key) if sign < 0 else pod_set_usage(w)
@@ -734,13 +747,16 @@ class _Simulation:
         self.admitted[key] = admitted
         self._charge(admitted, 1, t)
         job.flavors = _flavors_of(assignments)
-        if w.replaces is not None:
-            old = self.admitted.pop(w.replaces)
+        superseded = superseded_slice(key, w.replaces, self.admitted)
+        if superseded is not None:
+            # The old slice stops counting now; its pods run on under this one.
+            old = self.admitted.pop(superseded)
             self._charge(old, -1, t)
-            self.job_of.pop(w.replaces, None)
+            self.job_of.pop(superseded, None)
             job.workload = key
             job.scale_slice = None
-            self._log(t, "slice_replaced", job, old, reason=f"replaced by slice {key}")
+            name = key.split("/", 1)[-1]
+            self._log(t, "slice_replaced", job, old, reason=slice_replaced_message(name))
             self._log(t, "admitted", job, admitted, reason=reason)
             self._resized(job, admitted, t)
             return
@@ -785,9 +801,9 @@ class _Simulation:
         job.run += 1  # its completion will never come
         job.state = "backoff"
         job.pending_since = t
-        s = self.settings
-        backoff = min(s.requeue_max_s, s.requeue_base_s * 2 ** (job.evictions - 1))
-        self.push(t + backoff, _REQUEUE, job.key, job.run)
+        requeues = job.requeue.count if job.requeue is not None else 0
+        job.requeue = requeue_after_eviction(requeues, backoff=self.backoff)
+        self.push(job.requeue.competes_at(t), _REQUEUE, job.key, job.run)
 
     def _scale(self, job: _Job, parallelism: int, t: float) -> None:
         if job.state == "finished":
@@ -831,7 +847,7 @@ class _Simulation:
                 running,
                 pod_sets=job.pod_sets,
                 admission=tuple(
-                    replace(a, count=min(a.count, parallelism)) if i == 0 else a
+                    replace(a, count=pods_after_scale_down(a.count, parallelism)) if i == 0 else a
                     for i, a in enumerate(running.admission)
                 ),
             )
