@@ -3,9 +3,10 @@
 Each queue's usage of a resource over the fairness window, integrated over time and decayed by
 age with a half-life (`quota.fairness.usage.decayed_usage`), summed over flavors. The
 controller refreshes these figures periodically (see `controllers/history/jobs.py`) and puts
-them into the quota engine's snapshot (`Snapshot.historical_usage` from `UsageFigures.historical_usage(parents)`,
-`Snapshot.usage_fairness_k` from `UsageFigures.k`); the engine never queries the database.
-`quota.usagefairness.adjust_weights` turns them into over-quota weights among siblings.
+them into the quota engine's snapshot (`Snapshot.historical_usage` from
+`UsageFigures.historical_usage(parents)`, `Snapshot.usage_fairness_k` from `UsageFigures.k`);
+the engine never queries the database.
+`quota.fairness.usage.adjust_weights` turns them into over-quota weights among siblings.
 """
 
 from __future__ import annotations
