@@ -155,6 +155,17 @@ class WorkloadSpec(ApiModel):
         return self
 
 
+# A pod set spans at most this many nodes in a plan (a 5,000-node cluster, one pod each).
+MAX_PLANNED_NODES = 5000
+
+
+class NodePods(ApiModel):
+    """How many pods of a pod set are planned on one node."""
+
+    name: str = Field(min_length=1, max_length=253, description="The node.")
+    count: int = Field(ge=1, le=MAX_POD_COUNT, description="Pods planned on it.")
+
+
 class PodSetAssignment(ApiModel):
     """What one pod set was admitted with."""
 
@@ -169,6 +180,17 @@ class PodSetAssignment(ApiModel):
     )
     resource_usage: ResourceList = Field(
         default_factory=dict, description="Total quota charged for the admitted pods."
+    )
+    nodes: list[NodePods] = Field(
+        default_factory=list,
+        max_length=MAX_PLANNED_NODES,
+        description="Where the admitted pods are planned, when the cluster has nodes: the "
+        "placement the admission was decided with. Muster's scheduler binds the pods there "
+        "while they still fit, and places again what no longer does.",
+        json_schema_extra={
+            "x-kubernetes-list-type": "map",
+            "x-kubernetes-list-map-keys": ["name"],
+        },
     )
 
 
