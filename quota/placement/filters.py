@@ -28,7 +28,8 @@ NAME_FIELD = "metadata.name"
 _INTEGER = re.compile(r"^[+-]?[0-9]+$")
 
 
-def _integer(text: str) -> int | None:
+def label_integer(text: str) -> int | None:
+    """A label value or Gt/Lt operand as Kubernetes reads it (base 10), or None."""
     return int(text) if _INTEGER.match(text) else None
 
 
@@ -56,7 +57,7 @@ class Requirement:
             return value is None
         if value is None or len(self.values) != 1:
             return False
-        have, bound = _integer(value), _integer(self.values[0])
+        have, bound = label_integer(value), label_integer(self.values[0])
         if have is None or bound is None:
             return False
         return have > bound if op == "Gt" else have < bound
@@ -155,7 +156,9 @@ def fit_count(free: Mapping[str, int], demand: Demand) -> int:
 
 def fits_one(free: Mapping[str, int], demand: Demand) -> bool:
     """True when one pod of `demand` fits in `free`."""
-    for r, v in demand:
+    # A plain loop: this runs for every node a placement looks at, and all() over a
+    # generator costs about twice as much.
+    for r, v in demand:  # noqa: SIM110
         if free.get(r, 0) < v:
             return False
     return True
@@ -179,6 +182,7 @@ def shortfall(node: Node, free: Mapping[str, int], demand: Demand) -> str | None
 
 def node_reason(view: NodeView, name: str, shape: PodShape, demand: Demand) -> str | None:
     """Why node `name` cannot take one pod of this shape right now, or None when it can."""
+    view.settle()
     state = view.states[name]
     reason = static_reason(state.node, shape) or shortfall(state.node, state.free, demand)
     return None if reason is None else f"node {name}: {reason}"
@@ -187,30 +191,59 @@ def node_reason(view: NodeView, name: str, shape: PodShape, demand: Demand) -> s
 # -- candidates: static filters once per class and shape ----------------------------------
 
 
+# A class may be used through its index while a pod shape rules out at most this share of
+# its nodes by name (skipped while walking); past it, the passing nodes are scanned instead.
+_MOSTLY = 8
+
+
+@dataclass(frozen=True, slots=True)
+class Share:
+    """The nodes of one class that pass: all of them, or all but a few named ones."""
+
+    group: NodeClass
+    excluded: tuple[NodeState, ...] = ()
+    skip: frozenset[str] = frozenset()  # the excluded nodes' names
+
+    @property
+    def count(self) -> int:
+        """How many nodes of the class pass."""
+        return len(self.group.states) - len(self.excluded)
+
+    def total_free(self, resource: str) -> int:
+        """Free `resource` on the passing nodes of the class."""
+        free = self.group.total.get(resource, 0)
+        for state in self.excluded:
+            free -= state.free.get(resource, 0)
+        return free
+
+
 @dataclass(frozen=True, slots=True)
 class Candidates:
     """The nodes of a view that a pod shape may ever use (every filter but room passed)."""
 
-    groups: tuple[NodeClass, ...]  # every node of these classes passes
-    nodes: tuple[NodeState, ...]  # nodes passing one by one (the shape names per-node labels)
+    shares: tuple[Share, ...]  # used through the class indexes
+    nodes: tuple[NodeState, ...]  # scanned one by one (a shape that names a few nodes)
     failure: str | None  # why no node passes; None when some does
 
     @property
     def count(self) -> int:
         """How many nodes pass."""
-        return sum(len(g.states) for g in self.groups) + len(self.nodes)
+        return sum(s.count for s in self.shares) + len(self.nodes)
 
     def allocatables(self) -> Iterator[tuple[Mapping[str, int], int]]:
         """Each distinct allocatable vector among the passing nodes, with how many have it."""
-        for group in self.groups:
-            for vector, count in group.allocatables.items():
-                yield dict(vector), count
+        for share in self.shares:
+            counts = Counter(share.group.allocatables)
+            counts.subtract(frozenset(s.node.allocatable.items()) for s in share.excluded)
+            for vector, count in counts.items():
+                if count > 0:
+                    yield dict(vector), count
         for state in self.nodes:
             yield state.node.allocatable, 1
 
     def total_free(self, resource: str) -> int:
         """Free `resource` summed over the passing nodes."""
-        return sum(g.total.get(resource, 0) for g in self.groups) + sum(
+        return sum(s.total_free(resource) for s in self.shares) + sum(
             s.free.get(resource, 0) for s in self.nodes
         )
 
@@ -219,7 +252,7 @@ def candidates(view: NodeView, shape: PodShape) -> Candidates:
     """The nodes that pass the static filters for `shape`, computed once per view and shape."""
     key = (tuple(sorted(shape.node_selector.items())), shape.affinity, shape.tolerations)
     found = view.shape_cache.get(key)
-    if found is None:
+    if not isinstance(found, Candidates):
         found = _filter(view, shape)
         view.shape_cache[key] = found
     return found
@@ -228,14 +261,12 @@ def candidates(view: NodeView, shape: PodShape) -> Candidates:
 def _names_single_nodes(shape: PodShape, per_node: frozenset[str]) -> bool:
     if any(k in per_node for k in shape.node_selector):
         return True
-    return any(
-        r.field or r.key in per_node for term in shape.affinity for r in term.requirements
-    )
+    return any(r.field or r.key in per_node for term in shape.affinity for r in term.requirements)
 
 
 def _filter(view: NodeView, shape: PodShape) -> Candidates:
     per_node = _names_single_nodes(shape, view.per_node_labels)
-    groups: list[NodeClass] = []
+    shares: list[Share] = []
     nodes: list[NodeState] = []
     matched = not_ready = cordoned = 0
     taints: Counter[Taint] = Counter()
@@ -258,12 +289,17 @@ def _filter(view: NodeView, shape: PodShape) -> Candidates:
         taint = untolerated(shape.tolerations, group.taints)
         if taint is not None:
             taints[taint] += len(members)
-        elif members is group.states:
-            groups.append(group)
+            continue
+        missing = len(group.states) - len(members)
+        if missing * _MOSTLY <= len(group.states):
+            # Indexed, skipping the few excluded nodes: what keeps placing cheap.
+            passing = {s.name for s in members}
+            excluded = tuple(s for s in group.states if s.name not in passing)
+            shares.append(Share(group, excluded, frozenset(s.name for s in excluded)))
         else:
             nodes.extend(members)
-    if groups or nodes:
-        return Candidates(tuple(groups), tuple(nodes), None)
+    if shares or nodes:
+        return Candidates(tuple(shares), tuple(nodes), None)
     return Candidates((), (), _failure(view, shape, matched, not_ready, cordoned, taints))
 
 

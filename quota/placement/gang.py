@@ -15,20 +15,19 @@ nodes. With minimum counts every pod set first gets its minimum, then as many mo
 from __future__ import annotations
 
 import heapq
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
-from fractions import Fraction
-from itertools import islice
 
 from quota.model.resources import format_amount
 from quota.placement.filters import (
     Candidates,
     PodShape,
+    Share,
     candidates,
     fit_count,
     fits_one,
 )
-from quota.placement.nodes import PODS, Demand, NodeClass, NodeKey, NodeState, NodeView, demand_of
+from quota.placement.nodes import PODS, Demand, NodeKey, NodeState, NodeView, demand_of
 from quota.placement.scoring import (
     STRATEGIES,
     Strategy,
@@ -139,11 +138,12 @@ class _Scratch:
         self.view.take(state, demand, times)
         self.log.append((state, demand, times))
 
-    def undo(self) -> None:
+    def undo(self, keep: int = 0) -> None:
+        """Undo every take but the first `keep`."""
         take = self.view.take
-        for state, demand, times in reversed(self.log):
+        while len(self.log) > keep:
+            state, demand, times = self.log.pop()
             take(state, demand, -times)
-        self.log.clear()
 
 
 def place_gang(
@@ -151,33 +151,60 @@ def place_gang(
 ) -> Placement | Unplaceable:
     """Place the whole gang (or at least its minimums) on the view's nodes, or say why not.
 
-    The view is left unchanged; call `view.assume(placement)` to take the room.
+    The view is left as it was; call `view.assume(placement)` to take the room.
     """
     if strategy not in STRATEGIES:
-        raise ValueError(f"unknown placement strategy {strategy!r} (one of {', '.join(STRATEGIES)})")
+        known = ", ".join(STRATEGIES)
+        raise ValueError(f"unknown placement strategy {strategy!r} (one of {known})")
     floors, gang_floor = _floors(request)
+    view.settle()
     plans = _ordered(
         view,
         [_Plan(ps, candidates(view, ps.shape), floors[ps.name]) for ps in request.pod_sets],
     )
-    several = len(plans) > 1
     placed: dict[str, dict[str, int]] = {plan.name: {} for plan in plans}
     scratch = _Scratch(view)
     try:
-        for plan in plans:
-            if not plan.floor:
-                continue
-            before = len(scratch.log)
-            got = _place(view, plan, plan.floor, strategy, scratch, placed[plan.name])
-            if got < plan.floor:
-                return _pod_set_short(view, plan, plan.floor, got, several, before > 0)
-        for plan in plans:
-            _place(view, plan, plan.count - plan.floor, strategy, scratch, placed[plan.name])
-        total = sum(sum(p.values()) for p in placed.values())
-        if total < gang_floor:
-            return _gang_short(view, request, plans, placed, gang_floor, total)
-    finally:
+        result = _place_all(view, request, plans, placed, gang_floor, strategy, scratch)
+    except BaseException:
         scratch.undo()
+        raise
+    if isinstance(result, Placement) and scratch.log:
+        view.hold(result, scratch.log)
+    else:
+        scratch.undo()
+    return result
+
+
+def _place_all(
+    view: NodeView,
+    request: GangRequest,
+    plans: list[_Plan],
+    placed: dict[str, dict[str, int]],
+    gang_floor: int,
+    strategy: Strategy,
+    scratch: _Scratch,
+) -> Placement | Unplaceable:
+    """Every pod set's floor first, then as many more pods as fit.
+
+    A reason describes the nodes as they were before the pods it speaks of were tried, so
+    the takes of those pods are undone before it is written.
+    """
+    several = len(plans) > 1
+    for plan in plans:
+        if not plan.floor:
+            continue
+        before = len(scratch.log)
+        got = _place(view, plan, plan.floor, strategy, scratch, placed[plan.name])
+        if got < plan.floor:
+            scratch.undo(keep=before)
+            return _pod_set_short(view, plan, plan.floor, got, several, before > 0)
+    for plan in plans:
+        _place(view, plan, plan.count - plan.floor, strategy, scratch, placed[plan.name])
+    total = sum(sum(p.values()) for p in placed.values())
+    if total < gang_floor:
+        scratch.undo()
+        return _gang_short(view, request, plans, placed, gang_floor, total)
     return Placement(
         nodes={ps.name: tuple(placed[ps.name].items()) for ps in request.pod_sets},
         total=total,
@@ -195,8 +222,7 @@ def _floors(request: GangRequest) -> tuple[dict[str, int], int]:
             raise ValueError(f"pod set {ps.name}: count {ps.count} is negative")
         if ps.min_count is not None and not 0 <= ps.min_count <= ps.count:
             raise ValueError(
-                f"pod set {ps.name}: min_count {ps.min_count} is not between 0 and count "
-                f"{ps.count}"
+                f"pod set {ps.name}: min_count {ps.min_count} is not between 0 and count {ps.count}"
             )
         for r, v in ps.shape.requests.items():
             if v < 0:
@@ -207,9 +233,7 @@ def _floors(request: GangRequest) -> tuple[dict[str, int], int]:
             floors[ps.name] = ps.count if request.min_count is None else 0
     gang_min = request.min_count
     if gang_min is not None and not 0 <= gang_min <= request.count:
-        raise ValueError(
-            f"gang min_count {gang_min} is not between 0 and its {request.count} pods"
-        )
+        raise ValueError(f"gang min_count {gang_min} is not between 0 and its {request.count} pods")
     return floors, max(gang_min or 0, sum(floors.values()))
 
 
@@ -222,8 +246,7 @@ def _ordered(view: NodeView, plans: list[_Plan]) -> list[_Plan]:
         for r, v in plan.demand:
             wanted[r] = wanted.get(r, 0) + v * max(plan.count, 1)
     usable = [g for g in view.classes if g.ready and not g.unschedulable]
-    ratios = {r: Fraction(sum(g.total.get(r, 0) for g in usable), v) for r, v in wanted.items()}
-    order = sorted(ratios, key=lambda r: (ratios[r], r))
+    order = scarcity_order(tuple(wanted.items()), lambda r: sum(g.total.get(r, 0) for g in usable))
     return sorted(plans, key=lambda p: (*(-p.need.get(r, 0) for r in order), p.name))
 
 
@@ -245,17 +268,17 @@ def _place(
     spread = strategy == "Spread"
     # Spread also needs the runner-up, to know how many pods its best node takes.
     limit = 2 if spread else 1
-    sources: list[NodeClass | None] = [*cands.groups, *([None] if cands.nodes else [])]
+    sources: list[Share | None] = [*cands.shares, *([None] if cands.nodes else [])]
     # Each source's best nodes, kept until a batch lands in that source.
     tops: list[list[tuple[NodeKey, NodeState]] | None] = [None] * len(sources)
     remaining = want
     while remaining:
         best_i = -1
         best_key: NodeKey | None = None
-        for i, group in enumerate(sources):
+        for i, share in enumerate(sources):
             top = tops[i]
             if top is None:
-                top = tops[i] = _top(view, group, cands, lead, need, demand, strategy, limit)
+                top = tops[i] = _top(view, share, cands, lead, need, demand, strategy, limit)
             if top and (best_key is None or better(strategy, top[0][0], best_key)):
                 best_i, best_key = i, top[0][0]
         if best_key is None:
@@ -279,7 +302,7 @@ def _place(
 
 def _top(
     view: NodeView,
-    group: NodeClass | None,
+    share: Share | None,
     cands: Candidates,
     lead: str,
     need: int,
@@ -289,11 +312,12 @@ def _top(
 ) -> list[tuple[NodeKey, NodeState]]:
     """The best `limit` nodes of one source that fit a pod, best first."""
     out: list[tuple[NodeKey, NodeState]] = []
-    if group is not None:
+    if share is not None:
         states = view.states
-        for key in preferred(group.index(lead), strategy, need):
+        skip = share.skip
+        for key in preferred(share.group.index(lead), strategy, need):
             state = states[key[2]]
-            if fits_one(state.free, demand):
+            if key[2] not in skip and fits_one(state.free, demand):
                 out.append((key, state))
                 if len(out) == limit:
                     break
@@ -329,36 +353,38 @@ def _pod_set_short(
     if plan.cands.failure is not None:
         reason = plan.cands.failure
         return Unplaceable(f"pod set {plan.name}: {reason}" if several else reason, True, plan.name)
-    never = _never(view, plan, want)
+    never = _never(view, plan, want, several)
     if never is not None:
-        return Unplaceable(f"pod set {plan.name}: {never}" if several else never, True, plan.name)
+        return Unplaceable(never, True, plan.name)
     reason = _shortage(plan, want, got, several)
     if after_others:
         reason += "; the gang's other pod sets were placed first"
     return Unplaceable(reason, False, plan.name)
 
 
-def _never(view: NodeView, plan: _Plan, want: int) -> str | None:
+def _never(view: NodeView, plan: _Plan, want: int, several: bool) -> str | None:
     """Why `want` pods could not be placed even on emptied nodes, or None when they could."""
     vectors = list(plan.cands.allocatables())
     where = "node" if plan.cands.count == len(view) else "matching node"
+    pod_set = f"pod set {plan.name}: " if several else ""
     for r, v in plan.demand:
         largest = max((a.get(r, 0) for a, _ in vectors), default=0)
         if v <= largest:
             continue
         if r == PODS:
-            return f"no {where} accepts pods (allocatable pods is 0)"
+            return f"{pod_set}no {where} accepts pods (allocatable pods is 0)"
         return (
-            f"pod needs {format_amount(r, v)} {r}; the largest {where} has "
+            f"{pod_set}pod needs {format_amount(r, v)} {r}; the largest {where} has "
             f"{format_amount(r, largest)} allocatable"
         )
     capacity = sum(fit_count(a, plan.demand) * n for a, n in vectors)
     if not capacity:
-        return f"pod needs {_requests_text(plan)}; no {where} has all of it allocatable"
+        return f"{pod_set}pod needs {_requests_text(plan)}; no {where} has all of it allocatable"
     if capacity < want:
+        asks = f" x {_requests_text(plan)}" if len(plan.demand) > 1 else ""
         return (
-            f"{_pods(want)} x {_requests_text(plan)} need more than the {plan.cands.count} "
-            f"{where}s can hold even when empty ({_pods(capacity)})"
+            f"{_subject(plan, want, several)}{asks}: the {plan.cands.count:,} {where}s hold "
+            f"{capacity:,} even when empty"
         )
     return None
 
@@ -367,11 +393,13 @@ def _room(cands: Candidates, resource: str, need: int) -> tuple[int, int]:
     """How many passing nodes have `need` of `resource` free, and the most any has."""
     bound = lowest_key(need)
     count, most = 0, 0
-    for group in cands.groups:
-        index = group.index(resource)
+    for share in cands.shares:
+        index = share.group.index(resource)
         count += len(index) - index.bisect_left(bound)
-        if index:
-            most = max(most, index[-1][0])
+        count -= sum(1 for s in share.excluded if s.free.get(resource, 0) >= need)
+        top = next((k for k in reversed(index) if k[2] not in share.skip), None)
+        if top is not None:
+            most = max(most, top[0])
     for state in cands.nodes:
         have = state.free.get(resource, 0)
         count += have >= need
@@ -379,15 +407,54 @@ def _room(cands: Candidates, resource: str, need: int) -> tuple[int, int]:
     return count, most
 
 
-def _below(cands: Candidates, resource: str, need: int) -> Iterator[int]:
-    """Free amounts of `resource` under `need` on passing nodes, largest first."""
-    bound = lowest_key(need)
-    runs = [
-        (key[0] for key in g.index(resource).irange(maximum=bound, inclusive=(True, False), reverse=True))
-        for g in cands.groups
-    ]
-    explicit = sorted((f for s in cands.nodes if (f := s.free.get(resource, 0)) < need), reverse=True)
-    return heapq.merge(*runs, iter(explicit), reverse=True)
+def _below(cands: Candidates, resource: str, need: int) -> list[tuple[int, int]]:
+    """Free amounts of `resource` under `need` on passing nodes, largest first, with how many
+    nodes have each; at most one more distinct amount than is listed (to know to say "...")."""
+    out: list[tuple[int, int]] = []
+    upper = need
+    while len(out) <= _LISTED:
+        # The largest amount under `upper`, then how many nodes have exactly it: bisects,
+        # so a reason costs the same on 5,000 nodes as on 5.
+        below = lowest_key(upper)
+        amounts = []
+        for share in cands.shares:
+            run = share.group.index(resource).irange(None, below, (True, False), reverse=True)
+            key = next((k for k in run if k[2] not in share.skip), None)
+            if key is not None:
+                amounts.append(key[0])
+        amounts += [f for s in cands.nodes if (f := s.free.get(resource, 0)) < upper]
+        if not amounts:
+            break
+        amount = max(amounts)
+        low, high = lowest_key(amount), lowest_key(amount + 1)
+        nodes = 0
+        for share in cands.shares:
+            index = share.group.index(resource)
+            nodes += index.bisect_left(high) - index.bisect_left(low)
+            nodes -= sum(1 for s in share.excluded if s.free.get(resource, 0) == amount)
+        nodes += sum(1 for s in cands.nodes if s.free.get(resource, 0) == amount)
+        out.append((amount, nodes))
+        upper = amount
+    return out
+
+
+def _amounts(resource: str, below: list[tuple[int, int]], others: bool) -> str:
+    """ "the others have 4, 4, 2" for a few nodes; "4,990 others have 4, 10 have 2" for many."""
+    shown = below[:_LISTED]
+    more = ", ..." if len(below) > _LISTED else ""
+    count = sum(n for _, n in shown)
+    if count <= _LISTED:
+        values = ", ".join(format_amount(resource, v) for v, n in shown for _ in range(n))
+        if count == 1:
+            return f"{'the other' if others else 'the node'} has {values}"
+        return f"{'the others' if others else 'the nodes'} have {values}{more}"
+    groups = []
+    for i, (v, n) in enumerate(shown):
+        who = (f"{n:,} other" if others else f"{n:,} node") if i == 0 else f"{n:,}"
+        if n != 1 and i == 0:
+            who += "s"
+        groups.append(f"{who} {'has' if n == 1 else 'have'} {format_amount(resource, v)}")
+    return ", ".join(groups) + more
 
 
 def _shortage(plan: _Plan, want: int, got: int, several: bool) -> str:
@@ -410,14 +477,9 @@ def _shortage(plan: _Plan, want: int, got: int, several: bool) -> str:
         parts.append(f"{with_room} {have} {amount}{more} free")
     else:
         parts.append(f"no node has {amount} free")
-    listed = list(islice(_below(cands, resource, need), _LISTED + 1))
-    if listed:
-        values = ", ".join(format_amount(resource, v) for v in listed[:_LISTED])
-        ellipsis = ", ..." if len(listed) > _LISTED else ""
-        others = "the others have" if with_room else "the nodes have"
-        if len(listed) == 1:
-            others = "the other has" if with_room else "the node has"
-        parts.append(f"{others} {values}{ellipsis}")
+    below = _below(cands, resource, need)
+    if below:
+        parts.append(_amounts(resource, below, others=with_room > 0))
     total = format_amount(resource, cands.total_free(resource))
     return f"{head}: {'; '.join(parts)} ({total} free in total)"
 

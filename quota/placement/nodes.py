@@ -14,15 +14,11 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from sortedcontainers import SortedList
 
 from quota.model.snapshot import Taint
-
-if TYPE_CHECKING:
-    from quota.placement.filters import Candidates
-    from quota.placement.gang import Placement
 
 PODS = "pods"
 HOSTNAME_LABEL = "kubernetes.io/hostname"
@@ -39,6 +35,18 @@ Demand = tuple[tuple[str, int], ...]
 # A node's place in one resource's index: the free amount of that resource, then the free
 # amounts of every resource in the view's tie order, then the name (unique, so keys are).
 NodeKey = tuple[int, tuple[int, ...], str]
+
+
+class PlacedPods(Protocol):
+    """What assume and forget need of a placement (`gang.Placement` is one)."""
+
+    @property
+    def nodes(self) -> Mapping[str, tuple[tuple[str, int], ...]]:
+        """Pod set -> ((node, pods on it), ...)."""
+
+    @property
+    def requests(self) -> Mapping[str, Mapping[str, int]]:
+        """Pod set -> what each of its pods requests."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,7 +81,7 @@ def tie_order(resources: Iterable[str]) -> tuple[str, ...]:
     """The fixed order in which free amounts break ties: devices, cpu, memory, others, pods.
 
     Devices come first because they are what a bin-packer must not fragment; pod slots
-    last because they are rarely what runs out.
+    last because a node's pod count says least about how full it is.
     """
 
     def rank(resource: str) -> tuple[int, str]:
@@ -132,7 +140,7 @@ class NodeClass:
         self.total: dict[str, int] = {}  # free room of the whole class, per resource
         # Distinct allocatable vectors and how many nodes have each: "could it ever fit"
         # questions are answered per node type, not per node.
-        self.allocatables: Counter[tuple[tuple[str, int], ...]] = Counter()
+        self.allocatables: Counter[frozenset[tuple[str, int]]] = Counter()
         # Built on first use: a class only pays for the resources pods ask it about.
         self.indexes: dict[str, SortedList[NodeKey]] = {}
 
@@ -162,31 +170,27 @@ class NodeView:
         # Pods naming a node the view does not have (the caches lag each other): counted
         # nowhere, since that node cannot be chosen either.
         self.orphans: list[BoundPod] = []
+        # A placement found but not yet assumed still holds its room (see `hold`).
+        self._held: tuple[PlacedPods, list[tuple[NodeState, Demand, int]]] | None = None
         free: dict[str, dict[str, int]] = {}
         for node in node_list:
             if node.name in free:
                 raise ValueError(f"node {node.name} appears twice")
-            room = {r: v for r, v in node.allocatable.items()}
+            room = dict(node.allocatable)
             room.setdefault(PODS, 0)
             free[node.name] = room
-            self._on_node[node.name] = set()
         for pod in pods:
-            if pod.key in self.pods:
-                raise ValueError(f"pod {pod.key} appears twice")
-            room = free.get(pod.node)
-            if room is None:
-                self.orphans.append(pod)
-                continue
-            for r, v in demand_of(pod.requests):
-                room[r] = room.get(r, 0) - v
-            self.pods[pod.key] = pod
-            self._on_node[pod.node].add(pod.key)
-        self.order = tie_order(r for room in free.values() for r in room)
-        self.per_node_labels = frozenset(per_node_labels) | _unique_label_keys(node_list)
+            self._bind(pod, free)
+        self.order = tie_order(set().union(*free.values()))
+        per_node = frozenset(per_node_labels) | _unique_label_keys(node_list)
+        self.per_node_labels = per_node
         self.classes: list[NodeClass] = []
         by_key: dict[object, NodeClass] = {}
+        order = self.order
         for node in node_list:
-            labels = {k: v for k, v in node.labels.items() if k not in self.per_node_labels}
+            labels = node.labels
+            if not per_node.isdisjoint(labels):
+                labels = {k: v for k, v in labels.items() if k not in per_node}
             class_key = (
                 frozenset(labels.items()),
                 frozenset(node.taints),
@@ -195,18 +199,40 @@ class NodeView:
             )
             group = by_key.get(class_key)
             if group is None:
-                group = NodeClass(labels, node.taints, node.unschedulable, node.ready)
+                group = NodeClass(dict(labels), node.taints, node.unschedulable, node.ready)
                 by_key[class_key] = group
                 self.classes.append(group)
-            state = NodeState(node, free[node.name], group)
-            state.tie = tuple(state.free.get(r, 0) for r in self.order)
+            room = free[node.name]
+            state = NodeState(node, room, group)
+            state.tie = tuple([room.get(r, 0) for r in order])
             group.states.append(state)
-            group.allocatables[tuple(sorted(node.allocatable.items()))] += 1
-            for r, v in state.free.items():
-                group.total[r] = group.total.get(r, 0) + v
+            group.allocatables[frozenset(node.allocatable.items())] += 1
+            total = group.total
+            for r, v in room.items():
+                total[r] = total.get(r, 0) + v
             self.states[node.name] = state
-        # Filter results per pod shape; nodes never change within a view, so they stay true.
-        self.shape_cache: dict[object, Candidates] = {}
+        # Filter results per pod shape (`filters.candidates`); nodes never change within a
+        # view, so they stay true.
+        self.shape_cache: dict[object, object] = {}
+
+    def _bind(self, pod: BoundPod, free: Mapping[str, dict[str, int]]) -> None:
+        key = pod.key
+        if key in self.pods:
+            raise ValueError(f"pod {key} appears twice")
+        room = free.get(pod.node)
+        if room is None:
+            self.orphans.append(pod)
+            return
+        for r, v in pod.requests.items():
+            if v > 0 and r != PODS:
+                room[r] = room.get(r, 0) - v
+        room[PODS] -= 1
+        self.pods[key] = pod
+        on = self._on_node.get(pod.node)
+        if on is None:
+            self._on_node[pod.node] = {key}
+        else:
+            on.add(key)
 
     # -- reading ------------------------------------------------------------------------
 
@@ -225,15 +251,19 @@ class NodeView:
 
     def free(self, name: str) -> dict[str, int]:
         """A copy of the room left on node `name`, per resource, pod slots included."""
+        self.settle()
         return dict(self.states[name].free)
 
     def free_by_node(self) -> dict[str, dict[str, int]]:
         """A copy of the room left on every node."""
+        self.settle()
         return {name: dict(state.free) for name, state in self.states.items()}
 
     def pods_on(self, name: str) -> tuple[BoundPod, ...]:
         """The pods bound to node `name`, by key."""
-        return tuple(self.pods[key] for key in sorted(self._on_node[name]))
+        if name not in self.states:
+            raise KeyError(name)
+        return tuple(self.pods[key] for key in sorted(self._on_node.get(name, ())))
 
     # -- changing -----------------------------------------------------------------------
 
@@ -258,25 +288,50 @@ class NodeView:
         for r, index in indexes.items():
             index.add((free.get(r, 0), tie, name))
 
-    def assume(self, placement: Placement) -> None:
+    def hold(self, placement: PlacedPods, log: list[tuple[NodeState, Demand, int]]) -> None:
+        """Leave a just-found placement's takes in place until the next call on the view.
+
+        Placing then assuming is the common path; keeping the takes saves undoing them and
+        taking them again. `assume(placement)` keeps them; anything else first undoes them
+        (`settle`), so to every caller the view looks as if placing never touched it.
+        """
+        self.settle()
+        self._held = (placement, log)
+
+    def settle(self) -> None:
+        """Undo the takes of a held placement that was not assumed."""
+        held = self._held
+        if held is not None:
+            self._held = None
+            for state, demand, times in reversed(held[1]):
+                self.take(state, demand, -times)
+
+    def assume(self, placement: PlacedPods) -> None:
         """Take the room `placement` needs, as if its pods were bound."""
+        if self._held is not None and self._held[0] is placement:
+            self._held = None
+            return
         self._apply(placement, 1)
 
-    def forget(self, placement: Placement) -> None:
+    def forget(self, placement: PlacedPods) -> None:
         """Give back the room of a placement assumed earlier (and only such a one)."""
         self._apply(placement, -1)
 
-    def _apply(self, placement: Placement, sign: int) -> None:
+    def _apply(self, placement: PlacedPods, sign: int) -> None:
+        self.settle()
+        # Checked before anything is taken, so that a bad placement changes nothing.
+        for pod_set, pairs in placement.nodes.items():
+            for name, _ in pairs:
+                if name not in self.states:
+                    raise ValueError(f"placement of pod set {pod_set} names unknown node {name}")
         for pod_set, pairs in placement.nodes.items():
             demand = demand_of(placement.requests[pod_set])
             for name, count in pairs:
-                state = self.states.get(name)
-                if state is None:
-                    raise ValueError(f"placement of pod set {pod_set} names unknown node {name}")
-                self.take(state, demand, sign * count)
+                self.take(self.states[name], demand, sign * count)
 
     def remove_pod(self, key: str) -> BoundPod:
         """Unbind pod `key` (a preemption what-if) and return it; KeyError when unknown."""
+        self.settle()
         pod = self.pods.pop(key)
         self._on_node[pod.node].discard(key)
         self.take(self.states[pod.node], demand_of(pod.requests), -1)
@@ -284,23 +339,31 @@ class NodeView:
 
     def add_pod(self, pod: BoundPod) -> None:
         """Bind `pod` in the view (undoing `remove_pod`, or a pod the loop just bound)."""
+        self.settle()
         if pod.key in self.pods:
             raise ValueError(f"pod {pod.key} is already bound to {self.pods[pod.key].node}")
         state = self.states.get(pod.node)
         if state is None:
             raise ValueError(f"pod {pod.key} names unknown node {pod.node}")
         self.pods[pod.key] = pod
-        self._on_node[pod.node].add(pod.key)
+        self._on_node.setdefault(pod.node, set()).add(pod.key)
         self.take(state, demand_of(pod.requests), 1)
 
 
 def _unique_label_keys(nodes: list[Node]) -> frozenset[str]:
-    values: dict[str, Counter[str]] = {}
+    """Label keys whose every value names one node, past a few: per-node by nature."""
+    values: dict[str, set[str]] = {}
+    carriers: Counter[str] = Counter()
     for node in nodes:
+        carriers.update(node.labels.keys())
         for k, v in node.labels.items():
-            values.setdefault(k, Counter())[v] += 1
+            seen = values.get(k)
+            if seen is None:
+                values[k] = {v}
+            else:
+                seen.add(v)
     return frozenset(
         k
         for k, seen in values.items()
-        if len(seen) > _UNIQUE_LABEL_VALUES and max(seen.values()) == 1
+        if len(seen) > _UNIQUE_LABEL_VALUES and len(seen) == carriers[k]
     )

@@ -5,28 +5,37 @@ one with the least free room across the nodes it may use, relative to what one p
 (GPUs, on a GPU cluster). BinPack takes the node with the least of it free that still fits,
 so that whole nodes stay free for the big pods that need them; Spread takes the node with
 the most free, so that pods land apart. Ties go by the free amounts of the other resources
-in the view's tie order (`nodes.tie_order`), then by node name, so that equal inputs always
-place the same way.
+in the view's tie order (`nodes.tie_order`), then by node name (in reverse for Spread, which
+walks the same indexes from the other end), so that equal inputs always place the same way.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from fractions import Fraction
 from typing import Literal
 
 from sortedcontainers import SortedList
 
-from quota.placement.nodes import Demand, NodeKey
+from quota.placement.nodes import Demand, NodeKey, tie_order
 
 Strategy = Literal["BinPack", "Spread"]
 STRATEGIES: tuple[Strategy, ...] = ("BinPack", "Spread")
 
 
 def scarcity_order(demand: Demand, total_free: Callable[[str], int]) -> tuple[str, ...]:
-    """The requested resources, scarcest first: least total free per pod's request, then name."""
-    ratios = {r: Fraction(total_free(r), v) for r, v in demand}
-    return tuple(sorted(ratios, key=lambda r: (ratios[r], r)))
+    """The requested resources, scarcest first: least total free per pod's request.
+
+    Ties go by the tie order, so that GPUs are named before cpu when both run out.
+    """
+    # total / request compared exactly: scaled by the product of all requests, each ratio
+    # is a whole number.
+    scale = 1
+    for _, v in demand:
+        scale *= v
+    ranks = {r: i for i, r in enumerate(tie_order(r for r, _ in demand))}
+    return tuple(
+        r for _, _, r in sorted((total_free(r) * (scale // v), ranks[r], r) for r, v in demand)
+    )
 
 
 def lowest_key(need: int) -> NodeKey:
