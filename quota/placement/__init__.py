@@ -5,9 +5,9 @@ Pure like the rest of `quota/`: the shell parses Nodes and Pods with `convert`, 
 simulator all decide placement through these same functions.
 """
 
-from quota.placement.filters import PodShape, Requirement, SelectorTerm
+from quota.model.nodes import BoundPod, Node, PodShape, Requirement, SelectorTerm
 from quota.placement.gang import GangRequest, Placement, PodSetRequest, Unplaceable, place_gang
-from quota.placement.nodes import BoundPod, Node, NodeView
+from quota.placement.nodes import NodeView
 from quota.placement.scoring import STRATEGIES, Strategy
 
 __all__ = [

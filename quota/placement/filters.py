@@ -10,90 +10,14 @@ placement loop. Every failing filter has a short reason a person can act on.
 
 from __future__ import annotations
 
-import re
 from collections import Counter
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
-from typing import Literal
+from dataclasses import dataclass
 
+from quota.model.nodes import Node, PodShape
 from quota.model.resources import format_amount
 from quota.model.snapshot import Taint, Toleration
-from quota.placement.nodes import PODS, Demand, Node, NodeClass, NodeState, NodeView
-
-Operator = Literal["In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt"]
-OPERATORS: tuple[Operator, ...] = ("In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt")
-NAME_FIELD = "metadata.name"
-
-# Gt/Lt compare label values as base-10 int64, as Kubernetes parses them (strconv.ParseInt).
-_INTEGER = re.compile(r"^[+-]?[0-9]+$")
-
-
-def label_integer(text: str) -> int | None:
-    """A label value or Gt/Lt operand as Kubernetes reads it (base 10), or None."""
-    return int(text) if _INTEGER.match(text) else None
-
-
-@dataclass(frozen=True, slots=True)
-class Requirement:
-    """One node selector requirement (a matchExpressions or matchFields entry)."""
-
-    key: str
-    operator: Operator
-    values: tuple[str, ...] = ()
-    # matchFields: the key is metadata.name and is matched against the node's name.
-    field: bool = False
-
-    def matches(self, labels: Mapping[str, str], name: str) -> bool:
-        """Kubernetes semantics: NotIn and DoesNotExist hold for a missing label."""
-        value = name if self.field else labels.get(self.key)
-        op = self.operator
-        if op == "In":
-            return value is not None and value in self.values
-        if op == "NotIn":
-            return value is None or value not in self.values
-        if op == "Exists":
-            return value is not None
-        if op == "DoesNotExist":
-            return value is None
-        if value is None or len(self.values) != 1:
-            return False
-        have, bound = label_integer(value), label_integer(self.values[0])
-        if have is None or bound is None:
-            return False
-        return have > bound if op == "Gt" else have < bound
-
-    def __str__(self) -> str:
-        if self.operator in ("Exists", "DoesNotExist"):
-            return f"{self.key} {self.operator}"
-        if self.operator in ("Gt", "Lt"):
-            return f"{self.key} {self.operator} {', '.join(self.values)}"
-        return f"{self.key} {self.operator} ({', '.join(self.values)})"
-
-
-@dataclass(frozen=True, slots=True)
-class SelectorTerm:
-    """Requirements that must all hold (a nodeSelectorTerm); an empty term matches no node."""
-
-    requirements: tuple[Requirement, ...] = ()
-
-    def matches(self, labels: Mapping[str, str], name: str) -> bool:
-        """True when every requirement holds (never for an empty term, as in Kubernetes)."""
-        return bool(self.requirements) and all(r.matches(labels, name) for r in self.requirements)
-
-    def __str__(self) -> str:
-        return " and ".join(map(str, self.requirements)) or "(empty term)"
-
-
-@dataclass(frozen=True, slots=True)
-class PodShape:
-    """Everything about one pod that decides where it may go."""
-
-    requests: Mapping[str, int] = field(default_factory=dict)  # base units, per pod
-    node_selector: Mapping[str, str] = field(default_factory=dict)
-    # Required node affinity: the node must match at least one term; () means none is set.
-    affinity: tuple[SelectorTerm, ...] = ()
-    tolerations: tuple[Toleration, ...] = ()
-
+from quota.placement.nodes import PODS, Demand, NodeClass, NodeState, NodeView
 
 # -- static filters: the same answer for a node all through a view ------------------------
 

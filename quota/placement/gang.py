@@ -18,10 +18,10 @@ import heapq
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from quota.model.nodes import PodShape
 from quota.model.resources import format_amount
 from quota.placement.filters import (
     Candidates,
-    PodShape,
     Share,
     candidates,
     fit_count,

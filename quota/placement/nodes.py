@@ -13,11 +13,11 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass, field
 from typing import Protocol
 
 from sortedcontainers import SortedList
 
+from quota.model.nodes import BoundPod, Node
 from quota.model.snapshot import Taint
 
 PODS = "pods"
@@ -47,27 +47,6 @@ class PlacedPods(Protocol):
     @property
     def requests(self) -> Mapping[str, Mapping[str, int]]:
         """Pod set -> what each of its pods requests."""
-
-
-@dataclass(frozen=True, slots=True)
-class Node:
-    """A node as placement sees it; `allocatable` includes "pods" (missing means none)."""
-
-    name: str
-    allocatable: Mapping[str, int]
-    labels: Mapping[str, str] = field(default_factory=dict)
-    taints: tuple[Taint, ...] = ()
-    unschedulable: bool = False
-    ready: bool = True
-
-
-@dataclass(frozen=True, slots=True)
-class BoundPod:
-    """A pod bound to a node and not finished, whoever owns it; it holds one pod slot too."""
-
-    key: str  # "namespace/name"
-    node: str
-    requests: Mapping[str, int]
 
 
 def demand_of(requests: Mapping[str, int]) -> Demand:

@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 
 from quota.api import ManifestError
+from quota.model.nodeconvert import bound_pod_from_manifest, node_from_manifest, pod_shape_from_spec
 from quota.model.snapshot import Taint, Toleration
 from quota.placement import (
     BoundPod,
@@ -21,7 +22,6 @@ from quota.placement import (
     Unplaceable,
     place_gang,
 )
-from quota.placement.convert import bound_pod_from_manifest, node_from_manifest, pod_shape_from_spec
 from quota.placement.filters import node_reason
 from quota.placement.nodes import demand_of
 

@@ -14,17 +14,18 @@ from typing import Any, NoReturn
 from quota.api import ManifestError
 from quota.api.quantity import QuantityError, parse_quantity
 from quota.model.convert import pod_requests
-from quota.model.snapshot import Taint, TaintEffect, Toleration
-from quota.placement.filters import (
+from quota.model.nodes import (
     NAME_FIELD,
     OPERATORS,
+    BoundPod,
+    Node,
     Operator,
     PodShape,
     Requirement,
     SelectorTerm,
     label_integer,
 )
-from quota.placement.nodes import BoundPod, Node
+from quota.model.snapshot import Taint, TaintEffect, Toleration
 
 _EFFECTS: tuple[TaintEffect, ...] = ("NoSchedule", "PreferNoSchedule", "NoExecute")
 _FINISHED = ("Succeeded", "Failed")
