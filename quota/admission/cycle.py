@@ -12,6 +12,13 @@ in them (quota/ordering.py); a queue keeps admitting while it stays the most des
 one cycle admits as many workloads per queue as fit. Queues are visited twice: first for
 what keeps them within fair share, then for what borrows beyond it (see `run`).
 
+When the snapshot has nodes, quota is the policy and placement the physics: a workload whose
+flavors fit is admitted only if the placement core finds nodes for all its pods (at least
+minCount of them), counting every bound pod, Muster's or not, the room planned for admitted
+workloads not yet bound, and this cycle's own admissions. The plan goes out with the
+admission (`Assignment.nodes`) for the scheduler loop to bind. A workload no node could ever
+host waits with that reason and never holds up its queue, even a StrictFIFO one.
+
 A shape that failed in a queue is not tried again in the same cycle: usage in `held` only
 grows during a cycle. A preemption elsewhere can give a little room back in `planned`, but a
 failed shape is still not retried until the next cycle: being conservative for one cycle is
@@ -44,6 +51,7 @@ from quota.model.flavorassign import (
     slice_base,
 )
 from quota.model.ledger import Ledger
+from quota.model.nodes import PodShape
 from quota.model.resources import FlavorResource, format_amount
 from quota.model.snapshot import (
     Assignment,
@@ -57,6 +65,9 @@ from quota.model.snapshot import (
     queue_tree,
     superseded_slices,
 )
+from quota.placement.gang import GangRequest, Placement, PodSetRequest, Unplaceable, place_gang
+from quota.placement.nodes import NodeView
+from quota.placement.reservations import planned_pods
 from quota.preemption.reclaim import ReclaimIndex, plan_reclaim
 from quota.preemption.victims import (
     Candidate,
@@ -151,9 +162,16 @@ class _Cycle:
             else:
                 self.admitted_by_queue.setdefault(w.queue, []).append(w)
         self.diverged = bool(self.taken)
+        # Placement: free room on every node, less bound pods and planned, unbound room.
+        self.nodes: NodeView | None = None
+        if snapshot.nodes is not None:
+            holding = [w for w in snapshot.admitted if w.key not in gone]
+            pods = list(snapshot.pods) + planned_pods(holding, snapshot.pods)
+            self.nodes = NodeView(snapshot.nodes, pods)
         self.plans: dict[tuple[str, tuple[object, ...]], PodSetPlan] = {}
         self.signatures: dict[int, tuple[object, ...]] = {}
         self.memo: dict[tuple[object, ...], str] = {}
+        self.never: set[tuple[object, ...]] = set()  # memo keys no node could ever host
         self.set_aside: dict[str, _Request] = {}  # by workload key, for the second pass
         self.room: dict[FlavorResource, int] = {}  # see _could_stay_within_share
         self.reclaim_index: ReclaimIndex | None = None
@@ -228,6 +246,8 @@ class _Cycle:
                 if outcome == "admitted":
                     moved = True
                     break
+                if outcome == "never":
+                    continue  # no node could ever host it: it must not hold up the queue
                 if spec.queueing_strategy == "StrictFIFO" or outcome == "waiting":
                     if spec.queueing_strategy == "StrictFIFO":
                         why = f"waiting behind {w.key}, the head of StrictFIFO queue {name}" + (
@@ -279,7 +299,7 @@ class _Cycle:
         memo_key = self._memo_key(spec, request)
         if memo_key is not None and memo_key in self.memo:
             self.pending.append(Pending(w.key, spec.name, self.memo[memo_key]))
-            return ""
+            return "never" if memo_key in self.never else ""
         if within_share and not self._could_stay_within_share(spec.name, request):
             return self._set_aside(request)  # decided in the second pass, fitting or not
         sticky = request.base.flavors if request.base is not None else None
@@ -288,8 +308,7 @@ class _Cycle:
         if isinstance(result, Fit):
             if within_share and self._beyond_share(spec.name, result):
                 return self._set_aside(request)
-            self._admit(spec, request, request.counts, result)
-            return "admitted"
+            return self._place_and_admit(spec, request, request.counts, result, memo_key)
         failure = result
         if self.diverged:
             reserved = assign_flavors(
@@ -315,8 +334,7 @@ class _Cycle:
                 counts, fit = partial
                 if within_share and self._beyond_share(spec.name, fit):
                     return self._set_aside(request)
-                self._admit(spec, request, counts, fit)
-                return "admitted"
+                return self._place_and_admit(spec, request, counts, fit, memo_key)
             smallest = tuple(
                 ps.min_count if ps.min_count is not None else ps.count for ps in w.pod_sets
             )
@@ -466,7 +484,91 @@ class _Cycle:
                 hi = mid - 1
         return best
 
-    def _admit(self, spec: QueueSpec, request: _Request, counts: Sequence[int], fit: Fit) -> None:
+    # -- placement ---------------------------------------------------------------------------
+
+    def _place_and_admit(
+        self,
+        spec: QueueSpec,
+        request: _Request,
+        counts: tuple[int, ...],
+        fit: Fit,
+        memo_key: tuple[object, ...] | None,
+    ) -> str:
+        """Admit `request` with `fit` if its pods can be placed; else keep it pending."""
+        if self.nodes is None:
+            self._admit(spec, request, counts, fit, None)
+            return "admitted"
+        placed = self._place(spec, request, counts, fit)
+        if isinstance(placed, Unplaceable):
+            w = request.workload
+            if memo_key is not None:
+                self.memo[memo_key] = placed.reason
+                if placed.never:
+                    self.never.add(memo_key)
+            self.pending.append(Pending(w.key, spec.name, placed.reason))
+            return "never" if placed.never else ""
+        got = tuple(placed.count(ps.name) for ps in request.workload.pod_sets)
+        if got != counts:
+            # Partial placement (minCount): charge quota for the pods that were placed.
+            ledgers = (self.held, self.planned) if self.diverged else (self.held,)
+            refit = assign_flavors(spec.name, request.plans, got, ledgers, None)
+            if not isinstance(refit, Fit):  # fewer pods than already fitted: cannot happen
+                raise AssertionError(f"{request.workload.key}: {got} pods stopped fitting")
+            counts, fit = got, refit
+        self.nodes.assume(placed)
+        self._admit(spec, request, counts, fit, placed)
+        return "admitted"
+
+    def _place(
+        self, spec: QueueSpec, request: _Request, counts: Sequence[int], fit: Fit
+    ) -> Placement | Unplaceable:
+        """Where the pods to admit go, on nodes of the flavors `fit` chose, or why nowhere.
+
+        A pod's shape is its pod set's, with the node labels of its flavors added to the
+        node selector and their tolerations to its own, as the Job integration writes them
+        into the pod template on admission."""
+        assert self.nodes is not None
+        w = request.workload
+        flavors = self.snapshot.flavors
+        partial = request.base is None
+        sets: list[PodSetRequest] = []
+        names: set[str] = set()
+        for i, ps in enumerate(w.pod_sets):
+            if not counts[i]:
+                continue
+            selector = dict(ps.node_selector)
+            tolerations = list(ps.tolerations)
+            for name in sorted(set(fit.flavors[i].values())):
+                names.add(name)
+                flavor = flavors.get(name)
+                if flavor is not None:
+                    selector.update(flavor.node_labels)
+                    tolerations.extend(flavor.tolerations)
+            shape = PodShape(dict(ps.per_pod), selector, ps.affinity, tuple(tolerations))
+            low = ps.min_count if partial and ps.min_count is not None else None
+            sets.append(
+                PodSetRequest(ps.name, counts[i], shape, min(low, counts[i]) if low else None)
+            )
+        if not sets:
+            return Placement({}, 0, {})
+        placed = place_gang(self.nodes, GangRequest(tuple(sets)), spec.placement)
+        if isinstance(placed, Unplaceable):
+            where = f" on flavor {', '.join(sorted(names))}" if names else ""
+            return Unplaceable(
+                f"quota is available but the pods cannot be placed{where}: {placed.reason}",
+                placed.never,
+                placed.pod_set,
+            )
+        return placed
+
+    def _admit(
+        self,
+        spec: QueueSpec,
+        request: _Request,
+        counts: Sequence[int],
+        fit: Fit,
+        placed: Placement | None,
+    ) -> None:
         w = request.workload
         assignments: list[Assignment] = []
         total: Vector = {}
@@ -474,7 +576,9 @@ class _Cycle:
             # A slice is admitted at its full new size; only the difference is charged.
             full = ps.count if request.base is not None else counts[i]
             flavors = fit.flavors[i]
-            assignments.append(Assignment(ps.name, full, dict(flavors)))
+            assignments.append(
+                Assignment(ps.name, full, dict(flavors), self._planned_nodes(request, ps, placed))
+            )
             for resource, amount in ps.per_pod.items():
                 flavor = flavors.get(resource)
                 if flavor is not None and amount:
@@ -490,7 +594,26 @@ class _Cycle:
         self.planned.charge(spec.name, charge)
         borrowed = self._borrowing(spec.name, total)
         reason = self._admit_reason(spec, request, counts, total, borrowed)
+        if placed is not None and placed.total:
+            reason += "; " + _placement_words(placed)
         self.admit.append(Admit(w.key, spec.name, tuple(assignments), borrowed is not None, reason))
+
+    @staticmethod
+    def _planned_nodes(
+        request: _Request, ps: PodSet, placed: Placement | None
+    ) -> tuple[tuple[str, int], ...]:
+        """The plan of one pod set: for a scale-up slice, the nodes the slice it replaces
+        runs on plus those of its extra pods."""
+        nodes: dict[str, int] = {}
+        if request.running is not None and request.running.admission is not None:
+            for a in request.running.admission:
+                if a.pod_set == ps.name:
+                    for node, n in a.nodes:
+                        nodes[node] = nodes.get(node, 0) + n
+        if placed is not None:
+            for node, n in placed.nodes.get(ps.name, ()):
+                nodes[node] = nodes.get(node, 0) + n
+        return tuple(nodes.items())
 
     def _borrowing(self, queue: str, usage: Mapping[FlavorResource, int]) -> str | None:
         """Describe the first queue on the path now above its quota, if any."""
@@ -808,3 +931,17 @@ class _Cycle:
         if spec.within_queue != "Never" or spec.reclaim != "Never":
             text += "; no preemption or reclaim allowed by the queue's policies would make room"
         return text
+
+
+def _placement_words(placed: Placement) -> str:
+    """ "pods planned on h100-1 (x4), h100-2 (x4)", shortened past a few nodes."""
+    per_node: dict[str, int] = {}
+    for pairs in placed.nodes.values():
+        for node, n in pairs:
+            per_node[node] = per_node.get(node, 0) + n
+    shown = [f"{node} (x{n})" if n > 1 else node for node, n in list(per_node.items())[:4]]
+    more = len(per_node) - len(shown)
+    tail = f" and {more} more node{'s' if more > 1 else ''}" if more > 0 else ""
+    return (
+        f"{placed.total} pod{'s' if placed.total != 1 else ''} planned on {', '.join(shown)}{tail}"
+    )

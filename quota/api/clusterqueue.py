@@ -176,6 +176,12 @@ class ClusterQueueSpec(ApiModel):
         "None",
         description="Hold: admit nothing new; HoldAndDrain: also evict what is admitted.",
     )
+    placement_strategy: Literal["BinPack", "Spread"] = Field(
+        "BinPack",
+        description="How Muster places this queue's pods on nodes. BinPack fills the most "
+        "allocated node that fits, scarcest resource first, leaving whole nodes free for the "
+        "next large gang; Spread puts each pod on the least allocated node.",
+    )
 
     @model_validator(mode="after")
     def _unique_flavors(self) -> Self:

@@ -18,6 +18,8 @@ from quota.api.names import ELASTIC_ANNOTATION, JOB_POD_SET, MIN_PARALLELISM_ANN
 from quota.api.quantity import QuantityError, format_quantity, parse_quantity
 from quota.api.resourceflavor import ResourceFlavor
 from quota.api.workload import Workload as WorkloadModel
+from quota.model.nodeconvert import affinity_terms, pod_requests
+from quota.model.nodes import Taint, Toleration
 from quota.model.resources import FlavorResource
 from quota.model.snapshot import (
     Assignment,
@@ -25,8 +27,6 @@ from quota.model.snapshot import (
     FlavorQuota,
     PodSet,
     QueueSpec,
-    Taint,
-    Toleration,
     Workload,
 )
 
@@ -52,6 +52,7 @@ def queue_spec(cq: ClusterQueue, active: bool = True, reason: str = "") -> Queue
         min_runtime_preempt_s=preempt_min.total_seconds() if preempt_min else 0.0,
         min_runtime_reclaim_s=reclaim_min.total_seconds() if reclaim_min else 0.0,
         stop_policy=spec.stop_policy,
+        placement=spec.placement_strategy,
         active=active,
         inactive_reason="" if active else reason,
     )
@@ -84,7 +85,10 @@ def flavor(rf: ResourceFlavor) -> Flavor:
 
 
 def pod_sets(wl: WorkloadModel) -> tuple[PodSet, ...]:
-    """The pod sets of a Workload, requests already in base units."""
+    """The pod sets of a Workload, requests already in base units.
+
+    Raises ManifestError naming the Workload and field for a malformed node affinity."""
+    subject = f"Workload {wl.metadata.namespace}/{wl.metadata.name}"
     return tuple(
         PodSet(
             name=ps.name,
@@ -93,8 +97,15 @@ def pod_sets(wl: WorkloadModel) -> tuple[PodSet, ...]:
             min_count=ps.min_count,
             node_selector=dict(ps.template.node_selector),
             tolerations=_tolerations(ps.template.tolerations),
+            affinity=affinity_terms(
+                ps.template.affinity,
+                subject=subject,
+                where=f"spec.podSets[{i}].template.affinity",
+            )
+            if ps.template.affinity
+            else (),
         )
-        for ps in wl.spec.pod_sets
+        for i, ps in enumerate(wl.spec.pod_sets)
     )
 
 
@@ -225,49 +236,6 @@ def job_pod_count(job: Mapping[str, Any]) -> int:
     if completions is not None:
         count = min(count, int(completions))
     return max(count, 0)
-
-
-def _container_requests(container: Mapping[str, Any], where: str) -> dict[str, int]:
-    resources = container.get("resources") or {}
-    # The apiserver defaults a missing request to the limit; so does the quota.
-    merged = dict(resources.get("limits") or {})
-    merged.update(resources.get("requests") or {})
-    return {r: parse_quantity(v, r, field=f"{where}.resources[{r}]") for r, v in merged.items()}
-
-
-def _add(into: dict[str, int], more: Mapping[str, int]) -> None:
-    for r, v in more.items():
-        into[r] = into.get(r, 0) + v
-
-
-def pod_requests(pod_spec: Mapping[str, Any], where: str = "spec") -> dict[str, int]:
-    """What one pod requests, as the scheduler counts it: the sum of its containers and
-    sidecars, or its largest init container if that is more, plus the pod overhead.
-
-    `where` prefixes the field path in errors (e.g. ``spec.template.spec``).
-    """
-    total: dict[str, int] = {}
-    for i, container in enumerate(pod_spec.get("containers") or []):
-        _add(total, _container_requests(container, f"{where}.containers[{i}]"))
-    sidecars: dict[str, int] = {}
-    init_peak: dict[str, int] = {}
-    for i, container in enumerate(pod_spec.get("initContainers") or []):
-        requests = _container_requests(container, f"{where}.initContainers[{i}]")
-        if container.get("restartPolicy") == "Always":
-            _add(sidecars, requests)
-            continue
-        # A regular init container runs next to the sidecars started before it.
-        for r in set(requests) | set(sidecars):
-            init_peak[r] = max(init_peak.get(r, 0), requests.get(r, 0) + sidecars.get(r, 0))
-    _add(total, sidecars)
-    for r, v in init_peak.items():
-        total[r] = max(total.get(r, 0), v)
-    overhead = pod_spec.get("overhead") or {}
-    _add(
-        total,
-        {r: parse_quantity(v, r, field=f"{where}.overhead[{r}]") for r, v in overhead.items()},
-    )
-    return {r: v for r, v in total.items() if v > 0}
 
 
 def job_priority(

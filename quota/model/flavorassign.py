@@ -15,8 +15,9 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from quota.model.ledger import Ledger
+from quota.model.nodes import Taint, Toleration
 from quota.model.resources import FlavorResource
-from quota.model.snapshot import Flavor, PodSet, QueueSpec, Taint, Toleration, Workload
+from quota.model.snapshot import Flavor, PodSet, QueueSpec, Workload
 
 
 def flavor_conflict(flavor: Flavor, pod_set: PodSet) -> str | None:

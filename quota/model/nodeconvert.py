@@ -13,7 +13,6 @@ from typing import Any, NoReturn
 
 from quota.api import ManifestError
 from quota.api.quantity import QuantityError, parse_quantity
-from quota.model.convert import pod_requests
 from quota.model.nodes import (
     NAME_FIELD,
     OPERATORS,
@@ -23,9 +22,11 @@ from quota.model.nodes import (
     PodShape,
     Requirement,
     SelectorTerm,
+    Taint,
+    TaintEffect,
+    Toleration,
     label_integer,
 )
-from quota.model.snapshot import Taint, TaintEffect, Toleration
 
 _EFFECTS: tuple[TaintEffect, ...] = ("NoSchedule", "PreferNoSchedule", "NoExecute")
 _FINISHED = ("Succeeded", "Failed")
@@ -155,6 +156,49 @@ def bound_pod_from_manifest(pod: Mapping[str, Any], *, index: int = 0) -> BoundP
     return BoundPod(key=key, node=node, requests=f.requests(spec, "spec"))
 
 
+def _container_requests(container: Mapping[str, Any], where: str) -> dict[str, int]:
+    resources = container.get("resources") or {}
+    # The apiserver defaults a missing request to the limit; so does the quota.
+    merged = dict(resources.get("limits") or {})
+    merged.update(resources.get("requests") or {})
+    return {r: parse_quantity(v, r, field=f"{where}.resources[{r}]") for r, v in merged.items()}
+
+
+def _add(into: dict[str, int], more: Mapping[str, int]) -> None:
+    for r, v in more.items():
+        into[r] = into.get(r, 0) + v
+
+
+def pod_requests(pod_spec: Mapping[str, Any], where: str = "spec") -> dict[str, int]:
+    """What one pod requests, as the scheduler counts it: the sum of its containers and
+    sidecars, or its largest init container if that is more, plus the pod overhead.
+
+    `where` prefixes the field path in errors (e.g. ``spec.template.spec``).
+    """
+    total: dict[str, int] = {}
+    for i, container in enumerate(pod_spec.get("containers") or []):
+        _add(total, _container_requests(container, f"{where}.containers[{i}]"))
+    sidecars: dict[str, int] = {}
+    init_peak: dict[str, int] = {}
+    for i, container in enumerate(pod_spec.get("initContainers") or []):
+        requests = _container_requests(container, f"{where}.initContainers[{i}]")
+        if container.get("restartPolicy") == "Always":
+            _add(sidecars, requests)
+            continue
+        # A regular init container runs next to the sidecars started before it.
+        for r in set(requests) | set(sidecars):
+            init_peak[r] = max(init_peak.get(r, 0), requests.get(r, 0) + sidecars.get(r, 0))
+    _add(total, sidecars)
+    for r, v in init_peak.items():
+        total[r] = max(total.get(r, 0), v)
+    overhead = pod_spec.get("overhead") or {}
+    _add(
+        total,
+        {r: parse_quantity(v, r, field=f"{where}.overhead[{r}]") for r, v in overhead.items()},
+    )
+    return {r: v for r, v in total.items() if v > 0}
+
+
 def pod_shape_from_spec(
     spec: Mapping[str, Any], *, subject: str = "Pod", where: str = "spec", index: int = 0
 ) -> PodShape:
@@ -166,18 +210,7 @@ def pod_shape_from_spec(
     """
     f = _Fields(index, subject)
     spec = f.mapping(spec, where)
-    affinity = f.mapping(spec.get("affinity"), f"{where}.affinity")
-    node_affinity = f.mapping(affinity.get("nodeAffinity"), f"{where}.affinity.nodeAffinity")
-    path = f"{where}.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution"
-    required = node_affinity.get("requiredDuringSchedulingIgnoredDuringExecution")
-    terms: tuple[SelectorTerm, ...] = ()
-    if required is not None:
-        raw_terms = f.items(f.mapping(required, path).get("nodeSelectorTerms"), path)
-        if not raw_terms:
-            f.fail(f"{path}.nodeSelectorTerms", "must have at least one term")
-        terms = tuple(
-            _term(f, raw, f"{path}.nodeSelectorTerms[{i}]") for i, raw in enumerate(raw_terms)
-        )
+    terms = _affinity_terms(f, spec.get("affinity"), f"{where}.affinity")
     tolerations = tuple(
         t
         for i, raw in enumerate(f.items(spec.get("tolerations"), f"{where}.tolerations"))
@@ -188,6 +221,28 @@ def pod_shape_from_spec(
         node_selector=f.strings(spec.get("nodeSelector"), f"{where}.nodeSelector"),
         affinity=terms,
         tolerations=tolerations,
+    )
+
+
+def affinity_terms(
+    affinity: object, *, subject: str = "Pod", where: str = "spec.affinity", index: int = 0
+) -> tuple[SelectorTerm, ...]:
+    """The required node affinity terms of a pod's `affinity` (core/v1 Affinity), () if none."""
+    return _affinity_terms(_Fields(index, subject), affinity, where)
+
+
+def _affinity_terms(f: _Fields, raw: object, where: str) -> tuple[SelectorTerm, ...]:
+    affinity = f.mapping(raw, where)
+    node_affinity = f.mapping(affinity.get("nodeAffinity"), f"{where}.nodeAffinity")
+    path = f"{where}.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution"
+    required = node_affinity.get("requiredDuringSchedulingIgnoredDuringExecution")
+    if required is None:
+        return ()
+    raw_terms = f.items(f.mapping(required, path).get("nodeSelectorTerms"), path)
+    if not raw_terms:
+        f.fail(f"{path}.nodeSelectorTerms", "must have at least one term")
+    return tuple(
+        _term(f, term, f"{path}.nodeSelectorTerms[{i}]") for i, term in enumerate(raw_terms)
     )
 
 

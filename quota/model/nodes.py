@@ -11,7 +11,41 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
-from quota.model.snapshot import Taint, Toleration
+TaintEffect = Literal["NoSchedule", "PreferNoSchedule", "NoExecute"]
+
+
+@dataclass(frozen=True, slots=True)
+class Taint:
+    """A taint carried by every node of a flavor."""
+
+    key: str
+    value: str = ""
+    effect: TaintEffect = "NoSchedule"
+
+    def __str__(self) -> str:
+        value = f"={self.value}" if self.value else ""
+        return f"{self.key}{value}:{self.effect}"
+
+
+@dataclass(frozen=True, slots=True)
+class Toleration:
+    """A pod toleration, with the Kubernetes matching rules."""
+
+    key: str = ""
+    operator: Literal["Equal", "Exists"] = "Equal"
+    value: str = ""
+    effect: TaintEffect | Literal[""] = ""
+
+    def tolerates(self, taint: Taint) -> bool:
+        """True when this toleration matches `taint` (empty key with Exists matches all)."""
+        if self.effect and self.effect != taint.effect:
+            return False
+        if not self.key:
+            return self.operator == "Exists"
+        if self.key != taint.key:
+            return False
+        return self.operator == "Exists" or self.value == taint.value
+
 
 Operator = Literal["In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt"]
 OPERATORS: tuple[Operator, ...] = ("In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt")
@@ -107,3 +141,6 @@ class BoundPod:
     key: str  # "namespace/name"
     node: str
     requests: Mapping[str, int]
+    # The admitted workload ("namespace/name") the pod runs for, when Muster manages it:
+    # its planned room counts only for pods not yet bound.
+    workload: str | None = None

@@ -12,46 +12,14 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from quota.lifecycle.slices import superseded_slice
+from quota.model.nodes import BoundPod, Node, SelectorTerm, Taint, Toleration
 from quota.model.resources import FlavorResource
 
 QueueingStrategy = Literal["StrictFIFO", "BestEffortFIFO"]
 WithinQueuePolicy = Literal["Never", "LowerPriority", "LowerOrNewerEqualPriority"]
 ReclaimPolicy = Literal["Never", "LowerPriority", "Any"]
 StopPolicy = Literal["None", "Hold", "HoldAndDrain"]
-TaintEffect = Literal["NoSchedule", "PreferNoSchedule", "NoExecute"]
-
-
-@dataclass(frozen=True, slots=True)
-class Taint:
-    """A taint carried by every node of a flavor."""
-
-    key: str
-    value: str = ""
-    effect: TaintEffect = "NoSchedule"
-
-    def __str__(self) -> str:
-        value = f"={self.value}" if self.value else ""
-        return f"{self.key}{value}:{self.effect}"
-
-
-@dataclass(frozen=True, slots=True)
-class Toleration:
-    """A pod toleration, with the Kubernetes matching rules."""
-
-    key: str = ""
-    operator: Literal["Equal", "Exists"] = "Equal"
-    value: str = ""
-    effect: TaintEffect | Literal[""] = ""
-
-    def tolerates(self, taint: Taint) -> bool:
-        """True when this toleration matches `taint` (empty key with Exists matches all)."""
-        if self.effect and self.effect != taint.effect:
-            return False
-        if not self.key:
-            return self.operator == "Exists"
-        if self.key != taint.key:
-            return False
-        return self.operator == "Exists" or self.value == taint.value
+PlacementStrategy = Literal["BinPack", "Spread"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,6 +50,7 @@ class QueueSpec:
     min_runtime_preempt_s: float = 0.0
     min_runtime_reclaim_s: float = 0.0
     stop_policy: StopPolicy = "None"
+    placement: PlacementStrategy = "BinPack"  # how its workloads' pods are placed on nodes
     active: bool = True
     inactive_reason: str = ""
     # Derived once: quota and limits keyed by (flavor, resource), for lookups in hot loops.
@@ -128,6 +97,8 @@ class PodSet:
     min_count: int | None = None  # partial admission: the fewest pods the job can run with
     node_selector: Mapping[str, str] = field(default_factory=dict)
     tolerations: tuple[Toleration, ...] = ()
+    # Required node affinity: a node must match one of the terms; () sets none.
+    affinity: tuple[SelectorTerm, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,6 +108,9 @@ class Assignment:
     pod_set: str
     count: int
     flavors: Mapping[str, str]  # resource -> flavor
+    # Where its pods are planned, ((node, pods), ...), when the cluster has nodes: the
+    # placement it was admitted with. Room planned and not yet bound stays reserved for it.
+    nodes: tuple[tuple[str, int], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,6 +140,10 @@ class Snapshot:
     flavors: Mapping[str, Flavor]
     # (flavor, resource) -> capacity of Ready nodes; None = quota-only mode.
     capacity: Mapping[FlavorResource, int] | None = None
+    # Every node, and every pod bound to one and not finished, whoever owns it. None: the
+    # cluster (or file) has no nodes, and admission trusts quota alone.
+    nodes: tuple[Node, ...] | None = None
+    pods: tuple[BoundPod, ...] = ()
     admitted: tuple[Workload, ...] = ()
     pending: tuple[Workload, ...] = ()
     # Per queue, decayed past usage; empty turns time-based fairness off.

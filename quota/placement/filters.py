@@ -14,9 +14,8 @@ from collections import Counter
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
-from quota.model.nodes import Node, PodShape
+from quota.model.nodes import Node, PodShape, Taint, Toleration
 from quota.model.resources import format_amount
-from quota.model.snapshot import Taint, Toleration
 from quota.placement.nodes import PODS, Demand, NodeClass, NodeState, NodeView
 
 # -- static filters: the same answer for a node all through a view ------------------------

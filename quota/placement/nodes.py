@@ -17,8 +17,7 @@ from typing import Protocol
 
 from sortedcontainers import SortedList
 
-from quota.model.nodes import BoundPod, Node
-from quota.model.snapshot import Taint
+from quota.model.nodes import BoundPod, Node, Taint
 
 PODS = "pods"
 HOSTNAME_LABEL = "kubernetes.io/hostname"

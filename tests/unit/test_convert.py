@@ -8,7 +8,8 @@ import pytest
 
 from quota.api import ClusterQueue, ManifestError, ResourceFlavor, Workload, parse_manifest
 from quota.model import convert
-from quota.model.snapshot import Assignment, Flavor, Taint, Toleration
+from quota.model.nodes import Taint, Toleration
+from quota.model.snapshot import Assignment, Flavor
 
 GPU = "nvidia.com/gpu"
 GI = 1 << 30

@@ -8,7 +8,7 @@ import pytest
 
 from quota.api import ManifestError
 from quota.model.nodeconvert import bound_pod_from_manifest, node_from_manifest, pod_shape_from_spec
-from quota.model.snapshot import Taint, Toleration
+from quota.model.nodes import Taint, Toleration
 from quota.placement import (
     BoundPod,
     GangRequest,

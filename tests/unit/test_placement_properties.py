@@ -9,7 +9,7 @@ from __future__ import annotations
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from quota.model.snapshot import Taint, Toleration
+from quota.model.nodes import Taint, Toleration
 from quota.placement import (
     BoundPod,
     GangRequest,

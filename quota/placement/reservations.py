@@ -1,0 +1,53 @@
+"""Room planned for admitted workloads whose pods are not bound yet.
+
+An admission decided with nodes carries its plan (`Assignment.nodes`). Until the scheduler
+has bound those pods, the room must stay taken, or the next admission cycle (or the next
+group the scheduler places) would count it as free and place two gangs on one GPU. Pods
+already bound count as themselves; only the rest of the plan is reserved, on the planned
+nodes, as pods attributed to the workload.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable
+
+from quota.model.nodes import BoundPod
+from quota.model.snapshot import Workload
+
+
+def planned_pods(
+    admitted: Iterable[Workload], bound: Iterable[BoundPod], exclude: frozenset[str] = frozenset()
+) -> list[BoundPod]:
+    """Placeholder pods for the planned, not yet bound pods of `admitted` workloads.
+
+    Bound pods of a workload fill its plan node by node first; a workload's pods bound
+    outside its plan (re-placed by the scheduler) shorten what is reserved, never lengthen
+    it. Workloads in `exclude` (the ones the caller is placing itself) reserve nothing.
+    """
+    on_node: Counter[tuple[str, str]] = Counter()
+    total: Counter[str] = Counter()
+    for pod in bound:
+        if pod.workload is not None:
+            on_node[(pod.workload, pod.node)] += 1
+            total[pod.workload] += 1
+    out: list[BoundPod] = []
+    for w in admitted:
+        if w.admission is None or w.key in exclude:
+            continue
+        per_pod = {ps.name: ps.per_pod for ps in w.pod_sets}
+        # Pods that may still be missing: the admitted count less every pod bound anywhere.
+        missing = sum(a.count for a in w.admission) - total.get(w.key, 0)
+        seen: Counter[str] = Counter()
+        for a in w.admission:
+            requests = per_pod.get(a.pod_set, {})
+            for node, count in a.nodes:
+                here = on_node.get((w.key, node), 0) - seen[node]
+                used = min(max(here, 0), count)
+                seen[node] += used
+                for i in range(min(count - used, missing)):
+                    out.append(
+                        BoundPod(f"{w.key}#planned-{a.pod_set}-{node}-{i}", node, requests, w.key)
+                    )
+                    missing -= 1
+    return out
