@@ -18,13 +18,18 @@ from pydantic import ValidationError
 from controllers.runtime.resources import Obj, object_key
 from controllers.state import workloads as wls
 from controllers.state.caches import Context
+from quota.api import ManifestError
 from quota.api.clusterqueue import ClusterQueue
 from quota.api.conditions import ClusterQueueConditions
+from quota.api.conditions import PodGroupConditions as PGC
 from quota.api.localqueue import LocalQueue
+from quota.api.names import JOB_UID_POD_LABEL
 from quota.api.queuetree import QueueState, QueueTree, check_queue_tree
 from quota.api.resourceflavor import ResourceFlavor
 from quota.api.workload import Workload as WorkloadModel
 from quota.model import convert
+from quota.model.nodeconvert import bound_pod_from_manifest, node_from_manifest
+from quota.model.nodes import BoundPod, Node
 from quota.model.snapshot import (
     QueueSpec,
     Snapshot,
@@ -176,6 +181,8 @@ class ViewBuilder:
             if wls.has_quota(raw):
                 queue = ((raw.get("status") or {}).get("admission") or {}).get("clusterQueue")
                 w = self._engine_workload(key, raw, model, str(queue))
+                if self._placed_whole(key, raw):
+                    w = _without_plan(w)
                 admitted.append(w)
                 engine[key] = w
                 continue
@@ -223,17 +230,109 @@ class ViewBuilder:
         if self.use_node_capacity:
             # No node of any flavor known: quota-only mode.
             capacity = convert.node_capacity(caches.nodes.objects(), flavors) or None
+        nodes, pods = self._nodes_and_pods(raw_by_key) if self.use_node_capacity else (None, ())
         snapshot = Snapshot(
             now=now.timestamp(),
             queues=queues,
             flavors=flavors,
             capacity=capacity,
+            nodes=nodes,
+            pods=pods,
             admitted=tuple(admitted),
             pending=tuple(pending),
             historical_usage=self._historical_usage(queues),
             usage_fairness_k=self.usage.k if self.usage is not None else 0.0,
         )
         return View(snapshot, tree, raw_by_key, engine, cq_models, lq_of, blocked)
+
+    def _placed_whole(self, key: str, raw: Obj) -> bool:
+        """Whether Muster's scheduler already bound this admission's pods once (its PodGroup
+        turned PodGroupInitiallyScheduled after the current QuotaReserved): from then on its
+        pods hold their own room, and a finished pod must not bring its planned room back."""
+        pod_group = self.ctx.caches.pod_groups.get(key)
+        if not pod_group:
+            return False
+        scheduled = wls.condition(pod_group, PGC.INITIALLY_SCHEDULED) or {}
+        if scheduled.get("status") != "True":
+            return False
+        reserved = wls.condition(raw, wls.QUOTA_RESERVED) or {}
+        # Both RFC 3339 UTC: they compare as text.
+        return str(scheduled.get("lastTransitionTime") or "") >= str(
+            reserved.get("lastTransitionTime") or ""
+        )
+
+    def _nodes_and_pods(
+        self, raw_by_key: Mapping[str, Obj]
+    ) -> tuple[tuple[Node, ...] | None, tuple[BoundPod, ...]]:
+        """Every node, and every bound, unfinished pod (Muster's or not), for placement; no
+        nodes at all means quota-only mode. A pod of a Job that Muster admitted is marked
+        with its Workload, so that only the unbound rest of that Workload's plan stays
+        reserved. Parsed objects are cached by resourceVersion."""
+        caches = self.ctx.caches
+        seen: set[str] = set()
+        nodes: list[Node] = []
+        for raw in caches.nodes.objects():
+            seen.add(f"node:{object_key(raw)}")
+            node = self._parsed_node(raw)
+            if node is not None:
+                nodes.append(node)
+        if not nodes:
+            self._forget_unseen(seen)
+            return None, ()
+        # The admitted Workload of each Job (by uid): its pods count towards its plan.
+        holder: dict[str, str] = {}
+        for key, raw in raw_by_key.items():
+            uid = wls.owner_job_uid(raw)
+            if uid and wls.has_quota(raw) and not wls.is_finished(raw):
+                holder[uid] = key
+        pods: list[BoundPod] = []
+        for raw in caches.bound_pods():
+            seen.add(f"pod:{object_key(raw)}")
+            pod = self._parsed_pod(raw)
+            if pod is None:
+                continue
+            labels = (raw.get("metadata") or {}).get("labels") or {}
+            owner = holder.get(labels.get(JOB_UID_POD_LABEL, ""))
+            pods.append(replace(pod, workload=owner) if owner else pod)
+        self._forget_unseen(seen)
+        return tuple(nodes), tuple(pods)
+
+    def _forget_unseen(self, seen: set[str]) -> None:
+        """Drop parsed nodes and pods that are gone, so the cache never outgrows the cluster."""
+        for stale in [k for k in self._parsed if k.startswith(("node:", "pod:")) and k not in seen]:
+            del self._parsed[stale]
+
+    def _parsed_node(self, raw: Obj) -> Node | None:
+        key = f"node:{object_key(raw)}"
+        rv = str((raw.get("metadata") or {}).get("resourceVersion") or "")
+        cached = self._parsed.get(key)
+        if cached is not None and cached[0] == rv:
+            node: Node | None = cached[1]
+            return node
+        try:
+            node = node_from_manifest(raw)
+        except ManifestError as error:
+            # One malformed node must not stop admission: it is left out, and said once.
+            log.warning("node left out of placement", extra={"error": str(error)[:300]})
+            node = None
+        self._parsed[key] = (rv, node)
+        return node
+
+    def _parsed_pod(self, raw: Obj) -> BoundPod | None:
+        key = f"pod:{object_key(raw)}"
+        rv = str((raw.get("metadata") or {}).get("resourceVersion") or "")
+        cached = self._parsed.get(key)
+        if cached is not None and cached[0] == rv:
+            pod: BoundPod | None = cached[1]
+            return pod
+        try:
+            pod = bound_pod_from_manifest(raw)
+        except ManifestError as error:
+            # The apiserver validated it; only a quantity we cannot read gets here.
+            log.warning("pod left out of placement", extra={"error": str(error)[:300]})
+            pod = None
+        self._parsed[key] = (rv, pod)
+        return pod
 
     def _historical_usage(self, queues: Mapping[str, QueueSpec]) -> dict[str, float]:
         """Each queue's recent usage among its siblings, from the figures in memory.
@@ -265,3 +364,10 @@ class ViewBuilder:
         if not changed:
             return tree
         return QueueTree(states, tree.local_queues, tree.children)
+
+
+def _without_plan(w: Workload) -> Workload:
+    """`w` with no planned nodes: nothing of its plan is reserved any more."""
+    if w.admission is None or not any(a.nodes for a in w.admission):
+        return w
+    return replace(w, admission=tuple(replace(a, nodes=()) for a in w.admission))

@@ -117,6 +117,7 @@ class DecisionWriter:
                 )
                 for a in decision.assignments
             ],
+            nodes={a.pod_set: a.nodes for a in decision.assignments if a.nodes},
         )
         generation = (raw.get("metadata") or {}).get("generation")
         now = self.ctx.now()

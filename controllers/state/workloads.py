@@ -204,20 +204,23 @@ def remove_condition(wl: Obj, type_: str) -> bool:
 def admission_status(
     cluster_queue: str,
     assignments: Sequence[tuple[str, int, Mapping[str, str], Mapping[str, str]]],
+    nodes: Mapping[str, Sequence[tuple[str, int]]] | None = None,
 ) -> Obj:
-    """The status.admission dict: (pod set, count, resource->flavor, resource->usage)."""
-    return {
-        "clusterQueue": cluster_queue,
-        "podSetAssignments": [
-            {
-                "name": name,
-                "count": count,
-                "flavors": dict(flavors),
-                "resourceUsage": dict(usage),
-            }
-            for name, count, flavors, usage in assignments
-        ],
-    }
+    """The status.admission dict: (pod set, count, resource->flavor, resource->usage), with
+    each pod set's planned `nodes` ((node, pods), ...) when placement decided them."""
+    out: list[Obj] = []
+    for name, count, flavors, usage in assignments:
+        entry: Obj = {
+            "name": name,
+            "count": count,
+            "flavors": dict(flavors),
+            "resourceUsage": dict(usage),
+        }
+        planned = (nodes or {}).get(name)
+        if planned:
+            entry["nodes"] = [{"name": node, "count": n} for node, n in planned]
+        out.append(entry)
+    return {"clusterQueue": cluster_queue, "podSetAssignments": out}
 
 
 def mark_admitted(wl: Obj, admission: Obj, message: str, now: datetime) -> bool:
