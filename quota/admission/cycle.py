@@ -494,11 +494,29 @@ class _Cycle:
         fit: Fit,
         memo_key: tuple[object, ...] | None,
     ) -> str:
-        """Admit `request` with `fit` if its pods can be placed; else keep it pending."""
+        """Admit `request` with `fit` if its pods can be placed; else keep it pending.
+
+        When the nodes of the flavors quota chose cannot take the pods, the next flavors in
+        the queue's order are tried (a pinned slice stays on its own)."""
         if self.nodes is None:
             self._admit(spec, request, counts, fit, None)
             return "admitted"
         placed = self._place(spec, request, counts, fit)
+        if isinstance(placed, Unplaceable) and request.base is None:
+            first, excluded = placed, frozenset[str]()
+            ledgers = (self.held, self.planned) if self.diverged else (self.held,)
+            while isinstance(placed, Unplaceable):
+                tried = {f for flavors in fit.flavors for f in flavors.values()}
+                if tried <= excluded:
+                    break
+                excluded |= tried
+                other = assign_flavors(spec.name, request.plans, counts, ledgers, None, excluded)
+                if not isinstance(other, Fit):
+                    break
+                fit = other
+                placed = self._place(spec, request, counts, fit)
+            if isinstance(placed, Unplaceable):
+                placed = Unplaceable(first.reason, first.never and placed.never, first.pod_set)
         if isinstance(placed, Unplaceable):
             w = request.workload
             if memo_key is not None:

@@ -225,11 +225,13 @@ def assign_flavors(
     counts: Sequence[int],
     ledgers: Sequence[Ledger],
     sticky: Sequence[Mapping[str, str] | None] | None = None,
+    excluded: frozenset[str] = frozenset(),
 ) -> Fit | FitFailure:
     """Pick flavors for the pod sets at `counts` pods so the whole workload fits every ledger.
 
     `sticky` pins the flavors of pod sets that already run (an elastic scale-up stays on the
-    flavors of its running slice). Pod sets are charged one after another, so two pod sets
+    flavors of its running slice). Flavors in `excluded` are not considered (their nodes
+    could not take the pods). Pod sets are charged one after another, so two pod sets
     asking for the same flavor see each other's requests.
     """
     usage: dict[FlavorResource, int] = {}
@@ -243,6 +245,8 @@ def assign_flavors(
             options = group.flavors
             if pinned is not None and group.resources[0] in pinned:
                 options = (pinned[group.resources[0]],)
+            elif excluded:
+                options = tuple(f for f in options if f not in excluded)
             shortfalls: list[Shortfall] = []
             for flavor in options:
                 short: Shortfall | None = None

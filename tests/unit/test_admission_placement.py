@@ -15,6 +15,7 @@ from quota.model.nodes import BoundPod, Node
 from quota.model.snapshot import (
     Assignment,
     Flavor,
+    FlavorQuota,
     PodSet,
     QueueSpec,
     Snapshot,
@@ -185,3 +186,26 @@ def test_without_nodes_admission_trusts_quota_alone() -> None:
     )
     assert [a.workload for a in result.admit] == ["ns/w"]
     assert result.admit[0].assignments[0].nodes == ()
+
+
+def test_when_the_first_flavors_nodes_are_full_the_next_flavor_is_tried() -> None:
+    h100, a100 = gpu_nodes(1), gpu_nodes(1, pool="a100")
+    spec = QueueSpec(
+        "a",
+        flavors=(FlavorQuota("h100", {GPU: 8}), FlavorQuota("a100", {GPU: 8})),
+    )
+    full = (BoundPod("other/big", "h100-0", {GPU: 8}),)
+    result = admission_cycle(
+        Snapshot(
+            now=0.0,
+            queues=queues_of(spec),
+            flavors={"h100": H100, "a100": Flavor("a100", {"pool": "a100"})},
+            capacity={("h100", GPU): 8, ("a100", GPU): 8},
+            pending=(workload("ns/w", "a", gpus=8),),
+            nodes=h100 + a100,
+            pods=full,
+        )
+    )
+    (admit,) = result.admit
+    assert admit.assignments[0].flavors == {GPU: "a100"}
+    assert admit.assignments[0].nodes == (("a100-0", 1),)
