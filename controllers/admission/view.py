@@ -181,7 +181,9 @@ class ViewBuilder:
             if wls.has_quota(raw):
                 queue = ((raw.get("status") or {}).get("admission") or {}).get("clusterQueue")
                 w = self._engine_workload(key, raw, model, str(queue))
-                if self._placed_whole(key, raw):
+                # Pods hold their own room once bound; a Workload with no Job behind it
+                # (written by hand) never gets pods, so its plan must not hold room either.
+                if not wls.owner_job_uid(raw) or self._placed_whole(key, raw):
                     w = _without_plan(w)
                 admitted.append(w)
                 engine[key] = w
