@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shlex
 import shutil
 import signal
 import socket
@@ -24,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from controllers.localcluster import pki
-from controllers.localcluster.binaries import Binaries, ensure_binaries
+from controllers.localcluster.binaries import Binaries, ensure_binaries, find_binaries
 
 STAGES_FILE = Path(__file__).with_name("stages.yaml")
 FEATURE_GATES = "GenericWorkload=true"
@@ -384,7 +385,14 @@ class LocalCluster:
         return result
 
     def env(self) -> str:
-        return f"export KUBECONFIG={self.kubeconfig}"
+        """Shell lines that point kubectl at this cluster, with the kubectl built for it
+        first on PATH (a system kubectl may be older than the cluster)."""
+        lines = [f"export KUBECONFIG={shlex.quote(str(self.kubeconfig))}"]
+        found, _ = find_binaries()
+        kubectl = found.get("kubectl")
+        if kubectl is not None:
+            lines.append(f'export PATH={shlex.quote(str(kubectl.parent))}:"$PATH"')
+        return "\n".join(lines)
 
     # ----------------------------------------------------------------- helpers
     def _start(self, name: str, argv: list[str], health_url: str | None) -> None:
