@@ -135,9 +135,7 @@ def workload(
     if admission is not None:
         queue = admission.cluster_queue
         assignments = tuple(
-            Assignment(
-                a.name, a.count, dict(a.flavors), tuple((n.name, n.count) for n in a.nodes)
-            )
+            Assignment(a.name, a.count, dict(a.flavors), tuple((n.name, n.count) for n in a.nodes))
             for a in admission.pod_set_assignments
         )
         if admitted_at is None:
