@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import sys
 import time
 from pathlib import Path
@@ -17,6 +18,21 @@ from controllers.manager.manager import Manager, run_manager
 from controllers.manager.options import Options
 from controllers.runtime.client import api_client
 from controllers.runtime.logs import setup_logging
+from controllers.scheduler import SCHEDULER_NAME
+from quota.api.meta import DNS_SUBDOMAIN
+from quota.placement import STRATEGIES
+
+
+def scheduler_name_option(value: str) -> str:
+    """The --scheduler-name value, checked as the apiserver checks spec.schedulerName."""
+    name = value.strip()
+    if name and (len(name) > 253 or not re.fullmatch(DNS_SUBDOMAIN, name)):
+        raise click.UsageError(
+            f"--scheduler-name {value!r}: a pod's schedulerName must be a DNS subdomain "
+            "(lowercase letters, digits, '-' and '.', at most 253 characters), or empty to "
+            "leave pods to kube-scheduler"
+        )
+    return name
 
 
 def history_options(
@@ -165,6 +181,36 @@ def history_options(
     show_default=True,
     help="Strength: weight' = max(0, w + k(w - u)); 0 leaves weights as configured.",
 )
+@click.option(
+    "--scheduler-name",
+    default=SCHEDULER_NAME,
+    show_default=True,
+    help="schedulerName given to the pods of queued Jobs and bound by Muster's scheduler "
+    "loop, whole groups at a time; an empty string leaves every pod to kube-scheduler.",
+)
+@click.option(
+    "--placement-strategy",
+    type=click.Choice(STRATEGIES),
+    default="BinPack",
+    show_default=True,
+    help="How the scheduler loop picks among nodes that fit: fill the fullest (BinPack) or "
+    "the emptiest (Spread).",
+)
+@click.option(
+    "--bind-workers",
+    type=click.IntRange(min=1),
+    default=16,
+    show_default=True,
+    help="Pod bindings in flight at once.",
+)
+@click.option(
+    "--bind-qps",
+    type=click.FloatRange(min=0),
+    default=0.0,
+    show_default=True,
+    help="Pod bindings per second at most, to spare the apiserver (0: no limit beyond "
+    "--bind-workers).",
+)
 @click.option("--log-level", default="info", show_default=True)
 def controller(
     kubeconfig: str | None,
@@ -191,9 +237,14 @@ def controller(
     usage_fairness_window: str,
     usage_fairness_half_life: str,
     usage_fairness_k: float,
+    scheduler_name: str,
+    placement_strategy: str,
+    bind_workers: int,
+    bind_qps: float,
     log_level: str,
 ) -> None:
     """Run the Muster controller: admit queue-labelled Jobs under quota."""
+    scheduler_name = scheduler_name_option(scheduler_name)
     history_settings = history_options(
         enabled=history,
         url=database_url_flag,
@@ -222,6 +273,10 @@ def controller(
         status_interval=status_interval,
         events=events,
         history=history_settings,
+        scheduler_name=scheduler_name,
+        placement_strategy=next(s for s in STRATEGIES if s == placement_strategy),
+        bind_workers=bind_workers,
+        bind_qps=bind_qps,
     )
     try:
         manager = Manager(api_client(kubeconfig), options)

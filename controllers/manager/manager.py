@@ -1,9 +1,10 @@
-"""The controller process: wires caches, reconcilers, the admission loop, webhooks, the
-history store and leader election, and nothing else.
+"""The controller process: wires caches, reconcilers, the admission loop, the scheduler loop,
+webhooks, the history store and leader election, and nothing else.
 
 Every replica runs the caches and serves the webhooks; only the holder of the
-coordination.k8s.io Lease reconciles Jobs, runs the admission loop and writes. SIGTERM or
-SIGINT stops the workers, releases the Lease (so a standby takes over at once) and exits.
+coordination.k8s.io Lease reconciles Jobs, runs the admission and scheduler loops (so only
+it binds pods) and writes. SIGTERM or SIGINT stops the workers, releases the Lease (so a
+standby takes over at once) and exits.
 Every replica also runs the history store (`controllers/history/store.py`), which never holds
 the controller up; the leader feeds it (`controllers/history/feed.py`).
 """
@@ -32,6 +33,8 @@ from controllers.runtime.leader import LeaderElector
 from controllers.runtime.resources import NAMESPACE, Kube, Obj, object_key
 from controllers.runtime.workers import WorkerPool
 from controllers.runtime.workqueue import WorkQueue
+from controllers.scheduler.loop import SchedulerLoop
+from controllers.scheduler.pods import node_of, placement_inputs
 from controllers.state.caches import Caches, Context, Recorder
 from controllers.state.changes import decision_inputs, node_shape
 from controllers.webhooks.serving import WebhookServing, WebhookSettings
@@ -74,6 +77,17 @@ class Manager:
             busy=self.history.busy if self.history is not None else None,
         )
         self.ctx.poke_admission = self.loop.poke
+        # No scheduler name: kube-scheduler places every pod, as before Muster had a scheduler.
+        self.scheduler: SchedulerLoop | None = None
+        if options.scheduler_name:
+            self.scheduler = SchedulerLoop(
+                self.ctx,
+                scheduler_name=options.scheduler_name,
+                strategy=options.placement_strategy,
+                bind_workers=options.bind_workers,
+                bind_qps=options.bind_qps,
+                status_interval=options.status_interval,
+            )
         self.jobs = JobReconciler(self.ctx)
         self.queue: WorkQueue[str] = WorkQueue("jobs")
         self.workers = WorkerPool(
@@ -118,6 +132,7 @@ class Manager:
         for key in self.caches.jobs.list_keys():
             self.queue.add(key)
         self.loop.poke()
+        self._poke_scheduler()
 
     def _stopped_leading(self) -> None:
         if self.stop_event.is_set():
@@ -132,9 +147,13 @@ class Manager:
         # Standbys run no cycles; a leader samples its last cycle's figures.
         return queue_readings(self.loop.last_fair_share) if self.is_leader() else []
 
+    def _poke_scheduler(self) -> None:
+        if self.scheduler is not None:
+            self.scheduler.poke()
+
     # --------------------------------------------------------------------- wiring
     def _wire(self) -> None:
-        queue, loop = self.queue, self.loop
+        queue, loop, poke_scheduler = self.queue, self.loop, self._poke_scheduler
 
         def on_job(kind: str, old: Obj | None, new: Obj | None) -> None:
             queue.add(object_key(new or old or {}))
@@ -149,6 +168,7 @@ class Manager:
             if job_key:
                 queue.add(job_key)
             loop.poke()
+            poke_scheduler()
 
         def on_pod(kind: str, old: Obj | None, new: Obj | None) -> None:
             obj = new or old or {}
@@ -157,6 +177,15 @@ class Manager:
             if job:
                 queue.add(f"{meta.get('namespace')}/{job}")
 
+        def on_node_pod(kind: str, old: Obj | None, new: Obj | None) -> None:
+            # Status heartbeats change no placement; binding, gates, deletion and finishing do.
+            if placement_inputs(old) == placement_inputs(new):
+                return
+            poke_scheduler()
+            # Room on a node was taken or freed: the admission cycle plans with it.
+            if (old is not None and node_of(old)) or (new is not None and node_of(new)):
+                loop.poke()
+
         def on_queue_object(kind: str, old: Obj | None, new: Obj | None) -> None:
             loop.poke()
 
@@ -164,12 +193,14 @@ class Manager:
             # Heartbeats change nothing the engine reads; capacity, labels and readiness do.
             if old is None or new is None or node_shape(old) != node_shape(new):
                 loop.poke()
+                poke_scheduler()
 
         self.caches.jobs.add_handler(on_job)
         self.caches.workloads.add_handler(on_workload)
         if self.ctx.recorder is not None:
             self.caches.workloads.add_handler(self.feed.on_workload)
         self.caches.pods.add_handler(on_pod)
+        self.caches.node_pods.add_handler(on_node_pod)
         for informer in (
             self.caches.cluster_queues,
             self.caches.local_queues,
@@ -211,6 +242,10 @@ class Manager:
         self._ensure_namespace()
         if self.options.webhooks:
             self.webhooks.start(self._spawn, self.stop_event)
+            if self.webhooks.server is not None:
+                # Before any configuration points at this replica (the leader registers
+                # them once its caches are synced), so every Job created sees it.
+                self.webhooks.server.handlers.scheduler_name = self.options.scheduler_name
         self._wire()
         self.caches.start()
         self.events.start()
@@ -226,6 +261,10 @@ class Manager:
         for i in range(self.options.workers):
             self._spawn(f"worker-{i}", self.workers.work)
         self._spawn("admission-loop", lambda: self.loop.run(self.stop_event, self.is_leader))
+        scheduler = self.scheduler
+        if scheduler is not None:
+            scheduler.start_writers(self.is_leader)
+            self._spawn("scheduler-loop", lambda: scheduler.run(self.stop_event, self.is_leader))
         self._spawn(
             "resync",
             lambda: self.workers.resync(self.options.resync_period, self.caches.jobs.list_keys),
@@ -245,9 +284,13 @@ class Manager:
         self.feed.stop_recording()
         self.queue.shutdown()
         for thread in self._threads:
-            if thread.name.startswith(("worker", "admission-loop", "leader-election")):
+            if thread.name.startswith(
+                ("worker", "admission-loop", "scheduler-loop", "leader-election")
+            ):
                 thread.join(timeout=10)
         self.loop.stop()
+        if self.scheduler is not None:
+            self.scheduler.stop()
         if self.elector is not None:
             self.elector.release()
         self.webhooks.stop(registered=self._was_leader)

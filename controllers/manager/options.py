@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from controllers.history.store import HistorySettings
+from controllers.scheduler import SCHEDULER_NAME
+from quota.placement import Strategy
 
 
 @dataclass
@@ -31,3 +33,10 @@ class Options:
     events: bool = True
     # None: no history store (unless a recorder is passed to the Manager).
     history: HistorySettings | None = None
+    # The schedulerName the webhook gives Muster's pods and the scheduler loop binds;
+    # "" leaves every pod to kube-scheduler (no scheduler loop, no PodGroups).
+    scheduler_name: str = SCHEDULER_NAME
+    placement_strategy: Strategy = "BinPack"
+    bind_workers: int = 16
+    # Bindings per second at most (0: only `bind_workers` bounds them).
+    bind_qps: float = 0.0

@@ -1,8 +1,11 @@
 """The caches the controller runs on, and the context its reconcilers share.
 
 Every replica runs every cache (so a standby takes over with warm caches); only the leader
-acts on them. Jobs are watched only if they carry the queue-name label, and pods only if
-they belong to an elastic Job: the controller never holds the rest of the cluster in memory.
+acts on them. Jobs are watched only if they carry the queue-name label. Pods are watched
+twice, for two different questions: `pods` holds the pods of elastic Jobs, finished ones
+included (the gates count them), and `node_pods` holds every pod that is not finished,
+cluster-wide, Muster's or not, because placement must count every pod that holds room on a
+node (a node full of someone else's pods is full).
 """
 
 from __future__ import annotations
@@ -26,15 +29,36 @@ from controllers.runtime.resources import (
     WORKLOAD,
     Kube,
     Obj,
+    muster_kind,
 )
 from controllers.state.workloads import now_utc, owner_job_uid
 from quota.api.names import ELASTIC_POD_LABEL, JOB_UID_POD_LABEL, QUEUE_LABEL
+
+# Muster's PodGroups (one per admitted Workload the scheduler loop places).
+POD_GROUP = muster_kind("PodGroup", "podgroups", True)
+
+# The pods that can hold room on a node: finished ones never do. The apiserver filters, and
+# a pod that finishes leaves this watch as a DELETED event, so the cache never holds the
+# (often many) finished pods of completed Jobs.
+UNFINISHED_PODS = "status.phase!=Succeeded,status.phase!=Failed"
 
 
 def _job_uid_of_pod(pod: Obj) -> Iterable[str]:
     labels = (pod.get("metadata") or {}).get("labels") or {}
     uid = labels.get(JOB_UID_POD_LABEL) or labels.get("controller-uid")
     return [uid] if uid else []
+
+
+def _node_of_pod(pod: Obj) -> Iterable[str]:
+    node = (pod.get("spec") or {}).get("nodeName")
+    return [node] if node else []
+
+
+def _scheduler_of_unbound_pod(pod: Obj) -> Iterable[str]:
+    spec = pod.get("spec") or {}
+    if spec.get("nodeName"):
+        return []
+    return [spec.get("schedulerName") or "default-scheduler"]
 
 
 def _job_uid_of_workload(wl: Obj) -> Iterable[str]:
@@ -56,7 +80,20 @@ class Recorder(Protocol):
 
 @dataclass
 class Caches:
-    """One informer per kind the controller reads."""
+    """One informer per kind the controller reads.
+
+    - `pods`: pods of elastic Jobs (label `muster.dev/elastic-job=true`), finished ones
+      included; index `job-uid`. The scheduling gates are lifted from these.
+    - `node_pods`: every pod in the cluster that is not Succeeded or Failed, whoever owns it
+      and whichever scheduler places it. Bound pods (spec.nodeName set) hold room on their
+      node: count each with `quota.model.nodeconvert.bound_pod_from_manifest` (which also
+      skips finished and unbound ones). Indexes: `node` (node name -> the pods bound to it),
+      `job-uid` (a Job's uid -> its unfinished pods, bound or not) and `unbound-scheduler`
+      (schedulerName -> pods not bound yet). Read it through `bound_pods()`,
+      `pods_on_node()`, `live_pods_of_job()` and `unbound_pods()`.
+    - `pod_groups`: Muster's PodGroups, one per admitted Workload that Muster's scheduler
+      places, named after the Workload.
+    """
 
     jobs: Informer
     workloads: Informer
@@ -66,6 +103,8 @@ class Caches:
     flavors: Informer
     priority_classes: Informer
     nodes: Informer
+    node_pods: Informer
+    pod_groups: Informer
 
     @classmethod
     def create(cls, kube: Kube, *, watch_timeout: int = 300) -> Caches:
@@ -85,6 +124,17 @@ class Caches:
             flavors=informer(RESOURCE_FLAVOR),
             priority_classes=informer(PRIORITY_CLASS),
             nodes=informer(NODE),
+            node_pods=informer(
+                POD,
+                name="node-pods",
+                field_selector=UNFINISHED_PODS,
+                indexes={
+                    "node": _node_of_pod,
+                    "job-uid": _job_uid_of_pod,
+                    "unbound-scheduler": _scheduler_of_unbound_pod,
+                },
+            ),
+            pod_groups=informer(POD_GROUP),
         )
 
     def all(self) -> list[Informer]:
@@ -97,6 +147,8 @@ class Caches:
             self.flavors,
             self.priority_classes,
             self.nodes,
+            self.node_pods,
+            self.pod_groups,
         ]
 
     def start(self) -> None:
@@ -114,7 +166,25 @@ class Caches:
         return self.workloads.by_index("job-uid", job_uid)
 
     def pods_of_job(self, job_uid: str) -> list[Obj]:
+        """The elastic pods of a Job, finished ones included (for the gates)."""
         return self.pods.by_index("job-uid", job_uid)
+
+    def live_pods_of_job(self, job_uid: str) -> list[Obj]:
+        """Every unfinished pod of a Job, elastic or not, bound or not."""
+        return self.node_pods.by_index("job-uid", job_uid)
+
+    def pods_on_node(self, node: str) -> list[Obj]:
+        """The unfinished pods bound to `node` (terminating ones included: they still hold
+        their room until they are gone)."""
+        return self.node_pods.by_index("node", node)
+
+    def bound_pods(self) -> list[Obj]:
+        """Every unfinished pod bound to a node, cluster-wide."""
+        return [p for p in self.node_pods.objects() if (p.get("spec") or {}).get("nodeName")]
+
+    def unbound_pods(self, scheduler_name: str) -> list[Obj]:
+        """Unfinished pods not bound yet whose spec.schedulerName is `scheduler_name`."""
+        return self.node_pods.by_index("unbound-scheduler", scheduler_name)
 
 
 @dataclass

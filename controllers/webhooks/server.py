@@ -2,9 +2,11 @@
 register them with the apiserver.
 
 - Mutating, Jobs with the queue-name label, on CREATE: set `spec.suspend: true` (users need
-  not), and for elastic Jobs add the `muster.dev/admission` scheduling gate and the
-  elastic pod label to the pod template. It also validates the new Job (a mutating webhook
-  may refuse), so creating a Job costs one webhook call, not two.
+  not), hand the pods to Muster's scheduler (`spec.template.spec.schedulerName`, unless
+  the user chose a scheduler of their own or Muster's scheduler is off), and for elastic
+  Jobs add the `muster.dev/admission` scheduling gate and the elastic pod label to the pod
+  template. It also validates the new Job (a mutating webhook may refuse), so creating a
+  Job costs one webhook call, not two.
 - Validating, Jobs with the queue-name label, on UPDATE (and, through the mutating webhook,
   CREATE): elastic together with partial admission is refused; a malformed
   min-parallelism is refused; the queue name cannot change while the Job runs. A
@@ -47,6 +49,7 @@ from controllers.jobs.batchjob import (
     queue_name,
 )
 from controllers.runtime.resources import MUTATING_WEBHOOK, VALIDATING_WEBHOOK, Kube, Obj
+from controllers.scheduler import SCHEDULER_NAME
 from controllers.webhooks.certs import CertBundle
 from quota.api import ManifestError, parse_manifest
 from quota.api.names import (
@@ -74,13 +77,31 @@ def _escape(segment: str) -> str:
     return segment.replace("~", "~0").replace("/", "~1")
 
 
-def mutate_job(job: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """JSON patch operations for a labelled Job being created."""
+# What an unset spec.schedulerName means: the pod is kube-scheduler's.
+DEFAULT_SCHEDULER = "default-scheduler"
+
+
+def mutate_job(
+    job: Mapping[str, Any], scheduler_name: str = SCHEDULER_NAME
+) -> list[dict[str, Any]]:
+    """JSON patch operations for a labelled Job being created.
+
+    `scheduler_name` is the scheduler that places the Job's pods ("" leaves them to
+    kube-scheduler). A schedulerName the user set to another scheduler is kept: they asked
+    for it by name, and Muster still admits the Job under quota either way.
+    """
     if not queue_name(job):
         return []
     ops: list[dict[str, Any]] = []
     if not (job.get("spec") or {}).get("suspend"):
         ops.append({"op": "add", "path": "/spec/suspend", "value": True})
+    pod_spec = ((job.get("spec") or {}).get("template") or {}).get("spec")
+    current = (pod_spec or {}).get("schedulerName") or DEFAULT_SCHEDULER
+    if scheduler_name and isinstance(pod_spec, Mapping) and current == DEFAULT_SCHEDULER:
+        # A pod's schedulerName is immutable: this is the one chance to set it.
+        ops.append(
+            {"op": "add", "path": "/spec/template/spec/schedulerName", "value": scheduler_name}
+        )
     if is_elastic(job):
         template = (job.get("spec") or {}).get("template") or {}
         meta = template.get("metadata")
@@ -195,10 +216,20 @@ def review_response(
 
 
 class WebhookHandlers:
-    """Routes AdmissionReview requests to the decisions above."""
+    """Routes AdmissionReview requests to the decisions above.
 
-    def __init__(self, queue_warnings: Callable[[Mapping[str, Any]], list[str]] | None = None):
+    `scheduler_name` goes into the pods of every labelled Job created ("" leaves them to
+    kube-scheduler); the controller sets it from `--scheduler-name`.
+    """
+
+    def __init__(
+        self,
+        queue_warnings: Callable[[Mapping[str, Any]], list[str]] | None = None,
+        *,
+        scheduler_name: str = SCHEDULER_NAME,
+    ):
         self.queue_warnings = queue_warnings
+        self.scheduler_name = scheduler_name
 
     def handle(self, path: str, review: Mapping[str, Any]) -> dict[str, Any]:
         request = review.get("request") or {}
@@ -210,7 +241,7 @@ class WebhookHandlers:
             refusal = validate_job(obj, None)
             if refusal is not None:
                 return review_response(uid, allowed=False, message=refusal)
-            return review_response(uid, allowed=True, patch=mutate_job(obj))
+            return review_response(uid, allowed=True, patch=mutate_job(obj, self.scheduler_name))
         if path == VALIDATE_JOB_PATH:
             refusal = validate_job(obj, old)
             return review_response(uid, allowed=refusal is None, message=refusal)

@@ -1,0 +1,231 @@
+"""The groups the scheduler loop places: one per admitted Workload whose pods carry Muster's
+scheduler name, with the pods it has bound, the pods waiting for a node and its plan.
+
+Read from the caches each pass and never remembered: a restarted controller sees the same
+groups, so each pod still waiting is bound once, and a pod bound before the restart is
+never bound again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from controllers.jobs.batchjob import job_key_of_workload
+from controllers.runtime.resources import Obj, object_key
+from controllers.scheduler import pods as p
+from controllers.state import workloads as wls
+from controllers.state.caches import Caches
+from quota.api.conditions import PodGroupConditions as PGC
+from quota.api.quantity import QuantityError, parse_resource_list
+
+# Pod set -> ((node, pods), ...): the nodes an admission was planned on.
+Plan = dict[str, tuple[tuple[str, int], ...]]
+
+
+@dataclass
+class Group:
+    """One admitted Workload as the scheduler loop sees it."""
+
+    key: str  # the Workload, "namespace/name"; its PodGroup has the same name
+    workload: Obj
+    job: Obj
+    pod_set: str  # the Workload's pod set its pods belong to
+    admitted: int  # pods the admission grants now
+    priority: int
+    cluster_queue: str
+    admitted_at: datetime | None  # when quota was reserved (second precision)
+    scheduled: bool  # PodGroupInitiallyScheduled already True for this admission
+    plan: Plan
+    per_pod: dict[str, int]  # what one pod requests, from the Workload (for reservations)
+    bound: list[Obj] = field(default_factory=list)  # on a node, not terminating
+    waiting: list[Obj] = field(default_factory=list)  # to bind now, oldest first
+    unbound: int = 0  # ungated and not bound, before the cap to `admitted`
+    gated: int = 0
+
+    @property
+    def namespace(self) -> str:
+        return self.key.split("/", 1)[0]
+
+    @property
+    def name(self) -> str:
+        return self.key.split("/", 1)[1]
+
+    @property
+    def uid(self) -> str:
+        return str((self.workload.get("metadata") or {}).get("uid") or "")
+
+    @property
+    def min_count(self) -> int:
+        """The gang's minimum: every admitted pod (a partial admission admitted its minimum
+        or more, and lowered the Job to that many)."""
+        return self.admitted
+
+    @property
+    def ready(self) -> bool:
+        """Enough pods exist to place the group whole.
+
+        Before its first placement the whole gang must be there (bound ones count: a
+        restart may have cut a binding short). After it, replacement pods (a Job with more
+        completions than parallelism, a failed pod retried) are placed as they come.
+        """
+        if not self.waiting:
+            return False
+        return self.scheduled or len(self.bound) + len(self.waiting) >= self.min_count
+
+    def bound_on(self) -> dict[str, int]:
+        """Node -> pods of this group bound there."""
+        out: dict[str, int] = {}
+        for pod in self.bound:
+            node = p.node_of(pod)
+            out[node] = out.get(node, 0) + 1
+        return out
+
+    def order(self) -> tuple[int, str, str]:
+        """Higher priority first, then the longest admitted, then by name."""
+        since = self.admitted_at.isoformat() if self.admitted_at else ""
+        return (-self.priority, since, self.key)
+
+
+def plan_of(wl: Mapping[str, Any]) -> Plan:
+    """The planned nodes of each pod set, from status.admission (empty in quota-only mode)."""
+    admission = (wl.get("status") or {}).get("admission") or {}
+    plan: Plan = {}
+    for assignment in admission.get("podSetAssignments") or []:
+        pairs = tuple(
+            (str(n.get("name")), int(n.get("count") or 0))
+            for n in assignment.get("nodes") or []
+            if n.get("name") and int(n.get("count") or 0) > 0
+        )
+        if pairs:
+            plan[str(assignment.get("name"))] = pairs
+    return plan
+
+
+def scheduled_at(pod_group: Mapping[str, Any] | None) -> str | None:
+    """When the PodGroup was first fully placed (its condition's transition time), or None."""
+    if not pod_group:
+        return None
+    found = wls.condition(pod_group, PGC.INITIALLY_SCHEDULED)
+    if found is None or found.get("status") != "True":
+        return None
+    return str(found.get("lastTransitionTime") or "") or None
+
+
+def _scheduled(wl: Obj, pod_group: Obj | None, remembered: Collection[tuple[str, str]]) -> bool:
+    """Whether this admission of the Workload was already placed whole.
+
+    A Workload evicted and admitted again keeps its PodGroup, whose condition then speaks
+    of the earlier admission: only a condition that turned True at or after the current
+    QuotaReserved transition counts (both are RFC 3339 UTC, so they compare as text).
+    """
+    reserved = str((wls.condition(wl, wls.QUOTA_RESERVED) or {}).get("lastTransitionTime") or "")
+    uid = str((wl.get("metadata") or {}).get("uid") or "")
+    if (uid, reserved) in remembered:
+        return True
+    since = scheduled_at(pod_group)
+    return since is not None and since >= reserved
+
+
+def admitted_workloads(caches: Caches) -> list[Obj]:
+    """Workloads holding quota, not evicted, and not replaced by an admitted newer slice
+    (an elastic Job's old slice is retired right after its successor is admitted)."""
+    holding = [
+        wl for wl in caches.workloads.objects() if wls.has_quota(wl) and not wls.is_evicted(wl)
+    ]
+    replaced = {
+        f"{(wl.get('metadata') or {}).get('namespace')}/{old}"
+        for wl in holding
+        if (old := wls.replaces(wl))
+    }
+    return [wl for wl in holding if object_key(wl) not in replaced]
+
+
+def collect(
+    caches: Caches,
+    scheduler_name: str,
+    *,
+    bound_by_us: Mapping[str, str],
+    remembered: Collection[tuple[str, str]] = (),
+    on_error: Callable[[str, str], None] | None = None,
+) -> list[Group]:
+    """Every admitted Workload whose Job's pods carry `scheduler_name`, as a Group.
+
+    `bound_by_us` maps pods this loop bound to their node, for pods whose binding the watch
+    has not shown yet. `on_error(workload key, message)` hears of Workloads that cannot be
+    read (their group is skipped; everything else goes on).
+    """
+    groups: list[Group] = []
+    for wl in admitted_workloads(caches):
+        key = object_key(wl)
+        job_key = job_key_of_workload(wl)
+        job = caches.jobs.get(job_key) if job_key else None
+        if job is None:
+            continue
+        template = ((job.get("spec") or {}).get("template") or {}).get("spec") or {}
+        if template.get("schedulerName") != scheduler_name:
+            continue  # kube-scheduler's (or another's) to place
+        pod_sets = (wl.get("spec") or {}).get("podSets") or []
+        if len(pod_sets) != 1:
+            if on_error is not None:
+                on_error(key, f"{len(pod_sets)} pod sets: only one pod set per Job is placed")
+            continue
+        pod_set = str(pod_sets[0].get("name") or "main")
+        try:
+            per_pod = parse_resource_list(
+                pod_sets[0].get("requests") or {}, field="spec.podSets[0].requests"
+            )
+        except QuantityError as error:
+            if on_error is not None:
+                on_error(key, f"Workload {key}: {error}")
+            continue
+        status = wl.get("status") or {}
+        since = wls.parse_time(
+            (wls.condition(wl, wls.QUOTA_RESERVED) or {}).get("lastTransitionTime")
+        )
+        group = Group(
+            key=key,
+            workload=wl,
+            job=job,
+            pod_set=pod_set,
+            admitted=wls.admitted_count(wl, pod_set),
+            priority=int((wl.get("spec") or {}).get("priority") or 0),
+            cluster_queue=str((status.get("admission") or {}).get("clusterQueue") or ""),
+            admitted_at=since,
+            scheduled=_scheduled(wl, caches.pod_groups.get(key), remembered),
+            plan=plan_of(wl),
+            per_pod=per_pod,
+        )
+        _sort_pods(group, caches, scheduler_name, bound_by_us)
+        groups.append(group)
+    return groups
+
+
+def _sort_pods(
+    group: Group, caches: Caches, scheduler_name: str, bound_by_us: Mapping[str, str]
+) -> None:
+    """Split the Job's unfinished pods into bound, waiting and gated."""
+    uid = str((group.job.get("metadata") or {}).get("uid") or "")
+    unbound: list[Obj] = []
+    for pod in caches.live_pods_of_job(uid):
+        if p.scheduler_of(pod) != scheduler_name or p.is_deleting(pod):
+            continue  # terminating pods still hold room, which the node view counts
+        if p.node_of(pod):
+            group.bound.append(pod)
+        elif p.key_of(pod) in bound_by_us:
+            # Bound a moment ago; the watch has not caught up. Seen as bound on that node.
+            spec = dict(p.spec_of(pod))
+            spec["nodeName"] = bound_by_us[p.key_of(pod)]
+            group.bound.append({**pod, "spec": spec})
+        elif p.is_gated(pod):
+            group.gated += 1
+        else:
+            unbound.append(pod)
+    unbound.sort(key=p.age_order)
+    group.unbound = len(unbound)
+    # Never more pods on nodes than the admission grants: an extra pod (the Job controller
+    # replacing one that is still terminating) waits until there is room in the grant.
+    room = max(0, group.admitted - len(group.bound))
+    group.waiting = unbound[:room]

@@ -1,0 +1,158 @@
+"""The node view one scheduler pass places on: every node, every pod bound to one (Muster's or
+not), the pods this loop bound that the watch has not shown yet, and the room planned for
+admitted groups that are not bound yet (held by placeholder pods, by the same rule the
+admission cycle reserves with).
+
+Parsing is cached by resourceVersion, so a pass converts only the Nodes and Pods that
+changed since the last one. A Node or Pod that cannot be parsed is left out with one warning
+per version: a malformed node cannot be chosen, and nothing else is lost because of it.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, replace
+
+from controllers.runtime.resources import Obj, object_key
+from controllers.scheduler import pods as p
+from controllers.scheduler.groups import Group
+from controllers.state.caches import Caches
+from quota.api import ManifestError
+from quota.model.nodeconvert import bound_pod_from_manifest, node_from_manifest
+from quota.model.snapshot import Assignment, PodSet, Workload
+from quota.placement import BoundPod, Node, NodeView
+from quota.placement.reservations import planned_pods
+
+log = logging.getLogger(__name__)
+
+# A bind the watch has not confirmed within this long is forgotten (the pod's room is then
+# counted only if the cache shows it bound). Only a watch stalled that long could make it
+# matter; the informer relists long before.
+ASSUMED_TTL = 300.0
+
+
+def describe(error: ManifestError) -> str:
+    """ "Node n-1: status.allocatable[cpu]: not a quantity" without the document number."""
+    problems = "; ".join(f"{path}: {rule}" for path, rule in error.problems)
+    return f"{error.subject}: {problems}"
+
+
+@dataclass(frozen=True)
+class Assumed:
+    """A pod this loop bound, until the watch shows it bound (or gone)."""
+
+    uid: str
+    node: str
+    requests: Mapping[str, int]
+    at: float
+
+
+class Parsed:
+    """Nodes and bound pods converted for placement, cached by resourceVersion."""
+
+    def __init__(self) -> None:
+        self._nodes: dict[str, tuple[str, Node | None]] = {}
+        self._pods: dict[str, tuple[str, BoundPod | None]] = {}
+
+    def nodes(self, objects: Iterable[Obj]) -> list[Node]:
+        out: list[Node] = []
+        seen: set[str] = set()
+        for obj in objects:
+            key = object_key(obj)
+            seen.add(key)
+            rv = str((obj.get("metadata") or {}).get("resourceVersion") or "")
+            cached = self._nodes.get(key)
+            if cached is None or cached[0] != rv:
+                try:
+                    node: Node | None = node_from_manifest(obj)
+                except ManifestError as error:
+                    log.warning("node left out of placement", extra={"error": describe(error)})
+                    node = None
+                cached = (rv, node)
+                self._nodes[key] = cached
+            if cached[1] is not None:
+                out.append(cached[1])
+        for gone in [k for k in self._nodes if k not in seen]:
+            del self._nodes[gone]
+        return out
+
+    def pods(self, objects: Iterable[Obj]) -> dict[str, BoundPod]:
+        out: dict[str, BoundPod] = {}
+        seen: set[str] = set()
+        for obj in objects:
+            key = object_key(obj)
+            seen.add(key)
+            rv = str((obj.get("metadata") or {}).get("resourceVersion") or "")
+            cached = self._pods.get(key)
+            if cached is None or cached[0] != rv:
+                try:
+                    pod = bound_pod_from_manifest(obj)
+                except ManifestError as error:
+                    log.warning("pod left out of placement", extra={"error": describe(error)})
+                    pod = None
+                cached = (rv, pod)
+                self._pods[key] = cached
+            if cached[1] is not None:
+                out[key] = cached[1]
+        for gone in [k for k in self._pods if k not in seen]:
+            del self._pods[gone]
+        return out
+
+
+def build_view(
+    caches: Caches, parsed: Parsed, assumed: dict[str, Assumed], groups: Iterable[Group]
+) -> tuple[NodeView, dict[str, list[BoundPod]]]:
+    """The view, and the placeholder pods holding each group's planned room.
+
+    Every bound pod of a group's Job is marked with the group's Workload, so that only the
+    unbound rest of its plan is held (`quota.placement.reservations.planned_pods`, which the
+    admission cycle reserves with too). Groups placed whole once hold no plan any more: their
+    pods hold their own room. `assumed` is pruned of binds the watch has caught up with (or
+    whose pod is gone).
+    """
+    nodes = parsed.nodes(caches.nodes.objects())
+    bound = parsed.pods(caches.bound_pods())
+    now = time.monotonic()
+    for key, bind in list(assumed.items()):
+        current = caches.node_pods.get(key)
+        if (
+            current is None
+            or p.uid_of(current) != bind.uid
+            or p.node_of(current)
+            or now - bind.at > ASSUMED_TTL
+        ):
+            del assumed[key]
+            continue
+        bound[key] = BoundPod(key=key, node=bind.node, requests=bind.requests)
+    planning: list[Workload] = []
+    for group in groups:
+        uid = str((group.job.get("metadata") or {}).get("uid") or "")
+        for pod in caches.live_pods_of_job(uid):
+            key = p.key_of(pod)
+            if key in bound:
+                bound[key] = replace(bound[key], workload=group.key)
+        if not group.scheduled and group.plan.get(group.pod_set):
+            planning.append(_planned(group))
+    holds: dict[str, list[BoundPod]] = {}
+    for placeholder in planned_pods(planning, bound.values()):
+        holds.setdefault(str(placeholder.workload), []).append(placeholder)
+    pods = list(bound.values())
+    for held in holds.values():
+        pods.extend(held)
+    return NodeView(nodes, pods), holds
+
+
+def _planned(group: Group) -> Workload:
+    """The group as the reservation rule reads it: its pod set, its admission, its plan."""
+    return Workload(
+        key=group.key,
+        queue=group.cluster_queue,
+        priority=group.priority,
+        arrival=0.0,
+        pod_sets=(PodSet(group.pod_set, group.admitted, dict(group.per_pod)),),
+        admission=(
+            Assignment(group.pod_set, group.admitted, {}, group.plan.get(group.pod_set, ())),
+        ),
+    )
