@@ -18,9 +18,8 @@ from controllers.manager.manager import Manager, run_manager
 from controllers.manager.options import Options
 from controllers.runtime.client import api_client
 from controllers.runtime.logs import setup_logging
-from controllers.scheduler import SCHEDULER_NAME
 from quota.api.meta import DNS_SUBDOMAIN
-from quota.placement import STRATEGIES
+from quota.api.names import SCHEDULER_NAME
 
 
 def scheduler_name_option(value: str) -> str:
@@ -189,14 +188,6 @@ def history_options(
     "loop, whole groups at a time; an empty string leaves every pod to kube-scheduler.",
 )
 @click.option(
-    "--placement-strategy",
-    type=click.Choice(STRATEGIES),
-    default="BinPack",
-    show_default=True,
-    help="How the scheduler loop picks among nodes that fit: fill the fullest (BinPack) or "
-    "the emptiest (Spread).",
-)
-@click.option(
     "--bind-workers",
     type=click.IntRange(min=1),
     default=16,
@@ -238,7 +229,6 @@ def controller(
     usage_fairness_half_life: str,
     usage_fairness_k: float,
     scheduler_name: str,
-    placement_strategy: str,
     bind_workers: int,
     bind_qps: float,
     log_level: str,
@@ -274,7 +264,6 @@ def controller(
         events=events,
         history=history_settings,
         scheduler_name=scheduler_name,
-        placement_strategy=next(s for s in STRATEGIES if s == placement_strategy),
         bind_workers=bind_workers,
         bind_qps=bind_qps,
     )

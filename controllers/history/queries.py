@@ -159,7 +159,8 @@ def workload_timeline(engine: Engine, namespace: str, name: str) -> list[Timelin
             entries.append(
                 TimelineEntry(
                     at=p.at,
-                    event="placed",
+                    # A failed attempt is recorded with no nodes and its reason.
+                    event="placed" if p.assignments else "unplaceable",
                     namespace=p.namespace,
                     name=p.name,
                     cluster_queue=p.cluster_queue,
@@ -188,7 +189,7 @@ def workload_timeline(engine: Engine, namespace: str, name: str) -> list[Timelin
     # Same-instant events keep their causal order: a transition before the placement it led to,
     # and transitions in the order of a workload's life (timestamps read back from a status
     # have whole seconds only).
-    after = {"preempting", "reclaiming", "placed"}
+    after = {"preempting", "reclaiming", "placed", "unplaceable"}
     entries.sort(key=lambda e: (e.at, e.event in after, _LIFE_ORDER.get(e.event, 0)))
     return entries
 

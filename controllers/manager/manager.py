@@ -83,7 +83,6 @@ class Manager:
             self.scheduler = SchedulerLoop(
                 self.ctx,
                 scheduler_name=options.scheduler_name,
-                strategy=options.placement_strategy,
                 bind_workers=options.bind_workers,
                 bind_qps=options.bind_qps,
                 status_interval=options.status_interval,
@@ -103,6 +102,7 @@ class Manager:
             service_port=options.webhook_service_port,
             cert_secret=options.cert_secret,
             enabled=options.webhooks,
+            scheduler_name=options.scheduler_name,
         )
         self.webhooks = WebhookServing(self.kube, settings, self.caches, self.is_leader)
         self.elector: LeaderElector | None = None
@@ -242,10 +242,6 @@ class Manager:
         self._ensure_namespace()
         if self.options.webhooks:
             self.webhooks.start(self._spawn, self.stop_event)
-            if self.webhooks.server is not None:
-                # Before any configuration points at this replica (the leader registers
-                # them once its caches are synced), so every Job created sees it.
-                self.webhooks.server.handlers.scheduler_name = self.options.scheduler_name
         self._wire()
         self.caches.start()
         self.events.start()

@@ -5,8 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from controllers.history.store import HistorySettings
-from controllers.scheduler import SCHEDULER_NAME
-from quota.placement import Strategy
+from quota.api.names import SCHEDULER_NAME
 
 
 @dataclass
@@ -36,7 +35,6 @@ class Options:
     # The schedulerName the webhook gives Muster's pods and the scheduler loop binds;
     # "" leaves every pod to kube-scheduler (no scheduler loop, no PodGroups).
     scheduler_name: str = SCHEDULER_NAME
-    placement_strategy: Strategy = "BinPack"
     bind_workers: int = 16
     # Bindings per second at most (0: only `bind_workers` bounds them).
     bind_qps: float = 0.0

@@ -10,10 +10,5 @@ time, through the same placement core (`quota.placement`) the admission cycle pl
 - `status.py`: the PodGroup per Workload, its condition, Events and history records.
 - `loop.py`: when to run a pass, and one pass.
 
-Kept free of imports so that the webhooks can read the scheduler's name from here.
+The scheduler's default name is `quota.api.names.SCHEDULER_NAME`.
 """
-
-from __future__ import annotations
-
-# The schedulerName Muster's pods carry (the controller's --scheduler-name default).
-SCHEDULER_NAME = "muster-scheduler"

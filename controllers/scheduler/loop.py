@@ -35,7 +35,6 @@ from collections.abc import Callable
 from typing import Any
 
 from controllers.runtime.gcpause import paused_collection
-from controllers.scheduler import SCHEDULER_NAME
 from controllers.scheduler import pods as p
 from controllers.scheduler.binder import ApiBinder, Binder, BindPool, Outcome
 from controllers.scheduler.decide import Decision, decide, nodes_text
@@ -44,6 +43,7 @@ from controllers.scheduler.nodeview import Assumed, Parsed, build_view
 from controllers.scheduler.status import Publisher
 from controllers.state import workloads as wls
 from controllers.state.caches import Context
+from quota.api.names import SCHEDULER_NAME
 from quota.api.quantity import QuantityError
 from quota.model.nodeconvert import pod_requests
 from quota.placement import STRATEGIES, Strategy
@@ -51,6 +51,13 @@ from quota.placement import STRATEGIES, Strategy
 log = logging.getLogger(__name__)
 
 Obj = dict[str, Any]
+
+
+def _queue_strategy(cq: Obj | None) -> Strategy:
+    """The ClusterQueue's `spec.placementStrategy` (BinPack when unset or unknown), so the
+    loop places exactly as the admission cycle planned."""
+    value = ((cq or {}).get("spec") or {}).get("placementStrategy")
+    return next((s for s in STRATEGIES if s == value), "BinPack")
 
 
 class SchedulerLoop:
@@ -61,7 +68,6 @@ class SchedulerLoop:
         ctx: Context,
         *,
         scheduler_name: str = SCHEDULER_NAME,
-        strategy: Strategy = "BinPack",
         binder: Binder | None = None,
         bind_workers: int = 16,
         bind_qps: float = 0.0,
@@ -71,13 +77,8 @@ class SchedulerLoop:
     ) -> None:
         if not scheduler_name:
             raise ValueError("the scheduler loop needs a scheduler name (--scheduler-name)")
-        if strategy not in STRATEGIES:
-            raise ValueError(
-                f"unknown placement strategy {strategy!r} (one of {', '.join(STRATEGIES)})"
-            )
         self.ctx = ctx
         self.scheduler_name = scheduler_name
-        self.strategy: Strategy = strategy
         self.min_interval = min_interval
         self.resync = resync
         self.binds = BindPool(
@@ -99,6 +100,9 @@ class SchedulerLoop:
         self.bound = 0
 
     # ------------------------------------------------------------------ driving
+    def _strategy(self, group: Group) -> Strategy:
+        return _queue_strategy(self.ctx.caches.cluster_queues.get(group.cluster_queue))
+
     def poke(self) -> None:
         """Something placement depends on changed: run a pass soon."""
         self._dirty.set()
@@ -163,7 +167,7 @@ class SchedulerLoop:
                     view.remove_pod(placeholder.key)  # its own plan is its to use
                 planned = Counter(placeholder.node for placeholder in own)
                 try:
-                    decision = decide(view, g, self.strategy, planned=planned)
+                    decision = decide(view, g, self._strategy(g), planned=planned)
                 except ValueError as error:  # a request the core refuses: this group only
                     decision = Decision(g, reason=str(error), error=True)
                 if decision.placement is not None:

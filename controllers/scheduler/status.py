@@ -30,10 +30,10 @@ from kubernetes.client.exceptions import ApiException
 from controllers.history.records import PlacementDecision
 from controllers.runtime import apply
 from controllers.runtime.coalesce import CoalescingWriter
-from controllers.runtime.resources import Obj
+from controllers.runtime.resources import POD_GROUP, Obj
 from controllers.scheduler.groups import Group
 from controllers.state import workloads as wls
-from controllers.state.caches import POD_GROUP, Context
+from controllers.state.caches import Context
 from quota.api.conditions import PodGroupConditions as PGC
 from quota.api.meta import ObjectMeta, OwnerReference
 from quota.api.podgroup import (
@@ -63,6 +63,7 @@ class Desired:
     reason: str
     message: str
     since: str  # QuotaReserved transition of the admission this speaks of
+    scheduled: int  # pods of the group bound to nodes
 
 
 def pod_group_manifest(group: Group) -> Obj:
@@ -116,7 +117,7 @@ class Publisher:
         self.writer.stop()
 
     # ----------------------------------------------------------------- telling
-    def _submit(self, group: Group, status: str, reason: str, message: str) -> None:
+    def _submit(self, group: Group, status: str, reason: str, message: str, scheduled: int) -> None:
         since = str(
             (wls.condition(group.workload, wls.QUOTA_RESERVED) or {}).get("lastTransitionTime")
             or ""
@@ -128,7 +129,9 @@ class Publisher:
                 "cannot describe PodGroup", extra={"workload": group.key, "error": str(error)[:300]}
             )
             return
-        self.writer.submit(group.key, Desired(manifest, status, reason, message[:32768], since))
+        self.writer.submit(
+            group.key, Desired(manifest, status, reason, message[:32768], since, scheduled)
+        )
 
     def scheduled(self, group: Group, bound: int) -> None:
         """Every admitted pod of the group is bound (`bound` of them)."""
@@ -139,6 +142,7 @@ class Publisher:
             "True",
             SCHEDULED,
             f"{bound} of {group.admitted} pods bound (gang minCount {group.min_count})",
+            bound,
         )
 
     def waiting_for_pods(self, group: Group) -> None:
@@ -150,6 +154,7 @@ class Publisher:
             WAITING_FOR_PODS,
             f"waiting for the gang's pods: {have} of {group.min_count} exist and may be "
             f"scheduled ({group.gated} held by a scheduling gate)",
+            len(group.bound),
         )
 
     def placed(self, group: Group, counts: dict[str, int], how: str, nodes_text: str) -> None:
@@ -175,7 +180,7 @@ class Publisher:
         condition = PGC.SCHEDULER_ERROR if error else PGC.UNSCHEDULABLE
         message = f"cannot place: {reason}"
         if not group.scheduled:
-            self._submit(group, "False", condition, message)
+            self._submit(group, "False", condition, message, len(group.bound))
         now = time.monotonic()
         with self._lock:
             told = self._told.get(group.key)
@@ -254,6 +259,10 @@ class Publisher:
             return
 
         def set_status(pg: Obj) -> bool:
+            status = pg.setdefault("status", {})
+            counted = bool(status.get("scheduled") != desired.scheduled)
+            if counted:
+                status["scheduled"] = desired.scheduled
             found = wls.condition(pg, PGC.INITIALLY_SCHEDULED) or {}
             # Terminal once True for this admission, as in scheduling.k8s.io.
             settled = (
@@ -261,11 +270,11 @@ class Publisher:
                 and str(found.get("lastTransitionTime") or "") >= desired.since
             )
             if settled and desired.status != "True":
-                return False
-            changed = False
+                return counted
+            changed = counted
             if found.get("status") == "True" and not settled:
                 # True for an earlier admission: this one starts afresh, with its own time.
-                changed = wls.remove_condition(pg, PGC.INITIALLY_SCHEDULED)
+                changed = wls.remove_condition(pg, PGC.INITIALLY_SCHEDULED) or changed
             return changed | wls.set_condition(
                 pg,
                 PGC.INITIALLY_SCHEDULED,

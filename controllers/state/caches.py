@@ -24,18 +24,15 @@ from controllers.runtime.resources import (
     LOCAL_QUEUE,
     NODE,
     POD,
+    POD_GROUP,
     PRIORITY_CLASS,
     RESOURCE_FLAVOR,
     WORKLOAD,
     Kube,
     Obj,
-    muster_kind,
 )
 from controllers.state.workloads import now_utc, owner_job_uid
 from quota.api.names import ELASTIC_POD_LABEL, JOB_UID_POD_LABEL, QUEUE_LABEL
-
-# Muster's PodGroups (one per admitted Workload the scheduler loop places).
-POD_GROUP = muster_kind("PodGroup", "podgroups", True)
 
 # The pods that can hold room on a node: finished ones never do. The apiserver filters, and
 # a pod that finishes leaves this watch as a DELETED event, so the cache never holds the

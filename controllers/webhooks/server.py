@@ -49,7 +49,6 @@ from controllers.jobs.batchjob import (
     queue_name,
 )
 from controllers.runtime.resources import MUTATING_WEBHOOK, VALIDATING_WEBHOOK, Kube, Obj
-from controllers.scheduler import SCHEDULER_NAME
 from controllers.webhooks.certs import CertBundle
 from quota.api import ManifestError, parse_manifest
 from quota.api.names import (
@@ -58,6 +57,7 @@ from quota.api.names import (
     ELASTIC_POD_LABEL,
     MIN_PARALLELISM_ANNOTATION,
     QUEUE_LABEL,
+    SCHEDULER_NAME,
 )
 
 log = logging.getLogger(__name__)

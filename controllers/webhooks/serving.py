@@ -18,6 +18,7 @@ from controllers.runtime.resources import Kube
 from controllers.state.caches import Caches
 from controllers.webhooks import server as webhooks
 from controllers.webhooks.certs import CertBundle, CertManager
+from quota.api.names import SCHEDULER_NAME
 
 log = logging.getLogger("muster.controller")
 
@@ -34,6 +35,8 @@ class WebhookSettings:
     service_port: int
     cert_secret: str
     enabled: bool = True
+    # Written into the pods of every labelled Job created ("": kube-scheduler places them).
+    scheduler_name: str = SCHEDULER_NAME
 
 
 class WebhookServing:
@@ -121,7 +124,11 @@ class WebhookServing:
         )
         bind = self.options.bind or ("0.0.0.0" if self.options.service else self.options.host)
         self.server = webhooks.WebhookServer(
-            bind, self.options.port, webhooks.WebhookHandlers(self.queue_warnings)
+            bind,
+            self.options.port,
+            webhooks.WebhookHandlers(
+                self.queue_warnings, scheduler_name=self.options.scheduler_name
+            ),
         )
         self.certs.on_change(self._cert_changed)
         self.certs.ensure()

@@ -24,5 +24,7 @@ JOB_NAME_LABEL = "muster.dev/job-name"
 JOB_UID_POD_LABEL = "batch.kubernetes.io/controller-uid"
 # On ClusterQueues: held while workloads still use the queue's quota.
 QUEUE_FINALIZER = "muster.dev/resource-in-use"
+# The schedulerName of pods Muster places (the controller's --scheduler-name default).
+SCHEDULER_NAME = "muster-scheduler"
 # The one pod set of a batch Job's Workload.
 JOB_POD_SET = "main"

@@ -144,6 +144,9 @@ class PodGroupStatus(ApiModel):
         "DisruptionTarget (reason PreemptionByScheduler).",
         json_schema_extra=CONDITIONS_LIST,
     )
+    scheduled: int = Field(
+        0, ge=0, le=2**31 - 1, description="How many pods of the group are bound to nodes."
+    )
 
 
 class PodGroup(ApiObject):
@@ -159,6 +162,7 @@ class PodGroup(ApiObject):
             PrinterColumn(
                 "Scheduled", '.status.conditions[?(@.type=="PodGroupInitiallyScheduled")].status'
             ),
+            PrinterColumn("Bound", ".status.scheduled", "integer"),
             PrinterColumn("Age", ".metadata.creationTimestamp", "date"),
         ),
     )

@@ -86,14 +86,15 @@ def test_history_tells_a_jobs_story_once_across_a_restart(
         ctl.stop()
 
     story = history_of(url, namespace, name)
-    assert [e["event"] for e in story] == ["created", "admitted", "finished"], story
-    created, admitted, done = story
+    assert [e["event"] for e in story] == ["created", "admitted", "placed", "finished"], story
+    created, admitted, placed, done = story
     assert created["local_queue"] == "team" and created["cluster_queue"] == cq
     assert admitted["cluster_queue"] == cq and admitted["local_queue"] == "team"
     assert admitted["flavors"] == {"cpu": pool} and admitted["resources"] == {"cpu": 2000}
     assert admitted["reason"], "an admission says why"
     assert done["reason"] == "Succeeded: the Job completed"
-    assert created["at"] <= admitted["at"] <= done["at"]
+    assert placed["detail"]["nodes"] and placed["reason"].startswith("placed 1 pod on ")
+    assert created["at"] <= admitted["at"] <= placed["at"] <= done["at"]
 
     # A new controller replays every Workload's transitions from what the cluster shows; the
     # store keeps the first recording of each.
@@ -112,5 +113,10 @@ def test_history_tells_a_jobs_story_once_across_a_restart(
         # A graceful stop writes everything recorded before it exits.
         assert again.stop() == 0
     replayed = history_of(url, namespace, name)
-    assert Counter(e["event"] for e in replayed) == {"created": 1, "admitted": 1, "finished": 1}
+    assert Counter(e["event"] for e in replayed) == {
+        "created": 1,
+        "admitted": 1,
+        "placed": 1,
+        "finished": 1,
+    }
     assert replayed == story

@@ -12,10 +12,10 @@ from typing import Any
 from kubernetes.client.exceptions import ApiException
 
 from controllers.runtime.events import EventRecorder
-from controllers.runtime.resources import JOB, NODE, POD, WORKLOAD
-from controllers.scheduler import SCHEDULER_NAME
+from controllers.runtime.resources import JOB, NODE, POD, POD_GROUP, WORKLOAD
 from controllers.scheduler.loop import SchedulerLoop
-from controllers.state.caches import POD_GROUP, Caches, Context
+from controllers.state.caches import Caches, Context
+from quota.api.names import SCHEDULER_NAME
 from tests.unit.controller_fakes import FakeKube
 
 NOW = datetime(2026, 1, 1, 12, 0, 30, tzinfo=UTC)

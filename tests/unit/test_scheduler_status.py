@@ -11,10 +11,10 @@ from click.testing import CliRunner
 
 from controllers.cli.controller import controller, scheduler_name_option
 from controllers.runtime.resources import POD, WORKLOAD
-from controllers.scheduler import SCHEDULER_NAME
 from controllers.scheduler.decide import nodes_text, pinned
 from controllers.webhooks import server as webhooks
 from quota.api import PodGroup
+from quota.api.names import SCHEDULER_NAME
 from quota.placement import PodShape
 from tests.unit.test_scheduler import GPU, Harness, condition
 
@@ -162,7 +162,7 @@ def test_a_bad_scheduler_name_is_refused_naming_the_flag() -> None:
     assert "DNS subdomain" in result.output
 
 
-@pytest.mark.parametrize("flag", ["--bind-workers=0", "--bind-qps=-1", "--placement-strategy=x"])
+@pytest.mark.parametrize("flag", ["--bind-workers=0", "--bind-qps=-1"])
 def test_bad_scheduler_flags_are_refused(flag: str) -> None:
     result = CliRunner().invoke(controller, [flag])
     assert result.exit_code == 2, result.output
