@@ -55,6 +55,7 @@ from quota.model.nodes import PodShape
 from quota.model.resources import FlavorResource, format_amount
 from quota.model.snapshot import (
     Assignment,
+    Flavor,
     PodSet,
     QueueSpec,
     Snapshot,
@@ -172,6 +173,7 @@ class _Cycle:
         self.signatures: dict[int, tuple[object, ...]] = {}
         self.memo: dict[tuple[object, ...], str] = {}
         self.never: set[tuple[object, ...]] = set()  # memo keys no node could ever host
+        self.homeless: dict[str, str] = {}  # flavor -> why no node carries it ("" if one does)
         self.set_aside: dict[str, _Request] = {}  # by workload key, for the second pass
         self.room: dict[FlavorResource, int] = {}  # see _could_stay_within_share
         self.reclaim_index: ReclaimIndex | None = None
@@ -914,6 +916,30 @@ class _Cycle:
 
     # -- reasons ----------------------------------------------------------------------------
 
+    def _no_node_carries(self, flavor: str) -> str | None:
+        """ "no Ready node carries flavor h100's labels (...)" when the cluster has nodes but
+        none of that flavor: its capacity is zero for a reason more quota cannot fix."""
+        nodes = self.snapshot.nodes
+        if not nodes:
+            return None
+        known = self.homeless.get(flavor)
+        if known is None:
+            spec = self.snapshot.flavors.get(flavor)
+            labels = spec.node_labels if spec is not None else {}
+            carried = any(
+                n.ready
+                and not n.unschedulable
+                and all(n.labels.get(k) == v for k, v in labels.items())
+                for n in nodes
+            )
+            known = (
+                ""
+                if carried
+                else (f"no Ready node carries flavor {flavor}'s labels{_flavor_labels(spec)}")
+            )
+            self.homeless[flavor] = known
+        return known or None
+
     def _failure_reason(
         self, spec: QueueSpec, w: Workload, failure: FitFailure, partial: bool
     ) -> str:
@@ -939,6 +965,9 @@ class _Cycle:
                     f"{requested}, available {format_amount(r, max(0, available))}, "
                     f"fair share {format_amount(r, shares.get(key, 0))}"
                 )
+            homeless = self._no_node_carries(short.flavor)
+            if homeless is not None:
+                parts[-1] = f"{homeless}; {parts[-1]}"
         text = "; ".join(parts)
         if len(w.pod_sets) > 1:
             text = f"pod set {failure.pod_set}: {text}"
@@ -949,6 +978,12 @@ class _Cycle:
         if spec.within_queue != "Never" or spec.reclaim != "Never":
             text += "; no preemption or reclaim allowed by the queue's policies would make room"
         return text
+
+
+def _flavor_labels(flavor: Flavor | None) -> str:
+    if flavor is None or not flavor.node_labels:
+        return ""
+    return " (" + ", ".join(f"{k}={v}" for k, v in sorted(flavor.node_labels.items())) + ")"
 
 
 def _placement_words(placed: Placement) -> str:

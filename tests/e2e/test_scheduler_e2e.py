@@ -53,7 +53,9 @@ class Pool:
         self.name = unique("sched")
         self.nodes: list[str] = []
 
-    def make(self, namespace: str, count: int, *, gpu: int = 8, cpu: str = "32") -> Pool:
+    def make(
+        self, namespace: str, count: int, *, gpu: int = 8, cpu: str = "32", **cq_spec: Any
+    ) -> Pool:
         self.nodes = self.cluster.nodes(
             count, cpu=cpu, memory="256Gi", gpu=gpu, labels={"muster-e2e/pool": self.name}
         )
@@ -64,7 +66,7 @@ class Pool:
         apply(
             self.cluster,
             flavor(self.name, self.name),
-            cq_manifest(cq, [{"name": self.name, "quota": quota}]),
+            cq_manifest(cq, [{"name": self.name, "quota": quota}], **cq_spec),
             local_queue("team", namespace, cq),
         )
         return self
@@ -289,25 +291,113 @@ def test_a_job_no_node_can_hold_waits_with_a_reason_and_blocks_nothing(
     )
     assert not placement(cluster, namespace, "huge"), "no pod of the huge Job may be bound"
     [wl] = workloads_of(cluster, namespace, "huge")
-    if admitted(wl):
-        # The scheduler loop's side holds either way: it says why it cannot place the pods.
-        name = wl["metadata"]["name"]
-        cluster.wait_for(
-            "the huge Job's PodGroup to say why",
-            lambda: (
-                condition(pod_group(cluster, namespace, name), "PodGroupInitiallyScheduled").get(
-                    "reason"
-                )
-                == "Unschedulable"
-            ),
-        )
-        why = condition(pod_group(cluster, namespace, name), "PodGroupInitiallyScheduled")
-        assert GPU in why["message"], why
-    # As documented: admission consults placement, so the Job is never admitted, and its
-    # Workload says why in words naming the resource.
+    # Admission consults placement, so the Job is never admitted, and its Workload says why
+    # in words naming the resource.
     waiting = condition(wl, "QuotaReserved")
-    assert not admitted(wl), (
-        "a Job whose pods fit no node was admitted: the admission cycle does not consult "
-        f"placement yet ({waiting})"
-    )
+    assert not admitted(wl), waiting
     assert waiting.get("status") == "False" and GPU in waiting.get("message", ""), waiting
+
+
+def foreign_pod(namespace: str, name: str, node: str, gpus: int) -> dict[str, Any]:
+    """A pod Muster does not manage, pinned to `node` and bound by kube-scheduler."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {
+            "nodeSelector": {"kubernetes.io/hostname": node},
+            "containers": [
+                {
+                    "name": "main",
+                    "image": "busybox",
+                    "resources": {"requests": {GPU: str(gpus)}, "limits": {GPU: str(gpus)}},
+                }
+            ],
+        },
+    }
+
+
+def test_a_gang_waits_on_fragmented_gpus_and_takes_whole_nodes_once_they_free_up(
+    cluster: ClusterHandle,
+    namespace: str,
+    pool: Pool,
+    controller: Controller,  # noqa: F811
+) -> None:
+    pool.make(namespace, 8)  # 64 GPUs of quota: quota is never what stops the gang
+    small = [f"small-{i}" for i in range(len(pool.nodes))]
+    apply(
+        cluster,
+        *[foreign_pod(namespace, n, node, 4) for n, node in zip(small, pool.nodes, strict=True)],
+    )
+    cluster.wait_for(
+        "4 GPUs taken on every node by pods Muster does not manage",
+        lambda: all(get(cluster, "pod", n, "-n", namespace)["spec"].get("nodeName") for n in small),
+        60,
+    )
+    create(cluster, gpu_job("gang", namespace, 4, gpu=8))
+    cluster.wait_for(
+        "the gang's Workload to say why it waits",
+        lambda: any(
+            "cannot be placed" in condition(w, "QuotaReserved").get("message", "")
+            for w in workloads_of(cluster, namespace, "gang")
+        ),
+        60,
+    )
+    [wl] = workloads_of(cluster, namespace, "gang")
+    why = condition(wl, "QuotaReserved")["message"]
+    assert f"flavor {pool.name}" in why and "8" in why and "4" in why, why
+    assert not admitted(wl)
+    assert not placement(cluster, namespace, "gang"), "no pod of the gang may be bound"
+
+    cluster.kubectl("delete", "pod", *small, "-n", namespace, "--wait=true", "--timeout=60s")
+    cluster.wait_for(
+        "the gang bound",
+        lambda: sum(placement(cluster, namespace, "gang").values()) == 4,
+        90,
+    )
+    placed = placement(cluster, namespace, "gang")
+    assert len(placed) == 4 and set(placed.values()) == {1}, placed  # four whole nodes
+
+
+def test_spread_puts_sixteen_one_gpu_pods_on_all_four_nodes(
+    cluster: ClusterHandle,
+    namespace: str,
+    pool: Pool,
+    controller: Controller,  # noqa: F811
+) -> None:
+    pool.make(namespace, 4, placementStrategy="Spread")
+    create(cluster, gpu_job("spread", namespace, 16))
+    cluster.wait_for(
+        "16 pods bound", lambda: sum(placement(cluster, namespace, "spread").values()) == 16, 60
+    )
+    assert sorted(placement(cluster, namespace, "spread").values()) == [4, 4, 4, 4]
+
+
+def test_a_job_on_a_flavor_no_node_carries_waits_with_a_reason_naming_the_flavor(
+    cluster: ClusterHandle,
+    namespace: str,
+    pool: Pool,
+    controller: Controller,  # noqa: F811
+) -> None:
+    pool.make(namespace, 1)  # the cluster has nodes, just none of the next flavor
+    lonely, cq = unique("nowhere"), unique("cq")
+    apply(
+        cluster,
+        flavor(lonely, lonely),
+        cq_manifest(cq, [{"name": lonely, "quota": {"cpu": "8", GPU: "8"}}]),
+        local_queue("lonely", namespace, cq),
+    )
+    job = gpu_job("stranded", namespace, 1)
+    job["metadata"]["labels"]["muster.dev/queue-name"] = "lonely"
+    create(cluster, job)
+    cluster.wait_for(
+        "the Workload to say why it waits",
+        lambda: any(
+            f"flavor {lonely}" in condition(w, "QuotaReserved").get("message", "")
+            for w in workloads_of(cluster, namespace, "stranded")
+        ),
+        60,
+    )
+    [wl] = workloads_of(cluster, namespace, "stranded")
+    message = condition(wl, "QuotaReserved")["message"]
+    assert f"muster-e2e/pool={lonely}" in message, message

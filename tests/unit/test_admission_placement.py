@@ -159,10 +159,21 @@ def test_a_pod_no_node_can_ever_hold_waits_and_does_not_block_a_strict_fifo_queu
 
 def test_a_flavor_no_node_carries_waits_with_a_reason_naming_the_flavor() -> None:
     nodes = gpu_nodes(2, pool="a100")
-    result = cycle([queue("a", quota=16)], [workload("ns/w", "a", gpus=1)], nodes)
-    assert not result.admit
-    reason = result.pending[0].reason
-    assert "flavor h100" in reason and "pool=h100" in reason
+    # As the controller counts it, a flavor no Ready node carries has no capacity at all.
+    for capacity in ({("h100", GPU): 0}, {("h100", GPU): 16}):
+        result = admission_cycle(
+            Snapshot(
+                now=0.0,
+                queues=queues_of(queue("a", quota=16)),
+                flavors={"h100": H100},
+                capacity=capacity,
+                pending=(workload("ns/w", "a", gpus=1),),
+                nodes=nodes,
+            )
+        )
+        assert not result.admit
+        reason = result.pending[0].reason
+        assert "flavor h100" in reason and "pool=h100" in reason, reason
 
 
 def test_partial_admission_places_at_least_min_count() -> None:
