@@ -33,6 +33,7 @@ from controllers.admission.view import View, ViewBuilder
 from controllers.admission.writes import DecisionWriter
 from controllers.runtime.coalesce import CoalescingWriter
 from controllers.runtime.gcpause import paused_collection
+from controllers.runtime.pacer import Pacer
 from controllers.state.caches import Context
 from quota.admission.cycle import admission_cycle
 from quota.fairness.fairshare import FairShare, fair_share
@@ -66,16 +67,15 @@ class AdmissionLoop:
         busy: Callable[[], AbstractContextManager[None]] | None = None,
     ) -> None:
         self.ctx = ctx
-        self.min_interval = min_interval
-        self.resync = resync
-        self._dirty = threading.Event()
+        self.pacer = Pacer(
+            "admission cycle", self.cycle, min_interval=min_interval, resync=resync, log=log
+        )
         self.views = ViewBuilder(ctx, use_node_capacity=use_node_capacity, usage=usage)
         self.writer = DecisionWriter(
             ctx, self.poke, write_workers=write_workers, status_interval=status_interval
         )
         self.queue_status = QueueStatusPublisher(ctx, interval=status_interval)
         self.cycles = 0
-        self._last_cycle_seconds = 0.0
         # The history recorder holds its writes back while a cycle runs.
         self._busy = busy or nullcontext
         # The last cycle's fair share (usage and demand included), for the history store's
@@ -95,7 +95,7 @@ class AdmissionLoop:
     # ------------------------------------------------------------------ driving
     def poke(self) -> None:
         """Something a decision depends on changed: run a cycle soon."""
-        self._dirty.set()
+        self.pacer.poke()
 
     def start_writers(self, is_leader: Callable[[], bool]) -> None:
         """Start the status writers; they write only while `is_leader()`."""
@@ -104,27 +104,7 @@ class AdmissionLoop:
 
     def run(self, stop: threading.Event, is_leader: Callable[[], bool]) -> None:
         """Run cycles while leading, until `stop` is set."""
-        while not stop.is_set():
-            self._dirty.wait(self.resync)
-            if stop.is_set():
-                break
-            if not is_leader():
-                self._dirty.clear()
-                stop.wait(0.2)
-                continue
-            # Let a burst of events land before deciding, so one cycle covers them all; and
-            # after a long cycle wait as long again, so the loop never takes more than half of
-            # the process (the webhooks and reconcilers share it).
-            stop.wait(max(self.min_interval, self._last_cycle_seconds))
-            self._dirty.clear()
-            started = time.monotonic()
-            try:
-                self.cycle()
-            except Exception:
-                log.exception("admission cycle failed")
-                stop.wait(1.0)
-                self._dirty.set()
-            self._last_cycle_seconds = min(2.0, time.monotonic() - started)
+        self.pacer.run(stop, is_leader)
 
     def stop(self) -> None:
         """Stop the writers (admissions under way finish first)."""

@@ -35,6 +35,7 @@ from collections.abc import Callable
 from typing import Any
 
 from controllers.runtime.gcpause import paused_collection
+from controllers.runtime.pacer import Pacer
 from controllers.scheduler import pods as p
 from controllers.scheduler.binder import ApiBinder, Binder, BindPool, Outcome
 from controllers.scheduler.decide import Decision, decide, nodes_text
@@ -79,8 +80,9 @@ class SchedulerLoop:
             raise ValueError("the scheduler loop needs a scheduler name (--scheduler-name)")
         self.ctx = ctx
         self.scheduler_name = scheduler_name
-        self.min_interval = min_interval
-        self.resync = resync
+        self.pacer = Pacer(
+            "scheduler pass", self.schedule_once, min_interval=min_interval, resync=resync, log=log
+        )
         self.binds = BindPool(
             binder if binder is not None else ApiBinder(ctx.kube.api_client),
             workers=bind_workers,
@@ -93,8 +95,6 @@ class SchedulerLoop:
         # (Workload uid, QuotaReserved time) of admissions placed whole, until the PodGroup
         # condition saying so is in the cache.
         self._scheduled: set[tuple[str, str]] = set()
-        self._dirty = threading.Event()
-        self._last_pass_seconds = 0.0
         self._is_leader: Callable[[], bool] = lambda: True
         self.passes = 0
         self.bound = 0
@@ -105,7 +105,7 @@ class SchedulerLoop:
 
     def poke(self) -> None:
         """Something placement depends on changed: run a pass soon."""
-        self._dirty.set()
+        self.pacer.poke()
 
     def start_writers(self, is_leader: Callable[[], bool]) -> None:
         """Start the PodGroup status writer; it writes only while `is_leader()`."""
@@ -120,26 +120,7 @@ class SchedulerLoop:
     def run(self, stop: threading.Event, is_leader: Callable[[], bool]) -> None:
         """Run passes while leading, until `stop` is set."""
         self._is_leader = is_leader
-        while not stop.is_set():
-            self._dirty.wait(self.resync)
-            if stop.is_set():
-                break
-            if not is_leader():
-                self._dirty.clear()
-                stop.wait(0.2)
-                continue
-            # As the admission loop: let a burst of events land first, and after a long
-            # pass wait as long again, so the loop never takes more than half the process.
-            stop.wait(max(self.min_interval, self._last_pass_seconds))
-            self._dirty.clear()
-            started = time.monotonic()
-            try:
-                self.schedule_once()
-            except Exception:
-                log.exception("scheduler pass failed")
-                stop.wait(1.0)
-                self._dirty.set()
-            self._last_pass_seconds = min(2.0, time.monotonic() - started)
+        self.pacer.run(stop, is_leader)
 
     # ----------------------------------------------------------------- one pass
     def schedule_once(self) -> list[Decision]:
