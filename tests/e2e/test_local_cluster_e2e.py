@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 
@@ -93,8 +94,11 @@ def test_cli_up_status_env_nodes_down_leaves_no_process(tmp_path) -> None:  # ty
     )
     try:
         assert up.returncode == 0, up.stderr
-        export = up.stdout.strip().splitlines()[-1]
+        # `up` ends with what `env` prints: the kubeconfig, then the cluster's kubectl on PATH.
+        lines = up.stdout.strip().splitlines()
+        export, path = lines[-2], lines[-1]
         assert export.startswith("export KUBECONFIG=")
+        assert path.startswith("export PATH=") and '"$PATH"' in path
         kubeconfig = export.split("=", 1)[1]
         printed = subprocess.run(
             [*muster, "local-cluster", "env", "--dir", str(directory)],
@@ -102,7 +106,17 @@ def test_cli_up_status_env_nodes_down_leaves_no_process(tmp_path) -> None:  # ty
             text=True,
             check=True,
         )
-        assert printed.stdout.strip() == export
+        assert printed.stdout.strip() == f"{export}\n{path}"
+        # eval'ed, it puts the kubectl built for this cluster first on PATH.
+        shell = subprocess.run(
+            ["bash", "-c", f"{printed.stdout}\ncommand -v kubectl"],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        assert shell.stdout.strip().startswith(str(Path.home() / ".cache" / "muster")) or (
+            os.environ.get("MUSTER_K8S_BIN") or os.environ.get("KUBEBUILDER_ASSETS")
+        ), shell.stdout
         made = subprocess.run(
             [
                 *muster,
