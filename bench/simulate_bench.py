@@ -60,7 +60,7 @@ def run(factor: int, history: bool) -> None:
         f"makespan {result.makespan:8.1f}s simulated"
     )
     if history:
-        from controllers.cli.simulate import write_history
+        from controllers.simreport.history import write_history
 
         with tempfile.TemporaryDirectory() as tmp:
             records = write_history(result, Path(tmp) / "history.db")

@@ -1,6 +1,13 @@
 """What a simulation means to a person: per-queue wait times, usage against fair share, and
 flavor utilisation, shaped for a table, for JSON and for plots. Pure functions of a SimResult.
 
+In a scenario with nodes the report also shows placement: how long workloads waited for
+room on nodes while their quota allowed them (the admission cycle's "quota is available
+but the pods cannot be placed" reasons), and, per accelerator resource, how fragmented the
+free room was over time — free devices on nodes that are partly used (stranded for a gang
+that needs whole nodes) against free devices on nodes with none of them in use — and each
+node's use over time, for a heat map.
+
 Wait time is the time a workload spent pending (including requeue backoff after evictions)
 before its last admission; a workload still pending when the simulation stops counts the
 time it has waited so far, so percentiles of an overloaded queue are lower bounds, never
@@ -14,13 +21,16 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from quota.model.nodes import Node
 from quota.model.resources import FlavorResource
 from quota.model.snapshot import QueueSpec
-from quota.simulation.simulator import TOTAL, Bucket, JobOutcome, SimResult
+from quota.simulation.simulator import TOTAL, Bucket, JobOutcome, NodeEvent, SimResult
 
 # Times in the JSON are rounded to the millisecond: finer digits are float noise.
 _DIGITS = 3
 _ACCELERATOR_HINTS = ("gpu", "tpu", "neuron", "accelerator")
+# Columns of the per-node timeline: enough to see a day's shape, small enough for a page.
+NODE_BUCKETS = 240
 
 
 def percentile(values: Sequence[float], q: float) -> float | None:
@@ -109,6 +119,8 @@ class QueueStats:
     avg_usage: Mapping[FlavorResource, float]
     avg_fair_share: Mapping[FlavorResource, float]
     headline: tuple[FlavorResource, ...]
+    # Per workload that ever waited for nodes while quota allowed it: seconds it waited so.
+    placement_waits: tuple[float, ...] = ()
 
     def wait(self, q: float) -> float | None:
         """Percentile q of the wait times."""
@@ -143,6 +155,7 @@ def queue_stats(result: SimResult) -> list[QueueStats]:
                 avg_usage=_averages(integral.get("usage", {}), end),
                 avg_fair_share=_averages(integral.get("fairShare", {}), end),
                 headline=tuple(headline_keys(result.queues[name], result.capacity)),
+                placement_waits=tuple(j.placement_wait for j in jobs if j.placement_wait > 0),
             )
         )
     return out
@@ -171,7 +184,11 @@ class FlavorStats:
 def flavor_stats(result: SimResult) -> list[FlavorStats]:
     """Utilisation per flavor/resource that anything was shared of."""
     usage = _averages(result.integrals.get(TOTAL, {}).get("usage", {}), result.end)
-    keys = sorted(k for k, v in result.capacity.items() if v > 0)
+    # A node's pod slots are capacity only to the queues that give quota for them.
+    asked = {r for q in result.queues.values() for _, r in (*q.quotas, *q.limits)}
+    keys = sorted(
+        k for k, v in result.capacity.items() if v > 0 and (k[1] != "pods" or "pods" in asked)
+    )
     return [FlavorStats(k, result.capacity[k], usage.get(k, 0.0)) for k in keys]
 
 
@@ -198,6 +215,7 @@ def to_json(result: SimResult) -> dict[str, Any]:
             "evictions": j.evictions,
             "flavors": dict(sorted(j.flavors.items())),
             "lastPendingReason": j.last_pending_reason,
+            "placementWait": _round(j.placement_wait),
             **(
                 {
                     "resizes": [
@@ -227,6 +245,8 @@ def to_json(result: SimResult) -> dict[str, Any]:
             "waitMax": _round(max(q.waits) if q.waits else None),
             "avgUsage": _vector(q.avg_usage),
             "avgFairShare": _vector(q.avg_fair_share),
+            "waitedForNodes": len(q.placement_waits),
+            "waitForNodesTotal": _round(sum(q.placement_waits)),
         }
         for q in queue_stats(result)
     }
@@ -249,6 +269,7 @@ def to_json(result: SimResult) -> dict[str, Any]:
         "finishedAll": result.finished_all,
         "cycles": result.cycles,
         "evictions": result.evictions,
+        "placement": placement_json(result),
     }
 
 
@@ -298,3 +319,193 @@ def timeline(result: SimResult, buckets: Sequence[Bucket] | None = None) -> list
                 fair.append(values.get("fairShare", {}).get(key, 0.0))
             out.append(Series(name, key, tuple(times), tuple(usage), tuple(fair)))
     return out
+
+
+# ------------------------------------------------------------------------ placement
+
+
+def placement_resources(nodes: Sequence[Node]) -> list[str]:
+    """The resources whose fragmentation matters: the accelerators nodes offer, else cpu."""
+    offered = sorted({r for n in nodes for r, v in n.allocatable.items() if v > 0})
+    accelerators = [r for r in offered if is_accelerator(r)]
+    if accelerators:
+        return accelerators
+    return [r for r in offered if r == "cpu"]
+
+
+@dataclass(frozen=True, slots=True)
+class NodeTimeline:
+    """One resource on every node that offers it, averaged over equal time buckets.
+
+    `partial_free` is the free amount on nodes where some but not all of it is in use (room
+    a whole-node gang cannot use); `whole_free` the amount on nodes where none is in use.
+    Only Ready, schedulable nodes count towards the two; every offering node has a row.
+    """
+
+    resource: str
+    edges: tuple[float, ...]  # bucket boundaries, one more than buckets
+    nodes: tuple[str, ...]
+    allocatable: tuple[int, ...]
+    used: tuple[tuple[float, ...], ...]  # per node, per bucket
+    partial_free: tuple[float, ...]  # per bucket
+    whole_free: tuple[float, ...]  # per bucket
+    avg_partial_free: float  # over the whole run
+    avg_whole_free: float
+    max_partial_free: int  # the most free on partly used nodes at any instant
+    capacity: int  # on Ready, schedulable nodes
+
+    @property
+    def times(self) -> tuple[float, ...]:
+        """Bucket midpoints."""
+        return tuple((a + b) / 2 for a, b in zip(self.edges, self.edges[1:], strict=False))
+
+
+class _Steps:
+    """Time-weighted integrals of a step function over equal buckets of [0, end]."""
+
+    def __init__(self, buckets: int, width: float) -> None:
+        self.acc = [0.0] * buckets
+        self.width = width
+        self.total = 0.0
+
+    def add(self, value: float, start: float, end: float) -> None:
+        if end <= start or not value:
+            return
+        self.total += value * (end - start)
+        last = len(self.acc) - 1
+        b = min(int(start / self.width), last)
+        while b <= last:
+            low, high = b * self.width, (b + 1) * self.width if b < last else math.inf
+            overlap = min(end, high) - max(start, low)
+            if overlap > 0:
+                self.acc[b] += value * overlap
+            if end <= high:
+                break
+            b += 1
+
+    def averages(self, end: float) -> tuple[float, ...]:
+        widths = [self.width] * len(self.acc)
+        if widths:
+            widths[-1] = end - self.width * (len(self.acc) - 1)
+        return tuple(
+            round(a / w, _DIGITS) if w > 0 else 0.0 for a, w in zip(self.acc, widths, strict=True)
+        )
+
+
+def node_timeline(
+    result: SimResult, resource: str, buckets: int = NODE_BUCKETS
+) -> NodeTimeline | None:
+    """Use of `resource` per node over time, and its fragmentation; None without nodes."""
+    if result.nodes is None:
+        return None
+    nodes = [n for n in result.nodes if n.allocatable.get(resource, 0) > 0]
+    if not nodes:
+        return None
+    end = result.end
+    count = max(1, min(buckets, math.ceil(end))) if end > 0 else 1
+    width = end / count if end > 0 else 1.0
+    alloc = {n.name: n.allocatable[resource] for n in nodes}
+    usable = {n.name for n in nodes if n.ready and not n.unschedulable}
+    rows = {n.name: _Steps(count, width) for n in nodes}
+    partial, whole = _Steps(count, width), _Steps(count, width)
+    used = dict.fromkeys(alloc, 0)
+    since = dict.fromkeys(alloc, 0.0)
+
+    def split(name: str, amount: int) -> tuple[int, int]:
+        if name not in usable:
+            return 0, 0
+        free = alloc[name] - amount
+        if amount <= 0:
+            return 0, alloc[name]
+        return (free, 0) if free > 0 else (0, 0)
+
+    partial_now = 0
+    whole_now = sum(alloc[n] for n in usable)
+    max_partial = 0
+    changed = 0.0
+    for event in _events_of(result.node_events, alloc):
+        name, t = event.node, event.at
+        amount = event.used.get(resource, 0)
+        if amount == used[name]:
+            continue
+        rows[name].add(used[name], since[name], t)
+        since[name] = t
+        if t > changed:
+            # What held at the end of the previous instant, not the steps within one.
+            max_partial = max(max_partial, partial_now)
+            partial.add(partial_now, changed, t)
+            whole.add(whole_now, changed, t)
+            changed = t
+        old_partial, old_whole = split(name, used[name])
+        new_partial, new_whole = split(name, amount)
+        partial_now += new_partial - old_partial
+        whole_now += new_whole - old_whole
+        used[name] = amount
+    max_partial = max(max_partial, partial_now)
+    for name in alloc:
+        rows[name].add(used[name], since[name], end)
+    partial.add(partial_now, changed, end)
+    whole.add(whole_now, changed, end)
+    return NodeTimeline(
+        resource=resource,
+        edges=tuple(round(min(i * width, end), _DIGITS) for i in range(count + 1)),
+        nodes=tuple(n.name for n in nodes),
+        allocatable=tuple(alloc[n.name] for n in nodes),
+        used=tuple(rows[n.name].averages(end) for n in nodes),
+        partial_free=partial.averages(end),
+        whole_free=whole.averages(end),
+        avg_partial_free=partial.total / end if end > 0 else float(partial_now),
+        avg_whole_free=whole.total / end if end > 0 else float(whole_now),
+        max_partial_free=max_partial,
+        capacity=sum(alloc[n] for n in usable),
+    )
+
+
+def _events_of(events: Iterable[NodeEvent], nodes: Mapping[str, int]) -> Iterable[NodeEvent]:
+    return (e for e in events if e.node in nodes)
+
+
+@dataclass(frozen=True, slots=True)
+class PlacementStats:
+    """What placement did over a run with nodes."""
+
+    nodes: int
+    timelines: tuple[NodeTimeline, ...]
+    waited: int  # workloads that waited for nodes while quota allowed them
+    wait_total: float  # seconds, summed over those workloads
+
+
+def placement_stats(result: SimResult, buckets: int = NODE_BUCKETS) -> PlacementStats | None:
+    """Fragmentation per accelerator and waits for nodes; None in quota-only mode."""
+    if result.nodes is None:
+        return None
+    timelines = [node_timeline(result, r, buckets) for r in placement_resources(result.nodes)]
+    waits = [j.placement_wait for j in result.jobs if j.placement_wait > 0]
+    return PlacementStats(
+        nodes=len(result.nodes),
+        timelines=tuple(t for t in timelines if t is not None),
+        waited=len(waits),
+        wait_total=sum(waits),
+    )
+
+
+def placement_json(result: SimResult) -> dict[str, Any]:
+    """The "placement" section of the JSON."""
+    stats = placement_stats(result)
+    if stats is None:
+        return {"mode": "quota-only"}
+    return {
+        "mode": "nodes",
+        "nodes": stats.nodes,
+        "waitedForNodes": stats.waited,
+        "waitForNodesTotal": round(stats.wait_total, _DIGITS),
+        "fragmentation": {
+            t.resource: {
+                "capacity": t.capacity,
+                "avgFreeOnPartlyUsedNodes": round(t.avg_partial_free, _DIGITS),
+                "maxFreeOnPartlyUsedNodes": t.max_partial_free,
+                "avgFreeOnEmptyNodes": round(t.avg_whole_free, _DIGITS),
+            }
+            for t in stats.timelines
+        },
+    }

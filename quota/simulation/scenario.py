@@ -6,7 +6,8 @@ Node and Namespace (v1), batch/v1 Job — plus four kinds that exist only in sim
 (apiVersion simulate.muster.dev/v1alpha1):
 
 - Simulation: settings (wall-clock start, stop time, requeue backoff, eviction delay);
-- NodePool: `count` identical Ready nodes with `labels` and `allocatable` (a shape);
+- NodePool: `count` identical Ready nodes with `labels` and `allocatable` (a shape), named
+  `<pool>-0`, `<pool>-1`, ...;
 - WorkloadGenerator: classes of workloads in the style of Kueue's performance tests, each
   with a count per target queue, a creation interval, a runtime, a priority and a request;
 - ScaleEvent: at time `at`, set the parallelism of an elastic Job.
@@ -14,6 +15,10 @@ Node and Namespace (v1), batch/v1 Job — plus four kinds that exist only in sim
 A Job carries its simulated timing in annotations: `muster.dev/submit-at` (when it is
 created, a duration from the scenario start, default 0s) and `muster.dev/run-for` (how long
 it runs once admitted; required). Durations are Go durations ("90s", "1h30m", "100ms").
+
+Nodes (a Node or a NodePool) make the simulation place pods on nodes, as the controller does;
+a scenario without any simulates quota alone. A Node written without conditions is Ready, and
+a node whose allocatable has no `pods` entry takes the kubelet's default of 110 pods.
 
 Everything here is pure: it takes decoded YAML documents and returns frozen values, or raises
 ManifestError naming the document index, the object, the field and the rule.
@@ -41,6 +46,8 @@ from quota.api.resourceflavor import ResourceFlavor
 from quota.api.workload import Workload as WorkloadModel
 from quota.lifecycle.backoff import REQUEUE_BASE_S, REQUEUE_MAX_S
 from quota.model import convert
+from quota.model.nodeconvert import node_from_manifest
+from quota.model.nodes import Node
 from quota.model.resources import FlavorResource
 from quota.model.snapshot import Flavor, PodSet, QueueSpec, Snapshot, Workload
 
@@ -48,6 +55,7 @@ SCENARIO_API: Final = "simulate.muster.dev/v1alpha1"
 SUBMIT_AT_ANNOTATION = "muster.dev/submit-at"
 RUN_FOR_ANNOTATION = "muster.dev/run-for"
 DEFAULT_START = datetime(2025, 1, 6, 9, 0, tzinfo=UTC)  # a Monday morning, for the history
+DEFAULT_MAX_PODS = 110  # the kubelet's default, for nodes that do not say
 
 # Cross-object rules the tree check reports that make a scenario or cluster file unusable
 # (as opposed to Stopped, which is a legitimate state to simulate).
@@ -272,6 +280,8 @@ class Scenario:
     generators: tuple[Generator, ...] = ()
     scale_events: tuple[Scale, ...] = ()
     local_queues: Mapping[tuple[str, str], str] = field(default_factory=dict)
+    # The nodes pods are placed on (Nodes, then NodePools' nodes); None: quota-only mode.
+    nodes: tuple[Node, ...] | None = None
 
     def workload_count(self) -> int:
         """Jobs plus generated workloads."""
@@ -549,15 +559,64 @@ def _pool_nodes(docs: _Docs) -> list[Mapping[str, Any]]:
     nodes: list[Mapping[str, Any]] = []
     for _, pool in docs.node_pools:
         allocatable = {r: format_quantity(v, r) for r, v in pool.spec.allocatable.items()}
-        node = {
-            "metadata": {"name": pool.metadata.name, "labels": dict(pool.spec.labels)},
-            "status": {
-                "allocatable": allocatable,
-                "conditions": [{"type": "Ready", "status": "True"}],
-            },
-        }
-        nodes.extend([node] * pool.spec.count)
+        for i in range(pool.spec.count):
+            nodes.append(
+                {
+                    "metadata": {
+                        "name": f"{pool.metadata.name}-{i}",
+                        "labels": dict(pool.spec.labels),
+                    },
+                    "status": {
+                        "allocatable": allocatable,
+                        "conditions": [{"type": "Ready", "status": "True"}],
+                    },
+                }
+            )
     return nodes
+
+
+def _nodes(docs: _Docs) -> tuple[Node, ...] | None:
+    """The scenario's nodes as placement sees them; None when it has none (quota-only)."""
+    nodes: list[Node] = []
+    names: dict[str, int] = {}
+    for index, doc in docs.nodes:
+        node = node_from_manifest(_ready(doc), index=index)
+        names[node.name] = index
+        nodes.append(node)
+    for index, pool in docs.node_pools:
+        for i in range(pool.spec.count):
+            name = f"{pool.metadata.name}-{i}"
+            if name in names:
+                raise _error(
+                    index,
+                    docs.raw[index],
+                    "metadata.name",
+                    f"the pool's node {name} has the name of the Node in document {names[name]}; "
+                    "rename the pool or the Node",
+                )
+            names[name] = index
+            nodes.append(
+                Node(
+                    name=name,
+                    allocatable=dict(pool.spec.allocatable),
+                    labels=dict(pool.spec.labels),
+                )
+            )
+    if not nodes:
+        return None
+    return tuple(
+        n
+        if "pods" in n.allocatable
+        else Node(
+            n.name,
+            {**n.allocatable, "pods": DEFAULT_MAX_PODS},
+            n.labels,
+            n.taints,
+            n.unschedulable,
+            n.ready,
+        )
+        for n in nodes
+    )
 
 
 def _capacity(
@@ -756,6 +815,7 @@ def parse_scenario(docs: Sequence[Any], name: str = "scenario") -> Scenario:
         generators=_generators(sorted_docs, local, classes),
         scale_events=_scale_events(sorted_docs, jobs),
         local_queues=local,
+        nodes=_nodes(sorted_docs),
     )
 
 

@@ -17,6 +17,18 @@ does with the decisions:
 The backoff, what an eviction leaves and the slice replacement rules come from
 `quota.lifecycle`, which the controller follows too, so the two cannot drift apart.
 
+A scenario with nodes is placed too, by the same cycle: each snapshot carries the nodes and
+every pod of a running workload as a bound pod, and the cycle admits a workload only when
+its pods can be placed (saying "quota is available but the pods cannot be placed ..."
+when the nodes, not quota, keep it waiting). Pods bind at admission, where the cycle
+planned them: there is no scheduler lag to simulate. They leave when the workload
+finishes or its eviction completes. A scale-up slice keeps the running pods where they
+are and adds the new ones where its admission placed them; a scale-down in place removes
+the most recently placed pods first, so the nodes a scale-up added are the first to
+empty (a ReplicaSet, too, removes its newest pods first). Every change of a node's use is
+kept (`SimResult.node_events`) for the fragmentation and occupancy figures of the report.
+Without nodes the simulation admits on quota alone.
+
 Everything is deterministic for a scenario and a seed (the seed only feeds the jitter of
 workload generators). Usage, fair share and demand per queue are kept as step functions and
 integrated exactly, so averages are time-weighted.
@@ -42,6 +54,7 @@ from quota.lifecycle.slices import (
 )
 from quota.model.decisions import CycleResult, Victim
 from quota.model.flavorassign import pod_set_signature
+from quota.model.nodes import BoundPod, Node
 from quota.model.resources import FlavorResource
 from quota.model.snapshot import Assignment, PodSet, QueueSpec, Snapshot, Workload, pod_set_usage
 from quota.simulation.scenario import Scenario, Settings
@@ -72,6 +85,14 @@ INITIAL_WINDOW = 2
 MAX_BUCKETS = 1024
 # Job states in which it waits for admission (its wait time grows).
 _WAITING = ("pending", "backoff")
+# How the admission cycle words a wait that placement, not quota, decided.
+PLACEMENT_REASON_PREFIXES = ("quota is available but the pods cannot be placed",)
+
+
+def is_placement_reason(reason: str) -> bool:
+    """Whether a pending reason says the pods could not be placed (quota allowed them)."""
+    return reason.startswith(PLACEMENT_REASON_PREFIXES)
+
 
 # --------------------------------------------------------------------------- results
 
@@ -129,6 +150,18 @@ class JobOutcome:
     flavors: Mapping[str, str]  # resource -> flavor of its last admission
     resizes: tuple[Resize, ...] = ()
     last_pending_reason: str = ""  # why it last waited, as the admission cycle said
+    # Seconds of `waited` during which the cycle said its pods could not be placed: quota
+    # allowed it, the nodes did not (only in scenarios with nodes).
+    placement_wait: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class NodeEvent:
+    """From `at` on, the pods bound to `node` request `used` in all (pod slots included)."""
+
+    at: float
+    node: str
+    used: Mapping[str, int]
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,6 +193,10 @@ class SimResult:
     cycles: int
     evictions: int
     finished_all: bool
+    # The nodes pods were placed on (None: quota-only mode) and every change of their use,
+    # in time order, starting from nothing used at time 0.
+    nodes: tuple[Node, ...] | None = None
+    node_events: tuple[NodeEvent, ...] = ()
 
 
 # ----------------------------------------------------------------------- the meter
@@ -495,6 +532,26 @@ class _Job:
     flavors: dict[str, str] = field(default_factory=dict)
     resizes: list[Resize] = field(default_factory=list)
     reason: str = ""
+    placement_wait: float = 0.0
+    placement_since: float | None = None  # since when the cycle has said "cannot place"
+    pods: int = 0  # pods ever bound, for unique pod names
+
+    def waited_for_placement(self, t: float) -> float:
+        """Seconds spent waiting for placement up to `t`."""
+        since = self.placement_since
+        return self.placement_wait + (t - since if since is not None else 0.0)
+
+    def note(self, reason: str, t: float) -> None:
+        """The cycle at `t` kept the Job pending for `reason`, until the next decision."""
+        self.stop_placement_wait(t)
+        if is_placement_reason(reason):
+            self.placement_since = t
+        self.reason = reason
+
+    def stop_placement_wait(self, t: float) -> None:
+        if self.placement_since is not None:
+            self.placement_wait += t - self.placement_since
+            self.placement_since = None
 
     def new_slice_key(self) -> str:
         self.slices += 1
@@ -559,6 +616,13 @@ class _Simulation:
         self.evictions = 0
         self.last_fair: FairShare | None = None
         self.now = 0.0
+        self.nodes = scenario.nodes
+        # Placement: each running workload's pods (engine key -> [(pod set, pod)], in the order
+        # they were placed), what they take per node, and every change of that.
+        self.pods_of: dict[str, list[tuple[str, BoundPod]]] = {}
+        self.node_used: dict[str, dict[str, int]] = {}
+        self.node_events: list[NodeEvent] = []
+        self._bound: tuple[BoundPod, ...] | None = ()
 
     # -- setting up ------------------------------------------------------------------------
 
@@ -727,6 +791,7 @@ class _Simulation:
     def _complete(self, job: _Job, t: float) -> None:
         w = self.admitted.pop(job.workload)
         self._charge(w, -1, t)
+        self._unbind(w.key, t)
         self._drop_scale_slice(job)
         job.state = "finished"
         job.finished_at = t
@@ -744,10 +809,12 @@ class _Simulation:
         assert w is not None, f"admitted {key}, which is not pending"
         job = self.job_of[key]
         admitted = replace(w, admission=assignments, admitted_at=t)
+        superseded = superseded_slice(key, w.replaces, self.admitted)
+        if self.nodes is not None:
+            admitted = self._bind(admitted, job, superseded, t)
         self.admitted[key] = admitted
         self._charge(admitted, 1, t)
         job.flavors = _flavors_of(assignments)
-        superseded = superseded_slice(key, w.replaces, self.admitted)
         if superseded is not None:
             # The old slice stops counting now; its pods run on under this one.
             old = self.admitted.pop(superseded)
@@ -762,6 +829,7 @@ class _Simulation:
             return
         job.state = "running"
         job.waited += t - job.pending_since
+        job.stop_placement_wait(t)
         if job.first_admitted is None:
             job.first_admitted = t
         job.run += 1
@@ -796,6 +864,7 @@ class _Simulation:
     def _evicted(self, key: str, t: float) -> None:
         w = self.admitted.pop(key)
         self._charge(w, -1, t)
+        self._unbind(key, t)
         job = self.job_of.pop(key)
         self._drop_scale_slice(job)
         job.run += 1  # its completion will never come
@@ -851,9 +920,96 @@ class _Simulation:
                     for i, a in enumerate(running.admission)
                 ),
             )
+            if self.nodes is not None:
+                shrunk = self._shrink(shrunk, t)
             self.admitted[running.key] = shrunk
             self._charge(shrunk, 1, t)
         job.resizes[-1] = replace(job.resizes[-1], effective_at=t)
+
+    # -- placement ---------------------------------------------------------------------------
+
+    def _bind(self, w: Workload, job: _Job, superseded: str | None, t: float) -> Workload:
+        """Bind the pods of newly admitted `w` where its admission placed them.
+
+        A scale-up slice takes over the pods of the slice it replaces (`superseded`) where
+        they run, and binds only the pods it adds. Returns `w` with its admission's nodes
+        saying where its pods are.
+        """
+        assert w.admission is not None
+        pods: list[tuple[str, BoundPod]] = []
+        running: dict[tuple[str, str], int] = {}
+        if superseded is not None:
+            for pod_set, pod in self.pods_of.pop(superseded, []):
+                pods.append((pod_set, replace(pod, workload=w.key)))
+                running[(pod_set, pod.node)] = running.get((pod_set, pod.node), 0) + 1
+        per_pod = {ps.name: ps.per_pod for ps in w.pod_sets}
+        for a in w.admission:
+            planned = sum(n for _, n in a.nodes)
+            # A slice's plan may list every pod it runs, the running ones included, or only
+            # the pods it adds: only pods not already running on a node are new there.
+            counted = planned >= a.count
+            for node, n in a.nodes:
+                new = n - running.get((a.pod_set, node), 0) if counted and running else n
+                for _ in range(max(new, 0)):
+                    job.pods += 1
+                    pod = BoundPod(
+                        f"{job.key}/{a.pod_set}-{job.pods}", node, per_pod[a.pod_set], w.key
+                    )
+                    pods.append((a.pod_set, pod))
+                    self._take(node, pod.requests, 1, t)
+        self.pods_of[w.key] = pods
+        self._bound = None
+        return self._placed(w)
+
+    def _shrink(self, w: Workload, t: float) -> Workload:
+        """Remove pods of `w` beyond its admitted counts, the most recently placed first."""
+        assert w.admission is not None
+        pods = self.pods_of.get(w.key, [])
+        keep = {a.pod_set: a.count for a in w.admission}
+        have: dict[str, int] = {}
+        for pod_set, _ in pods:
+            have[pod_set] = have.get(pod_set, 0) + 1
+        for i in range(len(pods) - 1, -1, -1):
+            pod_set, pod = pods[i]
+            if have[pod_set] > keep.get(pod_set, 0):
+                have[pod_set] -= 1
+                del pods[i]
+                self._take(pod.node, pod.requests, -1, t)
+        self._bound = None
+        return self._placed(w)
+
+    def _unbind(self, key: str, t: float) -> None:
+        """The pods of workload `key` are gone (it finished or its eviction completed)."""
+        for _, pod in self.pods_of.pop(key, []):
+            self._take(pod.node, pod.requests, -1, t)
+        self._bound = None
+
+    def _take(self, node: str, requests: Mapping[str, int], sign: int, t: float) -> None:
+        used = self.node_used.setdefault(node, {})
+        for resource, amount in requests.items():
+            if amount > 0 and resource != "pods":
+                used[resource] = used.get(resource, 0) + sign * amount
+        used["pods"] = used.get("pods", 0) + sign
+        self.node_events.append(NodeEvent(t, node, dict(used)))
+
+    def _placed(self, w: Workload) -> Workload:
+        """`w` with each assignment's nodes set to where its pods run now."""
+        assert w.admission is not None
+        where: dict[str, dict[str, int]] = {}
+        for pod_set, pod in self.pods_of.get(w.key, ()):
+            on = where.setdefault(pod_set, {})
+            on[pod.node] = on.get(pod.node, 0) + 1
+        return replace(
+            w,
+            admission=tuple(
+                replace(a, nodes=tuple(where.get(a.pod_set, {}).items())) for a in w.admission
+            ),
+        )
+
+    def _bound_pods(self) -> tuple[BoundPod, ...]:
+        if self._bound is None:
+            self._bound = tuple(pod for pods in self.pods_of.values() for _, pod in pods)
+        return self._bound
 
     # -- cycles ------------------------------------------------------------------------------
 
@@ -888,6 +1044,8 @@ class _Simulation:
             queues=self.queues,
             flavors=self.scenario.flavors,
             capacity=self.scenario.capacity,
+            nodes=self.nodes,
+            pods=self._bound_pods() if self.nodes is not None else (),
             admitted=admitted,
             pending=tuple(pending),
         )
@@ -907,8 +1065,12 @@ class _Simulation:
     def _carry_out(self, result: CycleResult, t: float) -> bool:
         for pending in result.pending:
             waiting = self.job_of.get(pending.workload)
-            if waiting is not None:
-                waiting.reason = pending.reason
+            if waiting is None:
+                continue
+            if waiting.workload == pending.workload and waiting.state == "pending":
+                waiting.note(pending.reason, t)
+            else:
+                waiting.reason = pending.reason  # a scale-up slice: the Job runs meanwhile
         for admit in result.admit:
             self._admit(admit.workload, admit.assignments, admit.reason, t)
         evicted = False
@@ -962,6 +1124,7 @@ class _Simulation:
                 flavors=dict(j.flavors),
                 resizes=tuple(j.resizes),
                 last_pending_reason=j.reason,
+                placement_wait=j.waited_for_placement(end),
             )
             for j in self.jobs.values()
             if j.state != "waiting"
@@ -983,6 +1146,8 @@ class _Simulation:
             cycles=self.cycles,
             evictions=self.evictions,
             finished_all=finished_all,
+            nodes=self.nodes,
+            node_events=tuple(self.node_events),
         )
 
 

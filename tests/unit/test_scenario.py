@@ -64,12 +64,18 @@ def error(*parts: str) -> ManifestError:
 
 
 def test_the_examples_load() -> None:
-    for name, workloads in (("three-teams", None), ("kueue-baseline", 15_000), ("elastic", 9)):
+    for name, workloads, nodes in (
+        ("three-teams", None, 6),
+        ("kueue-baseline", 15_000, None),
+        ("elastic", 9, 2),
+        ("placement-binpack-vs-spread", 184, 8),
+    ):
         path = REPO / "examples" / f"{name}.yaml"
         scenario = parse_scenario(list(yaml.safe_load_all(path.read_text())))
         assert scenario.workload_count() > 0
         if workloads is not None:
             assert scenario.workload_count() == workloads
+        assert (len(scenario.nodes) if scenario.nodes is not None else None) == nodes, name
 
 
 def test_kueue_baseline_has_thirty_queues_in_five_parents() -> None:
@@ -108,12 +114,43 @@ status:
   conditions: [{type: Ready, status: "False"}]
 """
     base = BASE.replace("count: 2", "count: 0")
-    assert parse_scenario(docs(base, nodes)).capacity == {("gpu", GPU): 4}
+    scenario = parse_scenario(docs(base, nodes))
+    assert scenario.capacity == {("gpu", GPU): 4}
+    # Placement sees both, and skips the NotReady one itself.
+    assert [(n.name, n.ready) for n in scenario.nodes or ()] == [("n1", True), ("n2", False)]
 
 
 def test_no_nodes_means_quota_only_mode() -> None:
     text = BASE.split("---")[0] + "---" + "---".join(BASE.split("---")[2:])
-    assert parse_scenario(docs(text)).capacity is None
+    scenario = parse_scenario(docs(text))
+    assert scenario.capacity is None and scenario.nodes is None
+
+
+def test_pool_nodes_get_numbered_names_and_the_kubelets_pod_limit() -> None:
+    node = """
+apiVersion: v1
+kind: Node
+metadata: {name: big, labels: {pool: gpu}}
+status: {allocatable: {nvidia.com/gpu: "8", pods: "16"}}
+"""
+    scenario = parse_scenario(docs(BASE, node))
+    assert [n.name for n in scenario.nodes or ()] == ["big", "gpu-0", "gpu-1"]
+    by_name = {n.name: n for n in scenario.nodes or ()}
+    assert by_name["big"].allocatable == {GPU: 8, "pods": 16}  # as written
+    assert by_name["gpu-1"].allocatable == {GPU: 8, "cpu": 64_000, "pods": 110}
+    assert by_name["gpu-1"].labels == {"pool": "gpu"} and by_name["gpu-1"].ready
+
+
+def test_a_pool_node_named_like_a_node_is_an_error() -> None:
+    node = """
+apiVersion: v1
+kind: Node
+metadata: {name: gpu-1, labels: {pool: gpu}}
+status: {allocatable: {nvidia.com/gpu: "8"}}
+"""
+    problem = error(BASE, node)
+    assert problem.index == 1 and "NodePool gpu" in str(problem)
+    assert "gpu-1" in str(problem) and "document 4" in str(problem)
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,137 @@
+"""The terminal report of a simulation run: per-queue waits and usage, per-flavor use."""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.table import Table
+
+from controllers.simreport.units import in_unit, percent, short
+from quota.api.quantity import format_quantity
+from quota.model.resources import FlavorResource
+from quota.simulation.report import (
+    QueueStats,
+    flavor_stats,
+    format_seconds,
+    key_name,
+    placement_stats,
+    queue_stats,
+)
+from quota.simulation.simulator import SimResult
+
+QUOTA_ONLY = (
+    "quota-only mode: the scenario has no Node or NodePool, so workloads are admitted on quota "
+    "alone and no pod is placed"
+)
+
+
+def _amount(key: FlavorResource, value: float) -> str:
+    """An average amount in the resource's own unit: 12.5 (gpu), 3.2 (cpu cores), 48Gi."""
+    resource = key[1]
+    if resource == "cpu":
+        return f"{value / 1000:.1f}"
+    if resource in ("memory", "ephemeral-storage", "storage"):
+        return f"{value / 2**30:.0f}Gi"
+    return f"{value:.1f}"
+
+
+def _usage_cell(q: QueueStats) -> str:
+    """ "avg usage / avg fair share" of the queue's headline flavor/resources."""
+    parts: list[str] = []
+    for key in q.headline:
+        label = f"{key[0]} {short(key[1])}" if len(q.headline) > 1 else short(key[1])
+        usage = _amount(key, q.avg_usage.get(key, 0.0))
+        fair = _amount(key, q.avg_fair_share.get(key, 0.0))
+        parts.append(f"{usage} / {fair} {label}")
+    return "\n".join(parts)
+
+
+def render_table(result: SimResult, console: Console) -> None:
+    """The default report: one row per queue (tree order), then flavor utilisation."""
+    placing = result.nodes is not None
+    caption = (
+        "wait: time pending before the last admission (so far, if still pending); "
+        "usage / fair share: time-weighted averages"
+    )
+    if placing:
+        caption += (
+            "; waited for nodes: workloads that quota allowed but no nodes could hold yet, "
+            "and their summed wait"
+        )
+    table = Table(
+        title=f"{result.settings.name}: {len(result.jobs):,} workloads, seed {result.seed}",
+        caption=caption,
+        caption_justify="left",
+    )
+    table.add_column("Queue", no_wrap=True)
+    for column in ("Admitted", "Preempted", "Pending"):
+        table.add_column(column, justify="right")
+    table.add_column("Wait p50", justify="right")
+    table.add_column("p90", justify="right")
+    table.add_column("max", justify="right")
+    table.add_column("Usage / fair share", justify="right", no_wrap=True)
+    if placing:
+        table.add_column("Waited for nodes", justify="right", no_wrap=True)
+    for q in queue_stats(result):
+        name = "  " * q.depth + q.name
+        cells = [
+            name if q.leaf else f"[bold]{name}[/bold]",
+            f"{q.admitted:,}",
+            f"{q.preempted:,}",
+            f"{q.pending:,}",
+            format_seconds(q.wait(50)),
+            format_seconds(q.wait(90)),
+            format_seconds(max(q.waits) if q.waits else None),
+            _usage_cell(q),
+        ]
+        if placing:
+            cells.append(_node_wait_cell(q))
+        table.add_row(*cells)
+    console.print(table)
+    flavors = Table(title="Cluster")
+    flavors.add_column("Flavor/resource", no_wrap=True)
+    flavors.add_column("Capacity", justify="right")
+    flavors.add_column("Avg in use", justify="right")
+    flavors.add_column("Utilisation", justify="right")
+    for f in flavor_stats(result):
+        flavors.add_row(
+            key_name(f.key),
+            format_quantity(f.capacity, f.key[1]),
+            _amount(f.key, f.avg_usage),
+            percent(f),
+        )
+    console.print(flavors)
+    stats = placement_stats(result)
+    if stats is None:
+        console.print(QUOTA_ONLY, style="dim", highlight=False)
+    elif stats.timelines:
+        nodes = Table(
+            title=f"Nodes ({stats.nodes:,}): free room over time",
+            caption="partly used: nodes with some but not all of the resource in use (room a "
+            "whole-node gang cannot use); empty: nodes with none of it in use",
+            caption_justify="left",
+        )
+        nodes.add_column("Resource", no_wrap=True)
+        nodes.add_column("Capacity", justify="right")
+        nodes.add_column("Avg free on partly used", justify="right")
+        nodes.add_column("max", justify="right")
+        nodes.add_column("Avg free on empty", justify="right")
+        for t in stats.timelines:
+            nodes.add_row(
+                t.resource,
+                in_unit(t.resource, t.capacity),
+                in_unit(t.resource, t.avg_partial_free),
+                in_unit(t.resource, t.max_partial_free),
+                in_unit(t.resource, t.avg_whole_free),
+            )
+        console.print(nodes)
+    unfinished = sum(1 for j in result.jobs if j.finished_at is None)
+    tail = "" if result.finished_all else f" ({unfinished:,} workloads had not finished)"
+    console.print(
+        f"makespan {format_seconds(result.makespan)}{tail}; {result.cycles:,} admission "
+        f"cycles, {result.evictions:,} evictions"
+    )
+
+
+def _node_wait_cell(q: QueueStats) -> str:
+    waits = q.placement_waits
+    return f"{len(waits):,}: {format_seconds(sum(waits))}" if waits else "-"
