@@ -69,6 +69,12 @@ from quota.model.snapshot import (
 from quota.placement.gang import GangRequest, Placement, PodSetRequest, Unplaceable, place_gang
 from quota.placement.nodes import NodeView
 from quota.placement.reservations import planned_pods
+from quota.preemption.nodes import (
+    node_candidates,
+    node_victim_reason,
+    preempt_on_nodes,
+    protected_words,
+)
 from quota.preemption.reclaim import ReclaimIndex, plan_reclaim
 from quota.preemption.victims import (
     Candidate,
@@ -169,6 +175,14 @@ class _Cycle:
             holding = [w for w in snapshot.admitted if w.key not in gone]
             pods = list(snapshot.pods) + planned_pods(holding, snapshot.pods)
             self.nodes = NodeView(snapshot.nodes, pods)
+        # Pod keys in the view per workload (bound and planned), for preemption on nodes.
+        self.pods_of: dict[str, list[str]] = {}
+        if self.nodes is not None:
+            for pod in self.nodes.pods.values():
+                if pod.workload is not None:
+                    self.pods_of.setdefault(pod.workload, []).append(pod.key)
+        self.replaced: set[str] = set()  # slices taken over by this cycle's scale-ups
+        self.node_victims: list[Candidate] | None = None
         self.plans: dict[tuple[str, tuple[object, ...]], PodSetPlan] = {}
         self.signatures: dict[int, tuple[object, ...]] = {}
         self.memo: dict[tuple[object, ...], str] = {}
@@ -503,9 +517,10 @@ class _Cycle:
         if self.nodes is None:
             self._admit(spec, request, counts, fit, None)
             return "admitted"
-        placed = self._place(spec, request, counts, fit)
-        if isinstance(placed, Unplaceable) and request.base is None:
-            first, excluded = placed, frozenset[str]()
+        placed = first = self._place(spec, request, counts, fit)
+        first_fit = fit
+        if isinstance(first, Unplaceable) and request.base is None:
+            excluded = frozenset[str]()
             ledgers = (self.held, self.planned) if self.diverged else (self.held,)
             while isinstance(placed, Unplaceable):
                 tried = {f for flavors in fit.flavors for f in flavors.values()}
@@ -519,6 +534,12 @@ class _Cycle:
                 placed = self._place(spec, request, counts, fit)
             if isinstance(placed, Unplaceable):
                 placed = Unplaceable(first.reason, first.never and placed.never, first.pod_set)
+        if isinstance(placed, Unplaceable) and isinstance(first, Unplaceable) and not first.never:
+            # Quota chose these flavors: make room on their nodes, if lower priorities allow.
+            still = self._preempt_on_nodes(spec, request, counts, first_fit, first)
+            if still is None:
+                return "waiting"
+            placed = still
         if isinstance(placed, Unplaceable):
             w = request.workload
             if memo_key is not None:
@@ -548,6 +569,23 @@ class _Cycle:
         node selector and their tolerations to its own, as the Job integration writes them
         into the pod template on admission."""
         assert self.nodes is not None
+        gang, where = self._gang(request, counts, fit)
+        if gang is None:
+            return Placement({}, 0, {})
+        placed = place_gang(self.nodes, gang, spec.placement)
+        if isinstance(placed, Unplaceable):
+            return Unplaceable(
+                f"quota is available but the pods cannot be placed{where}: {placed.reason}",
+                placed.never,
+                placed.pod_set,
+            )
+        return placed
+
+    def _gang(
+        self, request: _Request, counts: Sequence[int], fit: Fit
+    ) -> tuple[GangRequest | None, str]:
+        """The gang to place for `request` on the flavors `fit` chose (None: no pods), and
+        " on flavor h100" for reasons."""
         w = request.workload
         flavors = self.snapshot.flavors
         partial = request.base is None
@@ -569,17 +607,8 @@ class _Cycle:
             sets.append(
                 PodSetRequest(ps.name, counts[i], shape, min(low, counts[i]) if low else None)
             )
-        if not sets:
-            return Placement({}, 0, {})
-        placed = place_gang(self.nodes, GangRequest(tuple(sets)), spec.placement)
-        if isinstance(placed, Unplaceable):
-            where = f" on flavor {', '.join(sorted(names))}" if names else ""
-            return Unplaceable(
-                f"quota is available but the pods cannot be placed{where}: {placed.reason}",
-                placed.never,
-                placed.pod_set,
-            )
-        return placed
+        where = f" on flavor {', '.join(sorted(names))}" if names else ""
+        return (GangRequest(tuple(sets)) if sets else None), where
 
     def _admit(
         self,
@@ -610,6 +639,7 @@ class _Cycle:
                 charge[key] = charge.get(key, 0) - amount
             # The old slice is now part of this one: it must not be picked as a victim.
             self.taken.add(request.running.key)
+            self.replaced.add(request.running.key)
         self.held.charge(spec.name, charge)
         self.planned.charge(spec.name, charge)
         borrowed = self._borrowing(spec.name, total)
@@ -806,6 +836,98 @@ class _Cycle:
             )
         )
         return True
+
+    def _preempt_on_nodes(
+        self, spec: QueueSpec, request: _Request, counts: Sequence[int], fit: Fit, why: Unplaceable
+    ) -> Unplaceable | None:
+        """Make room on nodes for a workload that fits quota (quota/preemption/nodes.py).
+
+        None when it now waits, its room held in the view and its quota in `planned`, for
+        victims chosen now or workloads already leaving; else why it still cannot be placed.
+        """
+        view = self.nodes
+        gang, where = self._gang(request, counts, fit)
+        if view is None or gang is None:
+            return why
+        w = request.workload
+        excluded = self.taken if request.running is None else self.taken | {request.running.key}
+        found = node_candidates(
+            w, spec, self.queues, self._node_victims(), excluded, self.snapshot.now
+        )
+        leaving = [k for k in sorted(self.taken) if k in self.pods_of and k not in self.replaced]
+        if not found.allowed and not found.protected and not leaving:
+            return why
+        plan = preempt_on_nodes(
+            view,
+            found.allowed,
+            self.pods_of,
+            leaving,
+            partial(place_gang, view, gang, spec.placement),
+        )
+        if isinstance(plan, Unplaceable):
+            reason = why.reason
+            if found.allowed:
+                reason = (
+                    f"quota is available but the pods cannot be placed{where} even if every "
+                    "lower-priority workload on its flavor's nodes that its queue may preempt "
+                    f"were evicted: {plan.reason}"
+                )
+            if found.protected:
+                reason += "; " + protected_words(found.protected, self.snapshot.now)
+            return Unplaceable(reason, False, why.pod_set)
+        self.planned.charge(spec.name, fit.usage)  # its quota is held with its room
+        self.diverged = True
+        if not plan.victims:
+            self.pending.append(
+                Pending(
+                    w.key,
+                    spec.name,
+                    "waiting for preempted workloads to leave nodes; its room is held: "
+                    + _placement_words(plan.placement),
+                )
+            )
+            return None
+        for c in plan.victims:
+            self.planned.charge(c.queue, c.usage, -1)
+        self.taken.update(c.workload.key for c in plan.victims)
+        for queue in sorted({c.queue for c in plan.victims}):
+            self.order.refresh(queue)
+        victims = tuple(
+            Victim(
+                c.workload.key,
+                c.queue,
+                "Preempted" if c.queue == spec.name else "Reclaimed",
+                node_victim_reason(w, c, plan.freed[c.workload.key], spec.name),
+            )
+            for c in plan.victims
+        )
+        self.preempt.append(Preempt(w.key, victims))
+        freed = sorted({node for nodes in plan.freed.values() for node in nodes})
+        n = len(victims)
+        self.pending.append(
+            Pending(
+                w.key,
+                spec.name,
+                f"waiting for {n} preempted workload{'s' if n != 1 else ''} to leave nodes "
+                f"{', '.join(freed)}: {', '.join(v.workload for v in victims)}; its room is held",
+            )
+        )
+        return None
+
+    def _node_victims(self) -> list[Candidate]:
+        """Admitted workloads with pods on nodes, in victim order (taken ones are filtered
+        when used)."""
+        if self.node_victims is None:
+            self.node_victims = sorted(
+                (
+                    c
+                    for name in self.admitted_by_queue
+                    for c in self._victim_list(name)
+                    if c.workload.key in self.pods_of
+                ),
+                key=victim_order,
+            )
+        return self.node_victims
 
     def _victim_list(self, queue: str) -> list[Candidate]:
         """The admitted workloads of a leaf as candidates in victim order, sorted once per
