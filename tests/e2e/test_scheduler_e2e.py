@@ -35,6 +35,7 @@ from tests.e2e.controller_harness import (
     get,
     local_queue,
     pods_of,
+    priority_class,
     unique,
     workloads_of,
 )
@@ -62,7 +63,7 @@ class Pool:
         quota = {"cpu": str(int(cpu) * count)}
         if gpu:
             quota[GPU] = str(gpu * count)
-        cq = unique("cq")
+        cq = self.cq = unique("cq")
         apply(
             self.cluster,
             flavor(self.name, self.name),
@@ -401,3 +402,55 @@ def test_a_job_on_a_flavor_no_node_carries_waits_with_a_reason_naming_the_flavor
     [wl] = workloads_of(cluster, namespace, "stranded")
     message = condition(wl, "QuotaReserved")["message"]
     assert f"muster-e2e/pool={lonely}" in message, message
+
+
+def test_a_high_priority_job_evicts_just_enough_lower_priority_work_to_fit_on_nodes(
+    cluster: ClusterHandle,
+    namespace: str,
+    pool: Pool,
+    controller: Controller,  # noqa: F811
+) -> None:
+    # Quota for 64 GPUs on 2 nodes of 8: quota never stops anyone, the nodes do.
+    low, high = unique("low"), unique("high")
+    apply(cluster, priority_class(low, 10), priority_class(high, 1000))
+    pool.make(namespace, 2, preemption={"withinQueue": "LowerPriority"})
+    cluster.kubectl(
+        "patch",
+        "clusterqueue",
+        pool.cq,
+        "--type=merge",
+        "-p",
+        json.dumps({"spec": {"flavors": [{"name": pool.name, "quota": {"cpu": "64", GPU: "64"}}]}}),
+    )
+    for name in ("low-a", "low-b"):
+        create(cluster, with_priority(gpu_job(name, namespace, 1, gpu=8), low))
+    cluster.wait_for(
+        "both low-priority Jobs bound, one per node",
+        lambda: all(
+            sum(placement(cluster, namespace, n).values()) == 1 for n in ("low-a", "low-b")
+        ),
+        60,
+    )
+    create(cluster, with_priority(gpu_job("urgent", namespace, 1, gpu=8), high))
+    cluster.wait_for(
+        "the urgent Job bound",
+        lambda: sum(placement(cluster, namespace, "urgent").values()) == 1,
+        90,
+    )
+    # Exactly one victim: the other low-priority Job keeps running where it was.
+    evicted = [
+        n
+        for n in ("low-a", "low-b")
+        if any(
+            condition(w, "Evicted").get("status") == "True"
+            for w in workloads_of(cluster, namespace, n)
+        )
+    ]
+    assert len(evicted) == 1, evicted
+    [kept] = {"low-a", "low-b"} - set(evicted)
+    assert sum(placement(cluster, namespace, kept).values()) == 1
+
+
+def with_priority(job: dict[str, Any], priority_class_name: str) -> dict[str, Any]:
+    job["spec"]["template"]["spec"]["priorityClassName"] = priority_class_name
+    return job
