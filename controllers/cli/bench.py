@@ -44,3 +44,16 @@ def quota(scale: tuple[int, ...], per_leaf: int, repeat: int) -> None:
     """Fair share over a 3-level tree and one admission cycle over 50,000 pending workloads."""
     module = _load("quota_bench")
     module.run(list(scale) or [1, 10], per_leaf, repeat, click.echo)
+
+
+@bench.command(
+    "scheduler",
+    context_settings={"ignore_unknown_options": True, "allow_extra_args": True},
+    add_help_option=False,
+)
+@click.argument("args", nargs=-1, type=click.UNPROCESSED)
+def scheduler(args: tuple[str, ...]) -> None:
+    """kube-scheduler's native gang scheduling vs Muster's scheduler on one local cluster,
+    and the KAI-Scheduler scale test (options: `muster bench scheduler --help`)."""
+    module = _load("scheduler_bench")
+    module.main(list(args))

@@ -1,0 +1,1131 @@
+"""Schedulers side by side on one local cluster: kube-scheduler 1.37 with its native gang
+scheduling against Muster's scheduler loop, on the same kwok nodes; and the KAI-Scheduler
+scale-test shape through Muster's whole path.
+
+Scenarios (run in this order, one after the other; each in its own namespace, and the pods
+of one are gone before the next starts):
+
+- `native`: N nodes (32 cpu, 256Gi, 110 pods), G gangs of 3 pods (100m, 100Mi). Per gang a
+  `scheduling.k8s.io/v1beta1` PodGroup (`spec.schedulingPolicy.gang.minCount: 3`) and 3 pods
+  with `spec.schedulingGroup.podGroupName`, placed by the default scheduler. Timed from the
+  first create to every pod bound; kube-scheduler's own
+  `scheduler_podgroup_scheduling_attempt_duration_seconds` is read from its /metrics.
+- `muster`: the same gangs as batch Jobs (parallelism 3) in a LocalQueue whose ClusterQueue
+  has ample quota on a flavor matching the nodes, through the controller: webhook, Workload,
+  admission (which consults placement), the Job controller's pods, Muster's scheduler loop,
+  pods/binding. Timed create -> admitted -> pods created -> bound -> Running; the loop's
+  per-group decide time is measured by wrapping `decide` in this process.
+- `kai`: the KAI-Scheduler scale test: 500 nodes x 8 GPUs, 4,000 one-GPU Jobs of one pod in
+  a queue whose quota covers all 4,000 GPUs; create -> admitted -> bound -> Running of the
+  last Job. The CPU nodes of the first two scenarios are deleted first.
+
+The controller runs in this process (the Manager `muster controller` runs), started after
+the native scenario so that it costs kube-scheduler nothing. CPU seconds of every cluster
+process and of each thread of this one are read from /proc around each scenario; `--profile`
+adds a stack sampler over the controller's threads. Prints figures; never fails on time.
+
+    python bench/scheduler_bench.py [--nodes 5000] [--gangs 1000] [--gpu-nodes 500]
+        [--gpu-jobs 4000] [--scenario native|muster|kai|all] [--kubeconfig PATH]
+        [--profile] [--json]
+
+Without --kubeconfig a fresh local cluster is started in a temporary directory. With one,
+kube-scheduler's metrics and the cluster's CPU are read only when the kubeconfig belongs to
+a `muster local-cluster` state directory.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import itertools
+import json
+import logging
+import os
+import re
+import resource
+import ssl
+import statistics
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+import uuid
+from collections import Counter, defaultdict
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import FrameType
+from typing import Any, TypeVar, cast
+
+if __package__ in (None, ""):
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import yaml
+from kubernetes import client
+
+import controllers.admission.loop as admission_loop
+import controllers.localcluster.cluster as cluster_module
+import controllers.scheduler.loop as scheduler_loop
+from controllers.localcluster.binaries import ensure_binaries
+from controllers.localcluster.cluster import STATE_FILE, LocalCluster, free_port
+from controllers.localcluster.kubectl import kubectl
+from controllers.localcluster.nodes import create_nodes
+from controllers.manager.manager import Manager
+from controllers.manager.options import Options
+from controllers.runtime.client import api_client
+from controllers.runtime.informer import Informer
+from controllers.runtime.logs import setup_logging
+from controllers.runtime.resources import NODE, POD, WORKLOAD, Kube, Obj, object_key
+from controllers.state import workloads as wls
+from quota.api.names import QUEUE_LABEL
+
+REPO = Path(__file__).resolve().parents[1]
+RUN_LABEL = "muster-bench/run"
+POOL_LABEL = "muster-bench/pool"
+IMAGE = "registry.k8s.io/pause:3.10"
+GANG_SIZE = 3
+PODGROUP_METRICS = (
+    "scheduler_podgroup_scheduling_attempt_duration_seconds",
+    "scheduler_podgroup_scheduling_algorithm_duration_seconds",
+)
+
+WEBHOOK_METRIC = "apiserver_admission_webhook_admission_duration_seconds"
+REQUEST_METRIC = "apiserver_request_duration_seconds"
+_WRITE_VERB = re.compile(r'verb="(POST|PUT|PATCH)"')
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+# --------------------------------------------------------------------------- manifests
+def small_pod_spec() -> Obj:
+    return {
+        "containers": [
+            {
+                "name": "pause",
+                "image": IMAGE,
+                "resources": {"requests": {"cpu": "100m", "memory": "100Mi"}},
+            }
+        ]
+    }
+
+
+def native_docs(gangs: int, namespace: str, tag: str, pool: str) -> list[Obj]:
+    """Per gang: its PodGroup, then its pods (each kubectl stream creates the group first)."""
+    docs: list[Obj] = []
+    for g in range(gangs):
+        name = f"gang-{g:05d}"
+        docs.append(
+            {
+                "apiVersion": "scheduling.k8s.io/v1beta1",
+                "kind": "PodGroup",
+                "metadata": {"name": name, "namespace": namespace},
+                "spec": {"schedulingPolicy": {"gang": {"minCount": GANG_SIZE}}},
+            }
+        )
+        for i in range(GANG_SIZE):
+            spec = small_pod_spec()
+            spec["schedulingGroup"] = {"podGroupName": name}
+            spec["nodeSelector"] = {POOL_LABEL: pool}
+            docs.append(
+                {
+                    "apiVersion": "v1",
+                    "kind": "Pod",
+                    "metadata": {
+                        "name": f"{name}-{i}",
+                        "namespace": namespace,
+                        "labels": {RUN_LABEL: tag},
+                    },
+                    "spec": spec,
+                }
+            )
+    return docs
+
+
+def queue_docs(pool: str, namespace: str, quota: Mapping[str, str]) -> list[Obj]:
+    """A flavor on the pool's nodes, a ClusterQueue with `quota` on it, a LocalQueue `q`."""
+    return [
+        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}},
+        {
+            "apiVersion": "muster.dev/v1alpha1",
+            "kind": "ResourceFlavor",
+            "metadata": {"name": pool},
+            "spec": {"nodeLabels": {POOL_LABEL: pool}},
+        },
+        {
+            "apiVersion": "muster.dev/v1alpha1",
+            "kind": "ClusterQueue",
+            "metadata": {"name": pool},
+            "spec": {"flavors": [{"name": pool, "quota": dict(quota)}]},
+        },
+        {
+            "apiVersion": "muster.dev/v1alpha1",
+            "kind": "LocalQueue",
+            "metadata": {"name": "q", "namespace": namespace},
+            "spec": {"clusterQueue": pool},
+        },
+    ]
+
+
+def job_docs(count: int, pods: int, namespace: str, tag: str, gpu: int = 0) -> list[Obj]:
+    """`count` labelled Jobs of `pods` pods each (parallelism = completions = pods)."""
+    spec = small_pod_spec()
+    spec["restartPolicy"] = "Never"
+    if gpu:
+        resources = spec["containers"][0]["resources"]
+        resources["requests"]["nvidia.com/gpu"] = str(gpu)
+        resources["limits"] = {"nvidia.com/gpu": str(gpu)}
+    return [
+        {
+            "apiVersion": "batch/v1",
+            "kind": "Job",
+            "metadata": {
+                "name": f"job-{i:05d}",
+                "namespace": namespace,
+                "labels": {QUEUE_LABEL: "q"},
+            },
+            "spec": {
+                "parallelism": pods,
+                "completions": pods,
+                "template": {"metadata": {"labels": {RUN_LABEL: tag}}, "spec": spec},
+            },
+        }
+        for i in range(count)
+    ]
+
+
+def create_all(kc: str, kubeconfig: str, docs: list[Obj], processes: int = 4) -> None:
+    """`kubectl create`, as a user would: `processes` kubectl processes in parallel."""
+    chunk = max(1, -(-len(docs) // processes))
+    # Keep a gang's PodGroup and pods in one stream: cut only before a PodGroup or a Job.
+    cuts = [0]
+    for i in range(chunk, len(docs), chunk):
+        while i < len(docs) and docs[i]["kind"] == "Pod":
+            i += 1
+        if i < len(docs) and i > cuts[-1]:
+            cuts.append(i)
+    cuts.append(len(docs))
+    threads = [
+        threading.Thread(
+            target=kubectl,
+            args=(kc, kubeconfig, "create", "-f", "-"),
+            kwargs={"input": yaml.safe_dump_all(docs[a:b]), "timeout": 3600},
+        )
+        for a, b in itertools.pairwise(cuts)
+        if b > a
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+
+
+def stages_with_heartbeat(directory: Path, seconds: float) -> Path:
+    """The local cluster's kwok stages with node status posted every `seconds` to 4/3 of
+    that, instead of every 15-20 s."""
+    docs = list(yaml.safe_load_all(cluster_module.STAGES_FILE.read_text()))
+    for doc in docs:
+        if (doc.get("metadata") or {}).get("name") == "node-heartbeat":
+            ms = int(seconds * 1000)
+            doc["spec"]["delay"] = {
+                "durationMilliseconds": ms,
+                "jitterDurationMilliseconds": ms * 4 // 3,
+            }
+    path = directory / "stages.yaml"
+    path.write_text(yaml.safe_dump_all(docs, sort_keys=False))
+    return path
+
+
+def quiet_nodes(local: LocalCluster, heartbeat: float, lease: int) -> None:
+    """Make the fresh cluster's kwok nodes cheaper to keep alive before it starts.
+
+    A kubelet (and kwok) renews its node's Lease every quarter of the lease duration (10 s
+    for 40 s) and kwok posts node status every 15-20 s: at 5,000 nodes that is about 700
+    writes a second, more than 2 cores can serve next to anything else. scheduler_perf runs
+    with no heartbeats at all; here node status is posted every `heartbeat` seconds, the
+    Lease lasts `lease` seconds (renewed every lease/4), and kube-controller-manager waits
+    twice the lease before it calls a node unhealthy.
+    """
+    if heartbeat > 0:
+        stages = Path(tempfile.mkdtemp(prefix="muster-sched-bench-stages-"))
+        cluster_module.STAGES_FILE = stages_with_heartbeat(stages, heartbeat)
+    if lease <= 0:
+        return
+    start = local._start
+    flags = {
+        "kwok": ("--node-lease-duration-seconds", str(lease)),
+        "kube-controller-manager": ("--node-monitor-grace-period", f"{2 * lease}s"),
+    }
+
+    def patched(name: str, argv: list[str], health_url: str | None) -> None:
+        if name in flags:
+            flag, value = flags[name]
+            argv = list(argv)
+            argv[argv.index(flag) + 1] = value
+        start(name, argv, health_url)
+
+    local._start = patched  # type: ignore[method-assign]
+
+
+def make_nodes(kc: str, kubeconfig: str, count: int, pool: str, reader: Kube, **shape: Any) -> None:
+    """`count` kwok nodes labelled with the pool, created by 4 kubectl processes; waits
+    until every one is Ready."""
+    per = -(-count // 4)
+    threads = []
+    for k in range(4):
+        n = min(per, count - k * per)
+        if n <= 0:
+            continue
+        threads.append(
+            threading.Thread(
+                target=create_nodes,
+                args=(kc, kubeconfig, n),
+                kwargs={
+                    "prefix": f"{pool}-{k}",
+                    "labels": {POOL_LABEL: pool},
+                    "wait_ready": 0,
+                    **shape,
+                },
+            )
+        )
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    deadline = time.monotonic() + 600
+    while time.monotonic() < deadline:
+        items, _ = reader.list(NODE, label_selector=f"{POOL_LABEL}={pool}")
+        ready = sum(
+            1
+            for n in items
+            if any(
+                c.get("type") == "Ready" and c.get("status") == "True"
+                for c in (n.get("status") or {}).get("conditions") or []
+            )
+        )
+        if ready >= count:
+            return
+        time.sleep(2.0)
+    raise TimeoutError(f"{count} nodes of pool {pool} not Ready within 600 s")
+
+
+# --------------------------------------------------------------------------- tracking
+class Tracker:
+    """When each pod of a run was first seen created, bound and Running, and when each
+    Workload of a namespace was first seen admitted: informers in this process, with
+    handlers that only note the time."""
+
+    def __init__(self, kube: Kube, tag: str, namespace: str, workloads: bool) -> None:
+        self.created: dict[str, float] = {}
+        self.bound: dict[str, float] = {}
+        self.running: dict[str, float] = {}
+        self.admitted: dict[str, float] = {}
+        self.pods = Informer(kube, POD, label_selector=f"{RUN_LABEL}={tag}", name=f"bench-{tag}")
+        self.pods.add_handler(self._on_pod)
+        self.informers = [self.pods]
+        if workloads:
+            wl = Informer(kube, WORKLOAD, field_selector=f"metadata.namespace={namespace}")
+            wl.add_handler(self._on_workload)
+            self.informers.append(wl)
+
+    def start(self) -> None:
+        for informer in self.informers:
+            informer.start()
+        for informer in self.informers:
+            informer.wait_synced(60)
+
+    def stop(self) -> None:
+        for informer in self.informers:
+            informer.stop()
+
+    def _on_pod(self, kind: str, old: Obj | None, new: Obj | None) -> None:
+        if new is None:
+            return
+        now = time.monotonic()
+        key = object_key(new)
+        self.created.setdefault(key, now)
+        if (new.get("spec") or {}).get("nodeName"):
+            self.bound.setdefault(key, now)
+        if (new.get("status") or {}).get("phase") == "Running":
+            self.running.setdefault(key, now)
+
+    def _on_workload(self, kind: str, old: Obj | None, new: Obj | None) -> None:
+        if new is not None and wls.is_true(new, wls.ADMITTED):
+            self.admitted.setdefault(object_key(new), time.monotonic())
+
+    def live_pods(self) -> int:
+        return len(self.pods)
+
+
+def wait_for(what: Callable[[], bool], timeout: float, label: str) -> bool:
+    deadline = time.monotonic() + timeout
+    while not what():
+        if time.monotonic() > deadline:
+            print(f"warning: timed out waiting for {label}", file=sys.stderr)
+            return False
+        time.sleep(0.2)
+    return True
+
+
+def last(times: Mapping[str, float], started: float) -> float | None:
+    return round(max(times.values()) - started, 2) if times else None
+
+
+def steady_rate(times: Iterable[float]) -> float | None:
+    """Events per second between the 10th and the 90th percentile of their times: the rate
+    once the stream is going, without the ramp-up and the tail."""
+    ordered = sorted(times)
+    if len(ordered) < 20:
+        return None
+    a, b = ordered[len(ordered) // 10], ordered[len(ordered) * 9 // 10]
+    return round((len(ordered) * 8 // 10) / (b - a), 1) if b > a else None
+
+
+# --------------------------------------------------------------------------- metrics
+@dataclass
+class Cluster:
+    """What this benchmark can read of the cluster beyond the API: component pids, and the
+    metrics of kube-scheduler and kube-apiserver (only for a `muster local-cluster` state
+    directory, whose admin certificate reads them)."""
+
+    pids: dict[str, int] = field(default_factory=dict)
+    scheduler_url: str | None = None
+    apiserver_url: str | None = None
+    ssl_context: ssl.SSLContext | None = None
+
+    @classmethod
+    def of(cls, local: LocalCluster | None) -> Cluster:
+        if local is None or local.state is None:
+            return cls()
+        pki = local.directory / "pki"
+        context = ssl.create_default_context()
+        context.check_hostname = False  # kube-scheduler's self-signed loopback certificate
+        context.verify_mode = ssl.CERT_NONE
+        context.load_cert_chain(pki / "admin.crt", pki / "admin.key")
+        scheduler = next(
+            (
+                c.health_url.replace("/healthz", "/metrics")
+                for c in local.state.components
+                if c.name == "kube-scheduler" and c.health_url
+            ),
+            None,
+        )
+        return cls(
+            {c.name: c.pid for c in local.state.components},
+            scheduler,
+            f"https://127.0.0.1:{local.state.api_port}/metrics",
+            context,
+        )
+
+    def _scrape(self, url: str | None, keep: Callable[[str], bool]) -> dict[str, float]:
+        if url is None:
+            return {}
+        try:
+            with urllib.request.urlopen(url, timeout=30, context=self.ssl_context) as response:
+                text = response.read().decode()
+        except OSError as error:
+            print(f"warning: metrics from {url}: {error}", file=sys.stderr)
+            return {}
+        out: dict[str, float] = {}
+        for line in text.splitlines():
+            if keep(line):
+                key, _, value = line.rpartition(" ")
+                out[key] = float(value)
+        return out
+
+    def scheduler_metrics(self) -> dict[str, float]:
+        return self._scrape(self.scheduler_url, lambda line: line.startswith(PODGROUP_METRICS))
+
+    def apiserver_metrics(self) -> dict[str, float]:
+        """Webhook latency, and the latency of every write request."""
+        return self._scrape(
+            self.apiserver_url,
+            lambda line: (
+                line.startswith(WEBHOOK_METRIC)
+                or (line.startswith(REQUEST_METRIC) and _WRITE_VERB.search(line) is not None)
+            ),
+        )
+
+    def cpu(self) -> dict[str, float]:
+        """CPU seconds so far of every cluster process."""
+        out: dict[str, float] = {}
+        for name, pid in self.pids.items():
+            with contextlib.suppress(OSError):
+                out[name] = proc_cpu(f"/proc/{pid}/stat")
+        return out
+
+
+def proc_cpu(path: str) -> float:
+    fields = Path(path).read_text().rsplit(")", 1)[1].split()
+    # After the command: state is field 3, utime 14 and stime 15 (1-based, whole line).
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+_LABELS = re.compile(r'(\w+)="([^"]*)"')
+
+
+def histogram(
+    before: Mapping[str, float], after: Mapping[str, float], name: str
+) -> list[dict[str, Any]]:
+    """Per label set (without `le`): count, mean and estimated p50/p99 of what a
+    Prometheus histogram recorded between two scrapes."""
+    series: dict[str, dict[str, Any]] = {}
+    for key, value in after.items():
+        if not key.startswith(name):
+            continue
+        metric, _, labels = key.partition("{")
+        labels_map = dict(_LABELS.findall(labels))
+        le = labels_map.pop("le", None)
+        group = ",".join(f"{k}={v}" for k, v in sorted(labels_map.items()))
+        s = series.setdefault(group, {"buckets": {}})
+        delta = value - before.get(key, 0.0)
+        if metric.endswith("_bucket") and le is not None:
+            s["buckets"][float(le)] = delta
+        elif metric.endswith("_sum"):
+            s["sum"] = delta
+        elif metric.endswith("_count"):
+            s["count"] = delta
+    out = []
+    for group, s in sorted(series.items()):
+        count = int(s.get("count", 0))
+        if count <= 0:
+            continue
+        buckets = sorted(s["buckets"].items())
+        out.append(
+            {
+                "labels": group,
+                "count": count,
+                "mean_ms": round(1000 * s.get("sum", 0.0) / count, 2),
+                "p50_ms": _quantile(buckets, 0.5, count),
+                "p99_ms": _quantile(buckets, 0.99, count),
+            }
+        )
+    return out
+
+
+def api_latency(before: Mapping[str, float], after: Mapping[str, float]) -> dict[str, Any]:
+    """Admission webhook calls and write requests (by resource and verb, 20 or more) that the
+    apiserver served between two scrapes: count, mean, p50, p99."""
+    out: dict[str, Any] = {}
+    for row in histogram(before, after, WEBHOOK_METRIC):
+        labels = dict(kv.split("=", 1) for kv in row.pop("labels").split(",") if kv)
+        out[f"webhook {labels.get('name', '?')} {labels.get('operation', '')}"] = row
+    for row in histogram(before, after, REQUEST_METRIC):
+        labels = dict(kv.split("=", 1) for kv in row.pop("labels").split(",") if kv)
+        if row["count"] < 20:
+            continue
+        what = labels.get("resource", "?")
+        if labels.get("subresource"):
+            what += "/" + labels["subresource"]
+        key = f"{labels.get('verb', '?')} {what}"
+        if key in out:  # the same request under another label (scope, version)
+            continue
+        out[key] = row
+    return out
+
+
+def _quantile(buckets: list[tuple[float, float]], q: float, count: int) -> float | None:
+    """histogram_quantile: linear within the bucket the rank falls in."""
+    rank = q * count
+    lower, below = 0.0, 0.0
+    for le, cumulative in buckets:
+        if cumulative >= rank:
+            if le == float("inf"):
+                return round(1000 * lower, 2)
+            inside = cumulative - below
+            share = (rank - below) / inside if inside else 1.0
+            return round(1000 * (lower + (le - lower) * share), 2)
+        lower, below = le, cumulative
+    return None
+
+
+def _group_name(name: str) -> str:
+    """Thread names without their serial numbers ("worker-3" -> "worker")."""
+    name = re.sub(r"Thread-\d+ ", "Thread ", name)
+    return re.sub(r"([-_]\d+)+$", "", name)
+
+
+def thread_cpu() -> dict[str, float]:
+    """CPU seconds so far of this process's live threads, by thread name group."""
+    out: defaultdict[str, float] = defaultdict(float)
+    for t in threading.enumerate():
+        if t.native_id is None:
+            continue
+        with contextlib.suppress(OSError):
+            out[_group_name(t.name)] += proc_cpu(f"/proc/self/task/{t.native_id}/stat")
+    return dict(out)
+
+
+@dataclass
+class CpuMeter:
+    """CPU seconds spent during a scenario: cluster processes, this process by thread, and
+    the kubectl processes this one ran."""
+
+    cluster: Cluster
+    started: float = 0.0
+    components: dict[str, float] = field(default_factory=dict)
+    threads: dict[str, float] = field(default_factory=dict)
+    process: float = 0.0
+    children: float = 0.0
+    api: dict[str, float] = field(default_factory=dict)
+
+    def start(self) -> None:
+        self.api = self.cluster.apiserver_metrics()
+        self.started = time.monotonic()
+        self.components = self.cluster.cpu()
+        self.threads = thread_cpu()
+        self.process = time.process_time()
+        self.children = _children_cpu()
+
+    def stop(self) -> dict[str, Any]:
+        wall = time.monotonic() - self.started
+        components = {
+            k: round(v - self.components.get(k, 0.0), 1) for k, v in self.cluster.cpu().items()
+        }
+        process = time.process_time() - self.process
+        threads = {k: v - self.threads.get(k, 0.0) for k, v in thread_cpu().items()}
+        threads = {k: round(v, 1) for k, v in threads.items() if v >= 0.05}
+        threads["(threads that ended: webhook requests, ...)"] = round(
+            max(0.0, process - sum(threads.values())), 1
+        )
+        api = api_latency(self.api, self.cluster.apiserver_metrics())
+        return {
+            "api_latency": api,
+            "wall_seconds": round(wall, 1),
+            "cluster_processes": components,
+            "kubectl": round(_children_cpu() - self.children, 1),
+            "this_process": round(process, 1),
+            "this_process_threads": dict(sorted(threads.items(), key=lambda kv: -kv[1])),
+        }
+
+
+def _children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return float(usage.ru_utime + usage.ru_stime)
+
+
+# --------------------------------------------------------------------------- Muster timers
+class Timers:
+    """Durations of the controller's loop steps, by wrapping them in this process."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.samples: defaultdict[str, list[float]] = defaultdict(list)
+        self.counts: Counter[str] = Counter()
+
+    def reset(self) -> None:
+        with self._lock:
+            self.samples.clear()
+            self.counts.clear()
+
+    def wrap(self, name: str, fn: F, count: Callable[..., int] | None = None) -> F:
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            started = time.perf_counter()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                elapsed = time.perf_counter() - started
+                with self._lock:
+                    self.samples[name].append(elapsed)
+                    if count is not None:
+                        self.counts[name] += count(*args, **kwargs)
+
+        return cast(F, timed)
+
+    def install(self, manager: Manager) -> None:
+        """Scheduler loop: one pass (collect the groups, build the node view, decide each
+        group, bind, tell); admission loop: one cycle (view, engine, writes)."""
+        # The loops call these through their modules' names: wrap them there.
+        for module, attr, label in (
+            (scheduler_loop, "decide", "scheduler: decide (per group)"),
+            (scheduler_loop, "collect", "scheduler: collect groups"),
+            (scheduler_loop, "build_view", "scheduler: build node view"),
+            (admission_loop, "admission_cycle", "admission: engine cycle"),
+        ):
+            setattr(module, attr, self.wrap(label, getattr(module, attr)))
+        sched = manager.scheduler
+        assert sched is not None
+        # Each loop's pacer holds the bound method it runs: wrap it there.
+        sched.pacer.run_once = self.wrap("scheduler: pass", sched.pacer.run_once)
+        sched.binds.bind = self.wrap(  # type: ignore[method-assign]
+            "scheduler: bind (per pass)",
+            sched.binds.bind,
+            count=lambda binds, *_a, **_k: len(binds),
+        )
+        sched._tell = self.wrap("scheduler: tell", sched._tell)  # type: ignore[method-assign]
+        loop = manager.loop
+        loop.pacer.run_once = self.wrap("admission: cycle", loop.pacer.run_once)
+        loop.views.build = self.wrap("admission: build view", loop.views.build)  # type: ignore[method-assign]
+        loop.writer.carry_out = self.wrap("admission: carry out", loop.writer.carry_out)  # type: ignore[method-assign]
+
+    def summary(self) -> dict[str, dict[str, float]]:
+        out: dict[str, dict[str, float]] = {}
+        with self._lock:
+            for name, values in sorted(self.samples.items()):
+                ordered = sorted(values)
+                row = {
+                    "calls": len(values),
+                    "total_s": round(sum(values), 2),
+                    "median_ms": round(1000 * statistics.median(ordered), 3),
+                    "p99_ms": round(
+                        1000 * ordered[min(len(ordered) - 1, len(ordered) * 99 // 100)], 3
+                    ),
+                    "max_ms": round(1000 * ordered[-1], 1),
+                }
+                if name in self.counts:
+                    row["items"] = self.counts[name]
+                out[name] = row
+        return out
+
+
+# --------------------------------------------------------------------------- profiler
+# Innermost frames that mean the thread is blocked (waiting on a lock, a queue or a socket).
+_WAITING_FILES = (
+    "threading.py",
+    "socket.py",
+    "ssl.py",
+    "selectors.py",
+    "queue.py",
+    "thread.py",
+    "util/wait.py",
+)
+
+
+class Sampler:
+    """A stack sampler over this process's threads: every `interval`, for each thread that
+    is not blocked (its innermost frame is not a wait in threading/socket/ssl/queue), count
+    the repository functions on its stack (inclusive) and the innermost frame (self)."""
+
+    def __init__(self, interval: float = 0.01) -> None:
+        self.interval = interval
+        self.inclusive: defaultdict[str, Counter[str]] = defaultdict(Counter)
+        self.leaf: defaultdict[str, Counter[str]] = defaultdict(Counter)
+        self.samples: Counter[str] = Counter()
+        self.busy: Counter[str] = Counter()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="bench-sampler", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _run(self) -> None:
+        me = threading.get_ident()
+        while not self._stop.wait(self.interval):
+            names = {t.ident: _group_name(t.name) for t in threading.enumerate()}
+            for ident, frame in sys._current_frames().items():
+                if ident == me:
+                    continue
+                group = names.get(ident, "?")
+                if group.startswith(("bench", "MainThread")):
+                    continue
+                self.samples[group] += 1
+                if frame.f_code.co_filename.endswith(_WAITING_FILES):
+                    continue
+                self.busy[group] += 1
+                self.leaf[group][_where(frame)] += 1
+                seen: set[str] = set()
+                f: FrameType | None = frame
+                while f is not None:
+                    filename = f.f_code.co_filename
+                    if "/controllers/" in filename or "/quota/" in filename:
+                        seen.add(_where(f))
+                    f = f.f_back
+                for name in seen:
+                    self.inclusive[group][name] += 1
+
+    def report(self, top: int = 12) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for group, busy in self.busy.most_common():
+            if busy < 10:
+                continue
+            out[group] = {
+                "busy_share": round(busy / self.samples[group], 2),
+                "inclusive": {
+                    k: round(v / busy, 3) for k, v in self.inclusive[group].most_common(top)
+                },
+                "self": {k: round(v / busy, 3) for k, v in self.leaf[group].most_common(top)},
+            }
+        return out
+
+
+def _where(frame: FrameType) -> str:
+    path = frame.f_code.co_filename
+    for root in ("/controllers/", "/quota/", "/site-packages/", "/lib/python3"):
+        if root in path:
+            path = path.split(root, 1)[1]
+            if root in ("/controllers/", "/quota/"):
+                path = root.strip("/") + "/" + path
+            break
+    return f"{path}:{frame.f_code.co_name}"
+
+
+# --------------------------------------------------------------------------- scenarios
+@dataclass
+class Env:
+    args: argparse.Namespace
+    kc: str
+    kubeconfig: str
+    reader: Kube
+    cluster: Cluster
+    manager: Manager | None = None
+    timers: Timers | None = None
+    profile: bool = False
+
+
+def delete_and_wait(env: Env, tracker: Tracker, namespace: str) -> float:
+    """Delete the scenario's objects and namespace; wait until its pods are gone. The Jobs
+    first, so that no pod is made again, then every pod in one request (the namespace
+    controller alone takes minutes for thousands of pods). Returns seconds."""
+    started = time.monotonic()
+    root = logging.getLogger()
+    level = root.level
+    # The controller's writes into the terminating namespace are refused: expected, unlogged.
+    root.setLevel(logging.CRITICAL)
+    api = env.reader.api_client
+    try:
+        client.BatchV1Api(api).delete_collection_namespaced_job(
+            namespace, propagation_policy="Background", _preload_content=False
+        )
+        client.CoreV1Api(api).delete_collection_namespaced_pod(
+            namespace, grace_period_seconds=0, _preload_content=False
+        )
+        client.CoreV1Api(api).delete_namespace(namespace, _preload_content=False)
+        wait_for(lambda: tracker.live_pods() == 0, env.args.timeout, f"pods of {namespace} to go")
+    finally:
+        root.setLevel(level)
+    return round(time.monotonic() - started, 1)
+
+
+def delete_nodes(env: Env, pool: str) -> float:
+    """Delete the pool's nodes (one request) and wait until they are gone. Returns seconds."""
+    started = time.monotonic()
+    selector = f"{POOL_LABEL}={pool}"
+    client.CoreV1Api(env.reader.api_client).delete_collection_node(
+        label_selector=selector, _preload_content=False
+    )
+    wait_for(
+        lambda: not env.reader.list(NODE, label_selector=selector)[0],
+        env.args.timeout,
+        f"nodes of {pool} to go",
+    )
+    return round(time.monotonic() - started, 1)
+
+
+def done(result: dict[str, Any]) -> dict[str, Any]:
+    """Print a finished scenario's figures at once (a later failure keeps them)."""
+    print(json.dumps(result), file=sys.stderr, flush=True)
+    return result
+
+
+def run_native(env: Env, pool: str) -> dict[str, Any]:
+    args = env.args
+    tag = uuid.uuid4().hex[:6]
+    namespace = f"bench-native-{tag}"
+    kubectl(env.kc, env.kubeconfig, "create", "namespace", namespace)
+    tracker = Tracker(env.reader, tag, namespace, workloads=False)
+    tracker.start()
+    docs = native_docs(args.gangs, namespace, tag, pool)
+    pods = args.gangs * GANG_SIZE
+    meter = CpuMeter(env.cluster)
+    before = env.cluster.scheduler_metrics()
+    meter.start()
+    started = time.monotonic()
+    create_all(env.kc, env.kubeconfig, docs)
+    created = time.monotonic() - started
+    wait_for(lambda: len(tracker.bound) >= pods, args.timeout, "native pods bound")
+    wait_for(lambda: len(tracker.running) >= pods, 120, "native pods Running")
+    cpu = meter.stop()
+    after = env.cluster.scheduler_metrics()
+    metrics = {name: histogram(before, after, name) for name in PODGROUP_METRICS}
+    all_bound = last(tracker.bound, started)
+    result = {
+        "scenario": "native",
+        "scheduler": "kube-scheduler 1.37 (GenericWorkload, PodGroup gang minCount 3)",
+        "groups": args.gangs,
+        "pods": pods,
+        "bound": len(tracker.bound),
+        "create_seconds": round(created, 2),
+        "all_pods_created_seconds": last(tracker.created, started),
+        "all_bound_seconds": all_bound,
+        "all_running_seconds": last(tracker.running, started),
+        "pods_bound_per_second": round(len(tracker.bound) / all_bound, 1) if all_bound else None,
+        "steady_pods_bound_per_second": steady_rate(tracker.bound.values()),
+        "scheduler_metrics": metrics
+        if env.cluster.scheduler_url
+        else "not available (kube-scheduler's /metrics is read only on a local cluster)",
+        "cpu": cpu,
+    }
+    result["cleanup_seconds"] = delete_and_wait(env, tracker, namespace)
+    tracker.stop()
+    return result
+
+
+def start_manager(env: Env) -> Manager:
+    setup_logging("warning")
+    # Events to a namespace being deleted (each scenario's cleanup) are refused: expected.
+    logging.getLogger("controllers.runtime.events").setLevel(logging.ERROR)
+    kube_api = api_client(env.kubeconfig)
+    options = Options(
+        webhook_port=free_port(),
+        leader_elect=True,
+        lease_name=f"bench-{uuid.uuid4().hex[:6]}",
+        workers=env.args.workers,
+        bind_workers=env.args.bind_workers,
+    )
+    manager = Manager(kube_api, options)
+    env.timers = Timers()
+    env.timers.install(manager)
+    manager.start()
+    if manager.elector is not None:
+        manager.elector.wait_leader(threading.Event())
+    time.sleep(2.0)  # webhooks registered, caches warm
+    return manager
+
+
+def run_muster(
+    env: Env,
+    name: str,
+    pool: str,
+    jobs: int,
+    pods_per_job: int,
+    quota: Mapping[str, str],
+    gpu: int = 0,
+) -> dict[str, Any]:
+    """Jobs through the whole path: webhook, Workload, admission, Job controller, Muster's
+    scheduler loop, kwok."""
+    args = env.args
+    if env.manager is None:
+        env.manager = start_manager(env)
+    timers = env.timers
+    assert timers is not None
+    tag = uuid.uuid4().hex[:6]
+    namespace = f"bench-{name}-{tag}"
+    kubectl(
+        env.kc,
+        env.kubeconfig,
+        "apply",
+        "-f",
+        "-",
+        input=yaml.safe_dump_all(queue_docs(pool, namespace, quota)),
+    )
+    time.sleep(2.0)  # the queues reach the caches
+    tracker = Tracker(env.reader, tag, namespace, workloads=True)
+    tracker.start()
+    docs = job_docs(jobs, pods_per_job, namespace, tag, gpu)
+    pods = jobs * pods_per_job
+    bound_before = env.manager.scheduler.bound if env.manager.scheduler else 0
+    passes_before = env.manager.scheduler.passes if env.manager.scheduler else 0
+    cycles_before = env.manager.loop.cycles
+    timers.reset()
+    meter = CpuMeter(env.cluster)
+    meter.start()
+    sampler = Sampler() if env.profile else None
+    if sampler is not None:
+        sampler.start()
+    started = time.monotonic()
+    create_all(env.kc, env.kubeconfig, docs)
+    created = time.monotonic() - started
+    wait_for(lambda: len(tracker.admitted) >= jobs, args.timeout, f"{name} Jobs admitted")
+    wait_for(lambda: len(tracker.bound) >= pods, args.timeout, f"{name} pods bound")
+    wait_for(lambda: len(tracker.running) >= pods, 300, f"{name} pods Running")
+    cpu = meter.stop()
+    profile = None
+    if sampler is not None:
+        sampler.stop()
+        profile = sampler.report()
+    sched = env.manager.scheduler
+    loop_times = timers.summary()
+    all_bound = last(tracker.bound, started)
+    all_running = last(tracker.running, started)
+    decide = loop_times.get("scheduler: decide (per group)", {})
+    result = {
+        "scenario": name,
+        "scheduler": "Muster (webhook, admission with placement, scheduler loop, pods/binding)",
+        "groups": jobs,
+        "pods": pods,
+        "admitted": len(tracker.admitted),
+        "bound": len(tracker.bound),
+        "create_seconds": round(created, 2),
+        "all_admitted_seconds": last(tracker.admitted, started),
+        "all_pods_created_seconds": last(tracker.created, started),
+        "all_bound_seconds": all_bound,
+        "all_running_seconds": all_running,
+        "pods_bound_per_second": round(len(tracker.bound) / all_bound, 1) if all_bound else None,
+        "steady_pods_bound_per_second": steady_rate(tracker.bound.values()),
+        "steady_admissions_per_second": steady_rate(tracker.admitted.values()),
+        "jobs_running_per_second": round(jobs / all_running, 1) if all_running else None,
+        "decide_median_ms": decide.get("median_ms"),
+        "decide_p99_ms": decide.get("p99_ms"),
+        "scheduler_passes": (sched.passes if sched else 0) - passes_before,
+        "scheduler_bound": (sched.bound if sched else 0) - bound_before,
+        "admission_cycles": env.manager.loop.cycles - cycles_before,
+        "loop_steps": loop_times,
+        "cpu": cpu,
+    }
+    if profile is not None:
+        result["profile"] = profile
+    result["cleanup_seconds"] = delete_and_wait(env, tracker, namespace)
+    tracker.stop()
+    return result
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    binaries = ensure_binaries(build=False)
+    local: LocalCluster | None = None
+    owned = False
+    if args.kubeconfig:
+        kubeconfig = args.kubeconfig
+        directory = Path(kubeconfig).resolve().parent
+        if (directory / STATE_FILE).exists():
+            local = LocalCluster(directory, binaries)
+    else:
+        local = LocalCluster(Path(tempfile.mkdtemp(prefix="muster-sched-bench-")), binaries)
+        quiet_nodes(local, args.node_heartbeat, args.node_lease)
+        local.up()
+        owned = True
+        kubeconfig = str(local.kubeconfig)
+    kc = binaries["kubectl"]
+    scenarios = ["native", "muster", "kai"] if args.scenario == "all" else [args.scenario]
+    env = Env(args, kc, kubeconfig, Kube(api_client(kubeconfig, pool_size=8)), Cluster.of(local))
+    env.profile = args.profile
+    results: list[dict[str, Any]] = []
+    setup: dict[str, float] = {}
+    try:
+        kubectl(kc, kubeconfig, "apply", "--server-side", "-f", str(REPO / "crds"))
+        kubectl(kc, kubeconfig, "wait", "--for", "condition=Established", "crd", "--all")
+        tag = uuid.uuid4().hex[:6]
+        if "native" in scenarios or "muster" in scenarios:
+            pool = f"cpu-{tag}"
+            t = time.monotonic()
+            make_nodes(kc, kubeconfig, args.nodes, pool, env.reader, cpu="32", memory="256Gi")
+            setup[f"{args.nodes} nodes created and Ready (s)"] = round(time.monotonic() - t, 1)
+            if "native" in scenarios:
+                results.append(done(run_native(env, pool)))
+            if "muster" in scenarios:
+                quota = {"cpu": str(args.nodes * 32), "memory": f"{args.nodes * 256}Gi"}
+                results.append(done(run_muster(env, "muster", pool, args.gangs, GANG_SIZE, quota)))
+            if "kai" in scenarios:
+                setup[f"{args.nodes} CPU nodes deleted (s)"] = delete_nodes(env, pool)
+        if "kai" in scenarios:
+            pool = f"gpu-{tag}"
+            t = time.monotonic()
+            make_nodes(
+                kc, kubeconfig, args.gpu_nodes, pool, env.reader, cpu="64", memory="512Gi", gpu=8
+            )
+            setup[f"{args.gpu_nodes} GPU nodes created and Ready (s)"] = round(
+                time.monotonic() - t, 1
+            )
+            quota = {
+                "nvidia.com/gpu": str(args.gpu_jobs),
+                "cpu": str(args.gpu_nodes * 64),
+                "memory": f"{args.gpu_nodes * 512}Gi",
+            }
+            results.append(done(run_muster(env, "kai", pool, args.gpu_jobs, 1, quota, gpu=1)))
+        if env.manager is not None:
+            env.manager.stop_event.set()
+            env.manager.shutdown()
+        return {"setup": setup, "load_average_after": os.getloadavg(), "scenarios": results}
+    finally:
+        if owned and local is not None:
+            if args.keep:
+                print(f"cluster kept running: --kubeconfig {local.kubeconfig}", file=sys.stderr)
+            else:
+                local.down()
+
+
+# --------------------------------------------------------------------------- output
+def table(report: Mapping[str, Any]) -> str:
+    header = (
+        "scenario",
+        "scheduler",
+        "groups x pods",
+        "create s",
+        "admitted s",
+        "bound s",
+        "running s",
+        "pods bound/s",
+        "steady bound/s",
+        "per group (ms)",
+    )
+    rows = [header]
+    for r in report["scenarios"]:
+        if r["scenario"] == "native":
+            attempts = r["scheduler_metrics"]
+            per_group = "n/a"
+            if isinstance(attempts, dict):
+                scheduled = [
+                    h
+                    for h in attempts.get(PODGROUP_METRICS[0], [])
+                    if "result=scheduled" in h["labels"] or not h["labels"]
+                ]
+                if scheduled:
+                    h = scheduled[0]
+                    per_group = f"attempt mean {h['mean_ms']} (n={h['count']})"
+            who = "kube-scheduler"
+        else:
+            per_group = f"decide median {r['decide_median_ms']}, p99 {r['decide_p99_ms']}"
+            who = "Muster"
+        rows.append(
+            (
+                r["scenario"],
+                who,
+                f"{r['groups']} x {r['pods'] // max(1, r['groups'])}",
+                str(r["create_seconds"]),
+                str(r.get("all_admitted_seconds", "-")),
+                str(r["all_bound_seconds"]),
+                str(r["all_running_seconds"]),
+                str(r["pods_bound_per_second"]),
+                str(r["steady_pods_bound_per_second"]),
+                per_group,
+            )
+        )
+    widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
+    return "\n".join(
+        "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)) for row in rows
+    )
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
+    parser.add_argument("--nodes", type=int, default=5000, help="CPU nodes (native, muster)")
+    parser.add_argument("--gangs", type=int, default=1000, help="gangs of 3 pods")
+    parser.add_argument("--gpu-nodes", type=int, default=500, help="8-GPU nodes (kai)")
+    parser.add_argument("--gpu-jobs", type=int, default=4000, help="one-GPU Jobs (kai)")
+    parser.add_argument("--scenario", choices=("native", "muster", "kai", "all"), default="all")
+    parser.add_argument("--kubeconfig", default=None, help="use this cluster, not a fresh one")
+    parser.add_argument("--workers", type=int, default=4, help="controller Job workers")
+    parser.add_argument("--bind-workers", type=int, default=16, help="controller bind workers")
+    parser.add_argument("--timeout", type=float, default=1800.0, help="per wait, seconds")
+    parser.add_argument("--profile", action="store_true", help="sample the controller's stacks")
+    parser.add_argument(
+        "--node-heartbeat",
+        type=float,
+        default=300.0,
+        help="fresh cluster only: seconds between kwok's node status posts (a kubelet's "
+        "nodeStatusReportFrequency is 300; 0 keeps the local cluster's 15-20)",
+    )
+    parser.add_argument(
+        "--node-lease",
+        type=int,
+        default=600,
+        help="fresh cluster only: node Lease duration in seconds, renewed every quarter "
+        "(a kubelet's is 40; 0 keeps it)",
+    )
+    parser.add_argument("--keep", action="store_true", help="leave the fresh cluster running")
+    parser.add_argument("--json", action="store_true", help="also print every figure as JSON")
+    args = parser.parse_args(argv)
+    report = run(args)
+    print(table(report))
+    for name, value in report["setup"].items():
+        print(f"{name}: {value}")
+    print("load average after: " + ", ".join(f"{x:.1f}" for x in report["load_average_after"]))
+    if args.json:
+        print(json.dumps(report, indent=2))
+
+
+if __name__ == "__main__":
+    main()
