@@ -63,6 +63,7 @@ if __package__ in (None, ""):
 
 import yaml
 from kubernetes import client
+from kubernetes.client.exceptions import ApiException
 
 import controllers.admission.loop as admission_loop
 import controllers.localcluster.cluster as cluster_module
@@ -70,7 +71,7 @@ import controllers.scheduler.loop as scheduler_loop
 from controllers.localcluster.binaries import ensure_binaries
 from controllers.localcluster.cluster import STATE_FILE, LocalCluster, free_port
 from controllers.localcluster.kubectl import kubectl
-from controllers.localcluster.nodes import create_nodes
+from controllers.localcluster.nodes import node_manifest
 from controllers.manager.manager import Manager
 from controllers.manager.options import Options
 from controllers.runtime.client import api_client
@@ -205,12 +206,18 @@ def create_all(kc: str, kubeconfig: str, docs: list[Obj], processes: int = 4) ->
         if i < len(docs) and i > cuts[-1]:
             cuts.append(i)
     cuts.append(len(docs))
+    errors: list[BaseException] = []
+
+    def create(part: list[Obj]) -> None:
+        try:
+            kubectl(
+                kc, kubeconfig, "create", "-f", "-", input=yaml.safe_dump_all(part), timeout=3600
+            )
+        except Exception as error:  # raised again below, in the caller's thread
+            errors.append(error)
+
     threads = [
-        threading.Thread(
-            target=kubectl,
-            args=(kc, kubeconfig, "create", "-f", "-"),
-            kwargs={"input": yaml.safe_dump_all(docs[a:b]), "timeout": 3600},
-        )
+        threading.Thread(target=create, args=(docs[a:b],))
         for a, b in itertools.pairwise(cuts)
         if b > a
     ]
@@ -218,6 +225,8 @@ def create_all(kc: str, kubeconfig: str, docs: list[Obj], processes: int = 4) ->
         t.start()
     for t in threads:
         t.join()
+    if errors:
+        raise errors[0]
 
 
 def stages_with_heartbeat(directory: Path, seconds: float) -> Path:
@@ -267,32 +276,25 @@ def quiet_nodes(local: LocalCluster, heartbeat: float, lease: int) -> None:
     local._start = patched  # type: ignore[method-assign]
 
 
-def make_nodes(kc: str, kubeconfig: str, count: int, pool: str, reader: Kube, **shape: Any) -> None:
+def make_nodes(
+    kc: str,
+    kubeconfig: str,
+    count: int,
+    pool: str,
+    reader: Kube,
+    *,
+    cpu: str,
+    memory: str,
+    gpu: int = 0,
+) -> None:
     """`count` kwok nodes labelled with the pool, created by 4 kubectl processes; waits
     until every one is Ready."""
-    per = -(-count // 4)
-    threads = []
-    for k in range(4):
-        n = min(per, count - k * per)
-        if n <= 0:
-            continue
-        threads.append(
-            threading.Thread(
-                target=create_nodes,
-                args=(kc, kubeconfig, n),
-                kwargs={
-                    "prefix": f"{pool}-{k}",
-                    "labels": {POOL_LABEL: pool},
-                    "wait_ready": 0,
-                    **shape,
-                },
-            )
-        )
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    deadline = time.monotonic() + 600
+    docs = [
+        node_manifest(f"{pool}-{i}", cpu, memory, gpu, 110, {POOL_LABEL: pool})
+        for i in range(count)
+    ]
+    create_all(kc, kubeconfig, cast(list[Obj], docs))
+    deadline = time.monotonic() + 900
     while time.monotonic() < deadline:
         items, _ = reader.list(NODE, label_selector=f"{POOL_LABEL}={pool}")
         ready = sum(
@@ -306,7 +308,7 @@ def make_nodes(kc: str, kubeconfig: str, count: int, pool: str, reader: Kube, **
         if ready >= count:
             return
         time.sleep(2.0)
-    raise TimeoutError(f"{count} nodes of pool {pool} not Ready within 600 s")
+    raise TimeoutError(f"{count} nodes of pool {pool} not Ready within 900 s")
 
 
 # --------------------------------------------------------------------------- tracking
@@ -786,14 +788,23 @@ def delete_and_wait(env: Env, tracker: Tracker, namespace: str) -> float:
     # The controller's writes into the terminating namespace are refused: expected, unlogged.
     root.setLevel(logging.CRITICAL)
     api = env.reader.api_client
-    try:
-        client.BatchV1Api(api).delete_collection_namespaced_job(
+    steps: list[Callable[[], Any]] = [
+        lambda: client.BatchV1Api(api).delete_collection_namespaced_job(
             namespace, propagation_policy="Background", _preload_content=False
-        )
-        client.CoreV1Api(api).delete_collection_namespaced_pod(
+        ),
+        lambda: client.CoreV1Api(api).delete_collection_namespaced_pod(
             namespace, grace_period_seconds=0, _preload_content=False
-        )
-        client.CoreV1Api(api).delete_namespace(namespace, _preload_content=False)
+        ),
+        lambda: client.CoreV1Api(api).delete_namespace(namespace, _preload_content=False),
+    ]
+    try:
+        for step in steps:
+            try:
+                step()
+            except ApiException as error:
+                # A collection of thousands may outlast the request's timeout (504) while
+                # the apiserver goes on deleting; the wait below is what counts.
+                print(f"warning: cleanup of {namespace}: HTTP {error.status}", file=sys.stderr)
         wait_for(lambda: tracker.live_pods() == 0, env.args.timeout, f"pods of {namespace} to go")
     finally:
         root.setLevel(level)
@@ -804,9 +815,12 @@ def delete_nodes(env: Env, pool: str) -> float:
     """Delete the pool's nodes (one request) and wait until they are gone. Returns seconds."""
     started = time.monotonic()
     selector = f"{POOL_LABEL}={pool}"
-    client.CoreV1Api(env.reader.api_client).delete_collection_node(
-        label_selector=selector, _preload_content=False
-    )
+    try:
+        client.CoreV1Api(env.reader.api_client).delete_collection_node(
+            label_selector=selector, _preload_content=False
+        )
+    except ApiException as error:  # 504 on a large collection: the deletion goes on
+        print(f"warning: deleting nodes of {pool}: HTTP {error.status}", file=sys.stderr)
     wait_for(
         lambda: not env.reader.list(NODE, label_selector=selector)[0],
         env.args.timeout,
@@ -815,8 +829,17 @@ def delete_nodes(env: Env, pool: str) -> float:
     return round(time.monotonic() - started, 1)
 
 
+def guarded(name: str, scenario: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+    """Run a scenario; a failure is reported in its place and the next one still runs."""
+    try:
+        return scenario()
+    except Exception as error:
+        print(f"scenario {name} failed: {error!r}", file=sys.stderr)
+        return {"scenario": name, "error": repr(error)[:500]}
+
+
 def done(result: dict[str, Any]) -> dict[str, Any]:
-    """Print a finished scenario's figures at once (a later failure keeps them)."""
+    """Print a finished scenario's figures at once, to stderr (a later failure keeps them)."""
     print(json.dumps(result), file=sys.stderr, flush=True)
     return result
 
@@ -859,6 +882,7 @@ def run_native(env: Env, pool: str) -> dict[str, Any]:
         else "not available (kube-scheduler's /metrics is read only on a local cluster)",
         "cpu": cpu,
     }
+    done(result)
     result["cleanup_seconds"] = delete_and_wait(env, tracker, namespace)
     tracker.stop()
     return result
@@ -968,6 +992,7 @@ def run_muster(
     }
     if profile is not None:
         result["profile"] = profile
+    done(result)
     result["cleanup_seconds"] = delete_and_wait(env, tracker, namespace)
     tracker.stop()
     return result
@@ -1004,10 +1029,15 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             make_nodes(kc, kubeconfig, args.nodes, pool, env.reader, cpu="32", memory="256Gi")
             setup[f"{args.nodes} nodes created and Ready (s)"] = round(time.monotonic() - t, 1)
             if "native" in scenarios:
-                results.append(done(run_native(env, pool)))
+                results.append(guarded("native", lambda: run_native(env, pool)))
             if "muster" in scenarios:
                 quota = {"cpu": str(args.nodes * 32), "memory": f"{args.nodes * 256}Gi"}
-                results.append(done(run_muster(env, "muster", pool, args.gangs, GANG_SIZE, quota)))
+                results.append(
+                    guarded(
+                        "muster",
+                        lambda: run_muster(env, "muster", pool, args.gangs, GANG_SIZE, quota),
+                    )
+                )
             if "kai" in scenarios:
                 setup[f"{args.nodes} CPU nodes deleted (s)"] = delete_nodes(env, pool)
         if "kai" in scenarios:
@@ -1024,7 +1054,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 "cpu": str(args.gpu_nodes * 64),
                 "memory": f"{args.gpu_nodes * 512}Gi",
             }
-            results.append(done(run_muster(env, "kai", pool, args.gpu_jobs, 1, quota, gpu=1)))
+            results.append(
+                guarded("kai", lambda: run_muster(env, "kai", pool, args.gpu_jobs, 1, quota, gpu=1))
+            )
         if env.manager is not None:
             env.manager.stop_event.set()
             env.manager.shutdown()
@@ -1053,6 +1085,9 @@ def table(report: Mapping[str, Any]) -> str:
     )
     rows = [header]
     for r in report["scenarios"]:
+        if "error" in r:
+            rows.append((r["scenario"], "failed", r["error"][:60], *[""] * (len(header) - 3)))
+            continue
         if r["scenario"] == "native":
             attempts = r["scheduler_metrics"]
             per_group = "n/a"
