@@ -526,6 +526,18 @@ def api_latency(before: Mapping[str, float], after: Mapping[str, float]) -> dict
     return out
 
 
+def writes_per_group(cpu: Mapping[str, Any], groups: int) -> float | None:
+    """Write requests the apiserver served per group during the scenario, by anyone (node
+    Leases and node status left out: they are the nodes', not the workload's)."""
+    api = cpu.get("api_latency") or {}
+    writes = sum(
+        row["count"]
+        for key, row in api.items()
+        if not key.startswith("webhook") and "leases" not in key and "nodes" not in key
+    )
+    return round(writes / groups, 1) if api and groups else None
+
+
 def _quantile(buckets: list[tuple[float, float]], q: float, count: int) -> float | None:
     """histogram_quantile: linear within the bucket the rank falls in."""
     rank = q * count
@@ -812,20 +824,23 @@ def delete_and_wait(env: Env, tracker: Tracker, namespace: str) -> float:
 
 
 def delete_nodes(env: Env, pool: str) -> float:
-    """Delete the pool's nodes (one request) and wait until they are gone. Returns seconds."""
+    """Delete the pool's nodes and wait until they are gone. Returns seconds.
+
+    One deletecollection request per round: the apiserver stops deleting when the request
+    times out (504 after 60 s, about 4,000 nodes here), so rounds go on until none is left."""
     started = time.monotonic()
     selector = f"{POOL_LABEL}={pool}"
-    try:
-        client.CoreV1Api(env.reader.api_client).delete_collection_node(
-            label_selector=selector, _preload_content=False
-        )
-    except ApiException as error:  # 504 on a large collection: the deletion goes on
-        print(f"warning: deleting nodes of {pool}: HTTP {error.status}", file=sys.stderr)
-    wait_for(
-        lambda: not env.reader.list(NODE, label_selector=selector)[0],
-        env.args.timeout,
-        f"nodes of {pool} to go",
-    )
+    core = client.CoreV1Api(env.reader.api_client)
+    deadline = started + env.args.timeout
+    while env.reader.list(NODE, label_selector=selector)[0]:
+        if time.monotonic() > deadline:
+            print(f"warning: nodes of {pool} still there", file=sys.stderr)
+            break
+        try:
+            core.delete_collection_node(label_selector=selector, _preload_content=False)
+        except ApiException as error:
+            print(f"warning: deleting nodes of {pool}: HTTP {error.status}", file=sys.stderr)
+        time.sleep(2.0)
     return round(time.monotonic() - started, 1)
 
 
@@ -877,6 +892,7 @@ def run_native(env: Env, pool: str) -> dict[str, Any]:
         "all_running_seconds": last(tracker.running, started),
         "pods_bound_per_second": round(len(tracker.bound) / all_bound, 1) if all_bound else None,
         "steady_pods_bound_per_second": steady_rate(tracker.bound.values()),
+        "api_writes_per_group": writes_per_group(cpu, args.gangs),
         "scheduler_metrics": metrics
         if env.cluster.scheduler_url
         else "not available (kube-scheduler's /metrics is read only on a local cluster)",
@@ -981,6 +997,7 @@ def run_muster(
         "pods_bound_per_second": round(len(tracker.bound) / all_bound, 1) if all_bound else None,
         "steady_pods_bound_per_second": steady_rate(tracker.bound.values()),
         "steady_admissions_per_second": steady_rate(tracker.admitted.values()),
+        "api_writes_per_group": writes_per_group(cpu, jobs),
         "jobs_running_per_second": round(jobs / all_running, 1) if all_running else None,
         "decide_median_ms": decide.get("median_ms"),
         "decide_p99_ms": decide.get("p99_ms"),
@@ -1124,6 +1141,42 @@ def table(report: Mapping[str, Any]) -> str:
     )
 
 
+def cpu_table(report: Mapping[str, Any]) -> str:
+    """Where the machine's CPU went during each scenario (CPU seconds)."""
+    names = ("kube-apiserver", "etcd", "kube-controller-manager", "kube-scheduler", "kwok")
+    header = (
+        "scenario",
+        "wall s",
+        *names,
+        "kubectl",
+        "this process",
+        "cores busy",
+        "API writes/group",
+    )
+    rows = [header]
+    for r in report["scenarios"]:
+        cpu = r.get("cpu")
+        if not cpu:
+            continue
+        procs = cpu["cluster_processes"]
+        total = sum(procs.values()) + cpu["kubectl"] + cpu["this_process"]
+        rows.append(
+            (
+                r["scenario"],
+                str(cpu["wall_seconds"]),
+                *(str(procs.get(n, "-")) for n in names),
+                str(cpu["kubectl"]),
+                str(cpu["this_process"]),
+                f"{total / cpu['wall_seconds']:.2f}" if cpu["wall_seconds"] else "-",
+                str(r.get("api_writes_per_group")),
+            )
+        )
+    widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
+    return "\n".join(
+        "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)) for row in rows
+    )
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--nodes", type=int, default=5000, help="CPU nodes (native, muster)")
@@ -1155,6 +1208,10 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     report = run(args)
     print(table(report))
+    print()
+    print("CPU seconds during each scenario (this process: the controller, and the watches")
+    print("that time the pods):")
+    print(cpu_table(report))
     for name, value in report["setup"].items():
         print(f"{name}: {value}")
     print("load average after: " + ", ".join(f"{x:.1f}" for x in report["load_average_after"]))
