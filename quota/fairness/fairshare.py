@@ -271,17 +271,20 @@ def _split_group(
                 # Guarantees add up to more than there is (overcommitted quota, or nodes
                 # missing): the in-quota claims are scaled down in proportion.
                 grants = _largest_remainder(total, grants, names)
-        elif sum(caps) <= total:
-            grants = caps
         else:
-            left = total - claimed
-            for bucket in buckets:
-                wanting = [i for i in bucket if caps[i] > grants[i] and w[i] > 0]
-                if not wanting:
-                    continue
-                left -= _water_fill(left, wanting, caps, grants, w, names)
-                if left <= 0:
-                    break
+            # Weight 0 means never more than quota, even when everything would fit.
+            wants = [c if w[i] > 0 else grants[i] for i, c in enumerate(caps)]
+            if sum(wants) <= total:
+                grants = wants
+            else:
+                left = total - claimed
+                for bucket in buckets:
+                    wanting = [i for i in bucket if caps[i] > grants[i] and w[i] > 0]
+                    if not wanting:
+                        continue
+                    left -= _water_fill(left, wanting, caps, grants, w, names)
+                    if left <= 0:
+                        break
         for out, grant in zip(outs, grants, strict=True):
             if grant:
                 out[key] = grant

@@ -82,9 +82,11 @@ def queues_of(*specs: QueueSpec) -> dict[str, QueueSpec]:
 
 
 @st.composite
-def tree_shapes(draw: st.DrawFn, max_queues: int = 10, max_depth: int = 3) -> dict[str, str | None]:
+def tree_shapes(
+    draw: st.DrawFn, max_queues: int = 10, max_depth: int = 3, min_queues: int = 1
+) -> dict[str, str | None]:
     """Queue name -> parent name (None for roots), at most `max_depth` levels."""
-    n = draw(st.integers(min_value=1, max_value=max_queues))
+    n = draw(st.integers(min_value=min_queues, max_value=max_queues))
     parents: dict[str, str | None] = {}
     depth: dict[str, int] = {}
     for i in range(n):
@@ -104,13 +106,15 @@ def queue_trees(
     max_queues: int = 10,
     well_formed: bool = False,
     policies: bool = False,
+    min_queues: int = 1,
 ) -> dict[str, QueueSpec]:
-    """A random tree of queues with quotas, limits, weights and priorities.
+    """A random tree of queues with quotas, limits, weights and priorities; weight 0 and
+    zero quotas are drawn too, and with `min_queues=0` an empty tree.
 
     `well_formed` makes every parent guarantee at least the sum of its children's quotas.
     `policies` draws preemption and reclaim policies too (otherwise Never).
     """
-    parents = draw(tree_shapes(max_queues=max_queues))
+    parents = draw(tree_shapes(max_queues=max_queues, min_queues=min_queues))
     children: dict[str, list[str]] = {name: [] for name in parents}
     for name, parent in parents.items():
         if parent is not None:
@@ -138,7 +142,7 @@ def queue_trees(
             name=name,
             parent=parent,
             priority=draw(st.integers(min_value=0, max_value=2)),
-            over_quota_weight=draw(st.sampled_from((0.5, 1.0, 1.0, 2.0, 3.0))),
+            over_quota_weight=draw(st.sampled_from((0.0, 0.5, 1.0, 1.0, 2.0, 3.0))),
             flavors=tuple(flavor_quotas),
             queueing_strategy=draw(st.sampled_from(("BestEffortFIFO", "StrictFIFO"))),
             within_queue=(
@@ -164,7 +168,7 @@ def pending_workloads(
     """Pending one-pod-set workloads spread over the leaves of `queues`."""
     tree = queue_tree(queues)
     leaves = sorted(name for name in queues if tree.is_leaf(name))
-    n = draw(st.integers(min_value=0, max_value=max_workloads))
+    n = draw(st.integers(min_value=0, max_value=max_workloads if leaves else 0))
     out = []
     for i in range(n):
         count = draw(st.integers(min_value=1, max_value=3))
@@ -191,11 +195,17 @@ def snapshots(
     well_formed: bool = False,
     policies: bool = False,
     max_workloads: int = 12,
+    min_queues: int = 1,
 ) -> Snapshot:
-    """A snapshot with a random tree, optional node capacity, and pending workloads."""
+    """A snapshot with a random tree (empty with `min_queues=0`), optional node capacity,
+    and pending workloads."""
     queues = draw(
         queue_trees(
-            flavors=flavors, resources=resources, well_formed=well_formed, policies=policies
+            flavors=flavors,
+            resources=resources,
+            well_formed=well_formed,
+            policies=policies,
+            min_queues=min_queues,
         )
     )
     if with_capacity is None:

@@ -120,6 +120,14 @@ EXAMPLES = [
         {"a": 2, "b": 6},
         id="10-time-based",
     ),
+    pytest.param(
+        [queue("a", quota=3, over_quota_weight=0)],
+        {"a": 5},
+        7,
+        {},
+        {"a": 3},
+        id="11-weight-zero",
+    ),
 ]
 
 
@@ -185,3 +193,12 @@ def test_pending_in_held_queue_adds_no_demand() -> None:
     fair = fair_share(snapshot)
     assert fair["a"].get(H100, 0) == 0
     assert fair["b"][H100] == 8
+
+
+@pytest.mark.parametrize("capacity", [4, 5, 6, 7, 100])
+def test_weight_zero_never_exceeds_quota_whatever_the_capacity(capacity: int) -> None:
+    # Everything fits from capacity 5 on; a weight-0 queue still stops at its quota.
+    specs = [queue("a", quota=3, over_quota_weight=0), queue("b", quota=1)]
+    got = shares(specs, {"a": 5, "b": 2}, capacity)
+    assert got["a"] == 3
+    assert got["b"] == min(2, capacity - 3)

@@ -36,9 +36,17 @@ def cap(spec: QueueSpec, demand: int, key: tuple[str, str]) -> int:
     return demand if limit is None else min(demand, limit)
 
 
+def most(spec: QueueSpec, demand: int, key: tuple[str, str]) -> int:
+    """The most a queue may be given: its capped demand, and with weight 0 no more than its
+    quota (it takes no surplus)."""
+    wanted = cap(spec, demand, key)
+    return wanted if spec.over_quota_weight > 0 else min(wanted, spec.quota_for(*key))
+
+
 @fast
-@given(snapshots(flavors=FLAVORS, resources=RESOURCES, max_workloads=15))
+@given(snapshots(flavors=FLAVORS, resources=RESOURCES, max_workloads=15, min_queues=0))
 def test_shares_never_exceed_what_is_divided_nor_limit_nor_demand(snapshot: Snapshot) -> None:
+    # Trees may be empty, quotas zero, weights zero.
     fair = fair_share(snapshot)
     for members, available in groups(snapshot, fair):
         for key in KEYS:
@@ -51,13 +59,23 @@ def test_shares_never_exceed_what_is_divided_nor_limit_nor_demand(snapshot: Snap
 
 
 @fast
-@given(snapshots(flavors=FLAVORS, resources=RESOURCES, max_workloads=15))
+@given(snapshots(flavors=FLAVORS, resources=RESOURCES, max_workloads=15, min_queues=0))
+def test_a_queue_with_weight_zero_never_gets_more_than_its_quota(snapshot: Snapshot) -> None:
+    fair = fair_share(snapshot)
+    for name, spec in snapshot.queues.items():
+        if spec.over_quota_weight == 0:
+            for key in KEYS:
+                assert fair[name].get(key, 0) <= spec.quota_for(*key)
+
+
+@fast
+@given(snapshots(flavors=FLAVORS, resources=RESOURCES, max_workloads=15, min_queues=0))
 def test_all_capacity_is_used_when_demand_exceeds_it(snapshot: Snapshot) -> None:
-    # The generator only draws positive weights, so surplus always has a taker.
+    # Surplus goes only to queues with a positive weight; what nobody may take stays unused.
     fair = fair_share(snapshot)
     for members, available in groups(snapshot, fair):
         for key in KEYS:
-            wanted = sum(cap(snapshot.queues[m], fair.demand[m].get(key, 0), key) for m in members)
+            wanted = sum(most(snapshot.queues[m], fair.demand[m].get(key, 0), key) for m in members)
             given_out = sum(fair[m].get(key, 0) for m in members)
             assert given_out == min(max(0, available.get(key, 0)), wanted)
 
@@ -89,7 +107,7 @@ def test_surplus_follows_weights_within_one_unit_among_equal_priority(snapshot: 
         hungry = [
             (s, fair[s.name].get(key, 0) - q)
             for s, q, c in zip(specs, quotas, caps, strict=True)
-            if fair[s.name].get(key, 0) < c
+            if fair[s.name].get(key, 0) < c and s.over_quota_weight > 0
         ]
         for a, surplus_a in hungry:
             for b, surplus_b in hungry:
@@ -115,7 +133,7 @@ def test_lower_priority_gets_surplus_only_after_higher_priority_is_satisfied(
                 continue
             for high in specs:
                 if high.priority > low.priority:
-                    high_cap = cap(high, fair.demand[high.name].get(key, 0), key)
+                    high_cap = most(high, fair.demand[high.name].get(key, 0), key)
                     assert fair[high.name].get(key, 0) == high_cap
 
 
