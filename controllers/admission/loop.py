@@ -31,6 +31,7 @@ from controllers.admission import queuestatus
 from controllers.admission.queuestatus import QueueStatus, QueueStatusPublisher
 from controllers.admission.view import View, ViewBuilder
 from controllers.admission.writes import DecisionWriter
+from controllers.metrics import definitions as metrics
 from controllers.runtime.coalesce import CoalescingWriter
 from controllers.runtime.gcpause import paused_collection
 from controllers.runtime.pacer import Pacer
@@ -124,6 +125,7 @@ class AdmissionLoop:
             self.publish(view, fair, result)
         self.last_fair_share = fair
         self.cycles += 1
+        metrics.admission_cycle(result, time.monotonic() - started)
         if result.admit or result.preempt or result.drain:
             log.info(
                 "admission cycle",

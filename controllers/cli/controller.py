@@ -202,6 +202,16 @@ def history_options(
     help="Pod bindings per second at most, to spare the apiserver (0: no limit beyond "
     "--bind-workers).",
 )
+@click.option(
+    "--metrics-port",
+    type=click.IntRange(min=0, max=65535),
+    default=8080,
+    show_default=True,
+    help="Port of /metrics (Prometheus), /healthz and /readyz (0: any free port).",
+)
+@click.option(
+    "--metrics-bind", default="0.0.0.0", show_default=True, help="Address /metrics listens on."
+)
 @click.option("--log-level", default="info", show_default=True)
 def controller(
     kubeconfig: str | None,
@@ -231,6 +241,8 @@ def controller(
     scheduler_name: str,
     bind_workers: int,
     bind_qps: float,
+    metrics_port: int,
+    metrics_bind: str,
     log_level: str,
 ) -> None:
     """Run the Muster controller: admit queue-labelled Jobs under quota."""
@@ -266,6 +278,8 @@ def controller(
         scheduler_name=scheduler_name,
         bind_workers=bind_workers,
         bind_qps=bind_qps,
+        metrics_port=metrics_port,
+        metrics_bind=metrics_bind,
     )
     try:
         manager = Manager(api_client(kubeconfig), options)

@@ -12,6 +12,7 @@ the controller up; the leader feeds it (`controllers/history/feed.py`).
 from __future__ import annotations
 
 import logging
+import os
 import signal
 import socket
 import threading
@@ -28,6 +29,10 @@ from controllers.history.jobs import QueueReading
 from controllers.history.store import HistoryStore, queue_readings
 from controllers.jobs.batchjob import JobReconciler, job_key_of_workload
 from controllers.manager.options import Options
+from controllers.metrics.collector import Sources, StateCollector
+from controllers.metrics.definitions import REGISTRY
+from controllers.metrics.server import MetricsServer
+from controllers.metrics.workloads import WorkloadCounters
 from controllers.runtime.events import EventRecorder
 from controllers.runtime.leader import LeaderElector
 from controllers.runtime.resources import NAMESPACE, Kube, Obj, object_key
@@ -120,6 +125,40 @@ class Manager:
             )
         self._threads: list[threading.Thread] = []
         self._was_leader = False
+        self.metrics: MetricsServer | None = None
+        self._collector = StateCollector(
+            Sources(self.caches, self.is_leader, history=self._history_figures)
+        )
+
+    # ------------------------------------------------------------------ health
+    def _history_figures(self) -> tuple[int, int, bool] | None:
+        recorder = self.history.recorder if self.history is not None else None
+        if recorder is None:
+            return None
+        return recorder.backlog, recorder.spooled, recorder.database_up
+
+    def _readiness(self) -> dict[str, Callable[[], str | None]]:
+        """What /readyz checks: each None when fine, else why not."""
+
+        def caches() -> str | None:
+            waiting = [i.name for i in self.caches.all() if not i.synced]
+            return f"informers not synced: {', '.join(waiting)}" if waiting else None
+
+        def certificate() -> str | None:
+            certs = self.webhooks.certs
+            if not self.options.webhooks or (certs is not None and certs.current is not None):
+                return None
+            return "webhook serving certificate not loaded yet"
+
+        def history() -> str | None:
+            recorder = self.history.recorder if self.history is not None else None
+            if self.history is None or (recorder is not None and recorder.database_up):
+                return None
+            if recorder is not None and os.access(recorder.spool_dir, os.W_OK):
+                return None  # the database is down, and records wait in the spool
+            return "history database unreachable and its spool directory not writable"
+
+        return {"caches": caches, "certificate": certificate, "history": history}
 
     # ------------------------------------------------------------------ leadership
     def is_leader(self) -> bool:
@@ -199,6 +238,8 @@ class Manager:
         self.caches.workloads.add_handler(on_workload)
         if self.ctx.recorder is not None:
             self.caches.workloads.add_handler(self.feed.on_workload)
+        counters = WorkloadCounters(self.caches.local_queues, self.is_leader)
+        self.caches.workloads.add_handler(counters.on_workload)
         self.caches.pods.add_handler(on_pod)
         self.caches.node_pods.add_handler(on_node_pod)
         for informer in (
@@ -237,6 +278,12 @@ class Manager:
             "starting",
             extra={"identity": self.identity, "leader_elect": self.options.leader_elect},
         )
+        if self.options.metrics_port is not None:
+            self.metrics = MetricsServer(
+                self.options.metrics_bind, self.options.metrics_port, self._readiness()
+            )
+            REGISTRY.register(self._collector)
+            self.metrics.start()
         if self.history is not None:
             self.history.start(sampler=self._history_readings)
         self._ensure_namespace()
@@ -296,6 +343,9 @@ class Manager:
             self.history.close()
         self.caches.stop()
         self.events.stop()
+        if self.metrics is not None:
+            self.metrics.stop()
+            REGISTRY.unregister(self._collector)
         log.info("stopped", extra={"identity": self.identity})
 
 

@@ -38,3 +38,7 @@ class Options:
     bind_workers: int = 16
     # Bindings per second at most (0: only `bind_workers` bounds them).
     bind_qps: float = 0.0
+    # /metrics, /healthz and /readyz (plain HTTP); port 0 picks a free port, None serves none
+    # (`muster controller` serves them on 8080 unless told otherwise).
+    metrics_port: int | None = None
+    metrics_bind: str = "0.0.0.0"

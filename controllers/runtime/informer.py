@@ -84,6 +84,8 @@ class Informer:
         self._thread: threading.Thread | None = None
         self._response: Any = None
         self.relists = 0
+        # time.monotonic() of the last list, event or bookmark: its age is the informer's lag.
+        self.last_heard: float | None = None
 
     # ---------------------------------------------------------------- lifecycle
     def add_handler(self, handler: Handler) -> None:
@@ -206,6 +208,7 @@ class Informer:
             # A list is a quorum read, newer than anything we wrote before it started.
             self._apply("ADDED", obj)
         self.relists += 1
+        self.last_heard = time.monotonic()
         self._synced.set()
         return rv
 
@@ -262,6 +265,7 @@ class Informer:
                         return ""
                     raise RuntimeError(f"watch error: {obj.get('message', obj)}")
                 new_rv = resource_version(obj)
+                self.last_heard = time.monotonic()
                 if kind != "BOOKMARK":
                     self._apply(str(kind), obj)
                 if new_rv:

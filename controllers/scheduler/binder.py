@@ -24,6 +24,7 @@ from typing import Any, Protocol
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from controllers.metrics import definitions as metrics
 from controllers.scheduler import pods as p
 
 log = logging.getLogger(__name__)
@@ -152,10 +153,13 @@ class BindPool:
         pod, node = item
         meta = pod.get("metadata") or {}
         self.limit.acquire()
+        started = time.monotonic()
         try:
             self.binder.bind(str(meta.get("namespace")), str(meta.get("name")), p.uid_of(pod), node)
         except Exception as error:  # every failure is sorted by the caller, none is fatal
+            metrics.bind(time.monotonic() - started, ok=False)
             return error
+        metrics.bind(time.monotonic() - started, ok=True)
         return None
 
 

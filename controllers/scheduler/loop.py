@@ -34,6 +34,7 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
+from controllers.metrics import definitions as metrics
 from controllers.runtime.gcpause import paused_collection
 from controllers.runtime.pacer import Pacer
 from controllers.scheduler import pods as p
@@ -162,6 +163,11 @@ class SchedulerLoop:
         outcome = self.binds.bind(binds, self._is_leader, on_batch=self._after_batch)
         self._tell(decisions, outcome)
         self.passes += 1
+        metrics.scheduler_pass(
+            sum(1 for d in decisions if d.placed),
+            sum(1 for d in decisions if not d.placed),
+            time.monotonic() - started,
+        )
         # A group that keeps waiting is retried every pass; only passes that bound
         # something (or failed to) are worth a line at info.
         log.log(

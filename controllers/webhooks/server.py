@@ -38,6 +38,7 @@ import socket
 import ssl
 import tempfile
 import threading
+import time
 from collections.abc import Callable, Mapping
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -48,6 +49,7 @@ from controllers.jobs.batchjob import (
     min_parallelism,
     queue_name,
 )
+from controllers.metrics import definitions as metrics
 from controllers.runtime.resources import MUTATING_WEBHOOK, VALIDATING_WEBHOOK, Kube, Obj
 from controllers.webhooks.certs import CertBundle
 from quota.api import ManifestError, parse_manifest
@@ -285,10 +287,11 @@ class _Handler(BaseHTTPRequestHandler):
         log.debug("webhook request", extra={"request": format % args})
 
     def do_POST(self) -> None:
+        started = time.monotonic()
         length = int(self.headers.get("Content-Length") or 0)
+        path = self.path.split("?", 1)[0]
         try:
             review = json.loads(self.rfile.read(length) or b"{}")
-            path = self.path.split("?", 1)[0]
             answer = self.server.handlers.handle(path, review)
             status = 200
         except Exception as error:
@@ -301,10 +304,13 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
         self.wfile.write(body)
+        metrics.webhook(path, status, time.monotonic() - started)
 
     def do_GET(self) -> None:
-        body = b"ok"
-        self.send_response(200)
+        # Health is served by the metrics port (/healthz, /readyz): a probe pointed here by
+        # mistake must fail, not pass before anything is ready (issue 16, item 10).
+        body = b"404 not found: the webhook server answers POSTed AdmissionReviews only\n"
+        self.send_response(404)
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
         self.wfile.write(body)

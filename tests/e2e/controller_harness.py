@@ -33,6 +33,7 @@ class Controller:
         self.name = name
         self.log_path = log_dir / f"{name}.log"
         self.port = free_port()
+        self.metrics_port = free_port()
         self.extra = list(extra)
         if "--database-url" not in self.extra and "--no-history" not in self.extra:
             # Keep each test session's history in its own file, not the user's default store.
@@ -57,6 +58,8 @@ class Controller:
             "4",
             "--retry-period",
             "1",
+            "--metrics-port",
+            str(self.metrics_port),
             *self.extra,
         ]
         log = self.log_path.open("ab")

@@ -1,0 +1,1 @@
+"""Prometheus metrics and health probes of one controller replica, on a port of their own."""
