@@ -6,9 +6,9 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: setup test python control-plane postgres lint unit e2e
+.PHONY: setup test python control-plane helm postgres lint unit e2e
 
-setup: python control-plane postgres
+setup: python control-plane helm postgres
 
 python:
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -18,6 +18,10 @@ python:
 # Built once from the Go module proxy into ~/.cache/muster/k8s-<version>/bin, then reused.
 control-plane: python
 	$(BIN)/muster local-cluster build
+
+# helm, built the same way into ~/.cache/muster/helm-<version>/bin and linked into .venv/bin.
+helm: python
+	ln -sf "$$(bash hack/install-helm.sh)" $(BIN)/helm
 
 postgres:
 	bash hack/install-postgres.sh

@@ -1,0 +1,155 @@
+"""The Helm chart: lint-clean, CRDs identical to what `muster crds` generates, webhook
+configurations identical to what the controller registers, every controller argument one
+`muster controller` accepts, values checked by the schema, a pod that runs as non-root
+with a read-only root filesystem and probes that mean what they say."""
+
+from __future__ import annotations
+
+import base64
+import json
+import subprocess
+import tarfile
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from controllers.cli.controller import controller
+from controllers.cli.crds import generated_files
+from controllers.webhooks.server import configurations
+
+REPO = Path(__file__).resolve().parents[2]
+CHART = REPO / "charts" / "muster"
+HELM = REPO / ".venv" / "bin" / "helm"
+POSTGRESQL = ("history.database.type=postgresql", "history.database.postgresql.existingSecret=pg")
+
+
+def helm(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    assert HELM.exists(), f"{HELM} is missing: run `make helm` (or `make setup`)"
+    return subprocess.run(
+        [str(HELM), *args], capture_output=True, text=True, check=check, timeout=120
+    )
+
+
+def render(*sets: str, namespace: str = "muster-system") -> list[dict[str, Any]]:
+    argv = ["template", "muster", str(CHART), "--namespace", namespace]
+    for s in sets:
+        argv += ["--set", s]
+    return [d for d in yaml.safe_load_all(helm(*argv).stdout) if d]
+
+
+def one(docs: list[dict[str, Any]], kind: str, name: str | None = None) -> dict[str, Any]:
+    found = [d for d in docs if d["kind"] == kind and name in (None, d["metadata"]["name"])]
+    assert len(found) == 1, f"{kind} {name}: {len(found)} found"
+    return found[0]
+
+
+def test_helm_lint_is_clean() -> None:
+    result = helm("lint", "--strict", str(CHART))
+    assert "0 chart(s) failed" in result.stdout, result.stdout + result.stderr
+
+
+def test_chart_crds_never_drift_from_the_models(tmp_path: Path) -> None:
+    # charts/muster/crds links to crds/ (what `muster crds` writes); the packaged chart, what
+    # an operator installs, must carry exactly the generated files.
+    assert (CHART / "crds").resolve() == (REPO / "crds").resolve()
+    helm("package", str(CHART), "--destination", str(tmp_path))
+    with tarfile.open(next(tmp_path.glob("muster-*.tgz"))) as package:
+        packaged = {
+            Path(m.name).name: package.extractfile(m).read().decode()  # type: ignore[union-attr]
+            for m in package.getmembers()
+            if m.name.startswith("muster/crds/")
+        }
+    assert packaged == generated_files(), "the chart's CRDs differ from `muster crds`; run it"
+
+
+def test_webhook_configurations_are_the_ones_the_controller_registers() -> None:
+    docs = render()
+    service = ("muster-system", "muster-webhook", 443)
+    for want in configurations(b"CA", service=service):
+        got = one(docs, want["kind"], "muster-webhooks")
+        for hook in want["webhooks"]:
+            assert base64.b64decode(hook["clientConfig"].pop("caBundle")) == b"CA"
+        # The chart leaves caBundle to the leader, which issues and rotates the CA.
+        assert got["webhooks"] == want["webhooks"]
+
+
+def test_every_controller_argument_is_one_muster_controller_accepts() -> None:
+    for sets in (
+        (),
+        POSTGRESQL,
+        ("history.enabled=false", "features.webhooks=false", "schedulerName="),
+    ):
+        deployment = one(render(*sets), "Deployment")
+        container = deployment["spec"]["template"]["spec"]["containers"][0]
+        assert container["args"][0] == "controller"
+        # Raises click's UsageError on an unknown flag or a value the CLI refuses.
+        context = controller.make_context("controller", list(container["args"][1:]))
+        assert context.params["namespace"] == "muster-system"
+
+
+def test_sqlite_history_runs_one_replica_postgresql_two_with_a_disruption_budget() -> None:
+    docs = render()
+    assert one(docs, "Deployment")["spec"]["replicas"] == 1
+    assert one(docs, "Deployment")["spec"]["strategy"]["type"] == "Recreate"
+    assert not [d for d in docs if d["kind"] == "PodDisruptionBudget"]
+    one(docs, "PersistentVolumeClaim")
+    docs = render(
+        "history.database.type=postgresql", "history.database.postgresql.existingSecret=pg"
+    )
+    deployment = one(docs, "Deployment")
+    assert deployment["spec"]["replicas"] == 2
+    env = deployment["spec"]["template"]["spec"]["containers"][0]["env"]
+    url = next(e for e in env if e["name"] == "MUSTER_DATABASE_URL")
+    assert url["valueFrom"]["secretKeyRef"] == {"name": "pg", "key": "url"}
+    assert one(docs, "PodDisruptionBudget")["spec"]["minAvailable"] == 1
+    assert not [d for d in docs if d["kind"] == "PersistentVolumeClaim"]
+
+
+def test_pod_is_non_root_read_only_with_probes_on_the_metrics_port() -> None:
+    pod = one(render(), "Deployment")["spec"]["template"]["spec"]
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    container = pod["containers"][0]
+    assert container["securityContext"]["readOnlyRootFilesystem"] is True
+    assert container["securityContext"]["capabilities"]["drop"] == ["ALL"]
+    assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "metrics"}
+    assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "metrics"}
+    assert container["resources"]["requests"]
+    mounts = {m["mountPath"] for m in container["volumeMounts"]}
+    assert {"/tmp", "/var/lib/muster/spool", "/var/lib/muster/history"} <= mounts
+    affinity = pod["affinity"]["podAntiAffinity"]
+    assert affinity["preferredDuringSchedulingIgnoredDuringExecution"]
+
+
+@pytest.mark.parametrize(
+    ("sets", "message"),
+    [
+        (("replicaCount=two",), "/replicaCount"),
+        (("history.database.type=mysql",), "/history/database/type"),
+        (("imagee.tag=1",), "additional properties 'imagee' not allowed"),
+        (("schedulerName=Not_A_Name",), "/schedulerName"),
+        (("history.database.type=postgresql",), "history.database.postgresql.existingSecret"),
+    ],
+)
+def test_bad_values_are_refused_naming_the_field(sets: tuple[str, ...], message: str) -> None:
+    argv = ["template", "muster", str(CHART)]
+    for s in sets:
+        argv += ["--set", s]
+    result = helm(*argv, check=False)
+    assert result.returncode != 0
+    assert message in result.stderr
+
+
+def test_service_monitor_and_dashboard() -> None:
+    docs = render("metrics.serviceMonitor.enabled=true")
+    monitor = one(docs, "ServiceMonitor")
+    assert monitor["spec"]["endpoints"][0]["port"] == "metrics"
+    metrics_service = one(docs, "Service", "muster-metrics")
+    selector = monitor["spec"]["selector"]["matchLabels"]
+    assert selector.items() <= metrics_service["metadata"]["labels"].items()
+    dashboard = one(docs, "ConfigMap", "muster-dashboard")
+    panels = json.loads(dashboard["data"]["muster.json"])["panels"]
+    exprs = " ".join(t["expr"] for p in panels for t in p["targets"])
+    for name in ("muster_pending_workloads", "muster_admission_wait_time_seconds_bucket"):
+        assert name in exprs
