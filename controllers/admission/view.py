@@ -2,8 +2,9 @@
 plus what the shell needs to act on the engine's decisions.
 
 Parsed models and engine workloads are cached by resourceVersion, so a cycle converts only
-the objects that changed since the last one. Queues the tree check rejects, and queues being
-deleted, still count what they admitted: nothing admitted is ever dropped from the snapshot.
+the objects that changed since the last one. Queues the tree check or the model rejects,
+queues being deleted and queues already gone still count what they admitted (as inactive
+queues): nothing admitted is ever dropped from the snapshot.
 """
 
 from __future__ import annotations
@@ -129,11 +130,14 @@ class ViewBuilder:
             except ValidationError as error:
                 log.warning("invalid ResourceFlavor", extra={"error": str(error)[:300]})
         cq_models: dict[str, ClusterQueue] = {}
+        invalid: dict[str, tuple[Any, str]] = {}  # name -> (parent as written, why)
         for raw in caches.cluster_queues.objects():
             try:
                 cq = self._model(f"cq:{object_key(raw)}", raw, ClusterQueue)
             except ValidationError as error:
                 log.warning("invalid ClusterQueue", extra={"error": str(error)[:300]})
+                parent = (raw.get("spec") or {}).get("parent")
+                invalid[object_key(raw)] = (parent, str(error).splitlines()[0][:300])
                 continue
             cq_models[cq.name] = cq
         lq_models: list[LocalQueue] = []
@@ -157,6 +161,10 @@ class ViewBuilder:
                 # Inactive anyway; detached so that the rest of the tree stays a tree.
                 spec = replace(spec, parent=None)
             queues[name] = spec
+        for name, (parent, why) in invalid.items():
+            # Still counts what it admitted, under its parent's limits, and admits nothing.
+            up = parent if isinstance(parent, str) and parent in queues else None
+            queues[name] = QueueSpec(name, up, active=False, inactive_reason=f"invalid: {why}")
         lqs = {f"{lq.metadata.namespace}/{lq.name}": lq for lq in lq_models}
 
         admitted: list[Workload] = []
@@ -188,6 +196,8 @@ class ViewBuilder:
                 admitted.append(w)
                 engine[key] = w
                 continue
+            if wls.is_deleting(raw):
+                continue  # leaving before admission: its finalizer goes at once
             lq = lqs.get(lq_key)
             if lq is None:
                 blocked.append(
@@ -219,6 +229,12 @@ class ViewBuilder:
             w = self._engine_workload(key, raw, model, lq.spec.cluster_queue)
             pending.append(w)
             engine[key] = w
+        for w in admitted:
+            if w.queue not in queues:
+                # Deleted before its finalizer was on it: what it admitted still counts.
+                queues[w.queue] = QueueSpec(
+                    w.queue, active=False, inactive_reason="the ClusterQueue no longer exists"
+                )
         # Drop parsed models of objects that are gone.
         live = (
             {f"wl:{k}" for k in raw_by_key}

@@ -198,6 +198,21 @@ def ensure_gate(job: Obj) -> bool:
     return changed
 
 
+def remove_gate(job: Obj) -> bool:
+    """Take the admission gate out of the template: a Job that is no longer elastic (its
+    annotation removed while the webhook was away) must not start pods nobody ungates."""
+    pod_spec = ((job.get("spec") or {}).get("template") or {}).get("spec") or {}
+    gates_list = pod_spec.get("schedulingGates") or []
+    kept = [g for g in gates_list if g.get("name") != ADMISSION_GATE]
+    if len(kept) == len(gates_list):
+        return False
+    if kept:
+        pod_spec["schedulingGates"] = kept
+    else:
+        pod_spec.pop("schedulingGates", None)
+    return True
+
+
 # ------------------------------------------------------------------ the adapter
 
 
@@ -232,6 +247,8 @@ class BatchJob:
         # Elastic Jobs keep their parallelism: gates, not the Job controller, hold pods back.
         partial = None if is_elastic(self._job) else granted.get(JOB_POD_SET, 0)
         inject_flavors(self._job, flavors, partial)
+        if partial is not None:
+            remove_gate(self._job)
         self._job["spec"]["suspend"] = False
 
     def restore(self) -> bool:
@@ -247,6 +264,9 @@ class BatchJob:
 
     def pods_gone(self) -> bool:
         return pods_gone(self._job)
+
+    def pod_counts(self) -> dict[str, int]:
+        return {JOB_POD_SET: convert.job_pod_count(self._job)}
 
     def is_elastic(self) -> bool:
         return is_elastic(self._job)

@@ -79,6 +79,11 @@ class GenericJob(Protocol):
         """No pod of it runs or terminates any more, so its template may be restored."""
         ...
 
+    def pod_counts(self) -> dict[str, int]:
+        """Pods per pod set it runs at once as it stands now (after any change admission
+        made), which a non-elastic object must never raise above what was admitted."""
+        ...
+
     def is_elastic(self) -> bool:
         """Whether it resizes through WorkloadSlices rather than by suspension."""
         ...

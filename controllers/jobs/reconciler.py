@@ -11,7 +11,11 @@ only through `GenericJob`:
   unsuspend;
 - evicted: suspend, wait until its pods are gone, restore the original template, and give
   the quota back with a requeue backoff;
-- finished: mark the Workload Finished, which releases its quota at once.
+- finished: mark the Workload Finished, which releases its quota at once;
+- leaving (the object deleted, its queue label removed, or the Workload deleted): the
+  Workload's finalizer keeps it, and its quota, until no pod of the object runs or
+  terminates any more (Kueue's resource-in-use finalizer); an object that lost its label
+  gets its template restored and is left alone.
 
 Elastic objects go through `controllers.jobs.slices` (and its gates) instead of resizing by
 suspension; the slices call back into this reconciler through `framework.Driver`.
@@ -29,8 +33,14 @@ from controllers.runtime import apply
 from controllers.runtime.resources import WORKLOAD, Obj, object_key
 from controllers.state import workloads as wls
 from controllers.state.caches import Context
+from quota.api.conditions import WorkloadConditions as WC
+from quota.api.names import ELASTIC_ANNOTATION
 
 log = logging.getLogger(__name__)
+
+# Requeue delay while a leaving Workload's pods still terminate: once the object is gone,
+# its pods' deletion brings no event to its key, so the reconcile looks again.
+LEAVING_RETRY_SECONDS = 1.0
 
 
 def priority_classes(ctx: Context) -> tuple[dict[str, int], str | None]:
@@ -98,15 +108,17 @@ class Reconciler:
     # -- the reconcile
     def reconcile(self, key: str) -> float | None:
         obj = self.integration.cache(self.ctx.caches).get(key)
-        if obj is None:
-            return None  # deleted: owner references take its Workloads with it
+        retry, waiting = self._settle_leaving(key, obj)
+        if obj is None or waiting:
+            return retry
         job = self.integration.wrap(obj)
         if not job.queue_name():
-            return None
-        if (obj.get("metadata") or {}).get("deletionTimestamp"):
-            return None
+            return retry
+        if wls.is_deleting(obj):
+            return retry  # owner references take its Workloads; their finalizers wait above
         uid = obj["metadata"]["uid"]
-        owned = self.ctx.caches.workloads_of_job(uid)
+        owned = [w for w in self.ctx.caches.workloads_of_job(uid) if not wls.is_deleting(w)]
+        self._keep_finalizers(owned)
         active = [w for w in owned if wls.is_active(w)]
 
         done = job.finished()
@@ -116,6 +128,109 @@ class Reconciler:
         if job.is_elastic():
             return slices.reconcile_elastic(self, job, owned)
         return self._reconcile_plain(job, active, owned)
+
+    # -- leaving Workloads: held by their finalizer until their pods are gone
+    def _settle_leaving(self, key: str, obj: Obj | None) -> tuple[float | None, bool]:
+        """Deal with the Workloads of `key` that are leaving: delete those whose object is
+        gone or no longer labelled, and let a deleted one go once none of its object's pods
+        holds room. Returns (requeue delay, whether the object's own Workload still waits
+        for its pods, so nothing new may be created for it yet)."""
+        kind = self.integration.kind
+        job_uid = obj["metadata"]["uid"] if obj is not None else None
+        retry: float | None = None
+        waiting = False
+        live: Obj | None = None
+        looked = False
+        for wl in self.ctx.caches.workloads_of_job_key(key):
+            uid = wls.owner_job_uid(wl)
+            if not wls.is_deleting(wl):
+                if uid == job_uid:
+                    continue  # its object is here: the normal path, or GC if it is deleted
+                # The cache no longer holds its object: deleted, replaced by a new object of
+                # the same name, or its queue label was removed. Ask the apiserver which.
+                if not looked:
+                    namespace, name = key.split("/", 1)
+                    live, looked = self.ctx.kube.get(kind, namespace, name), True
+                mine = live is not None and live["metadata"]["uid"] == uid
+                if mine and live is not None and self.integration.wrap(live).queue_name():
+                    continue  # the cache lags; its event brings the object back
+                self._let_go(wl, live if mine else None)
+                retry = LEAVING_RETRY_SECONDS
+                continue
+            if not wls.holds_finalizer(wl):
+                continue
+            if wls.has_quota(wl) and uid and self.ctx.caches.live_pods_of_job(uid):
+                if obj is not None and uid == job_uid and not wls.is_deleting(obj):
+                    waiting = True
+                    # Deleted by hand while its object runs: stop the object so its pods go.
+                    self.suspend(self.integration.wrap(obj))
+                retry = LEAVING_RETRY_SECONDS
+                continue
+            job = self.integration.wrap(obj) if obj is not None and uid == job_uid else None
+            if job is not None and wls.has_quota(wl) and job.is_suspended():
+                # It ran under this Workload: take the flavors out before it queues again.
+                self._update_object(job, lambda j: j.restore() if j.is_suspended() else False)
+            apply.update(
+                self.ctx.kube,
+                WORKLOAD,
+                object_key(wl),
+                lambda w: wls.set_finalizer(w, False),
+                cache=self.ctx.caches.workloads,
+                current=wl,
+            )
+            log.info("workload released", extra={"workload": object_key(wl)})
+            self.ctx.poke_admission()
+        return retry, waiting
+
+    def _let_go(self, wl: Obj, unlabelled: Obj | None) -> None:
+        """Delete a Workload whose object left Muster. An object that only lost its queue
+        label (`unlabelled`) gets its template back and stays as it is, suspended or not:
+        it is its user's now, and adding the label again queues it afresh."""
+        if unlabelled is not None:
+            wrap = self.integration.wrap
+
+            def restore(o: Obj) -> bool:
+                job = wrap(o)
+                return job.restore() if job.is_suspended() else False
+
+            # No cache: the Jobs cache holds labelled Jobs only.
+            apply.update(
+                self.ctx.kube,
+                self.integration.kind,
+                object_key(unlabelled),
+                restore,
+                current=unlabelled,
+            )
+            self.ctx.events.emit(
+                unlabelled,
+                "Normal",
+                "LeftQueue",
+                f"queue label removed: Workload {wl['metadata']['name']} deleted; its quota is "
+                "released once the Job's pods are gone",
+            )
+        # Not forgotten from the cache: the finalizer keeps it, and the watch brings it back
+        # with its deletion time; until then it must go on counting what it holds.
+        apply.delete(self.ctx.kube, WORKLOAD, wl)
+        self.ctx.poke_admission()
+
+    def _keep_finalizers(self, owned: list[Obj]) -> None:
+        """Active Workloads hold the finalizer (those created before it existed get it);
+        finished ones, whose quota is released already, let it go, so that deleting them
+        never waits on this controller."""
+
+        def mutate(w: Obj) -> bool:
+            return not wls.is_deleting(w) and wls.set_finalizer(w, wls.is_active(w))
+
+        for wl in owned:
+            if wls.is_active(wl) != wls.holds_finalizer(wl):
+                apply.update(
+                    self.ctx.kube,
+                    WORKLOAD,
+                    object_key(wl),
+                    mutate,
+                    cache=self.ctx.caches.workloads,
+                    current=wl,
+                )
 
     def _finish_all(self, active: list[Obj], reason: str, message: str) -> None:
         for wl in active:
@@ -191,8 +306,41 @@ class Reconciler:
             return None
         if wls.is_evicted(wl):
             return self.stop(job, wl)
+        outgrown = None if job.is_elastic() else self._outgrown(job, wl, desired)
+        if outgrown is not None:
+            # As Kueue does: evicted, and queued again at the size it asks for now.
+            now = self.ctx.now()
+            written = self.update_workload_status(
+                wl, lambda w: wls.mark_evicted(w, WC.JOB_RESIZED, outgrown, now)
+            )
+            if written is not None and wls.is_evicted(written):
+                self.ctx.events.emit(job.object, "Warning", WC.JOB_RESIZED, outgrown)
+                return self.stop(job, written)
+            return None
         if job.is_suspended():
             self.start(job, wl)
+        return None
+
+    @staticmethod
+    def _outgrown(job: GenericJob, wl: Obj, desired: Obj | None) -> str | None:
+        """Why an admitted, non-elastic object no longer fits its admission, or None: it
+        runs more pods than were admitted, or (not started yet) asks for another size."""
+        granted = granted_pods(wl)
+        if not job.is_suspended():
+            for pod_set, count in job.pod_counts().items():
+                if count > granted.get(pod_set, 0):
+                    return (
+                        f"resized while running: pod set {pod_set} asks for {count} pods, "
+                        f"{granted.get(pod_set, 0)} admitted; queued again at the new size "
+                        f'(annotation {ELASTIC_ANNOTATION}: "true" resizes without this)'
+                    )
+            return None
+        if desired is None:
+            return None
+        asked = {ps.get("name"): ps.get("count") for ps in desired.get("podSets") or []}
+        admitted = {ps.get("name"): ps.get("count") for ps in wl["spec"].get("podSets") or []}
+        if asked != admitted:
+            return f"resized after admission (pods {admitted} -> {asked}); queued again"
         return None
 
     def update_workload_spec(self, wl: Obj, desired: Obj) -> Obj | None:

@@ -31,7 +31,7 @@ from controllers.runtime.resources import (
     Kube,
     Obj,
 )
-from controllers.state.workloads import now_utc, owner_job_uid
+from controllers.state.workloads import now_utc, owner_job_key, owner_job_uid
 from quota.api.names import ELASTIC_POD_LABEL, JOB_UID_POD_LABEL, QUEUE_LABEL
 
 # The pods that can hold room on a node: finished ones never do. The apiserver filters, and
@@ -61,6 +61,11 @@ def _scheduler_of_unbound_pod(pod: Obj) -> Iterable[str]:
 def _job_uid_of_workload(wl: Obj) -> Iterable[str]:
     uid = owner_job_uid(wl)
     return [uid] if uid else []
+
+
+def _job_key_of_workload(wl: Obj) -> Iterable[str]:
+    key = owner_job_key(wl)
+    return [key] if key else []
 
 
 def _cluster_queue_of_lq(lq: Obj) -> Iterable[str]:
@@ -110,7 +115,10 @@ class Caches:
 
         return cls(
             jobs=informer(JOB, label_selector=QUEUE_LABEL),
-            workloads=informer(WORKLOAD, indexes={"job-uid": _job_uid_of_workload}),
+            workloads=informer(
+                WORKLOAD,
+                indexes={"job-uid": _job_uid_of_workload, "job-key": _job_key_of_workload},
+            ),
             pods=informer(
                 POD,
                 label_selector=f"{ELASTIC_POD_LABEL}=true",
@@ -161,6 +169,11 @@ class Caches:
 
     def workloads_of_job(self, job_uid: str) -> list[Obj]:
         return self.workloads.by_index("job-uid", job_uid)
+
+    def workloads_of_job_key(self, key: str) -> list[Obj]:
+        """Workloads owned by any Job ever named `key` ("ns/name"), including one deleted
+        or no longer in the Jobs cache."""
+        return self.workloads.by_index("job-key", key)
 
     def pods_of_job(self, job_uid: str) -> list[Obj]:
         """The elastic pods of a Job, finished ones included (for the gates)."""

@@ -18,7 +18,7 @@ from typing import Any
 
 from quota.api.conditions import WorkloadConditions as WC
 from quota.api.meta import API_VERSION
-from quota.api.names import JOB_NAME_LABEL, JOB_UID_LABEL
+from quota.api.names import JOB_NAME_LABEL, JOB_UID_LABEL, WORKLOAD_FINALIZER
 from quota.lifecycle.eviction import requeue_after_eviction
 from quota.lifecycle.slices import pods_after_scale_down
 
@@ -98,6 +98,15 @@ def is_evicted(wl: Mapping[str, Any]) -> bool:
     return is_true(wl, EVICTED)
 
 
+def is_deleting(obj: Mapping[str, Any]) -> bool:
+    """Deletion was asked for; finalizers may still hold the object."""
+    return bool((obj.get("metadata") or {}).get("deletionTimestamp"))
+
+
+def holds_finalizer(wl: Mapping[str, Any]) -> bool:
+    return WORKLOAD_FINALIZER in ((wl.get("metadata") or {}).get("finalizers") or [])
+
+
 def is_active(wl: Mapping[str, Any]) -> bool:
     """Not finished: pending or admitted (a Job has at most two active slices)."""
     return not is_finished(wl)
@@ -141,6 +150,15 @@ def owner_job_uid(wl: Mapping[str, Any]) -> str | None:
     for ref in (wl.get("metadata") or {}).get("ownerReferences") or []:
         if ref.get("kind") == "Job" and ref.get("apiVersion") == "batch/v1":
             return str(ref.get("uid"))
+    return None
+
+
+def owner_job_key(wl: Mapping[str, Any]) -> str | None:
+    """The owning Job's key ("ns/name"), which outlives the Job in the Workload's metadata."""
+    meta = wl.get("metadata") or {}
+    for ref in meta.get("ownerReferences") or []:
+        if ref.get("kind") == "Job" and ref.get("apiVersion") == "batch/v1":
+            return f"{meta.get('namespace')}/{ref.get('name')}"
     return None
 
 
@@ -226,7 +244,7 @@ def admission_status(
 def mark_admitted(wl: Obj, admission: Obj, message: str, now: datetime) -> bool:
     """Reserve quota and admit. Refuses (False) a finished or already-admitted Workload, so
     a decision taken on a stale view never admits anything twice."""
-    if is_finished(wl) or has_quota(wl):
+    if is_finished(wl) or has_quota(wl) or is_deleting(wl):
         return False
     status = status_of(wl)
     status["admission"] = admission
@@ -283,6 +301,19 @@ def release_quota(wl: Obj, now: datetime) -> bool:
     return True
 
 
+def set_finalizer(wl: Obj, present: bool) -> bool:
+    """Add or remove the resource-in-use finalizer; False if it already is as asked."""
+    meta = wl.setdefault("metadata", {})
+    current = list(meta.get("finalizers") or [])
+    if (WORKLOAD_FINALIZER in current) == present:
+        return False
+    if present:
+        meta["finalizers"] = [*current, WORKLOAD_FINALIZER]
+    else:
+        meta["finalizers"] = [f for f in current if f != WORKLOAD_FINALIZER]
+    return True
+
+
 def mark_finished(wl: Obj, reason: str, message: str, now: datetime) -> bool:
     """Finished releases the quota at once: the snapshot never counts a finished Workload."""
     if is_finished(wl):
@@ -297,7 +328,8 @@ def new_workload(
     job: Mapping[str, Any],
     spec: Obj,
 ) -> Obj:
-    """A Workload owned by its Job (deleting the Job deletes it)."""
+    """A Workload owned by its Job (deleting the Job deletes it), whose finalizer keeps it,
+    and its quota, until its pods are gone."""
     meta = job["metadata"]
     return {
         "apiVersion": API_VERSION,
@@ -305,6 +337,7 @@ def new_workload(
         "metadata": {
             "name": name,
             "namespace": namespace,
+            "finalizers": [WORKLOAD_FINALIZER],
             "labels": {JOB_UID_LABEL: meta["uid"], JOB_NAME_LABEL: meta["name"][:63]},
             "ownerReferences": [
                 {

@@ -9,7 +9,9 @@ register them with the apiserver.
   Job costs one webhook call, not two.
 - Validating, Jobs with the queue-name label, on UPDATE (and, through the mutating webhook,
   CREATE): elastic together with partial admission is refused; a malformed
-  min-parallelism is refused; the queue name cannot change while the Job runs. A
+  min-parallelism is refused; the queue name cannot change while the Job runs; the
+  elastic annotation cannot be added or removed; a running non-elastic Job cannot grow
+  (Muster never runs more pods than it admitted: resizing is what elastic Jobs do). A
   LocalQueue that does not exist is accepted (the Workload's condition says so, and the
   queue may be created later).
 - Validating, Muster's queue objects: the full API model check, which covers rules CEL
@@ -175,9 +177,44 @@ def validate_job(job: Mapping[str, Any], old: Mapping[str, Any] | None) -> str |
                 f"Job {name}: label {QUEUE_LABEL} cannot change while the Job runs "
                 f"({queue_name(old)!r} -> {queue_name(job)!r}); suspend the Job first"
             )
-        if running and is_elastic(old) != is_elastic(job):
-            return f"Job {name}: annotation {ELASTIC_ANNOTATION} cannot change while the Job runs"
+        if is_elastic(old) != is_elastic(job):
+            # Its pods and its Workloads were made for one path or the other (gated pods
+            # and slices, or suspension): switching would strand one or the other.
+            return (
+                f"Job {name}: annotation {ELASTIC_ANNOTATION} cannot be added or removed "
+                "once the Job exists; create a new Job to change it"
+            )
+        grown = _grown_while_running(job, old) if running and not is_elastic(job) else None
+        if grown is not None:
+            return (
+                f"Job {name}: spec.parallelism cannot grow while the Job runs ({grown[0]} -> "
+                f"{grown[1]} pods): Muster admitted {grown[0]} and never runs more than it "
+                f'admitted. Create the Job with annotation {ELASTIC_ANNOTATION}: "true" to '
+                "resize it while it runs, or delete it and create it again at the new size"
+            )
     return None
+
+
+def _pods_at_once(job: Mapping[str, Any]) -> int | None:
+    """min(parallelism, completions) as written now; None if either is not a number."""
+    spec = job.get("spec") or {}
+    parallelism = spec.get("parallelism", 1)
+    completions = spec.get("completions")
+    if not isinstance(parallelism, int) or isinstance(parallelism, bool):
+        return None
+    if completions is None:
+        return parallelism
+    if not isinstance(completions, int) or isinstance(completions, bool):
+        return None
+    return min(parallelism, completions)
+
+
+def _grown_while_running(job: Mapping[str, Any], old: Mapping[str, Any]) -> tuple[int, int] | None:
+    """(before, after) pods at once if a running Job asks for more than before."""
+    before, after = _pods_at_once(old), _pods_at_once(job)
+    if before is None or after is None or after <= before:
+        return None
+    return before, after
 
 
 def validate_queue_object(

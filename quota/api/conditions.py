@@ -129,6 +129,7 @@ class WorkloadConditions:
     CLUSTER_QUEUE_STOPPED = "ClusterQueueStopped"
     LOCAL_QUEUE_STOPPED = "LocalQueueStopped"
     DEACTIVATED = "Deactivated"
+    JOB_RESIZED = "JobResized"  # a non-elastic Job asks for more pods than admitted
     # Preempted
     WITHIN_QUEUE = "WithinQueue"
     RECLAIM = "Reclaim"

@@ -24,6 +24,10 @@ JOB_NAME_LABEL = "muster.dev/job-name"
 JOB_UID_POD_LABEL = "batch.kubernetes.io/controller-uid"
 # On ClusterQueues: held while workloads still use the queue's quota.
 QUEUE_FINALIZER = "muster.dev/resource-in-use"
+# On Workloads Muster creates: held while the pods of an admitted Workload still hold room
+# (running or terminating), so deleting a Job never frees quota before its pods are gone.
+# The same name as on queues, as Kueue does: both mean "resources still in use".
+WORKLOAD_FINALIZER = QUEUE_FINALIZER
 # The schedulerName of pods Muster places (the controller's --scheduler-name default).
 SCHEDULER_NAME = "muster-scheduler"
 # The one pod set of a batch Job's Workload.

@@ -86,6 +86,35 @@ def test_queue_name_cannot_change_while_the_job_runs() -> None:
     assert webhooks.validate_job(new, old) is None
 
 
+def test_a_running_plain_job_cannot_grow_and_the_refusal_points_to_the_elastic_annotation() -> None:
+    old = labelled_job()
+    old["spec"]["suspend"] = False
+    grown = labelled_job()
+    grown["spec"]["suspend"] = False
+    grown["spec"]["parallelism"] = 40
+    refusal = webhooks.validate_job(grown, old) or ""
+    assert "(4 -> 40 pods)" in refusal and "muster.dev/elastic-job" in refusal
+    shrunk = labelled_job()
+    shrunk["spec"]["parallelism"] = 2
+    assert webhooks.validate_job(shrunk, old) is None
+    old["spec"]["suspend"] = True  # suspended: it is queued again at the size it asks for
+    assert webhooks.validate_job(grown, old) is None
+    elastic_old = labelled_job(**{"muster.dev/elastic-job": "true"})
+    elastic_old["spec"]["suspend"] = False
+    elastic_new = labelled_job(**{"muster.dev/elastic-job": "true"})
+    elastic_new["spec"]["parallelism"] = 40
+    assert webhooks.validate_job(elastic_new, elastic_old) is None
+
+
+def test_the_elastic_annotation_cannot_be_added_or_removed_even_while_suspended() -> None:
+    elastic = labelled_job(**{"muster.dev/elastic-job": "true"})
+    elastic["spec"]["suspend"] = True
+    plain = labelled_job()
+    plain["spec"]["suspend"] = True
+    assert "cannot be added or removed" in (webhooks.validate_job(plain, elastic) or "")
+    assert "cannot be added or removed" in (webhooks.validate_job(elastic, plain) or "")
+
+
 def test_queue_objects_get_the_model_checks_cel_cannot_do() -> None:
     bad = {
         "apiVersion": "muster.dev/v1alpha1",
