@@ -33,8 +33,9 @@ from controllers.metrics.collector import Sources, StateCollector
 from controllers.metrics.definitions import REGISTRY
 from controllers.metrics.server import MetricsServer
 from controllers.metrics.workloads import WorkloadCounters
+from controllers.runtime.client import FencedKube
 from controllers.runtime.events import EventRecorder
-from controllers.runtime.leader import LeaderElector
+from controllers.runtime.leader import LeaderElector, lease_request_timeout
 from controllers.runtime.resources import NAMESPACE, Kube, Obj, object_key
 from controllers.runtime.workers import WorkerPool
 from controllers.runtime.workqueue import WorkQueue
@@ -68,8 +69,29 @@ class Manager:
         if recorder is None and options.history is not None:
             self.history = HistoryStore(options.history)
             recorder = self.history
+        self.elector: LeaderElector | None = None
+        leader_kube: Kube = self.kube
+        if options.leader_elect:
+            self.elector = LeaderElector(
+                Kube(
+                    api,
+                    request_timeout=lease_request_timeout(
+                        options.renew_deadline, options.retry_period
+                    ),
+                ),
+                options.namespace,
+                options.lease_name,
+                self.identity,
+                lease_duration=options.lease_duration,
+                renew_deadline=options.renew_deadline,
+                retry_period=options.retry_period,
+                on_started_leading=self._started_leading,
+                on_stopped_leading=self._stopped_leading,
+            )
+            # Everything only the leader does writes through the fence (issue 16, hole 6).
+            leader_kube = FencedKube(api, self.elector.leadership_left)
         self.ctx = Context(
-            kube=self.kube,
+            kube=leader_kube,
             caches=self.caches,
             events=self.events,
             identity=self.identity,
@@ -110,19 +132,6 @@ class Manager:
             scheduler_name=options.scheduler_name,
         )
         self.webhooks = WebhookServing(self.kube, settings, self.caches, self.is_leader)
-        self.elector: LeaderElector | None = None
-        if options.leader_elect:
-            self.elector = LeaderElector(
-                self.kube,
-                options.namespace,
-                options.lease_name,
-                self.identity,
-                lease_duration=options.lease_duration,
-                renew_deadline=options.renew_deadline,
-                retry_period=options.retry_period,
-                on_started_leading=self._started_leading,
-                on_stopped_leading=self._stopped_leading,
-            )
         self._threads: list[threading.Thread] = []
         self._was_leader = False
         self.metrics: MetricsServer | None = None

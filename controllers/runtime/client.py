@@ -1,8 +1,34 @@
-"""The Kubernetes API client a Muster process talks through."""
+"""The Kubernetes API client a Muster process talks through, and the leader's fenced access.
+
+A leader that has lost its Lease must not write: a late admission from a deposed leader can
+admit over quota next to what the new leader admits. `FencedKube` is the access every
+leader-only component writes through. Before each write attempt (a retry after a conflict is
+a new attempt) it asks the elector how long this replica may still lead by its own clock; if
+that time is up the write is refused with `NotLeaderError` and never leaves the process.
+Otherwise the request gets no more than that time to finish, split over urllib3's own
+attempts, so no write is still on its way when the lead runs out. The standby may take over
+only `lease_duration - renew_deadline` seconds later, which is the margin for the network.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 from kubernetes import client, config
+from urllib3.util.retry import Retry
+
+from controllers.runtime.resources import Kind, Kube, Obj
+
+# urllib3 may resend a request whose connection failed (and an idempotent one whose answer
+# was lost): one retry hides a stale pooled connection; each attempt must fit in the lead.
+RETRIES = 1
+ATTEMPTS = RETRIES + 1
+WRITE_VERBS = frozenset({"create", "patch", "delete", "replace"})
+
+
+class NotLeaderError(RuntimeError):
+    """This replica does not lead now by its own clock; the write was not sent."""
 
 
 def api_client(kubeconfig: str | None, pool_size: int = 64) -> client.ApiClient:
@@ -23,4 +49,44 @@ def api_client(kubeconfig: str | None, pool_size: int = 64) -> client.ApiClient:
             )
     # Watches hold a connection each; workers and the admission loop need their own.
     configuration.connection_pool_maxsize = pool_size
+    configuration.retries = Retry(total=RETRIES, backoff_factor=0, raise_on_status=False)
     return client.ApiClient(configuration)
+
+
+class FencedKube(Kube):
+    """API access whose writes leave only while `leadership_left()` says this replica leads.
+
+    Reads are not fenced (a stale read decides nothing the write's resourceVersion does not
+    check again)."""
+
+    def __init__(
+        self,
+        api_client: client.ApiClient,
+        leadership_left: Callable[[], float],
+        *,
+        request_timeout: float = 30.0,
+    ) -> None:
+        super().__init__(api_client, request_timeout=request_timeout)
+        self._leadership_left = leadership_left
+        self.refused = 0  # writes refused because the lead had run out (for tests and logs)
+
+    def _call(
+        self,
+        verb: str,
+        kind: Kind,
+        namespace: str | None,
+        *,
+        suffix: str = "",
+        **kwargs: Any,
+    ) -> Obj:
+        if verb in WRITE_VERBS:
+            left = self._leadership_left()
+            if left <= 0:
+                self.refused += 1
+                where = f"{namespace}/{kwargs.get('name', '')}" if namespace else kwargs.get("name")
+                raise NotLeaderError(
+                    f"{verb} {kind.name} {where or ''} not sent: this replica does not lead "
+                    "now (its Lease renewal is older than the renew deadline)"
+                )
+            kwargs["_request_timeout"] = min(self._timeout, left / ATTEMPTS)
+        return super()._call(verb, kind, namespace, suffix=suffix, **kwargs)

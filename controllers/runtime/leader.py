@@ -8,6 +8,11 @@ the resourceVersion it read, so of two candidates racing for one Lease exactly o
 The leader renews every `retry_period`. It considers itself leader only while its last
 successful renewal is younger than `renew_deadline`, which is shorter than the lease
 duration: a leader cut off from the apiserver stops acting before anyone else may start.
+A renewal counts from the moment its request was sent, not from when the answer came: a slow
+answer must not stretch the lead past what the standby (which counts from when it saw the
+renewal) allows. `leadership_left()` is how long this replica may still act; the leader's
+API client (`controllers/runtime/client.py`) refuses a write when it is up and gives every
+write no longer than it to finish.
 """
 
 from __future__ import annotations
@@ -24,6 +29,12 @@ from kubernetes.client.exceptions import ApiException
 from controllers.runtime.resources import LEASE, Kube, Obj
 
 log = logging.getLogger(__name__)
+
+
+def lease_request_timeout(renew_deadline: float, retry_period: float) -> float:
+    """How long one Lease request may take: short enough that a hung renewal is abandoned and
+    retried (after `retry_period`) while the renew deadline still leaves room for it."""
+    return max(0.5, (renew_deadline - retry_period) / 2)
 
 
 def micro_time(moment: datetime) -> str:
@@ -78,6 +89,13 @@ class LeaderElector:
                 and self._last_renew is not None
                 and self._clock() - self._last_renew < self.renew_deadline
             )
+
+    def leadership_left(self) -> float:
+        """Seconds this replica may still act as leader by its own clock (0 if it does not lead)."""
+        with self._lock:
+            if not self._leading or self._last_renew is None:
+                return 0.0
+            return max(0.0, self._last_renew + self.renew_deadline - self._clock())
 
     def wait_leader(self, stop: threading.Event, poll: float = 0.1) -> bool:
         """Block until this process leads (True) or `stop` is set (False)."""
@@ -142,8 +160,9 @@ class LeaderElector:
                     "metadata": {"name": self.name, "namespace": self.namespace},
                     "spec": self._spec(None, acquiring=True),
                 }
+                sent = self._clock()
                 self.kube.create(LEASE, self.namespace, body)
-                self._renewed()
+                self._renewed(sent)
                 return True
             spec = lease.get("spec") or {}
             holder = spec.get("holderIdentity") or ""
@@ -160,8 +179,9 @@ class LeaderElector:
                 "metadata": {"resourceVersion": lease["metadata"]["resourceVersion"]},
                 "spec": self._spec(lease, acquiring=holder != self.identity),
             }
+            sent = self._clock()
             self.kube.patch(LEASE, self.namespace, self.name, patch)
-            self._renewed()
+            self._renewed(sent)
             return True
         except ApiException as error:
             if error.status in (409, 422):
@@ -172,11 +192,11 @@ class LeaderElector:
             log.warning("lease renewal failed", extra={"error": str(error)[:300]})
             return False
 
-    def _renewed(self) -> None:
+    def _renewed(self, sent: float) -> None:
         with self._lock:
             if not self._leading:
                 self.transitions += 1
-            self._last_renew = self._clock()
+            self._last_renew = sent
 
     def release(self) -> None:
         """Give the Lease up at once (on graceful shutdown) so a standby need not wait for

@@ -291,6 +291,21 @@ def test_leader_stops_acting_when_renewals_fail_before_anyone_else_may_start() -
     assert not a.is_leader(), "past the renew deadline, well before the lease expires"
 
 
+def test_a_slow_renewal_counts_from_when_it_was_sent() -> None:
+    # The standby counts the lease from when it saw the renewal, which is no later than the
+    # answer; counting the lead from the answer would let a slow renewal outlast the lease.
+    kube, clock = FakeKube(), Clock()
+    a = _elector(kube, clock, "a")
+    assert a.try_acquire_or_renew()
+    a._set_leading(True)
+    assert a.leadership_left() == pytest.approx(10)
+    kube.before_write = lambda *_: setattr(clock, "t", clock.t + 6)  # the answer takes 6 s
+    assert a.try_acquire_or_renew()
+    assert a.leadership_left() == pytest.approx(4)
+    clock.t += 4
+    assert a.leadership_left() == 0 and not a.is_leader()
+
+
 def test_release_hands_over_at_once() -> None:
     kube, clock = FakeKube(), Clock()
     a, b = _elector(kube, clock, "a"), _elector(kube, clock, "b")
