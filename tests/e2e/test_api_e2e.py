@@ -116,7 +116,7 @@ def test_examples_apply_and_kubectl_get_shows_the_columns(api: Cluster) -> None:
 
     pg = _rows(api.kubectl("get", "pg", "-n", "team-a").stdout)
     assert pg[0] == ["NAME", "MIN-COUNT", "PRIORITY", "SCHEDULED", "BOUND", "AGE"]
-    assert pg[1][:3] == ["train-llama-workers", "4", "100"]
+    assert pg[1][:3] == ["train-llama-workers", "2", "100"]
 
     together = api.kubectl("get", "cq,lq,rf", "-A").stdout
     for header in ("PARENT", "CLUSTERQUEUE", "NODE-LABELS"):

@@ -140,3 +140,14 @@ def test_docs_document_every_field_of_shared_types(shared: type[BaseModel]) -> N
     fields = [info.alias or name for name, info in shared.model_fields.items()]
     missing = [f for f in fields if f"`{f}`" not in section]
     assert not missing, f"docs/api.md does not document {shared.__name__} fields: {missing}"
+
+
+def test_the_example_workload_fits_its_own_queue() -> None:
+    from quota.admission.cycle import admission_cycle
+    from quota.simulation.scenario import cluster_state
+
+    docs = list(yaml.safe_load_all((REPO / "examples/api/three-team-gpu.yaml").read_text()))
+    # `muster admit` reads queues and Workloads; the PodGroup is the scheduler's business.
+    state = cluster_state([d for d in docs if d.get("kind") != "PodGroup"], 0.0)
+    result = admission_cycle(state.snapshot)
+    assert [a.workload for a in result.admit] == ["team-a/train-llama"], result.pending
