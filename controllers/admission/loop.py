@@ -65,13 +65,16 @@ class AdmissionLoop:
         status_interval: float = 1.0,
         use_node_capacity: bool = True,
         usage: UsageFigures | None = None,
+        hold_timeout_s: float = 300.0,
         busy: Callable[[], AbstractContextManager[None]] | None = None,
     ) -> None:
         self.ctx = ctx
         self.pacer = Pacer(
             "admission cycle", self.cycle, min_interval=min_interval, resync=resync, log=log
         )
-        self.views = ViewBuilder(ctx, use_node_capacity=use_node_capacity, usage=usage)
+        self.views = ViewBuilder(
+            ctx, use_node_capacity=use_node_capacity, usage=usage, hold_timeout_s=hold_timeout_s
+        )
         self.writer = DecisionWriter(
             ctx, self.poke, write_workers=write_workers, status_interval=status_interval
         )

@@ -32,6 +32,8 @@ from quota.model import convert
 from quota.model.nodeconvert import bound_pod_from_manifest, node_from_manifest
 from quota.model.nodes import BoundPod, Node
 from quota.model.snapshot import (
+    Assignment,
+    Hold,
     QueueSpec,
     Snapshot,
     Workload,
@@ -60,13 +62,25 @@ def engine_workload(wl: WorkloadModel, queue: str, raw: Mapping[str, Any]) -> Wo
     if wls.has_quota(raw):
         reserved = wls.condition(raw, wls.QUOTA_RESERVED) or {}
         admitted_at = _epoch(reserved.get("lastTransitionTime"))
-    return convert.workload(
+    converted = convert.workload(
         wl,
         queue,
         arrival=_epoch((raw.get("metadata") or {}).get("creationTimestamp")),
         admitted_at=admitted_at,
         evicting=wls.is_evicted(raw),
     )
+    nomination = wl.status.nomination
+    if nomination is None or converted.admission is not None:
+        return converted
+    hold = Hold(
+        tuple(
+            Assignment(a.name, a.count, dict(a.flavors), tuple((n.name, n.count) for n in a.nodes))
+            for a in nomination.pod_set_assignments
+        ),
+        nomination.since.timestamp(),
+        tuple(nomination.victims),
+    )
+    return replace(converted, hold=hold)
 
 
 @dataclass
@@ -91,8 +105,10 @@ class ViewBuilder:
         *,
         use_node_capacity: bool = True,
         usage: UsageFigures | None = None,
+        hold_timeout_s: float = 300.0,
     ) -> None:
         self.ctx = ctx
+        self.hold_timeout_s = hold_timeout_s
         self.use_node_capacity = use_node_capacity
         self._parsed: dict[str, tuple[Any, Any]] = {}  # key -> (version, parsed)
         # Time-based fair share: figures a history job refreshes; None turns it off.
@@ -260,6 +276,7 @@ class ViewBuilder:
             pending=tuple(pending),
             historical_usage=self._historical_usage(queues),
             usage_fairness_k=self.usage.k if self.usage is not None else 0.0,
+            hold_timeout_s=self.hold_timeout_s,
         )
         return View(snapshot, tree, raw_by_key, engine, cq_models, lq_of, blocked)
 

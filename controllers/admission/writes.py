@@ -2,6 +2,10 @@
 use), then admissions (in parallel; they are independent), then pending reasons through a
 coalescing writer.
 
+A preemptor's hold on nodes (`status.nomination`) is written before any of its victims is
+evicted: if the controller dies between the two, the next leader finds the room already
+claimed; if the hold cannot be written, no one is evicted for it this cycle.
+
 Every write names the resourceVersion the snapshot saw: if a Workload changed in the
 meantime the write is refused and the next cycle decides again, so nothing is admitted from
 a stale view, and nothing is admitted twice. Admissions, evictions, slice replacements and
@@ -13,6 +17,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from controllers.admission.view import View
@@ -27,6 +32,7 @@ from quota.api.conditions import WorkloadConditions as WC
 from quota.api.quantity import format_quantity
 from quota.lifecycle.slices import slice_replaced_message
 from quota.model.decisions import Admit, CycleResult, Victim
+from quota.model.snapshot import Hold, Workload
 
 if TYPE_CHECKING:
     pass
@@ -71,7 +77,11 @@ class DecisionWriter:
         if not self._is_leader():
             log.warning("lost leadership before writing decisions; dropping them")
             return
+        holds = {p.workload: p.hold for p in result.pending}
         for preempt in result.preempt:
+            hold = holds.get(preempt.preemptor)
+            if hold is not None and not self._nominate(view, preempt.preemptor, hold):
+                continue
             evicted = []
             for victim in preempt.victims:
                 written = self._evict(view, victim, preemptor=preempt.preemptor)
@@ -84,9 +94,11 @@ class DecisionWriter:
         if result.admit:
             list(self._pool.map(lambda a: self._admit(view, a), result.admit))
         for p in result.pending:
-            self._submit_pending(view, p.workload, PENDING, p.reason)
+            engine = view.engine.get(p.workload)
+            nomination = nomination_status(engine, p.hold) if engine is not None else None
+            self._submit_pending(view, p.workload, PENDING, p.reason, nomination)
         for key, reason, message in view.blocked:
-            self._submit_pending(view, key, reason, message)
+            self._submit_pending(view, key, reason, message, None)
 
     def _job_of(self, wl: Obj) -> Obj | None:
         job_key = job_key_of_workload(wl)
@@ -128,6 +140,7 @@ class DecisionWriter:
             if (w.get("metadata") or {}).get("generation") != generation:
                 return False
             if wls.mark_admitted(w, admission, decision.reason, now):
+                wls.status_of(w).pop("nomination", None)  # its room is its own now
                 done.append(True)
                 return True
             return False
@@ -238,27 +251,64 @@ class DecisionWriter:
         )
         return written
 
-    def _submit_pending(self, view: View, key: str, reason: str, message: str) -> None:
+    def _submit_pending(
+        self, view: View, key: str, reason: str, message: str, nomination: Obj | None
+    ) -> None:
         raw = view.raw.get(key) or self.ctx.caches.workloads.get(key)
         if raw is None:
             return
         current = wls.condition(raw, wls.QUOTA_RESERVED) or {}
-        if current.get("reason") == reason and current.get("message") == message:
+        if (
+            current.get("reason") == reason
+            and current.get("message") == message
+            and wls.status_of(raw).get("nomination") == nomination
+        ):
             self.pending_writer.discard(key)
             return
-        self.pending_writer.submit(key, (reason, message))
+        self.pending_writer.submit(key, (reason, message, nomination))
 
-    def _write_pending(self, key: str, desired: tuple[str, str]) -> None:
-        reason, message = desired
+    def _write_pending(self, key: str, desired: tuple[str, str, Obj | None]) -> None:
+        reason, message, nomination = desired
         now = self.ctx.now()
+
+        def mutate(w: Obj) -> bool:
+            changed = wls.mark_pending(w, reason, message, now)
+            if wls.has_quota(w) or wls.is_finished(w):
+                return changed
+            return _set_nomination(w, nomination) or changed
+
         apply.update(
-            self.ctx.kube,
-            WORKLOAD,
-            key,
-            lambda w: wls.mark_pending(w, reason, message, now),
-            cache=self.ctx.caches.workloads,
-            status=True,
+            self.ctx.kube, WORKLOAD, key, mutate, cache=self.ctx.caches.workloads, status=True
         )
+
+    def _nominate(self, view: View, key: str, hold: Hold) -> bool:
+        """Write the preemptor's hold before its victims are evicted; False if it could not
+        be written (the next cycle decides again, and no one was evicted)."""
+        raw = view.raw.get(key)
+        engine = view.engine.get(key)
+        if raw is None or engine is None:
+            return False
+        nomination = nomination_status(engine, hold)
+        if wls.status_of(raw).get("nomination") == nomination:
+            return True
+        try:
+            written = apply.update(
+                self.ctx.kube,
+                WORKLOAD,
+                key,
+                lambda w: False if wls.has_quota(w) else _set_nomination(w, nomination),
+                cache=self.ctx.caches.workloads,
+                current=raw,
+                status=True,
+            )
+        except Exception as error:
+            log.warning("hold write failed", extra={"workload": key, "error": str(error)})
+            self.poke()
+            return False
+        if written is None or wls.status_of(written).get("nomination") != nomination:
+            self.poke()
+            return False
+        return True
 
     def _record(self, make: Callable[[], Iterable[Any]]) -> None:
         """Hand records to the history store, built on its thread from frozen objects (the
@@ -287,3 +337,39 @@ class DecisionWriter:
                 )
             ]
         )
+
+
+def nomination_status(engine: Workload, hold: Hold | None) -> Obj | None:
+    """status.nomination for `hold` (None clears it), in the Workload's own terms."""
+    if hold is None:
+        return None
+    per_pod = {ps.name: ps.per_pod for ps in engine.pod_sets}
+    return {
+        "since": wls.rfc3339(datetime.fromtimestamp(hold.since, UTC)),
+        "victims": list(hold.victims),
+        "podSetAssignments": [
+            {
+                "name": a.pod_set,
+                "count": a.count,
+                "flavors": dict(a.flavors),
+                "resourceUsage": {
+                    r: format_quantity(v * a.count, r)
+                    for r, v in per_pod.get(a.pod_set, {}).items()
+                    if v
+                },
+                "nodes": [{"name": node, "count": n} for node, n in a.nodes],
+            }
+            for a in hold.assignments
+        ],
+    }
+
+
+def _set_nomination(w: Obj, nomination: Obj | None) -> bool:
+    status = wls.status_of(w)
+    if status.get("nomination") == nomination:
+        return False
+    if nomination is None:
+        status.pop("nomination", None)
+    else:
+        status["nomination"] = nomination
+    return True

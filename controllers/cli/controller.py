@@ -203,6 +203,15 @@ def history_options(
     "--bind-workers).",
 )
 @click.option(
+    "--preemption-hold-timeout",
+    type=click.FloatRange(min=1),
+    default=300.0,
+    show_default=True,
+    help="Seconds the room freed for a preemptor stays held for it while its victims "
+    "leave; then the hold lapses with a reason and the preemptor is planned again, without "
+    "counting on victims that did not go.",
+)
+@click.option(
     "--metrics-port",
     type=click.IntRange(min=0, max=65535),
     default=8080,
@@ -241,6 +250,7 @@ def controller(
     scheduler_name: str,
     bind_workers: int,
     bind_qps: float,
+    preemption_hold_timeout: float,
     metrics_port: int,
     metrics_bind: str,
     log_level: str,
@@ -278,6 +288,7 @@ def controller(
         scheduler_name=scheduler_name,
         bind_workers=bind_workers,
         bind_qps=bind_qps,
+        preemption_hold_timeout=preemption_hold_timeout,
         metrics_port=metrics_port,
         metrics_bind=metrics_bind,
     )

@@ -161,9 +161,17 @@ def custom_resource_definition(model: type[ApiObject]) -> dict[str, Any]:
     }
 
 
+class _NoAliases(yaml.SafeDumper):
+    """Schemas share sub-objects (one model used in two places); the file spells each out
+    rather than using YAML anchors, which readers and diff tools handle poorly."""
+
+    def ignore_aliases(self, data: Any) -> bool:
+        return True
+
+
 def render(crd: Mapping[str, Any]) -> str:
     """The YAML text of one CRD file, byte-for-byte stable."""
-    body = yaml.safe_dump(dict(crd), sort_keys=False, allow_unicode=True, width=100)
+    body = yaml.dump(dict(crd), Dumper=_NoAliases, sort_keys=False, allow_unicode=True, width=100)
     return HEADER + body
 
 

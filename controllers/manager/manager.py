@@ -100,6 +100,7 @@ class Manager:
         self.loop = AdmissionLoop(
             self.ctx,
             status_interval=options.status_interval,
+            hold_timeout_s=options.preemption_hold_timeout,
             usage=self.history.usage if self.history is not None else None,
             busy=self.history.busy if self.history is not None else None,
         )
@@ -113,6 +114,7 @@ class Manager:
                 bind_workers=options.bind_workers,
                 bind_qps=options.bind_qps,
                 status_interval=options.status_interval,
+                hold_timeout_s=options.preemption_hold_timeout,
             )
         self.jobs = JobReconciler(self.ctx)
         self.queue: WorkQueue[str] = WorkQueue("jobs")

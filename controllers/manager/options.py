@@ -38,6 +38,8 @@ class Options:
     bind_workers: int = 16
     # Bindings per second at most (0: only `bind_workers` bounds them).
     bind_qps: float = 0.0
+    # Room held for a preemptor while its victims leave lapses after this many seconds.
+    preemption_hold_timeout: float = 300.0
     # /metrics, /healthz and /readyz (plain HTTP); port 0 picks a free port, None serves none
     # (`muster controller` serves them on 8080 unless told otherwise).
     metrics_port: int | None = None

@@ -76,11 +76,13 @@ class SchedulerLoop:
         min_interval: float = 0.05,
         resync: float = 2.0,
         status_interval: float = 1.0,
+        hold_timeout_s: float = 300.0,
     ) -> None:
         if not scheduler_name:
             raise ValueError("the scheduler loop needs a scheduler name (--scheduler-name)")
         self.ctx = ctx
         self.scheduler_name = scheduler_name
+        self.hold_timeout_s = hold_timeout_s
         self.pacer = Pacer(
             "scheduler pass", self.schedule_once, min_interval=min_interval, resync=resync, log=log
         )
@@ -141,7 +143,9 @@ class SchedulerLoop:
         if not ready:
             return []
         with paused_collection():
-            view, holds = build_view(self.ctx.caches, self._parsed, self.assumed, groups)
+            view, holds = build_view(
+                self.ctx.caches, self._parsed, self.assumed, groups, self.hold_timeout_s
+            )
             decisions = []
             for g in ready:
                 own = holds.pop(g.key, [])

@@ -1,7 +1,8 @@
 """The node view one scheduler pass places on: every node, every pod bound to one (Muster's or
 not), the pods this loop bound that the watch has not shown yet, and the room planned for
-admitted groups that are not bound yet (held by placeholder pods, by the same rule the
-admission cycle reserves with).
+admitted groups that are not bound yet and the room held for pending preemptors while their
+victims leave (both held by placeholder pods, by the same rules the admission cycle reserves
+with).
 
 Parsing is cached by resourceVersion, so a pass converts only the Nodes and Pods that
 changed since the last one. A Node or Pod that cannot be parsed is left out with one warning
@@ -18,12 +19,14 @@ from dataclasses import dataclass, replace
 from controllers.runtime.resources import Obj, object_key
 from controllers.scheduler import pods as p
 from controllers.scheduler.groups import Group
+from controllers.state import workloads as wls
 from controllers.state.caches import Caches
 from quota.api import ManifestError
+from quota.api.quantity import QuantityError, parse_quantity
 from quota.model.nodeconvert import bound_pod_from_manifest, node_from_manifest
-from quota.model.snapshot import Assignment, PodSet, Workload
+from quota.model.snapshot import Assignment, Hold, PodSet, Workload
 from quota.placement import BoundPod, Node, NodeView
-from quota.placement.reservations import planned_pods
+from quota.placement.reservations import held_pods, planned_pods
 
 log = logging.getLogger(__name__)
 
@@ -102,7 +105,11 @@ class Parsed:
 
 
 def build_view(
-    caches: Caches, parsed: Parsed, assumed: dict[str, Assumed], groups: Iterable[Group]
+    caches: Caches,
+    parsed: Parsed,
+    assumed: dict[str, Assumed],
+    groups: Iterable[Group],
+    hold_timeout_s: float = 300.0,
 ) -> tuple[NodeView, dict[str, list[BoundPod]]]:
     """The view, and the placeholder pods holding each group's planned room.
 
@@ -141,7 +148,45 @@ def build_view(
     pods = list(bound.values())
     for held in holds.values():
         pods.extend(held)
+    # A group re-placed here must not land in room held for a preemptor either.
+    pods.extend(held_pods(nominees(caches.workloads.objects()), time.time(), hold_timeout_s))
     return NodeView(nodes, pods), holds
+
+
+def nominees(workloads: Iterable[Obj]) -> list[Workload]:
+    """Pending Workloads with room held on nodes (`status.nomination`), as the reservation
+    rule reads them: per-pod requests from the totals the nomination was written with."""
+    out: list[Workload] = []
+    for raw in workloads:
+        nomination = wls.status_of(raw).get("nomination")
+        if not nomination or wls.has_quota(raw):
+            continue
+        since = wls.parse_time(nomination.get("since"))
+        if since is None:
+            continue
+        sets: list[PodSet] = []
+        assignments: list[Assignment] = []
+        try:
+            for a in nomination.get("podSetAssignments") or []:
+                count = int(a.get("count") or 0)
+                if count <= 0:
+                    continue
+                per_pod = {
+                    r: parse_quantity(str(v), r) // count
+                    for r, v in (a.get("resourceUsage") or {}).items()
+                }
+                nodes = tuple((str(n["name"]), int(n["count"])) for n in a.get("nodes") or [])
+                sets.append(PodSet(str(a["name"]), count, per_pod))
+                assignments.append(Assignment(str(a["name"]), count, {}, nodes))
+        except (KeyError, TypeError, ValueError, QuantityError) as error:
+            log.warning(
+                "nomination left out of placement",
+                extra={"workload": object_key(raw), "error": str(error)},
+            )
+            continue
+        hold = Hold(tuple(assignments), since.timestamp())
+        out.append(Workload(object_key(raw), "", 0, 0.0, tuple(sets), hold=hold))
+    return out
 
 
 def _planned(group: Group) -> Workload:

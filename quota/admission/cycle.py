@@ -28,7 +28,8 @@ cheaper than re-running victim searches after every preemption.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime
 from functools import partial
 
 from quota.fairness.fairshare import FairShare, fair_share, root_amount
@@ -56,6 +57,7 @@ from quota.model.resources import FlavorResource, format_amount
 from quota.model.snapshot import (
     Assignment,
     Flavor,
+    Hold,
     PodSet,
     QueueSpec,
     Snapshot,
@@ -68,8 +70,9 @@ from quota.model.snapshot import (
 )
 from quota.placement.gang import GangRequest, Placement, PodSetRequest, Unplaceable, place_gang
 from quota.placement.nodes import NodeView
-from quota.placement.reservations import planned_pods
+from quota.placement.reservations import held_pods, planned_pods
 from quota.preemption.nodes import (
+    NodePlan,
     node_candidates,
     node_victim_reason,
     preempt_on_nodes,
@@ -94,6 +97,14 @@ def admission_cycle(snapshot: Snapshot, fair: FairShare | None = None) -> CycleR
     `fair` may be passed when the caller already computed it for the same snapshot.
     """
     return _Cycle(snapshot, fair if fair is not None else fair_share(snapshot)).run()
+
+
+@dataclass(frozen=True, slots=True)
+class _NodeOutcome:
+    """A preemptor's room found on nodes: the plan, and the hold to keep it."""
+
+    plan: NodePlan
+    hold: Hold | None  # None: no pods to place
 
 
 @dataclass(slots=True)
@@ -174,6 +185,9 @@ class _Cycle:
         if snapshot.nodes is not None:
             holding = [w for w in snapshot.admitted if w.key not in gone]
             pods = list(snapshot.pods) + planned_pods(holding, snapshot.pods)
+            # Room held for preemptors whose victims are leaving: taken for everyone else,
+            # whichever queue comes first, until the preemptor's own turn (`_release_hold`).
+            pods += held_pods(snapshot.pending, snapshot.now, snapshot.hold_timeout_s)
             self.nodes = NodeView(snapshot.nodes, pods)
         # Pod keys in the view per workload (bound and planned), for preemption on nodes.
         self.pods_of: dict[str, list[str]] = {}
@@ -308,6 +322,7 @@ class _Cycle:
         With `within_share`, return "beyond" without deciding when `w` would take its queue
         or an ancestor beyond fair share (whether it would fit or not).
         """
+        self._release_hold(w)
         request = self.set_aside.pop(w.key, None) or self._request(spec, w)
         if isinstance(request, str):
             self.pending.append(Pending(w.key, spec.name, request))
@@ -330,6 +345,15 @@ class _Cycle:
             reserved = assign_flavors(
                 spec.name, request.plans, request.counts, (self.planned,), sticky
             )
+            if isinstance(reserved, Fit) and self.nodes is not None:
+                # The quota exists once evictions in flight complete; so must room on nodes,
+                # in what the leaving free or (lower priorities allowing) by evicting more.
+                outcome = self._preempt_on_nodes(spec, request, request.counts, reserved, None)
+                if isinstance(outcome, Unplaceable):
+                    self.pending.append(Pending(w.key, spec.name, outcome.reason))
+                    return ""
+                self._wait_on_nodes(spec, request, reserved, outcome)
+                return "waiting"
             if isinstance(reserved, Fit):
                 # The room exists once evictions in flight complete: hold it for this workload.
                 self.planned.charge(spec.name, reserved.usage)
@@ -354,9 +378,12 @@ class _Cycle:
             smallest = tuple(
                 ps.min_count if ps.min_count is not None else ps.count for ps in w.pod_sets
             )
-        if self._preempt(spec, request, smallest):
+        preempted = self._preempt(spec, request, smallest)
+        if preempted is True:
             return "waiting"
         reason = self._failure_reason(spec, w, failure, smallest != request.counts)
+        if isinstance(preempted, Unplaceable):
+            reason += "; " + preempted.reason
         if memo_key is not None:
             self.memo[memo_key] = reason
         self.pending.append(Pending(w.key, spec.name, reason))
@@ -537,7 +564,8 @@ class _Cycle:
         if isinstance(placed, Unplaceable) and isinstance(first, Unplaceable) and not first.never:
             # Quota chose these flavors: make room on their nodes, if lower priorities allow.
             still = self._preempt_on_nodes(spec, request, counts, first_fit, first)
-            if still is None:
+            if isinstance(still, _NodeOutcome):
+                self._wait_on_nodes(spec, request, first_fit, still)
                 return "waiting"
             placed = still
         if isinstance(placed, Unplaceable):
@@ -743,8 +771,13 @@ class _Cycle:
         headroom = self.planned.headroom
         return {key for key, amount in need.items() if amount > headroom(queue, key)}
 
-    def _preempt(self, spec: QueueSpec, request: _Request, counts: tuple[int, ...]) -> bool:
-        """Try within-queue preemption, then reclaim; on success record the decision."""
+    def _preempt(
+        self, spec: QueueSpec, request: _Request, counts: tuple[int, ...]
+    ) -> bool | Unplaceable:
+        """Try within-queue preemption, then reclaim; on success record the decision.
+
+        An Unplaceable says the quota could be freed but the pods still not be placed, so
+        nothing was decided."""
         if spec.within_queue == "Never" and spec.reclaim == "Never":
             return False
         w = request.workload
@@ -820,6 +853,36 @@ class _Cycle:
             return False
         fit = try_fit()
         assert fit is not None, "victim search ended in a state where the preemptor fits"
+        if self.nodes is not None:
+            # One decision with placement: the quota victims count as gone; if the gang still
+            # cannot be placed, lower priorities in its way go too, or no one goes at all.
+            outcome = self._preempt_on_nodes(spec, request, counts, fit, None, chosen)
+            if isinstance(outcome, Unplaceable):
+                for c in chosen:
+                    self.planned.charge(c.queue, c.usage)
+                names = ", ".join(c.workload.key for c in chosen)
+                return Unplaceable(
+                    f"evicting {names} would free the quota, but no one is evicted: "
+                    + outcome.reason,
+                    False,
+                    outcome.pod_set,
+                )
+            kept = self._reprieve_for_quota(chosen, outcome, fit, try_fit)
+            if len(kept) < len(chosen) and outcome.hold is not None:
+                spared = {c.workload.key for c in chosen} - {c.workload.key for c in kept}
+                victims = [v for v in victims if v.workload not in spared]
+                outcome = _NodeOutcome(
+                    outcome.plan,
+                    replace(
+                        outcome.hold,
+                        victims=tuple(v for v in outcome.hold.victims if v not in spared),
+                    ),
+                )
+            self.taken.update(c.workload.key for c in kept)
+            for queue in sorted({c.queue for c in kept}):
+                self.order.refresh(queue)
+            self._wait_on_nodes(spec, request, fit, outcome, victims)
+            return True
         self.planned.charge(spec.name, fit.usage)
         self.taken.update(c.workload.key for c in chosen)
         for queue in sorted({c.queue for c in chosen}):
@@ -838,24 +901,41 @@ class _Cycle:
         return True
 
     def _preempt_on_nodes(
-        self, spec: QueueSpec, request: _Request, counts: Sequence[int], fit: Fit, why: Unplaceable
-    ) -> Unplaceable | None:
+        self,
+        spec: QueueSpec,
+        request: _Request,
+        counts: Sequence[int],
+        fit: Fit,
+        why: Unplaceable | None,
+        quota_victims: Sequence[Candidate] = (),
+    ) -> _NodeOutcome | Unplaceable:
         """Make room on nodes for a workload that fits quota (quota/preemption/nodes.py).
 
-        None when it now waits, its room held in the view and its quota in `planned`, for
-        victims chosen now or workloads already leaving; else why it still cannot be placed.
+        `quota_victims` were just chosen to free quota for it (not yet taken): they count as
+        leaving, and are never chosen twice. Returns the placement held for it with the
+        workloads to evict for nodes (none when leaving ones suffice), or why it still
+        cannot be placed (the view and ledgers then as they were). `why` is the failure of a
+        placement already tried as things are, None when none was.
         """
         view = self.nodes
         gang, where = self._gang(request, counts, fit)
-        if view is None or gang is None:
-            return why
+        assert view is not None
+        if gang is None:  # no pods to place: nothing to make room for
+            return _NodeOutcome(NodePlan(Placement({}, 0, {}), (), {}), None)
         w = request.workload
-        excluded = self.taken if request.running is None else self.taken | {request.running.key}
+        excluded = self.taken | {c.workload.key for c in quota_victims}
+        if request.running is not None:
+            excluded.add(request.running.key)
         found = node_candidates(
             w, spec, self.queues, self._node_victims(), excluded, self.snapshot.now
         )
-        leaving = [k for k in sorted(self.taken) if k in self.pods_of and k not in self.replaced]
-        if not found.allowed and not found.protected and not leaving:
+        stuck = self._stuck_victims(w)
+        leaving = [
+            k
+            for k in sorted(self.taken | {c.workload.key for c in quota_victims})
+            if k in self.pods_of and k not in self.replaced and k not in stuck
+        ]
+        if why is not None and not found.allowed and not found.protected and not leaving:
             return why
         plan = preempt_on_nodes(
             view,
@@ -865,7 +945,11 @@ class _Cycle:
             partial(place_gang, view, gang, spec.placement),
         )
         if isinstance(plan, Unplaceable):
-            reason = why.reason
+            reason = (
+                why.reason
+                if why is not None
+                else f"quota is available but the pods cannot be placed{where}: {plan.reason}"
+            )
             if found.allowed:
                 reason = (
                     f"quota is available but the pods cannot be placed{where} even if every "
@@ -874,45 +958,152 @@ class _Cycle:
                 )
             if found.protected:
                 reason += "; " + protected_words(found.protected, self.snapshot.now)
-            return Unplaceable(reason, False, why.pod_set)
+            return Unplaceable(self._lapse_words(w, stuck) + reason, False, plan.pod_set)
+        return _NodeOutcome(plan, self._hold_for(request, fit, plan, quota_victims))
+
+    def _reprieve_for_quota(
+        self,
+        chosen: Sequence[Candidate],
+        outcome: _NodeOutcome,
+        fit: Fit,
+        try_fit: Callable[[], Fit | None],
+    ) -> list[Candidate]:
+        """The quota victims still needed once the victims chosen for nodes are counted:
+        those free quota too, so a quota victim that is not in the gang's way on nodes is
+        spared, most important first, whenever the quota still fits without it (on the
+        flavors the gang was placed on). Returns them in victim order; the planned ledger
+        ends with the spared ones charged back."""
+        planned = self.planned
+        node_victims = outcome.plan.victims
+        if not node_victims:
+            return list(chosen)
+        for c in node_victims:
+            planned.charge(c.queue, c.usage, -1)
+        used = {node for pairs in outcome.plan.placement.nodes.values() for node, _ in pairs}
+        view = self.nodes
+        assert view is not None
+        kept: list[Candidate] = []
+        for c in reversed(chosen):
+            keys = self.pods_of.get(c.workload.key, ())
+            if any(key not in view.pods or view.pods[key].node in used for key in keys):
+                kept.append(c)  # its pods are in the gang's way (removed from the view)
+                continue
+            planned.charge(c.queue, c.usage)
+            again = try_fit()
+            if again is None or again.flavors != fit.flavors:
+                planned.charge(c.queue, c.usage, -1)
+                kept.append(c)
+        for c in node_victims:
+            planned.charge(c.queue, c.usage)
+        kept.reverse()
+        return kept
+
+    def _hold_for(
+        self, request: _Request, fit: Fit, plan: NodePlan, quota_victims: Sequence[Candidate]
+    ) -> Hold:
+        """The room to hold for the preemptor: where `plan` placed it. A hold that has not
+        lapsed keeps its start while no one new is evicted for it, so a plan that keeps
+        breaking cannot hold room for ever."""
+        w = request.workload
+        placed = plan.placement
+        assignments = tuple(
+            Assignment(ps.name, placed.count(ps.name), fit.flavors[i], placed.nodes[ps.name])
+            for i, ps in enumerate(w.pod_sets)
+            if placed.nodes.get(ps.name)
+        )
+        new = {c.workload.key for c in (*quota_victims, *plan.victims)}
+        old = self.snapshot.active_hold(w)
+        victims = set(new)
+        if old is not None:
+            victims.update(v for v in old.victims if v in self.taken)
+        since = old.since if old is not None and not new else self.snapshot.now
+        return Hold(assignments, since, tuple(sorted(victims)))
+
+    def _release_hold(self, w: Workload) -> None:
+        """The preemptor's own turn: the room held for it is its own to place into again."""
+        if w.hold is None or self.nodes is None:
+            return
+        keys = self.pods_of.pop(w.key, ())
+        for key in keys:
+            if key in self.nodes.pods:
+                self.nodes.remove_pod(key)
+
+    def _stuck_victims(self, w: Workload) -> frozenset[str]:
+        """Victims of `w`'s lapsed hold that still have pods on nodes: they would not go in
+        time, so a new plan must not count on their room."""
+        if w.hold is None or self.snapshot.active_hold(w) is not None:
+            return frozenset()
+        return frozenset(v for v in w.hold.victims if v in self.pods_of)
+
+    def _lapse_words(self, w: Workload, stuck: frozenset[str]) -> str:
+        """ "the room held since 14:05:00 UTC lapsed after 300s (ns/a did not leave); " """
+        hold = w.hold
+        if hold is None or self.snapshot.active_hold(w) is not None:
+            return ""
+        when = datetime.fromtimestamp(hold.since, UTC).strftime("%H:%M:%S UTC")
+        late = f" ({', '.join(sorted(stuck))} did not leave)" if stuck else ""
+        return (
+            f"the room held since {when} lapsed after {self.snapshot.hold_timeout_s:.0f}s{late}; "
+        )
+
+    def _wait_on_nodes(
+        self,
+        spec: QueueSpec,
+        request: _Request,
+        fit: Fit,
+        outcome: _NodeOutcome,
+        quota_victims: Sequence[Victim] = (),
+    ) -> None:
+        """Record a preemptor that waits with its room held: quota in `planned`, room in the
+        view, victims for nodes (after those chosen for quota) evicted."""
+        w = request.workload
+        plan = outcome.plan
         self.planned.charge(spec.name, fit.usage)  # its quota is held with its room
         self.diverged = True
-        if not plan.victims:
-            self.pending.append(
-                Pending(
-                    w.key,
-                    spec.name,
-                    "waiting for preempted workloads to leave nodes; its room is held: "
-                    + _placement_words(plan.placement),
-                )
-            )
-            return None
         for c in plan.victims:
             self.planned.charge(c.queue, c.usage, -1)
         self.taken.update(c.workload.key for c in plan.victims)
         for queue in sorted({c.queue for c in plan.victims}):
             self.order.refresh(queue)
-        victims = tuple(
-            Victim(
-                c.workload.key,
-                c.queue,
-                "Preempted" if c.queue == spec.name else "Reclaimed",
-                node_victim_reason(w, c, plan.freed[c.workload.key], spec.name),
-            )
-            for c in plan.victims
+        victims = (
+            *quota_victims,
+            *(
+                Victim(
+                    c.workload.key,
+                    c.queue,
+                    "Preempted" if c.queue == spec.name else "Reclaimed",
+                    node_victim_reason(w, c, plan.freed[c.workload.key], spec.name),
+                )
+                for c in plan.victims
+            ),
         )
-        self.preempt.append(Preempt(w.key, victims))
-        freed = sorted({node for nodes in plan.freed.values() for node in nodes})
-        n = len(victims)
-        self.pending.append(
-            Pending(
-                w.key,
-                spec.name,
-                f"waiting for {n} preempted workload{'s' if n != 1 else ''} to leave nodes "
-                f"{', '.join(freed)}: {', '.join(v.workload for v in victims)}; its room is held",
+        lapsed = self._lapse_words(w, self._stuck_victims(w))
+        if victims:
+            self.preempt.append(Preempt(w.key, victims))
+            n = len(victims)
+            freed = sorted({node for nodes in plan.freed.values() for node in nodes})
+            what = (
+                " and ".join(
+                    part
+                    for part in (
+                        "release quota" if quota_victims else "",
+                        f"leave nodes {', '.join(freed)}" if freed else "",
+                    )
+                    if part
+                )
+                or "leave"
             )
-        )
-        return None
+            reason = (
+                f"waiting for {n} preempted workload{'s' if n != 1 else ''} to {what}: "
+                f"{', '.join(v.workload for v in victims)}; its room is held: "
+                + _placement_words(plan.placement)
+            )
+        else:
+            reason = (
+                "waiting for preempted workloads to leave nodes; its room is held: "
+                + _placement_words(plan.placement)
+            )
+        self.pending.append(Pending(w.key, spec.name, lapsed + reason, outcome.hold))
 
     def _node_victims(self) -> list[Candidate]:
         """Admitted workloads with pods on nodes, in victim order (taken ones are filtered

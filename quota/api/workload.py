@@ -219,6 +219,30 @@ class RequeueState(ApiModel):
     )
 
 
+class Nomination(ApiModel):
+    """Room on nodes held for a pending workload while the workloads evicted for it leave."""
+
+    since: AwareDatetime = Field(
+        description="When the room was first held; the hold lapses after the controller's "
+        "--preemption-hold-timeout and the workload is planned again."
+    )
+    victims: list[str] = Field(
+        default_factory=list,
+        max_length=1000,
+        description="The workloads (namespace/name) evicted to make this room.",
+    )
+    pod_set_assignments: list[PodSetAssignment] = Field(
+        default_factory=list,
+        max_length=MAX_POD_SETS,
+        description="Where its pods go once the room is free: no other workload is placed "
+        "there meanwhile.",
+        json_schema_extra={
+            "x-kubernetes-list-type": "map",
+            "x-kubernetes-list-map-keys": ["name"],
+        },
+    )
+
+
 class WorkloadStatus(ApiModel):
     """Admission and lifecycle of the workload, written by the controller."""
 
@@ -230,6 +254,9 @@ class WorkloadStatus(ApiModel):
         json_schema_extra=CONDITIONS_LIST,
     )
     requeue_state: RequeueState | None = None
+    nomination: Nomination | None = Field(
+        None, description="Set while room on nodes is held for it (a preemptor)."
+    )
 
 
 class Workload(ApiObject):

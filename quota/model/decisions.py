@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from quota.model.snapshot import Assignment
+from quota.model.snapshot import Assignment, Hold
 
 VictimKind = Literal["Preempted", "Reclaimed"]
 
@@ -51,6 +51,8 @@ class Pending:
     workload: str
     queue: str
     reason: str
+    # Room held on nodes for it while victims leave (None: nothing held, or a hold released).
+    hold: Hold | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,11 +88,19 @@ class CycleResult:
                 }
                 for p in self.preempt
             ],
-            "pending": [
-                {"workload": p.workload, "queue": p.queue, "reason": p.reason} for p in self.pending
-            ],
+            "pending": [_pending(p) for p in self.pending],
             "drain": [_victim(v) for v in self.drain],
         }
+
+
+def _pending(p: Pending) -> dict[str, Any]:
+    out: dict[str, Any] = {"workload": p.workload, "queue": p.queue, "reason": p.reason}
+    if p.hold is not None:
+        out["hold"] = {
+            "nodes": {a.pod_set: dict(a.nodes) for a in p.hold.assignments},
+            "victims": list(p.hold.victims),
+        }
+    return out
 
 
 def _victim(v: Victim) -> dict[str, str]:

@@ -114,6 +114,20 @@ class Assignment:
 
 
 @dataclass(frozen=True, slots=True)
+class Hold:
+    """Room on nodes held for a pending preemptor while the victims evicted for it leave.
+
+    `assignments` say where its pods go (as an admission's plans do); no other workload may
+    be placed on that room until the preemptor is admitted, or until `since` is more than
+    the snapshot's `hold_timeout_s` ago and the hold lapses (a victim that would not go).
+    """
+
+    assignments: tuple[Assignment, ...]
+    since: float
+    victims: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
 class Workload:
     """A unit of admission: every pod set is admitted together or not at all."""
 
@@ -129,6 +143,8 @@ class Workload:
     # reclaimed or drained): it still holds its quota until it is gone, but nothing should
     # choose it as a victim again, and a preemptor may count on the quota it will release.
     evicting: bool = False
+    # Pending preemptors only: the room held for it on nodes (see Hold).
+    hold: Hold | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,6 +165,20 @@ class Snapshot:
     # Per queue, decayed past usage; empty turns time-based fairness off.
     historical_usage: Mapping[str, float] = field(default_factory=dict)
     usage_fairness_k: float = 0.0
+    # How long room held for a preemptor stays reserved while its victims leave.
+    hold_timeout_s: float = 300.0
+
+    def active_hold(self, w: Workload) -> Hold | None:
+        """`w`'s hold while it has not lapsed."""
+        return active_hold(w, self.now, self.hold_timeout_s)
+
+
+def active_hold(w: Workload, now: float, timeout_s: float) -> Hold | None:
+    """`w`'s hold on nodes, unless it is more than `timeout_s` old at `now`."""
+    hold = w.hold
+    if hold is None or now - hold.since >= timeout_s:
+        return None
+    return hold
 
 
 @dataclass(frozen=True, slots=True)

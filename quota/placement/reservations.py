@@ -1,4 +1,5 @@
-"""Room planned for admitted workloads whose pods are not bound yet.
+"""Room planned for admitted workloads whose pods are not bound yet, and room held for
+pending preemptors while their victims leave.
 
 An admission decided with nodes carries its plan (`Assignment.nodes`). Until the scheduler
 has bound those pods, the room must stay taken, or the next admission cycle (or the next
@@ -13,7 +14,7 @@ from collections import Counter
 from collections.abc import Iterable
 
 from quota.model.nodes import BoundPod
-from quota.model.snapshot import Workload
+from quota.model.snapshot import Workload, active_hold
 
 
 def planned_pods(
@@ -50,4 +51,27 @@ def planned_pods(
                         BoundPod(f"{w.key}#planned-{a.pod_set}-{node}-{i}", node, requests, w.key)
                     )
                     missing -= 1
+    return out
+
+
+def held_pods(
+    pending: Iterable[Workload], now: float, timeout_s: float, exclude: frozenset[str] = frozenset()
+) -> list[BoundPod]:
+    """Placeholder pods for the room held for pending preemptors (`Workload.hold`) that
+    has not lapsed, attributed to the preemptor: until it is admitted, nothing else may be
+    placed there, whoever comes first. The victims' own pods may still be on those nodes:
+    the node then shows as overcommitted, which is exactly "taken" to everyone else."""
+    out: list[BoundPod] = []
+    for w in pending:
+        hold = active_hold(w, now, timeout_s)
+        if hold is None or w.key in exclude:
+            continue
+        per_pod = {ps.name: ps.per_pod for ps in w.pod_sets}
+        for a in hold.assignments:
+            requests = per_pod.get(a.pod_set, {})
+            for node, count in a.nodes:
+                for i in range(count):
+                    out.append(
+                        BoundPod(f"{w.key}#held-{a.pod_set}-{node}-{i}", node, requests, w.key)
+                    )
     return out

@@ -1064,6 +1064,12 @@ class _Simulation:
 
     def _carry_out(self, result: CycleResult, t: float) -> bool:
         for pending in result.pending:
+            held = self.pending.by_key.get(pending.workload)
+            if held is not None and held.hold != pending.hold:
+                # The room held for a preemptor, as the controller keeps it in the
+                # Workload's status.nomination.
+                self.pending.remove(pending.workload)
+                self.pending.add(replace(held, hold=pending.hold))
             waiting = self.job_of.get(pending.workload)
             if waiting is None:
                 continue
