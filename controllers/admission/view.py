@@ -181,6 +181,7 @@ class ViewBuilder:
             # Still counts what it admitted, under its parent's limits, and admits nothing.
             up = parent if isinstance(parent, str) and parent in queues else None
             queues[name] = QueueSpec(name, up, active=False, inactive_reason=f"invalid: {why}")
+        queues = convert.inherit_min_runtimes(queues, cq_models.values())
         lqs = {f"{lq.metadata.namespace}/{lq.name}": lq for lq in lq_models}
 
         admitted: list[Workload] = []

@@ -9,6 +9,7 @@ dicts (decoded manifests such as Nodes and Jobs) in, frozen snapshot values out.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 from quota.api import ManifestError, parse_manifest
@@ -56,6 +57,34 @@ def queue_spec(cq: ClusterQueue, active: bool = True, reason: str = "") -> Queue
         active=active,
         inactive_reason="" if active else reason,
     )
+
+
+def inherit_min_runtimes(
+    queues: Mapping[str, QueueSpec], cluster_queues: Iterable[ClusterQueue]
+) -> dict[str, QueueSpec]:
+    """`queues` with each queue's minimum runtimes taken from its nearest ancestor that
+    sets one, where it sets none itself: protecting a department's workloads protects its
+    teams' (a queue may still say `0s` to opt out)."""
+    own = {cq.name: cq.spec.preemption for cq in cluster_queues}
+    out: dict[str, QueueSpec] = {}
+    for name, spec in queues.items():
+        preempt = own[name].preempt_min_runtime if name in own else None
+        reclaim = own[name].reclaim_min_runtime if name in own else None
+        seen = {name}
+        parent = spec.parent
+        while (preempt is None or reclaim is None) and parent in own and parent not in seen:
+            seen.add(parent)
+            if preempt is None:
+                preempt = own[parent].preempt_min_runtime
+            if reclaim is None:
+                reclaim = own[parent].reclaim_min_runtime
+            parent = queues[parent].parent if parent in queues else None
+        out[name] = replace(
+            spec,
+            min_runtime_preempt_s=preempt.total_seconds() if preempt else 0.0,
+            min_runtime_reclaim_s=reclaim.total_seconds() if reclaim else 0.0,
+        )
+    return out
 
 
 def toleration(model: TolerationModel) -> Toleration | None:
