@@ -205,7 +205,7 @@ def measure(
                 recorder.record(rec)
 
     def deferred(recorder: HistoryRecorder) -> None:
-        # Hand over the frozen cycle result; the writer thread builds the records.
+        # Hand over the frozen cycle result; the records are built and written ahead here.
         with recorder.busy():
             result = admission_cycle(snapshot)
             seq, at = next(counter), datetime.now(UTC)

@@ -2,13 +2,17 @@
 
 The admission loop records what it decides; this feed records what the Workload cache shows
 happening (created, requeued, finished), and on taking over replays what every Workload's
-status shows, so that whatever a previous leader decided but did not get into the store
-before it died is filled in (the store keeps each transition once).
+status shows, so that a transition a previous leader wrote to the apiserver but was killed
+before recording is filled in (the store keeps each transition once). Earlier attempts (an
+eviction since followed by a new admission, and who caused it) are no longer visible in a
+status: those come back from the recording replica's spool, which the recorder writes ahead
+and replays on start.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable
 
 from controllers.history import transitions as history
@@ -38,8 +42,8 @@ class HistoryFeed:
     def on_workload(self, kind: str, old: Obj | None, new: Obj | None) -> None:
         """Record what the leader sees happen to a Workload (creation, requeue, finish).
 
-        Runs on whichever thread changed the cache, often an admission write: it only compares
-        a few fields, and the records are built on the recorder's thread."""
+        Runs on whichever thread changed the cache, often an admission write: it compares a
+        few fields and builds the records, which the recorder writes ahead before returning."""
         if new is None or not self.recording or not self.is_leader():
             return
         if old is not None and history.milestones(old) == history.milestones(new):
@@ -52,13 +56,16 @@ class HistoryFeed:
         )
 
     def start_recording(self) -> None:
-        """Start recording (on taking the lead) and replay what the cluster shows."""
+        """Start recording (on taking the lead) and replay what the cluster shows.
+
+        The replay runs on a thread of its own: it is called from the elector, whose next
+        renewal must not wait for thousands of records to be built and written ahead."""
         if self.ctx.recorder is None:
             return
         self.recording = True
         objects = self.ctx.caches.workloads.objects()
 
-        # Cached objects are replaced, never changed, so the recorder may read them later.
+        # Cached objects are replaced, never changed, so they may be read later.
         def replay(chunk: list[Obj]) -> Callable[[], list[WorkloadTransition]]:
             return lambda: [
                 t
@@ -66,8 +73,11 @@ class HistoryFeed:
                 for t in history.visible(wl, cluster_queue=self.cluster_queue_of(wl))
             ]
 
-        for start in range(0, len(objects), 100):
-            self.ctx.record_later(replay(objects[start : start + 100]))
+        def run() -> None:
+            for start in range(0, len(objects), 100):
+                self.ctx.record_later(replay(objects[start : start + 100]))
+
+        threading.Thread(target=run, name="history-replay", daemon=True).start()
         log.info("history: replaying what the cluster shows", extra={"workloads": len(objects)})
 
     def stop_recording(self) -> None:

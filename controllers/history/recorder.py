@@ -1,19 +1,23 @@
-"""The history recorder: takes records off the admission and scheduling loops, writes them later.
+"""The history recorder: a write-ahead log on local disk, drained into the database.
 
-`HistoryRecorder.record()` is all the hot path pays: a deque append and a condition notify. A
-background thread writes the buffer to the database in batches. When the database is down, or
-when the buffer holds more than `buffer_size` records, the thread spools records to JSON-lines
-segment files on local disk and replays them once the database answers again. Every write is
-INSERT ... ON CONFLICT DO NOTHING on the record's natural key, so a replay (after an outage, or
-a controller restart that reports the same transition again) stores each record once.
+`HistoryRecorder.record()` appends the record to the spool (JSON lines in segment files) with
+one `write()` before it returns, so once a caller has handed a record over, a kill -9 of the
+process loses nothing: the kernel holds the bytes, and the next recorder started on the same
+spool directory replays every segment. (A power loss could lose what the writer thread has
+not yet fsync'ed, at most its last `sync_interval_s`.) The database is written only from the
+spool, by a background thread that reads the segments in order, writes them in batches and
+deletes a segment once all of it is stored; while the database is down the segments simply
+grow. Every write is INSERT ... ON CONFLICT DO NOTHING on the record's natural key, so a replay
+(after an outage, a crash between a batch and its deletion, or a controller restart that
+reports the same transition again) stores each record once.
 
 A record the database refuses as malformed is not retried forever: it goes to `rejected.jsonl`
 in the spool directory (kept, never dropped silently) and counts in a metric.
 
-Why one module of this size: the buffer, the database writes and the spool are one state
-machine driven by one thread under one lock, and their ordering (spool before drop, replay
-before new writes, flush on close) is the whole point; split across modules, that invariant
-would have no single place to be read and checked.
+Why one module of this size: the log, the database writes and the segment clean-up are one
+state machine, and their ordering (on disk before acknowledged, stored before deleted, replay
+on start) is the whole point; split across modules, that invariant would have no single place
+to be read and checked.
 """
 
 from __future__ import annotations
@@ -24,7 +28,6 @@ import logging
 import os
 import threading
 import time
-from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -57,7 +60,7 @@ log = logging.getLogger(__name__)
 
 BACKLOG = Gauge(
     "muster_history_backlog_records",
-    "History records accepted but not yet in the database (buffered in memory or spooled).",
+    "History records accepted (on disk in the spool) but not yet in the database.",
 )
 WRITTEN = Counter("muster_history_records_written", "History records written to the database.")
 REJECTED = Counter(
@@ -165,20 +168,16 @@ def _is_bad_record(err: Exception) -> bool:
     return isinstance(err, StatementError) and not isinstance(err, DBAPIError)
 
 
-# A record, or a function the writer thread calls to build records (see `record_later`).
-Pending = Record | Callable[[], Iterable[Record]]
-
-
 class SpoolLockedError(RuntimeError):
     """Another recorder already spools into the same directory."""
 
 
 class HistoryRecorder:
-    """Buffers history records in memory and writes them from a background thread.
+    """Writes every record ahead to the spool, and from there to the database on a thread.
 
     Use as a context manager, or call `start()` and `close()`. `spool_dir` must belong to this
-    recorder alone (a lock file enforces it); records spooled there by an earlier run are
-    replayed on start.
+    recorder alone (a lock file enforces it); whatever an earlier run left there is replayed
+    on start.
 
     The writer competes with the admission loop for the interpreter. Code that must not be
     slowed down runs inside `with recorder.busy():`; the writer finishes the batch it is on and
@@ -191,48 +190,51 @@ class HistoryRecorder:
         engine: Engine,
         spool_dir: Path | str,
         *,
-        buffer_size: int = 10_000,
         batch_size: int = 200,
         segment_records: int = 10_000,
         retry_initial_s: float = 0.5,
         retry_max_s: float = 30.0,
         max_defer_s: float = 1.0,
+        sync_interval_s: float = 1.0,
         backlog_gauge: Gauge | None = None,
     ) -> None:
-        if buffer_size < 1 or batch_size < 1 or segment_records < 1:
-            raise ValueError(
-                "history recorder: buffer_size, batch_size and segment_records must be >= 1"
-            )
+        if batch_size < 1 or segment_records < 1:
+            raise ValueError("history recorder: batch_size and segment_records must be >= 1")
         self._engine = engine
         self._spool_dir = Path(spool_dir)
-        self._buffer_size = buffer_size
         self._batch_size = batch_size
         self._segment_records = segment_records
         self._retry_initial_s = retry_initial_s
         self._retry_max_s = retry_max_s
         self._max_defer_s = max_defer_s
+        self._sync_interval_s = sync_interval_s
 
-        self._buffer: deque[Pending] = deque()
+        # The appending side, shared by every caller: the open segment and what it holds.
+        self._log_lock = threading.Lock()
+        self._fd: int | None = None
+        self._active: Path | None = None
+        self._active_lines = 0
+        self._next_segment = 0
+        self._accepted = 0  # records on disk since start (with those found there on start)
+        self._unsynced = False
+        self._closed = False
+
         self._wake = threading.Condition(threading.Lock())
         self._progress = threading.Condition(threading.Lock())
         self._thread: threading.Thread | None = None
-        self._closed = False
         self._stopping = False
-        # True while the writer waits for work: only then does record() need to wake it.
+        # True while the writer waits for work: only then does an append need to wake it.
         self._idle = False
         self._busy = 0
 
         # Owned by the writer thread (read elsewhere only for figures).
-        self._in_flight = 0
-        self._spooled = 0
+        self._done = 0  # records stored in the database or set aside as rejected
+        self._reading: Path | None = None  # the segment being drained, and how far
+        self._offset = 0
         self._db_up = True
         self._retry_delay_s = retry_initial_s
         self._retry_at = 0.0
-        self._segment: IO[str] | None = None
-        self._segment_lines = 0
-        self._next_segment = 0
-        # How much of the oldest segment is already in the database (after a partial replay).
-        self._head: tuple[Path, int] | None = None
+        self._synced_at = 0.0
         self._lock_file: IO[str] | None = None
 
         gauge = backlog_gauge if backlog_gauge is not None else BACKLOG
@@ -241,28 +243,60 @@ class HistoryRecorder:
     # --- the hot path -----------------------------------------------------------------------
 
     def record(self, record: Record) -> None:
-        """Queue `record` for writing; never waits on the database or the disk."""
-        if self._closed:
-            raise RuntimeError("history recorder is closed; records can no longer be accepted")
-        self._buffer.append(record)
-        # The writer sets _idle under the lock before it checks the buffer, so either it sees
-        # this record or this sees _idle; a busy writer needs no wake-up.
-        if self._idle:
-            with self._wake:
-                self._wake.notify()
+        """Append `record` to the spool; when this returns, a crash can no longer lose it."""
+        self._append([record])
 
     def record_later(self, make: Callable[[], Iterable[Record]]) -> None:
-        """Queue a function that builds records; the writer thread calls it, off the hot path.
+        """Build records with `make` and append them to the spool before returning.
 
-        `make` must read only data that no longer changes (a frozen cycle result, say). If it
-        raises, the error is logged and counted in muster_history_records_rejected.
-        """
+        Built now, not on the writer thread: a record that waits in memory is lost by a
+        kill -9. If `make` raises, the error is logged and counted in
+        muster_history_records_rejected (the caller's work goes on)."""
         if self._closed:
             raise RuntimeError("history recorder is closed; records can no longer be accepted")
-        self._buffer.append(make)
+        try:
+            records = list(make())
+        except Exception:
+            REJECTED.inc()
+            log.exception("history: a record builder failed; its records are lost")
+            return
+        self._append(records)
+
+    def _append(self, records: Sequence[Record]) -> None:
+        lines: list[str] = []
+        for record in records:
+            try:
+                lines.append(json.dumps(record_to_dict(record), separators=(",", ":")) + "\n")
+            except (TypeError, ValueError) as err:
+                self._reject_line(repr(record), err)
+        with self._log_lock:
+            if self._closed:
+                raise RuntimeError("history recorder is closed; records can no longer be accepted")
+            if not lines:
+                return
+            if self._fd is None or self._active_lines >= self._segment_records:
+                self._rotate()
+            assert self._fd is not None
+            _write_all(self._fd, "".join(lines).encode())
+            self._active_lines += len(lines)
+            self._accepted += len(lines)
+            self._unsynced = True
+        # The writer sets _idle under the lock before it checks for work, so either it sees
+        # these records or this sees _idle; a busy writer needs no wake-up.
         if self._idle:
             with self._wake:
                 self._wake.notify()
+
+    def _rotate(self) -> None:
+        """Close the open segment (synced) and open the next one; caller holds _log_lock."""
+        if self._fd is not None:
+            os.fsync(self._fd)
+            os.close(self._fd)
+        path = self._spool_dir / f"segment-{self._next_segment:012d}.jsonl"
+        self._next_segment += 1
+        self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o640)
+        self._active = path
+        self._active_lines = 0
 
     @contextmanager
     def busy(self) -> Iterator[None]:
@@ -281,20 +315,18 @@ class HistoryRecorder:
 
     @property
     def backlog(self) -> int:
-        """Records accepted but not yet in the database: in memory, being written, or spooled.
-
-        A function queued with `record_later` counts as one until the writer has called it.
-        """
-        return len(self._buffer) + self._in_flight + self._spooled
+        """Records accepted (so on disk in the spool) but not yet in the database."""
+        return self._accepted - self._done
 
     @property
     def spooled(self) -> int:
-        """Records waiting in spool files on local disk."""
-        return self._spooled
+        """Records in spool files not yet in the database: every record waits there, so this
+        is the backlog."""
+        return self.backlog
 
     @property
     def spool_dir(self) -> Path:
-        """Where records wait on local disk while the database is down."""
+        """Where records are written ahead, and wait while the database is down."""
         return self._spool_dir
 
     @property
@@ -319,10 +351,10 @@ class HistoryRecorder:
                 "give each controller replica its own spool directory"
             ) from None
         segments = self._segments()
-        self._spooled = sum(_count_lines(p) for p in segments)
+        self._accepted = sum(_count_lines(p) for p in segments)
         if segments:
             self._next_segment = int(segments[-1].stem.split("-")[1]) + 1
-            log.info("history: %d spooled records from an earlier run to replay", self._spooled)
+            log.info("history: %d records from an earlier run to replay", self._accepted)
         self._thread = threading.Thread(target=self._run, name="history-recorder", daemon=True)
         self._thread.start()
         return self
@@ -350,14 +382,15 @@ class HistoryRecorder:
             self._wake.notify()
 
     def close(self, drain_timeout_s: float = 5.0) -> None:
-        """Stop accepting records; write what the database takes within the timeout, spool the rest.
+        """Stop accepting records; write what the database takes within the timeout.
 
-        Nothing accepted is lost: what is not in the database when this returns is on disk and
-        is replayed by the next recorder started on the same spool directory.
+        Nothing accepted is lost: what is not in the database when this returns is in the
+        spool and is replayed by the next recorder started on the same directory.
         """
-        if self._closed:
-            return
-        self._closed = True
+        with self._log_lock:
+            if self._closed:
+                return
+            self._closed = True
         if self._thread is not None:
             if self._db_up:
                 self.flush(drain_timeout_s)
@@ -365,9 +398,14 @@ class HistoryRecorder:
                 self._stopping = True
                 self._wake.notify()
             self._thread.join()
-            # A record() that raced with close() may have landed after the writer's last spill.
-            self._spill(len(self._buffer))
-            self._close_segment()
+        with self._log_lock:
+            if self._fd is not None:
+                os.fsync(self._fd)
+                os.close(self._fd)
+                self._fd = None
+        if self._thread is not None and self.backlog == 0:
+            for path in self._segments():  # all of it is stored
+                path.unlink()
         if self._lock_file is not None:
             self._lock_file.close()
             self._lock_file = None
@@ -387,54 +425,90 @@ class HistoryRecorder:
                 while not self._stopping and not self._has_work():
                     self._wake.wait(self._wait_s())
                 self._idle = False
-                stopping = self._stopping
-            if stopping:
-                self._spill(len(self._buffer))
-                self._close_segment()
-                self._signal_progress()
-                return
+                if self._stopping:
+                    self._signal_progress()
+                    return
             try:
                 self._step()
             except Exception:
-                # A bug here must not kill the thread and strand the buffer: spool and go on.
-                log.exception("history: unexpected error in the recorder; spooling records")
+                # A bug here must not kill the thread: the records wait on disk; try later.
+                log.exception("history: unexpected error in the recorder; retrying later")
                 self._mark_down()
-                self._spill(len(self._buffer))
             self._signal_progress()
+
+    def _sync_due(self) -> bool:
+        return self._unsynced and time.monotonic() - self._synced_at >= self._sync_interval_s
 
     def _has_work(self) -> bool:
-        # While the database is down, buffered records go straight to disk (the writer is slower
-        # than an fsync, so they batch up by themselves); spooled ones wait for the next retry.
-        if self._buffer:
+        if self._sync_due():
             return True
-        return self._spooled > 0 and time.monotonic() >= self._retry_at
+        return self.backlog > 0 and (self._db_up or time.monotonic() >= self._retry_at)
 
     def _wait_s(self) -> float:
-        if self._db_up and not self._spooled:
-            return 1.0
-        return max(0.01, min(1.0, self._retry_at - time.monotonic()))
+        wait = min(1.0, self._sync_interval_s)
+        if not self._db_up:
+            wait = min(wait, self._retry_at - time.monotonic())
+        return max(0.01, wait)
+
+    def _sync(self) -> None:
+        """fsync the open segment: what a crash of the process cannot lose, a power cut
+        cannot lose either once this has run."""
+        with self._log_lock:
+            if self._fd is not None and self._unsynced:
+                os.fsync(self._fd)
+            self._unsynced = False
+        self._synced_at = time.monotonic()
 
     def _step(self) -> None:
+        if self._sync_due():
+            self._sync()
         if not self._db_up and time.monotonic() < self._retry_at:
-            self._spill(len(self._buffer))
             return
-        excess = len(self._buffer) - self._buffer_size
-        if excess > 0:
-            self._spill(excess)
-        if not self._replay_spool():
-            self._spill(len(self._buffer))
-            return
-        while self._buffer and not self._stopping:
-            self._yield_to_busy()
-            batch = self._take(self._batch_size)
-            ok = self._write(batch)
-            if not ok:
-                self._spool(batch)
-            self._in_flight = 0
-            if not ok:
-                self._spill(len(self._buffer))
+        while not self._stopping:
+            batch = self._read_batch()
+            if batch is None:
                 return
+            records, unreadable, offset = batch
+            self._yield_to_busy()
+            if records and not self._write(records):
+                return  # the database is down: the same lines are read again on the retry
+            if unreadable:
+                REJECTED.inc(len(unreadable))
+                with open(self._spool_dir / "rejected.jsonl", "a", encoding="utf-8") as f:
+                    f.writelines(u + "\n" for u in unreadable)
+            self._offset = offset
+            self._done += len(records) + len(unreadable)
             self._signal_progress()
+            if self._sync_due():
+                self._sync()
+
+    def _read_batch(self) -> tuple[list[Record], list[str], int] | None:
+        """The next lines of the spool after what is stored: (records, unreadable lines, the
+        offset after them) in the segment being drained; None when everything is stored.
+        A drained segment that is no longer appended to is deleted here."""
+        while True:
+            if self._reading is None:
+                segments = self._segments()
+                if not segments:
+                    return None
+                self._reading, self._offset = segments[0], 0
+            path = self._reading
+            lines, offset = _read_lines(path, self._offset, self._batch_size, complete=True)
+            if lines:
+                records, unreadable = _parse(lines)
+                return records, unreadable, offset
+            with self._log_lock:
+                active = path == self._active
+            if active:
+                return None  # caught up with the appending side
+            # No longer appended to: anything after the offset now is final, a cut-off last
+            # line included.
+            lines, offset = _read_lines(path, self._offset, self._batch_size, complete=False)
+            if lines:
+                records, unreadable = _parse(lines)
+                return records, unreadable, offset
+            path.unlink()
+            self._reading = None
 
     def _yield_to_busy(self) -> None:
         if not self._busy:
@@ -446,28 +520,6 @@ class HistoryRecorder:
                 if remaining <= 0:
                     return
                 self._wake.wait(remaining)
-
-    def _take(self, count: int) -> list[Record]:
-        """Pop about `count` records (functions queued by record_later are called here).
-
-        Everything popped counts in `_in_flight` until the caller has written or spooled it, so
-        `backlog` never reads zero while records are on their way.
-        """
-        out: list[Record] = []
-        while self._buffer and len(out) < count:
-            self._in_flight += 1
-            item = self._buffer.popleft()
-            if isinstance(item, _RECORD_TYPES):
-                out.append(item)
-                continue
-            try:
-                out.extend(item())
-            except Exception:
-                REJECTED.inc()
-                log.exception("history: a record_later function failed; its records are lost")
-            self._in_flight = len(out)
-        self._in_flight = len(out)
-        return out
 
     def _write(self, records: Sequence[Record]) -> bool:
         """Write one batch; False if the database could not be reached (nothing was stored)."""
@@ -488,7 +540,7 @@ class HistoryRecorder:
             return self._write(records[:half]) and self._write(records[half:])
         WRITTEN.inc(len(records))
         if not self._db_up:
-            log.info("history: database reachable again; replaying spooled records")
+            log.info("history: database reachable again; writing the spooled records")
         self._db_up = True
         self._retry_delay_s = self._retry_initial_s
         return True
@@ -496,7 +548,7 @@ class HistoryRecorder:
     def _mark_down(self, err: Exception | None = None) -> None:
         if self._db_up:
             log.warning(
-                "history: database unreachable, spooling records to %s: %s",
+                "history: database unreachable; records wait in the spool %s: %s",
                 self._spool_dir,
                 _short_error(err) if err is not None else "unexpected error",
             )
@@ -505,92 +557,32 @@ class HistoryRecorder:
         self._retry_delay_s = min(self._retry_max_s, self._retry_delay_s * 2)
 
     def _reject(self, record: Record, err: Exception) -> None:
-        REJECTED.inc()
         reason = _short_error(err)
         log.error("history: database refused %s %s: %s", record.TYPE, record.key(), reason)
+        self._reject_line(json.dumps(record_to_dict(record) | {"error": reason}), None)
+
+    def _reject_line(self, line: str, err: Exception | None) -> None:
+        REJECTED.inc()
+        if err is not None:
+            log.error("history: record could not be written to the spool: %s: %s", err, line)
+            line = json.dumps({"unserializable_record": line, "error": str(err)})
         with open(self._spool_dir / "rejected.jsonl", "a", encoding="utf-8") as f:
-            line = record_to_dict(record) | {"error": reason}
-            f.write(json.dumps(line, separators=(",", ":")) + "\n")
+            f.write(line + "\n")
 
     # --- the spool --------------------------------------------------------------------------
 
     def _segments(self) -> list[Path]:
         return sorted(self._spool_dir.glob("segment-*.jsonl"))
 
-    def _spill(self, count: int) -> None:
-        """Move the `count` oldest buffered records to the spool."""
-        if count <= 0:
-            return
-        self._spool(self._take(count))
-        self._in_flight = 0
-
-    def _spool(self, records: Sequence[Record]) -> None:
-        written = 0
-        while written < len(records):
-            if self._segment is None or self._segment_lines >= self._segment_records:
-                self._open_segment()
-            assert self._segment is not None
-            room = self._segment_records - self._segment_lines
-            chunk = records[written : written + room]
-            self._segment.write(
-                "".join(json.dumps(record_to_dict(r), separators=(",", ":")) + "\n" for r in chunk)
-            )
-            self._segment.flush()
-            os.fsync(self._segment.fileno())
-            self._segment_lines += len(chunk)
-            self._spooled += len(chunk)
-            written += len(chunk)
-
-    def _open_segment(self) -> None:
-        self._close_segment()
-        path = self._spool_dir / f"segment-{self._next_segment:012d}.jsonl"
-        self._next_segment += 1
-        self._segment = open(path, "a", encoding="utf-8")  # noqa: SIM115 - closed on rotation
-        self._segment_lines = 0
-
-    def _close_segment(self) -> None:
-        if self._segment is not None:
-            self._segment.close()
-            self._segment = None
-
-    def _replay_spool(self) -> bool:
-        """Write spooled records to the database, oldest segment first; False on an outage."""
-        if not self._spooled:
-            return True
-        # Close the segment being appended so that every segment replayed is complete.
-        self._close_segment()
-        for path in self._segments():
-            records, unreadable = _read_segment(path)
-            done = self._head[1] if self._head is not None and self._head[0] == path else 0
-            for start in range(done, len(records), self._batch_size):
-                if self._stopping:
-                    self._head = (path, start)
-                    return True
-                chunk = records[start : start + self._batch_size]
-                if not self._write(chunk):
-                    self._head = (path, start)
-                    return False
-                self._spooled -= len(chunk)
-                self._signal_progress()
-                self._yield_to_busy()
-            if unreadable:
-                # Lines cut short by a crash mid-write: kept for a person to look at.
-                REJECTED.inc(len(unreadable))
-                with open(self._spool_dir / "rejected.jsonl", "a", encoding="utf-8") as f:
-                    f.writelines(
-                        json.dumps({"unreadable_spool_line": u}) + "\n" for u in unreadable
-                    )
-                self._spooled -= len(unreadable)
-            path.unlink()
-            self._head = None
-        return True
-
     def _signal_progress(self) -> None:
         with self._progress:
             self._progress.notify_all()
 
 
-_RECORD_TYPES = (WorkloadTransition, PlacementDecision, PreemptionDecision, QueueSample)
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
 
 
 def _count_lines(path: Path) -> int:
@@ -598,21 +590,46 @@ def _count_lines(path: Path) -> int:
         return sum(1 for line in f if line.strip())
 
 
-def _read_segment(path: Path) -> tuple[list[Record], list[str]]:
+def _read_lines(path: Path, offset: int, limit: int, *, complete: bool) -> tuple[list[str], int]:
+    """Up to `limit` non-blank lines of `path` from byte `offset`, and the offset after them.
+    With `complete`, a last line without its newline (still being appended) is left alone."""
+    lines: list[str] = []
+    with open(path, "rb") as f:
+        f.seek(offset)
+        while len(lines) < limit:
+            raw = f.readline()
+            if not raw or (complete and not raw.endswith(b"\n")):
+                break
+            offset += len(raw)
+            if raw.strip():
+                lines.append(raw.decode("utf-8", errors="replace").rstrip("\n"))
+    return lines, offset
+
+
+def _parse(lines: list[str]) -> tuple[list[Record], list[str]]:
+    """The records in spool lines, and the lines for rejected.jsonl of those that are not."""
     records: list[Record] = []
-    unreadable: list[str] = []
-    with open(path, encoding="utf-8", errors="replace") as f:
-        for line in f:
-            if not line.strip():
-                continue
-            try:
-                records.append(record_from_dict(json.loads(line)))
-            except (json.JSONDecodeError, RecordError, TypeError):
-                unreadable.append(line.rstrip("\n"))
-    return records, unreadable
+    rejected: list[str] = []
+    for line in lines:
+        try:
+            data = json.loads(line)
+        except json.JSONDecodeError:
+            # Cut short by a crash mid-write: kept for a person to look at.
+            rejected.append(json.dumps({"unreadable_spool_line": line}))
+            continue
+        try:
+            records.append(record_from_dict(data))
+        except (RecordError, TypeError, AttributeError) as err:
+            fields = data if isinstance(data, dict) else {"value": data}
+            rejected.append(json.dumps(fields | {"error": str(err)}))
+    return records, rejected
 
 
 def spool_dir_default() -> Path:
-    """Where a controller spools by default: beside the SQLite default, under the data dir."""
+    """Where a controller spools by default. In a pod, /var/lib/muster/spool (the chart mounts
+    a volume there; a home directory in a container is gone with the container); elsewhere
+    beside the SQLite default, under the user's data directory."""
+    if os.environ.get("KUBERNETES_SERVICE_HOST"):
+        return Path("/var/lib/muster/spool")
     base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
     return Path(base) / "muster" / "history-spool"

@@ -43,7 +43,8 @@ class HistorySettings:
     """Where the history store is and what the controller does with it."""
 
     url: URL
-    # None: a directory under the user's data directory, one per database.
+    # None: /var/lib/muster/spool in a pod, else under the user's data directory; one
+    # directory per database.
     spool_dir: Path | None = None
     fairness: FairnessSettings = field(default_factory=FairnessSettings)
     sample_interval: timedelta = timedelta(minutes=1)
@@ -193,7 +194,7 @@ class HistoryStore:
             return
 
     def record_later(self, make: Callable[[], Iterable[Any]]) -> None:
-        """Queue a function that builds records on the recorder's thread."""
+        """Build records with `make` and write them ahead to the spool (see the recorder)."""
         if self.recorder is None:
             raise RuntimeError("history store not started")
         self.recorder.record_later(make)
