@@ -50,7 +50,7 @@ def cluster_queue_of(wl: Mapping[str, Any], local_queues: Informer) -> str:
 def _is_active(cq: Mapping[str, Any] | None) -> bool:
     for cond in ((cq or {}).get("status") or {}).get("conditions") or []:
         if cond.get("type") == ACTIVE:
-            return cond.get("status") == "True"
+            return bool(cond.get("status") == "True")
     return False
 
 

@@ -1,0 +1,1 @@
+"""`kubectl muster ...`: the kubectl plugin (a console script named kubectl-muster)."""

@@ -1,0 +1,165 @@
+"""`kubectl muster explain JOB|WORKLOAD`: why a Job waits (or what happened to it): the
+engine's reason from the Workload's conditions, the placement reason from its PodGroup,
+and a timeline from the Events on the Job, its Workloads and its PodGroups, plus the
+history store's record of it when the store is reachable."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from controllers.plugin.kube import get_one, list_all
+from controllers.runtime.resources import EVENT, JOB, POD_GROUP, WORKLOAD, Kube, Obj
+from controllers.state import workloads as wls
+from quota.api.names import JOB_UID_LABEL, QUEUE_LABEL
+
+INITIALLY_SCHEDULED = "PodGroupInitiallyScheduled"
+
+
+def _cond(obj: Mapping[str, Any], type_: str) -> dict[str, Any]:
+    for c in (obj.get("status") or {}).get("conditions") or []:
+        if c.get("type") == type_:
+            return dict(c)
+    return {}
+
+
+def _sentence(cond: Mapping[str, Any]) -> str:
+    reason, message = str(cond.get("reason") or ""), str(cond.get("message") or "")
+    return f"{reason}: {message}" if reason and message else reason or message
+
+
+def state_of(wl: Mapping[str, Any]) -> tuple[str, str]:
+    """(state, the engine's reason for it), as a user asks "why does it wait"."""
+    if wls.is_finished(wl):
+        return "finished", _sentence(_cond(wl, wls.FINISHED))
+    if wls.is_evicted(wl):
+        return "evicted (its pods are being stopped)", _sentence(_cond(wl, wls.EVICTED))
+    if wls.has_quota(wl):
+        return "admitted", _sentence(_cond(wl, wls.ADMITTED) or _cond(wl, wls.QUOTA_RESERVED))
+    waiting = _cond(wl, wls.QUOTA_RESERVED)
+    if waiting:
+        return "waiting for quota", _sentence(waiting)
+    if _cond(wl, wls.REQUEUED).get("status") == "True":
+        return "waiting to be queued again", _sentence(_cond(wl, wls.REQUEUED))
+    return "waiting", "not looked at by an admission cycle yet (is the controller running?)"
+
+
+def placement_of(pod_group: Mapping[str, Any] | None, wl: Mapping[str, Any]) -> str:
+    """Where the pods stand: the scheduler loop's reason, or what is planned."""
+    if pod_group is not None:
+        cond = _cond(pod_group, INITIALLY_SCHEDULED)
+        if cond:
+            return _sentence(cond)
+    planned = [
+        f"{n['count']} on {n['name']}"
+        for a in ((wl.get("status") or {}).get("admission") or {}).get("podSetAssignments") or []
+        for n in a.get("nodes") or []
+    ]
+    if planned:
+        return "planned: " + ", ".join(planned)
+    return "not placed yet" if wls.has_quota(wl) else "placed once admitted"
+
+
+def explain(
+    kube: Kube,
+    namespace: str,
+    name: str,
+    console: Console,
+    history: Callable[[str, str], list[Any] | str] | None = None,
+) -> bool:
+    """Print the explanation; False if there is no Job or Workload of that name."""
+    job = get_one(kube, JOB, namespace, name)
+    if job is not None:
+        uid = job["metadata"]["uid"]
+        workloads = list_all(kube, WORKLOAD, namespace, label_selector=f"{JOB_UID_LABEL}={uid}")
+    else:
+        wl = get_one(kube, WORKLOAD, namespace, name)
+        if wl is None:
+            return False
+        workloads = [wl]
+    workloads.sort(key=lambda w: str(w["metadata"].get("creationTimestamp")))
+    if job is not None:
+        labels = job["metadata"].get("labels") or {}
+        spec = job.get("spec") or {}
+        head = Text(f"Job {namespace}/{name}", style="bold")
+        head.append(f"  queue {labels.get(QUEUE_LABEL, '(none: not managed by Muster)')}")
+        head.append(f"  parallelism {spec.get('parallelism', 1)}")
+        head.append("  suspended" if spec.get("suspend") else "  running", "yellow")
+        console.print(head)
+        if not workloads:
+            console.print(
+                "  no Workload yet: "
+                + (
+                    "the controller creates one for a queued Job within seconds"
+                    if QUEUE_LABEL in labels
+                    else f"the Job has no {QUEUE_LABEL} label"
+                )
+            )
+    pod_groups: list[Obj] = []
+    for wl in workloads:
+        wl_name = wl["metadata"]["name"]
+        state, reason = state_of(wl)
+        admission = (wl.get("status") or {}).get("admission") or {}
+        line = Text(f"Workload {wl_name}", style="bold")
+        line.append(f"  {state}", "green" if state == "admitted" else "magenta")
+        if admission.get("clusterQueue"):
+            line.append(f"  in {admission['clusterQueue']}")
+        console.print(line)
+        console.print(Text("  why: ", style="dim") + Text(reason or "-"))
+        if not wls.is_finished(wl):
+            pod_group = get_one(kube, POD_GROUP, namespace, wl_name)
+            if pod_group is not None:
+                pod_groups.append(pod_group)
+            console.print(Text("  placement: ", style="dim") + Text(placement_of(pod_group, wl)))
+    _timeline(kube, namespace, [o for o in [job, *workloads, *pod_groups] if o], console)
+    if history is not None:
+        for wl in workloads:
+            _history(history, namespace, wl["metadata"]["name"], console)
+    return True
+
+
+def _timeline(kube: Kube, namespace: str, objects: list[Obj], console: Console) -> None:
+    uids = {o["metadata"]["uid"] for o in objects}
+    events = [
+        e
+        for e in list_all(kube, EVENT, namespace)
+        if (e.get("involvedObject") or {}).get("uid") in uids
+    ]
+    table = Table(title="timeline (Events)", title_justify="left", show_edge=False)
+    for col in ("time (UTC)", "object", "reason", "message"):
+        table.add_column(col)
+
+    def at(e: Obj) -> str:
+        return str(e.get("lastTimestamp") or e.get("eventTime") or e.get("firstTimestamp") or "")
+
+    for e in sorted(events, key=at):
+        involved = e.get("involvedObject") or {}
+        table.add_row(
+            at(e).replace("T", " ").rstrip("Z")[:19],
+            f"{involved.get('kind')}/{involved.get('name')}",
+            str(e.get("reason") or ""),
+            str(e.get("message") or ""),
+        )
+    if events:
+        console.print(table)
+    else:
+        console.print("timeline: no Events (they expire after an hour by default)")
+
+
+def _history(
+    history: Callable[[str, str], list[Any] | str], namespace: str, name: str, console: Console
+) -> None:
+    entries = history(namespace, name)
+    if isinstance(entries, str):
+        console.print(Text(f"history of {name}: {entries}", style="dim"))
+        return
+    table = Table(title=f"history of {name}", title_justify="left", show_edge=False)
+    for col in ("time (UTC)", "event", "queue", "reason"):
+        table.add_column(col)
+    for e in entries:
+        table.add_row(str(e.at)[:19], e.event, e.cluster_queue, e.reason)
+    console.print(table)

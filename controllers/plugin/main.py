@@ -1,0 +1,240 @@
+"""`kubectl muster ...` (the console script kubectl-muster; kubectl runs any kubectl-*
+program on PATH as a plugin): queues, explain, stop/resume, history, what-if, completion."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+import yaml
+from kubernetes import config
+from rich.console import Console
+from rich.table import Table
+
+from controllers.plugin.kube import Target
+from quota.simulation.report import format_seconds
+
+COLOR = click.Choice(["auto", "always", "never"])
+
+
+def _console(color: str) -> Console:
+    # auto: colour on a terminal only, so pipes and files get plain text.
+    forced = {"always": True, "never": False}.get(color)
+    return Console(force_terminal=forced, no_color=color == "never", highlight=False)
+
+
+def _namespace(target: Target, namespace: str | None) -> str:
+    """-n, else the current context's namespace, else default (as kubectl)."""
+    if namespace:
+        return namespace
+    try:
+        _, active = config.list_kube_config_contexts(config_file=target.kubeconfig)  # type: ignore[no-untyped-call]
+        if target.context:
+            contexts, _ = config.list_kube_config_contexts(config_file=target.kubeconfig)  # type: ignore[no-untyped-call]
+            active = next((c for c in contexts if c["name"] == target.context), active)
+        return str((active or {}).get("context", {}).get("namespace") or "default")
+    except (config.ConfigException, OSError):
+        return "default"
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--kubeconfig", envvar="KUBECONFIG", default=None, help="Kubeconfig file.")
+@click.option("--context", default=None, help="Kubeconfig context to use.")
+@click.pass_context
+def main(ctx: click.Context, kubeconfig: str | None, context: str | None) -> None:
+    """Muster from kubectl: queues, why a Job waits, stopping queues, what-if simulations."""
+    # KUBECONFIG may list several files (a:b); the client reads the first.
+    first = kubeconfig.split(":")[0] if kubeconfig else None
+    ctx.obj = Target(first or None, context)
+
+
+@main.command()
+@click.option("--color", type=COLOR, default="auto", show_default=True)
+@click.pass_obj
+def queues(target: Target, color: str) -> None:
+    """The ClusterQueue tree: usage / quota, fair share, admitted and pending, per queue."""
+    from controllers.plugin.kube import list_all
+    from controllers.plugin.queues import queue_tree
+    from controllers.runtime.resources import CLUSTER_QUEUE, LOCAL_QUEUE
+
+    kube = target.kube()
+    cqs = list_all(kube, CLUSTER_QUEUE)
+    if not cqs:
+        raise click.ClickException(
+            "no ClusterQueues in this cluster (kubectl apply -f examples/api/ creates some)"
+        )
+    _console(color).print(queue_tree(cqs, list_all(kube, LOCAL_QUEUE)))
+
+
+@main.command()
+@click.argument("name", metavar="JOB|WORKLOAD")
+@click.option("-n", "--namespace", default=None, help="Default: the context's namespace.")
+@click.option(
+    "--database-url",
+    metavar="URL",
+    default=None,
+    help="History store to read the timeline from too (default: $MUSTER_DATABASE_URL, if set).",
+)
+@click.option("--color", type=COLOR, default="auto", show_default=True)
+@click.pass_obj
+def explain(
+    target: Target, name: str, namespace: str | None, database_url: str | None, color: str
+) -> None:
+    """Why a Job (or Workload) waits: the engine's reason, the placement, its timeline."""
+    import os
+
+    from controllers.plugin.explain import explain as run_explain
+
+    ns = _namespace(target, namespace)
+    url = database_url or os.environ.get("MUSTER_DATABASE_URL")
+    history = _history_reader(url) if url else None
+    if not run_explain(target.kube(), ns, name, _console(color), history):
+        raise click.ClickException(f"no Job or Workload named {name!r} in namespace {ns}")
+
+
+def _history_reader(url: str):  # type: ignore[no-untyped-def]
+    """A function (namespace, workload) -> timeline entries, or why there are none."""
+    from controllers.history import queries
+    from controllers.history.engine import DatabaseURLError, database_url, make_engine
+
+    def read(namespace: str, name: str) -> list[object] | str:
+        try:
+            engine = make_engine(database_url(url))
+            try:
+                entries: list[object] = list(queries.workload_timeline(engine, namespace, name))
+            finally:
+                engine.dispose()
+        except DatabaseURLError as error:
+            return str(error)
+        except Exception as error:  # unreachable, no schema: the rest still helps
+            return f"history store unavailable ({str(error).splitlines()[0][:200]})"
+        return entries or "nothing recorded"
+
+    return read
+
+
+@main.command()
+@click.argument("queue")
+@click.option("--drain", is_flag=True, help="Also evict what the queue has admitted.")
+@click.pass_obj
+def stop(target: Target, queue: str, drain: bool) -> None:
+    """Stop a ClusterQueue: admit nothing new (--drain: also evict what runs)."""
+    from controllers.plugin.stop import StopPolicy, set_stop_policy
+
+    policy: StopPolicy = "HoldAndDrain" if drain else "Hold"
+    before = set_stop_policy(target.kube(), queue, policy)
+    click.echo(f"clusterqueue/{queue} stopped ({policy}; was {before})")
+
+
+@main.command()
+@click.argument("queue")
+@click.pass_obj
+def resume(target: Target, queue: str) -> None:
+    """Resume a stopped ClusterQueue."""
+    from controllers.plugin.stop import set_stop_policy
+
+    before = set_stop_policy(target.kube(), queue, "None")
+    click.echo(f"clusterqueue/{queue} resumed (was {before})")
+
+
+@main.command("what-if")
+@click.option(
+    "--set",
+    "changes",
+    multiple=True,
+    metavar="QUEUE[.FLAVOR].quota|limit.RESOURCE=AMOUNT",
+    help="A proposed change (repeatable), e.g. team-a.quota.nvidia.com/gpu=16.",
+)
+@click.option(
+    "--run-for",
+    default="1h",
+    show_default=True,
+    help="How long a Job runs when it has no muster.dev/run-for annotation.",
+)
+@click.option(
+    "--export",
+    "export_only",
+    is_flag=True,
+    help="Print the exported scenario (YAML for `muster simulate`) and stop.",
+)
+@click.option("--color", type=COLOR, default="auto", show_default=True)
+@click.pass_obj
+def what_if(
+    target: Target, changes: tuple[str, ...], run_for: str, export_only: bool, color: str
+) -> None:
+    """Simulate the live cluster as it is and with a change; print how waits would change."""
+    import copy
+
+    from controllers.plugin import whatif
+    from quota.api.meta import parse_duration
+
+    try:
+        default_run = parse_duration(run_for).total_seconds()
+    except ValueError as error:
+        raise click.BadParameter(str(error), param_hint="--run-for") from None
+    docs = whatif.export_scenario(target.kube(), default_run)
+    if export_only:
+        click.echo(yaml.safe_dump_all(docs, sort_keys=False), nl=False)
+        return
+    if not changes:
+        raise click.UsageError("name a change with --set (or print the scenario with --export)")
+    proposed = copy.deepcopy(docs)
+    for change in changes:
+        whatif.apply_change(proposed, change)
+    before = whatif.run(docs, "the cluster as it is")
+    after = whatif.run(proposed, "the cluster with " + ", ".join(changes))
+    console = _console(color)
+    table = Table(title="waits: now -> with " + ", ".join(changes), title_justify="left")
+    for col in ("ClusterQueue", "jobs", "mean wait", "max wait"):
+        table.add_column(col)
+    for row in whatif.compare(before, after):
+        table.add_row(
+            row.queue,
+            str(row.jobs),
+            f"{format_seconds(row.before_mean)} -> {format_seconds(row.after_mean)}",
+            f"{format_seconds(row.before_max)} -> {format_seconds(row.after_max)}",
+        )
+    console.print(table)
+    moved = whatif.changed_jobs(before, after)
+    for key, b, a in moved:
+        console.print(f"  {key}: waits {format_seconds(b)} -> {format_seconds(a)}")
+    if not moved:
+        console.print("no Job's wait changes")
+
+
+@main.command(context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
+@click.pass_context
+def history(ctx: click.Context) -> None:
+    """The history store's answers (`muster history ...`: workload, queue, preemptions)."""
+    from controllers.cli.history import history as history_group
+
+    history_group.main(args=ctx.args, prog_name="kubectl muster history")
+
+
+@main.command()
+@click.argument("shell", type=click.Choice(["bash", "zsh", "fish"]))
+def completion(shell: str) -> None:
+    """Print the shell completion script: `source <(kubectl muster completion bash)`.
+
+    It completes `kubectl-muster`; kubectl >= 1.26 completes `kubectl muster ...` through
+    the kubectl_complete-muster program installed beside it."""
+    from click.shell_completion import get_completion_class
+
+    cls = get_completion_class(shell)
+    assert cls is not None  # the three above are click's own
+    script = cls(main, {}, "kubectl-muster", "_KUBECTL_MUSTER_COMPLETE").source()
+    sys.stdout.write(script)
+
+
+def complete() -> None:
+    """kubectl_complete-muster: kubectl (>= 1.26) runs it with the words typed after
+    `kubectl muster`, and prints one candidate per line."""
+    from click.shell_completion import ShellComplete
+
+    args = sys.argv[1:]
+    incomplete = args.pop() if args else ""
+    completer = ShellComplete(main, {}, "kubectl-muster", "_KUBECTL_MUSTER_COMPLETE")
+    for item in completer.get_completions(args, incomplete):
+        print(item.value)
+    # kubectl's protocol: a final ":<directive>" line (4: no file completion).
+    print(":4")

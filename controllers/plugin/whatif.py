@@ -1,0 +1,233 @@
+"""`kubectl muster what-if --set QUEUE.quota.RESOURCE=AMOUNT ...`: export the live cluster
+(flavors, queues, priority classes, nodes, unfinished queued Jobs) into a `muster simulate`
+scenario, simulate it as it is and with the proposed change, and print how waits change.
+
+What the export assumes, since a live cluster does not say: every unfinished Job runs for
+its `muster.dev/run-for` annotation if it has one, else `--run-for` (a running Job for what
+is left of that since it started); Jobs running now are submitted at 0s and waiting ones
+at 1s, in creation order, so what runs now is admitted first again.
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+import click
+
+from controllers.plugin.kube import list_all
+from controllers.runtime.resources import (
+    CLUSTER_QUEUE,
+    JOB,
+    LOCAL_QUEUE,
+    NODE,
+    PRIORITY_CLASS,
+    RESOURCE_FLAVOR,
+    Kube,
+    Obj,
+)
+from quota.api import ManifestError
+from quota.api.meta import parse_duration
+from quota.api.names import QUEUE_LABEL
+from quota.simulation.scenario import (
+    RUN_FOR_ANNOTATION,
+    SCENARIO_API,
+    SUBMIT_AT_ANNOTATION,
+    parse_scenario,
+)
+from quota.simulation.simulator import SimResult, simulate
+
+# User priority classes only: the apiserver's system classes sit above what a Job may use.
+_MAX_USER_PRIORITY = 1_000_000_000
+_CHANGE = re.compile(
+    r"^(?P<queue>[^.=]+)(\.(?P<flavor>[^.=]+))?\.(?P<field>quota|limit)\.(?P<resource>[^=]+)=(?P<amount>.+)$"
+)
+
+
+def _finished(job: Mapping[str, Any]) -> bool:
+    return any(
+        c.get("type") in ("Complete", "Failed") and c.get("status") == "True"
+        for c in (job.get("status") or {}).get("conditions") or []
+    )
+
+
+def _job_doc(job: Obj, run_for: float, now: datetime) -> Obj:
+    meta = job["metadata"]
+    annotations = dict(meta.get("annotations") or {})
+    running = not (job.get("spec") or {}).get("suspend")
+    runtime = run_for
+    if RUN_FOR_ANNOTATION in annotations:
+        runtime = parse_duration(annotations[RUN_FOR_ANNOTATION]).total_seconds()
+    started = (job.get("status") or {}).get("startTime")
+    if running and started:
+        elapsed = (now - datetime.fromisoformat(started.replace("Z", "+00:00"))).total_seconds()
+        runtime = max(60.0, runtime - elapsed)
+    annotations[RUN_FOR_ANNOTATION] = f"{int(runtime)}s"
+    annotations[SUBMIT_AT_ANNOTATION] = "0s" if running else "1s"
+    template = (job.get("spec") or {}).get("template") or {}
+    pod_spec = template.get("spec") or {}
+    spec = {
+        key: (job.get("spec") or {})[key]
+        for key in ("parallelism", "completions")
+        if key in (job.get("spec") or {})
+    }
+    spec["template"] = {
+        "spec": {
+            key: pod_spec[key]
+            for key in ("containers", "nodeSelector", "tolerations", "priorityClassName")
+            if key in pod_spec
+        }
+    }
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {
+            "name": meta["name"],
+            "namespace": meta["namespace"],
+            "labels": {QUEUE_LABEL: meta["labels"][QUEUE_LABEL]},
+            "annotations": annotations,
+        },
+        "spec": spec,
+    }
+
+
+def export_scenario(kube: Kube, run_for: float, now: datetime | None = None) -> list[Obj]:
+    """The live cluster as scenario documents."""
+    now = now or datetime.now(UTC)
+    docs: list[Obj] = [
+        {
+            "apiVersion": SCENARIO_API,
+            "kind": "Simulation",
+            "metadata": {"name": "live"},
+            "spec": {"start": now.isoformat()},
+        }
+    ]
+
+    def plain(obj: Obj, kind: str, namespaced: bool = False) -> Obj:
+        meta = {"name": obj["metadata"]["name"]}
+        if namespaced:
+            meta["namespace"] = obj["metadata"]["namespace"]
+        return {
+            "apiVersion": "muster.dev/v1alpha1",
+            "kind": kind,
+            "metadata": meta,
+            "spec": copy.deepcopy(obj.get("spec") or {}),
+        }
+
+    docs += [plain(o, "ResourceFlavor") for o in list_all(kube, RESOURCE_FLAVOR)]
+    docs += [plain(o, "ClusterQueue") for o in list_all(kube, CLUSTER_QUEUE)]
+    docs += [plain(o, "LocalQueue", namespaced=True) for o in list_all(kube, LOCAL_QUEUE)]
+    for pc in list_all(kube, PRIORITY_CLASS):
+        if int(pc.get("value") or 0) <= _MAX_USER_PRIORITY:
+            docs.append(
+                {
+                    "apiVersion": "scheduling.k8s.io/v1",
+                    "kind": "PriorityClass",
+                    "metadata": {"name": pc["metadata"]["name"]},
+                    "value": pc.get("value") or 0,
+                }
+            )
+    for node in list_all(kube, NODE):
+        status = node.get("status") or {}
+        ready = [c for c in status.get("conditions") or [] if c.get("type") == "Ready"]
+        docs.append(
+            {
+                "apiVersion": "v1",
+                "kind": "Node",
+                "metadata": {
+                    "name": node["metadata"]["name"],
+                    "labels": dict(node["metadata"].get("labels") or {}),
+                },
+                "spec": {"taints": list((node.get("spec") or {}).get("taints") or [])},
+                "status": {
+                    "allocatable": dict(status.get("allocatable") or {}),
+                    "conditions": [{"type": "Ready", "status": c.get("status")} for c in ready],
+                },
+            }
+        )
+    jobs = [j for j in list_all(kube, JOB, label_selector=QUEUE_LABEL) if not _finished(j)]
+    jobs.sort(key=lambda j: str(j["metadata"].get("creationTimestamp")))
+    docs += [_job_doc(j, run_for, now) for j in jobs]
+    return docs
+
+
+def apply_change(docs: list[Obj], change: str) -> None:
+    """Apply one `QUEUE[.FLAVOR].quota|limit.RESOURCE=AMOUNT` to the exported documents."""
+    match = _CHANGE.match(change)
+    if not match:
+        raise click.BadParameter(
+            f"{change!r}: expected QUEUE[.FLAVOR].quota.RESOURCE=AMOUNT or "
+            "QUEUE[.FLAVOR].limit.RESOURCE=AMOUNT (e.g. team-a.quota.nvidia.com/gpu=16)",
+            param_hint="--set",
+        )
+    queue, flavor, field, resource, amount = match.group(
+        "queue", "flavor", "field", "resource", "amount"
+    )
+    cq = next(
+        (d for d in docs if d["kind"] == "ClusterQueue" and d["metadata"]["name"] == queue), None
+    )
+    if cq is None:
+        raise click.BadParameter(f"{change!r}: no ClusterQueue {queue!r}", param_hint="--set")
+    entries = cq["spec"].setdefault("flavors", [])
+    if flavor:
+        chosen = [e for e in entries if e.get("name") == flavor]
+        if not chosen:
+            raise click.BadParameter(
+                f"{change!r}: ClusterQueue {queue} has no flavor {flavor!r} "
+                f"(it has {', '.join(e.get('name', '?') for e in entries) or 'none'})",
+                param_hint="--set",
+            )
+    else:
+        chosen = [e for e in entries if resource in (e.get("quota") or {})] or entries
+        if len(chosen) != 1:
+            raise click.BadParameter(
+                f"{change!r}: ClusterQueue {queue} has {len(chosen)} flavors that could be "
+                f"meant; name one: {queue}.FLAVOR.{field}.{resource}=...",
+                param_hint="--set",
+            )
+    chosen[0].setdefault(field, {})[resource] = amount
+
+
+@dataclass(frozen=True)
+class Comparison:
+    queue: str
+    jobs: int
+    before_mean: float
+    after_mean: float
+    before_max: float
+    after_max: float
+
+
+def run(docs: Sequence[Obj], name: str) -> SimResult:
+    try:
+        scenario = parse_scenario(list(docs), name)
+    except ManifestError as error:
+        raise click.ClickException(f"{name}: {error}") from None
+    return simulate(scenario, record=False)
+
+
+def compare(before: SimResult, after: SimResult) -> list[Comparison]:
+    waits_after = {j.key: j.waited for j in after.jobs}
+    by_queue: dict[str, list[tuple[float, float]]] = {}
+    for job in before.jobs:
+        pair = (job.waited, waits_after.get(job.key, job.waited))
+        by_queue.setdefault(job.cluster_queue, []).append(pair)
+    out = []
+    for queue, pairs in sorted(by_queue.items()):
+        b = [p[0] for p in pairs]
+        a = [p[1] for p in pairs]
+        out.append(Comparison(queue, len(pairs), sum(b) / len(b), sum(a) / len(a), max(b), max(a)))
+    return out
+
+
+def changed_jobs(before: SimResult, after: SimResult) -> list[tuple[str, float, float]]:
+    waits_after = {j.key: j.waited for j in after.jobs}
+    return [
+        (j.key, j.waited, waits_after[j.key])
+        for j in before.jobs
+        if j.key in waits_after and abs(waits_after[j.key] - j.waited) >= 1
+    ]

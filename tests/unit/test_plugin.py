@@ -1,0 +1,164 @@
+"""The kubectl plugin's pure parts: the queue tree, a Workload's state in words, the
+what-if change syntax and the export of a running Job."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+import click
+import pytest
+from rich.console import Console
+
+from controllers.plugin.explain import placement_of, state_of
+from controllers.plugin.queues import queue_tree
+from controllers.plugin.whatif import _job_doc, apply_change
+
+
+def render(tree: Any) -> str:
+    console = Console(width=200, no_color=True, force_terminal=False)
+    with console.capture() as out:
+        console.print(tree)
+    return out.get()
+
+
+def cq(name: str, parent: str | None = None, **status: Any) -> dict[str, Any]:
+    spec: dict[str, Any] = {"flavors": [{"name": "h100", "quota": {"nvidia.com/gpu": 8}}]}
+    if parent:
+        spec["parent"] = parent
+    return {"metadata": {"name": name}, "spec": spec, "status": status}
+
+
+def test_the_tree_nests_children_and_shows_usage_quota_fair_share_and_counts() -> None:
+    text = render(
+        queue_tree(
+            [
+                cq(
+                    "team-a",
+                    "org",
+                    usage={"h100": {"nvidia.com/gpu": "10"}},
+                    pendingWorkloads=2,
+                    conditions=[{"type": "Active", "status": "True"}],
+                    fairShare={"h100": {"nvidia.com/gpu": "6"}},
+                ),
+                cq("org", conditions=[{"type": "Active", "status": "False", "reason": "Stopped"}]),
+            ],
+            [
+                {
+                    "metadata": {"name": "q", "namespace": "ns"},
+                    "spec": {"clusterQueue": "team-a"},
+                    "status": {"pendingWorkloads": 2},
+                }
+            ],
+        )
+    )
+    lines = text.splitlines()
+    org = next(i for i, line in enumerate(lines) if "org" in line and "inactive (Stopped)" in line)
+    team = next(i for i, line in enumerate(lines) if "team-a" in line)
+    assert org < team and "pending 2" in lines[team]
+    assert "h100 nvidia.com/gpu: 10 / 8 used, fair share 6" in text
+    assert "local queues: ns/q (pending 2)" in text
+
+
+def test_a_cycle_or_a_missing_parent_still_shows_every_queue() -> None:
+    text = render(queue_tree([cq("a", "b"), cq("b", "a"), cq("c", "gone")], []))
+    assert all(name in text for name in ("a  ", "b  ", "c  "))
+
+
+def cond(type_: str, status: str, reason: str = "", message: str = "") -> dict[str, str]:
+    return {"type": type_, "status": status, "reason": reason, "message": message}
+
+
+def test_state_in_words() -> None:
+    waiting = {"status": {"conditions": [cond("QuotaReserved", "False", "Pending", "no room")]}}
+    assert state_of(waiting) == ("waiting for quota", "Pending: no room")
+    assert state_of({})[0] == "waiting"
+    admitted = {
+        "status": {
+            "admission": {
+                "clusterQueue": "q",
+                "podSetAssignments": [
+                    {"name": "main", "count": 2, "nodes": [{"name": "n1", "count": 2}]}
+                ],
+            },
+            "conditions": [cond("QuotaReserved", "True"), cond("Admitted", "True", "Admitted")],
+        }
+    }
+    assert state_of(admitted)[0] == "admitted"
+    assert placement_of(None, admitted) == "planned: 2 on n1"
+    group = {
+        "status": {
+            "conditions": [
+                cond("PodGroupInitiallyScheduled", "False", "Unschedulable", "no node fits")
+            ]
+        }
+    }
+    assert placement_of(group, admitted) == "Unschedulable: no node fits"
+
+
+def docs() -> list[dict[str, Any]]:
+    return [
+        {
+            "kind": "ClusterQueue",
+            "metadata": {"name": "team-a"},
+            "spec": {
+                "flavors": [
+                    {"name": "h100", "quota": {"nvidia.com/gpu": 8}},
+                    {"name": "a100", "quota": {"nvidia.com/gpu": 4}},
+                    {"name": "cpu", "quota": {"cpu": 64}},
+                ]
+            },
+        }
+    ]
+
+
+def test_a_change_names_queue_flavor_field_and_resource() -> None:
+    d = docs()
+    apply_change(d, "team-a.h100.quota.nvidia.com/gpu=16")
+    apply_change(d, "team-a.quota.cpu=128")
+    apply_change(d, "team-a.a100.limit.nvidia.com/gpu=6")
+    flavors = {f["name"]: f for f in d[0]["spec"]["flavors"]}
+    assert flavors["h100"]["quota"]["nvidia.com/gpu"] == "16"
+    assert flavors["cpu"]["quota"]["cpu"] == "128"
+    assert flavors["a100"]["limit"] == {"nvidia.com/gpu": "6"}
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ("team-a.quota.nvidia.com/gpu=16", "2 flavors that could be meant"),
+        ("team-b.quota.cpu=1", "no ClusterQueue 'team-b'"),
+        ("team-a.v100.quota.cpu=1", "has no flavor 'v100' (it has h100, a100, cpu)"),
+        ("team-a=16", "expected QUEUE[.FLAVOR].quota.RESOURCE=AMOUNT"),
+    ],
+)
+def test_a_bad_change_says_what_is_wrong(change: str, message: str) -> None:
+    with pytest.raises(click.BadParameter) as raised:
+        apply_change(docs(), change)
+    assert message in raised.value.message
+
+
+def test_a_running_job_is_exported_with_what_is_left_of_its_runtime() -> None:
+    now = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
+    job = {
+        "metadata": {
+            "name": "train",
+            "namespace": "ns",
+            "labels": {"muster.dev/queue-name": "q"},
+            "annotations": {"muster.dev/run-for": "2h"},
+        },
+        "spec": {
+            "parallelism": 2,
+            "suspend": False,
+            "template": {"spec": {"containers": [{"name": "c"}], "nodeName": "n1"}},
+        },
+        "status": {"startTime": "2026-01-01T11:30:00Z"},
+    }
+    doc = _job_doc(job, 3600, now)
+    assert doc["metadata"]["annotations"]["muster.dev/run-for"] == "5400s"
+    assert doc["metadata"]["annotations"]["muster.dev/submit-at"] == "0s"
+    assert "nodeName" not in doc["spec"]["template"]["spec"]
+    job["spec"]["suspend"] = True
+    del job["metadata"]["annotations"]
+    waiting = _job_doc(job, 3600, now)["metadata"]["annotations"]
+    assert waiting == {"muster.dev/run-for": "3600s", "muster.dev/submit-at": "1s"}
