@@ -61,7 +61,12 @@ def _job_doc(job: Obj, run_for: float, now: datetime) -> Obj:
     running = not (job.get("spec") or {}).get("suspend")
     runtime = run_for
     if RUN_FOR_ANNOTATION in annotations:
-        runtime = parse_duration(annotations[RUN_FOR_ANNOTATION]).total_seconds()
+        try:
+            runtime = parse_duration(annotations[RUN_FOR_ANNOTATION]).total_seconds()
+        except ValueError as error:
+            raise click.ClickException(
+                f"Job {meta['namespace']}/{meta['name']}: annotation {RUN_FOR_ANNOTATION}: {error}"
+            ) from None
     started = (job.get("status") or {}).get("startTime")
     if running and started:
         elapsed = (now - datetime.fromisoformat(started.replace("Z", "+00:00"))).total_seconds()
