@@ -32,19 +32,97 @@ from quota.model.snapshot import Snapshot
 from quota.simulation.report import key_name, tree_order
 from quota.simulation.scenario import ClusterState, cluster_state
 
+# Limits on what a file may hold: far above any real cluster or scenario, low enough that a
+# file cannot make the tools run for minutes or exhaust memory before saying what is wrong.
+MAX_FILE_BYTES = 16 * 1024 * 1024
+MAX_DEPTH = 40  # nesting of mappings and lists within one document
+MAX_VALUES = 2_000_000  # values in one document, YAML aliases expanded
+
 
 def load_documents(path: Path) -> list[Any]:
-    """The YAML documents of `path`; a syntax error becomes a ClickException naming the line."""
+    """The YAML documents of `path`. Anything that is not a readable, UTF-8, well-formed and
+    reasonably sized YAML file becomes a ClickException naming the file and the rule (and
+    the line where there is one); so does a file with no documents at all."""
     try:
-        with path.open(encoding="utf-8") as stream:
-            return list(yaml.safe_load_all(stream))
+        size = path.stat().st_size
+        if size > MAX_FILE_BYTES:
+            raise click.ClickException(
+                f"{path}: {size:,} bytes; at most {MAX_FILE_BYTES:,} are read (split the file)"
+            )
+        data = path.read_bytes()
+    except OSError as error:
+        raise click.ClickException(f"{path}: {error.strerror or error}") from None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        line = data[: error.start].count(b"\n") + 1
+        raise click.ClickException(
+            f"{path}: not UTF-8 text: byte 0x{data[error.start]:02x} on line {line} "
+            f"(save the file as UTF-8)"
+        ) from None
+    try:
+        docs = list(yaml.safe_load_all(text))
     except yaml.YAMLError as error:
         mark = getattr(error, "problem_mark", None)
         where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
         problem = getattr(error, "problem", None) or str(error)
         raise click.ClickException(f"{path}: not valid YAML{where}: {problem}") from None
-    except OSError as error:
-        raise click.ClickException(f"{path}: {error.strerror}") from None
+    except RecursionError:
+        raise click.ClickException(
+            f"{path}: nested too deeply (at most {MAX_DEPTH} levels of mappings and lists)"
+        ) from None
+    except ValueError as error:  # an integer of more digits than Python converts
+        problem = str(error).split(":", 1)[0].lower()
+        raise click.ClickException(f"{path}: not valid YAML: a number {problem}") from None
+    for index, doc in enumerate(docs):
+        depth, values = _shape(doc)
+        if depth < 0:
+            raise click.ClickException(
+                f"{path}: document {index}: contains itself through a YAML alias"
+            )
+        if depth > MAX_DEPTH:
+            raise click.ClickException(
+                f"{path}: document {index}: nested more than {MAX_DEPTH} levels of mappings "
+                "and lists"
+            )
+        if values > MAX_VALUES:
+            raise click.ClickException(
+                f"{path}: document {index}: {values:,} values once its aliases are expanded; "
+                f"at most {MAX_VALUES:,}"
+            )
+    if all(doc is None for doc in docs):
+        raise click.ClickException(f"{path}: the file holds no documents")
+    return docs
+
+
+def _shape(doc: Any) -> tuple[int, int]:
+    """(nesting depth, number of values with YAML aliases expanded) of a document, without
+    recursion and without expanding the aliases: any input is measured quickly. A document
+    that contains itself (a recursive alias) has depth -1."""
+    known: dict[int, tuple[int, int]] = {}
+    open_: set[int] = set()
+    stack: list[tuple[Any, bool]] = [(doc, False)]
+    while stack:
+        node, expanded = stack.pop()
+        if not isinstance(node, dict | list):
+            continue
+        children = list(node.values()) if isinstance(node, dict) else node
+        if not expanded:
+            if id(node) in open_:
+                return -1, 0
+            if id(node) in known:
+                continue
+            open_.add(id(node))
+            stack.append((node, True))
+            stack.extend((child, False) for child in children)
+            continue
+        shapes = [known.get(id(child), (0, 1)) for child in children]
+        open_.discard(id(node))
+        known[id(node)] = (
+            1 + max((d for d, _ in shapes), default=0),
+            1 + sum(n for _, n in shapes),
+        )
+    return known.get(id(doc), (0, 1))
 
 
 def _now(text: str | None) -> float:

@@ -6,13 +6,14 @@ import json
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import click
 from rich.console import Console
 from rich.table import Table
 from sqlalchemy import Engine, inspect
-from sqlalchemy.exc import OperationalError, ProgrammingError
+from sqlalchemy.exc import DatabaseError
 
 from controllers.history import migrate, queries
 from controllers.history.engine import (
@@ -42,29 +43,40 @@ _output_option = click.option(
 
 
 @contextmanager
-def _engine(flag: str | None) -> Iterator[Engine]:
+def _engine(flag: str | None, *, read: bool = False) -> Iterator[Engine]:
+    """The history store's engine, with every way it can be unusable turned into a message
+    naming the store and what to do. `read`: the command only reads, so a store that does
+    not exist is reported (never created) and its schema must be the current one."""
     try:
         url = database_url(flag)
     except DatabaseURLError as err:
         raise click.UsageError(str(err)) from None
+    where = display_url(url)
+    if read and url.get_backend_name() == "sqlite" and not Path(str(url.database)).is_file():
+        raise click.ClickException(
+            f"no history store at {url.database}: nothing was recorded there; check "
+            "--database-url or $MUSTER_DATABASE_URL, or create one with `muster db upgrade`"
+        )
     engine = make_engine(url)
     try:
+        if read:
+            problem = migrate.schema_problem(engine)
+            if problem is not None:
+                raise click.ClickException(f"history store at {where} {problem}")
         yield engine
-    except OperationalError as err:
+    except migrate.MigrationError as err:
+        raise click.ClickException(f"history store at {where} {err}") from None
+    except DatabaseError as err:
         reason = str(err.orig).strip().splitlines()[0] if err.orig else str(err)
-        if "no such table" in reason:
+        if "no such table" in reason or "does not exist" in reason:
             raise click.ClickException(
-                f"history store at {display_url(url)} has no schema; run `muster db upgrade`"
+                f"history store at {where} has no schema; run `muster db upgrade`"
             ) from None
-        raise click.ClickException(
-            f"history store at {display_url(url)} is unreachable: {reason}"
-        ) from None
-    except ProgrammingError as err:
-        if "does not exist" in str(err.orig):
+        if "not a database" in reason or "malformed" in reason:
             raise click.ClickException(
-                f"history store at {display_url(url)} has no schema; run `muster db upgrade`"
+                f"history store at {where} is not an SQLite database, or is damaged: {reason}"
             ) from None
-        raise
+        raise click.ClickException(f"history store at {where} is unreachable: {reason}") from None
     finally:
         engine.dispose()
 
@@ -86,6 +98,9 @@ def db_upgrade(revision: str, database_url_flag: str | None) -> None:
         before = migrate.current_revision(engine)
         migrate.upgrade(engine, revision)
         after = migrate.current_revision(engine)
+        problem = migrate.schema_problem(engine) if after == migrate.head_revision() else None
+        if problem is not None:
+            raise click.ClickException(f"history store at {display_url(engine.url)} {problem}")
         click.echo(
             f"history store {display_url(engine.url)}: {before or 'empty'} -> {after or 'empty'}"
         )
@@ -115,6 +130,17 @@ def db_downgrade(revision: str, database_url_flag: str | None, yes: bool) -> Non
 @_url_option
 def db_current(database_url_flag: str | None) -> None:
     """Show the schema revision of the history store and whether it is the newest."""
+    try:
+        url = database_url(database_url_flag)
+    except DatabaseURLError as err:
+        raise click.UsageError(str(err)) from None
+    if url.get_backend_name() == "sqlite" and not Path(str(url.database)).is_file():
+        # Only reads: the file is not created.
+        click.echo(
+            f"{display_url(url)}: not migrated (no file yet); head is "
+            f"{migrate.head_revision()}; run `muster db upgrade`"
+        )
+        return
     with _engine(database_url_flag) as engine:
         current = migrate.current_revision(engine)
         head = migrate.head_revision()
@@ -123,8 +149,11 @@ def db_current(database_url_flag: str | None) -> None:
             tables = inspect(engine).get_table_names()
             state = "not migrated" + (f" ({len(tables)} other tables)" if tables else "")
             click.echo(f"{where}: {state}; head is {head}; run `muster db upgrade`")
+        elif current not in migrate.known_revisions():
+            raise click.ClickException(f"history store at {where} {migrate.schema_problem(engine)}")
         elif current == head:
-            click.echo(f"{where}: {current} (head)")
+            problem = migrate.schema_problem(engine)
+            click.echo(f"{where}: {current} (head)" + (f"; but it {problem}" if problem else ""))
         else:
             click.echo(f"{where}: {current}; head is {head}; run `muster db upgrade`")
 
@@ -142,6 +171,10 @@ def _since(text: str) -> datetime:
         return queries.parse_since(text)
     except ValueError as err:
         raise click.BadParameter(str(err)) from None
+    except OverflowError:
+        raise click.BadParameter(
+            f"{text!r} reaches back further than a date can", param_hint="--since"
+        ) from None
 
 
 def _short(at: datetime) -> str:
@@ -174,7 +207,7 @@ def history_workload(workload: str, database_url_flag: str | None, output: str) 
         raise click.BadParameter(
             f"expected NAMESPACE/NAME, got {workload!r}", param_hint="NAMESPACE/NAME"
         )
-    with _engine(database_url_flag) as engine:
+    with _engine(database_url_flag, read=True) as engine:
         entries = queries.workload_timeline(engine, namespace, name)
     if not entries and output == "table":
         raise click.ClickException(f"no history recorded for workload {namespace}/{name}")
@@ -216,7 +249,7 @@ def history_queue(
 ) -> None:
     """A cluster queue's admissions, preemptions and usage vs fair share over a window."""
     since = _since(since_text)
-    with _engine(database_url_flag) as engine:
+    with _engine(database_url_flag, read=True) as engine:
         report = queries.queue_report(engine, cluster_queue, since)
 
     def render(console: Console) -> None:
@@ -278,7 +311,7 @@ def history_preemptions(
 ) -> None:
     """Who preempted or reclaimed whom, and why."""
     since = _since(since_text)
-    with _engine(database_url_flag) as engine:
+    with _engine(database_url_flag, read=True) as engine:
         entries = queries.preemptions(engine, since, cluster_queue=cluster_queue)
 
     def render(console: Console) -> None:

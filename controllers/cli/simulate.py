@@ -32,7 +32,7 @@ from quota.simulation.report import (
     format_seconds,
     to_json,
 )
-from quota.simulation.scenario import Scenario, parse_scenario
+from quota.simulation.scenario import MAX_SAMPLES, Scenario, parse_scenario
 from quota.simulation.simulator import simulate
 
 
@@ -139,6 +139,14 @@ def simulate_command(
             seconds = parse_duration(until).total_seconds()
         except ValueError as error:
             raise click.BadParameter(str(error), param_hint="--until") from None
+        samples = seconds / loaded.settings.sample_interval_s
+        if samples > MAX_SAMPLES:
+            raise click.BadParameter(
+                f"{until} is {samples:,.0f} samples at the scenario's sample interval of "
+                f"{loaded.settings.sample_interval_s:,.0f}s; at most {MAX_SAMPLES:,} (shorten "
+                "it, or raise the Simulation's spec.sampleInterval)",
+                param_hint="--until",
+            )
         loaded = replace(loaded, settings=replace(loaded.settings, until_s=seconds))
     err = Console(stderr=True)
     started = time.perf_counter()

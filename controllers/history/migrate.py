@@ -12,7 +12,10 @@ from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
-from sqlalchemy import Connection, Engine
+from alembic.util.exc import CommandError
+from sqlalchemy import Connection, Engine, inspect
+
+from controllers.history.models import Base
 
 MIGRATIONS_DIR = Path(__file__).resolve().parents[2] / "migrations"
 
@@ -39,16 +42,73 @@ def head_revision() -> str:
     return head
 
 
+class MigrationError(ValueError):
+    """A migration that cannot be carried out; the message says why and what to do."""
+
+
+def known_revisions() -> list[str]:
+    """Every revision the code knows, oldest first."""
+    script = ScriptDirectory.from_config(alembic_config())
+    return [r.revision for r in reversed(list(script.walk_revisions()))]
+
+
+def _check_target(engine: Engine, revision: str) -> None:
+    current = current_revision(engine)
+    if current is not None and current not in known_revisions():
+        raise MigrationError(_newer(current))
+    if revision not in ("head", "base") and revision not in known_revisions():
+        raise MigrationError(
+            f"cannot migrate to unknown revision {revision!r}; the revisions are "
+            f"{', '.join(known_revisions())} (or head, base)"
+        )
+
+
+def _newer(current: str) -> str:
+    return (
+        f"is at revision {current!r}, which this Muster does not know (its newest is "
+        f"{head_revision()}): a newer Muster wrote it; use that version"
+    )
+
+
 def upgrade(engine: Engine, revision: str = "head") -> None:
-    """Migrate the history store up to `revision` (default: the newest)."""
-    with engine.begin() as conn:
-        command.upgrade(alembic_config(conn), revision)
+    """Migrate the history store up to `revision` (default: the newest). Raises
+    MigrationError for an unknown revision or a store written by a newer Muster."""
+    _check_target(engine, revision)
+    try:
+        with engine.begin() as conn:
+            command.upgrade(alembic_config(conn), revision)
+    except CommandError as error:
+        raise MigrationError(f"cannot migrate: {error}") from None
 
 
 def downgrade(engine: Engine, revision: str) -> None:
     """Migrate the history store down to `revision` (`base` removes every table)."""
-    with engine.begin() as conn:
-        command.downgrade(alembic_config(conn), revision)
+    _check_target(engine, revision)
+    try:
+        with engine.begin() as conn:
+            command.downgrade(alembic_config(conn), revision)
+    except CommandError as error:
+        raise MigrationError(f"cannot migrate: {error}") from None
+
+
+def schema_problem(engine: Engine) -> str | None:
+    """Why the store cannot be read as a Muster history store now, or None if it can:
+    no schema yet, an older one, one from a newer Muster, or tables missing under a stamp."""
+    current = current_revision(engine)
+    if current is None:
+        return "has no schema; run `muster db upgrade`"
+    if current not in known_revisions():
+        return _newer(current)
+    if current != head_revision():
+        return f"is at revision {current}, older than {head_revision()}; run `muster db upgrade`"
+    missing = sorted(set(Base.metadata.tables) - set(inspect(engine).get_table_names()))
+    if missing:
+        return (
+            f"is stamped at revision {current} but its tables {', '.join(missing)} are missing: "
+            "it is damaged; restore it from a backup, or start a new store (a new file, or "
+            "drop table alembic_version) and run `muster db upgrade`"
+        )
+    return None
 
 
 def current_revision(engine: Engine) -> str | None:

@@ -7,7 +7,7 @@ import re
 from dataclasses import dataclass
 from datetime import timedelta
 from fractions import Fraction
-from typing import Annotated, Any, ClassVar, Final, Literal, Self
+from typing import Annotated, Any, ClassVar, Final, Literal, Self, get_args
 
 from pydantic import (
     AwareDatetime,
@@ -37,6 +37,14 @@ DNS_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 DNS_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
 
 
+def _numeric(annotation: object) -> bool:
+    """Whether a field's type is a number (possibly optional or annotated), not a bool."""
+    if annotation in (int, float):
+        return True
+    args = get_args(annotation)
+    return bool(args) and bool not in args and str not in args and any(map(_numeric, args))
+
+
 class ApiModel(BaseModel):
     """Base of every Muster API type: camelCase on the wire, snake_case in Python, immutable,
     and strict about unknown fields so a typo in a manifest is an error, not a silent no-op."""
@@ -49,6 +57,18 @@ class ApiModel(BaseModel):
         extra="forbid",
         frozen=True,
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_booleans_for_numbers(cls, data: Any) -> Any:
+        # pydantic reads true as 1 for a number; YAML's `priority: true` is a mistake to name.
+        if isinstance(data, dict):
+            for name, info in cls.model_fields.items():
+                key = info.alias or name
+                value = data.get(key, data.get(name))
+                if isinstance(value, bool) and _numeric(info.annotation):
+                    raise ValueError(f"{key}: must be a number (got {str(value).lower()})")
+        return data
 
 
 def cel(
@@ -98,9 +118,11 @@ class ObjectMeta(ApiModel):
 
     model_config = ConfigDict(extra="allow")
 
-    name: str | None = Field(None, max_length=253)
+    # As the apiserver checks them, so a file read by `muster fairshare` or `simulate` is
+    # refused for the names a cluster would refuse.
+    name: str | None = Field(None, max_length=253, pattern=DNS_SUBDOMAIN)
     generate_name: str | None = None
-    namespace: str | None = Field(None, max_length=63)
+    namespace: str | None = Field(None, max_length=63, pattern=DNS_LABEL)
     uid: str | None = None
     resource_version: str | None = None
     generation: int | None = None
@@ -132,12 +154,18 @@ _DURATION_SECONDS = {
 DURATION_PATTERN = r"^(0|(([0-9]+(\.[0-9]*)?|\.[0-9]+)(ns|us|µs|ms|s|m|h))+)$"
 
 
+# metav1.Duration is a Go time.Duration: int64 nanoseconds, at most about 292 years.
+MAX_DURATION_S = Fraction(2**63 - 1, 10**9)
+
+
 def parse_duration(value: object, *, field: str = "") -> timedelta:
     """Parse a Go duration string ("90s", "10m", "1h30m") as metav1.Duration writes it."""
     where = f"{field}: " if field else ""
     if isinstance(value, timedelta):
         if value < timedelta(0):
             raise ValueError(f"{where}duration must not be negative")
+        if value.total_seconds() > MAX_DURATION_S:
+            raise ValueError(f"{where}longer than the longest duration (2562047h47m16s)")
         return value
     if not isinstance(value, str):
         raise ValueError(f"{where}{value!r} is not a duration (expected e.g. '90s', '1h30m')")
@@ -153,6 +181,11 @@ def parse_duration(value: object, *, field: str = "") -> timedelta:
             raise ValueError(
                 f"{where}{value!r} is not a duration (expected e.g. '90s', '10m', '1h30m')"
             )
+    if total > MAX_DURATION_S:
+        raise ValueError(
+            f"{where}{value!r} is longer than the longest duration Kubernetes can hold "
+            "(2562047h47m16s)"
+        )
     microseconds = total * 10**6
     if microseconds.denominator != 1:
         raise ValueError(f"{where}{value!r} is finer than a microsecond")

@@ -183,6 +183,8 @@ def format_resource_list(amounts: Mapping[str, int]) -> dict[str, str]:
 def _validate_resource_list(value: Any) -> dict[str, int]:
     # One meaning for every input, the one kubectl has: an integer is a quantity, so `cpu: 2`
     # is two cores. Code holding base units builds models from format_resource_list(...).
+    if isinstance(value, Mapping) and len(value) > MAX_RESOURCES:
+        raise QuantityError(f"at most {MAX_RESOURCES} resources (got {len(value)})")
     return parse_resource_list(value)
 
 

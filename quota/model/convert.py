@@ -19,7 +19,7 @@ from quota.api.names import ELASTIC_ANNOTATION, JOB_POD_SET, MIN_PARALLELISM_ANN
 from quota.api.quantity import QuantityError, format_quantity, parse_quantity
 from quota.api.resourceflavor import ResourceFlavor
 from quota.api.workload import Workload as WorkloadModel
-from quota.model.nodeconvert import affinity_terms, pod_requests
+from quota.model.nodeconvert import affinity_terms, pod_shape_from_spec
 from quota.model.nodes import Taint, Toleration
 from quota.model.resources import FlavorResource
 from quota.model.snapshot import (
@@ -314,6 +314,10 @@ def job_to_workload_model(
         return ManifestError(index, subject, [(path, rule)])
 
     meta = _meta(job)
+    for field in ("labels", "annotations"):
+        value = meta.get(field)
+        if value is not None and not isinstance(value, Mapping):
+            raise fail(f"metadata.{field}", f"must be a mapping (got {type(value).__name__})")
     queue = job_queue_name(job)
     if queue is None:
         raise fail(
@@ -333,11 +337,13 @@ def job_to_workload_model(
     pod_spec = template.get("spec") if isinstance(template, Mapping) else None
     if not isinstance(pod_spec, Mapping):
         raise fail("spec.template.spec", "required field is missing")
-    try:
-        requests = pod_requests(pod_spec, "spec.template.spec")
-    except QuantityError as error:
-        path, _, rule = str(error).partition(": ")
-        raise fail(path, rule) from None
+    # Checks the type of every field placement reads (node selector, affinity, tolerations,
+    # requests) and raises ManifestError naming the Job's field.
+    requests = dict(
+        pod_shape_from_spec(
+            pod_spec, subject=subject, where="spec.template.spec", index=index
+        ).requests
+    )
     try:
         class_name, priority = job_priority(job, priority_classes, global_default)
     except KeyError:

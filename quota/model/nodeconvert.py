@@ -156,12 +156,27 @@ def bound_pod_from_manifest(pod: Mapping[str, Any], *, index: int = 0) -> BoundP
     return BoundPod(key=key, node=node, requests=f.requests(spec, "spec"))
 
 
-def _container_requests(container: Mapping[str, Any], where: str) -> dict[str, int]:
-    resources = container.get("resources") or {}
+def _shaped(value: object, kind: type, where: str) -> Any:
+    """`value` if it is of `kind` (None reads as empty); a QuantityError naming the field
+    otherwise, which every caller of `pod_requests` already turns into a ManifestError."""
+    if value is None:
+        return kind()
+    if not isinstance(value, kind):
+        name = "a mapping" if kind is dict else "a list"
+        raise QuantityError(f"{where}: must be {name} (got {type(value).__name__})")
+    return value
+
+
+def _container_requests(raw: object, where: str) -> dict[str, int]:
+    container: Mapping[str, Any] = _shaped(raw, dict, where)
+    resources = _shaped(container.get("resources"), dict, f"{where}.resources")
     # The apiserver defaults a missing request to the limit; so does the quota.
-    merged = dict(resources.get("limits") or {})
-    merged.update(resources.get("requests") or {})
-    return {r: parse_quantity(v, r, field=f"{where}.resources[{r}]") for r, v in merged.items()}
+    merged = dict(_shaped(resources.get("limits"), dict, f"{where}.resources.limits"))
+    merged.update(_shaped(resources.get("requests"), dict, f"{where}.resources.requests"))
+    return {
+        str(r): parse_quantity(v, str(r), field=f"{where}.resources[{r}]")
+        for r, v in merged.items()
+    }
 
 
 def _add(into: dict[str, int], more: Mapping[str, int]) -> None:
@@ -176,13 +191,15 @@ def pod_requests(pod_spec: Mapping[str, Any], where: str = "spec") -> dict[str, 
     `where` prefixes the field path in errors (e.g. ``spec.template.spec``).
     """
     total: dict[str, int] = {}
-    for i, container in enumerate(pod_spec.get("containers") or []):
+    containers = _shaped(pod_spec.get("containers"), list, f"{where}.containers")
+    for i, container in enumerate(containers):
         _add(total, _container_requests(container, f"{where}.containers[{i}]"))
     sidecars: dict[str, int] = {}
     init_peak: dict[str, int] = {}
-    for i, container in enumerate(pod_spec.get("initContainers") or []):
+    inits = _shaped(pod_spec.get("initContainers"), list, f"{where}.initContainers")
+    for i, container in enumerate(inits):
         requests = _container_requests(container, f"{where}.initContainers[{i}]")
-        if container.get("restartPolicy") == "Always":
+        if isinstance(container, Mapping) and container.get("restartPolicy") == "Always":
             _add(sidecars, requests)
             continue
         # A regular init container runs next to the sidecars started before it.
@@ -191,10 +208,13 @@ def pod_requests(pod_spec: Mapping[str, Any], where: str = "spec") -> dict[str, 
     _add(total, sidecars)
     for r, v in init_peak.items():
         total[r] = max(total.get(r, 0), v)
-    overhead = pod_spec.get("overhead") or {}
+    overhead = _shaped(pod_spec.get("overhead"), dict, f"{where}.overhead")
     _add(
         total,
-        {r: parse_quantity(v, r, field=f"{where}.overhead[{r}]") for r, v in overhead.items()},
+        {
+            str(r): parse_quantity(v, str(r), field=f"{where}.overhead[{r}]")
+            for r, v in overhead.items()
+        },
     )
     return {r: v for r, v in total.items() if v > 0}
 

@@ -26,6 +26,7 @@ ManifestError naming the document index, the object, the field and the rule.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -56,6 +57,14 @@ SUBMIT_AT_ANNOTATION = "muster.dev/submit-at"
 RUN_FOR_ANNOTATION = "muster.dev/run-for"
 DEFAULT_START = datetime(2025, 1, 6, 9, 0, tzinfo=UTC)  # a Monday morning, for the history
 DEFAULT_MAX_PODS = 110  # the kubelet's default, for nodes that do not say
+_DNS = re.compile(DNS_SUBDOMAIN)
+# A simulated span is sampled every sample interval; more samples than this would take
+# minutes and gigabytes, so such a scenario is refused with what to change.
+MAX_SAMPLES = 100_000
+MAX_TREE_DEPTH = 32  # levels of ClusterQueues, far more than any organisation has
+# Simulated wall-clock time stays well inside what datetime can represent.
+EARLIEST_START = datetime(1970, 1, 1, tzinfo=UTC)
+LATEST_START = datetime(9000, 1, 1, tzinfo=UTC)
 
 # Cross-object rules the tree check reports that make a scenario or cluster file unusable
 # (as opposed to Stopped, which is a legitimate state to simulate).
@@ -373,9 +382,32 @@ _CORE_KINDS_BY_KIND = {
 
 
 def _name_of(doc: Mapping[str, Any], index: int, namespaced: bool) -> tuple[str, str]:
+    """The namespace and name of a Kubernetes object, checked as the apiserver checks them."""
     meta = doc.get("metadata")
     if not isinstance(meta, Mapping) or not meta.get("name"):
         raise _error(index, doc, "metadata.name", "required field is missing")
+    fields = [("metadata.name", meta["name"])]
+    if namespaced and meta.get("namespace") is not None:
+        fields.append(("metadata.namespace", meta["namespace"]))
+    for path, value in fields:
+        limit = 63 if path == "metadata.namespace" else 253
+        if not isinstance(value, str) or len(value) > limit or not _DNS.fullmatch(value):
+            raise _error(
+                index,
+                doc,
+                path,
+                f"{value!r} is not a valid name: lower-case letters, digits, '-' and '.', "
+                f"starting and ending with a letter or digit, at most {limit} characters",
+            )
+    for field_name in ("labels", "annotations"):
+        value = meta.get(field_name)
+        if value is not None and not (
+            isinstance(value, Mapping)
+            and all(isinstance(k, str) and isinstance(v, str) for k, v in value.items())
+        ):
+            raise _error(
+                index, doc, f"metadata.{field_name}", "must be a mapping of strings to strings"
+            )
     namespace = str(meta.get("namespace") or ("default" if namespaced else ""))
     return namespace, str(meta["name"])
 
@@ -474,6 +506,7 @@ def _remember(
 
 
 def _check_node(index: int, doc: Mapping[str, Any]) -> None:
+    node_from_manifest(doc, index=index)  # the type of every field placement reads
     status = doc.get("status")
     allocatable = status.get("allocatable") if isinstance(status, Mapping) else None
     if not isinstance(allocatable, Mapping) or not allocatable:
@@ -508,8 +541,35 @@ def _priority_classes(docs: _Docs) -> tuple[dict[str, int], str | None]:
     return classes, default
 
 
+def _check_depth(docs: _Docs) -> None:
+    """Refuse a queue tree deeper than MAX_TREE_DEPTH (before the tree checks, whose cost
+    grows with the square of the depth). Cycles and missing parents are the tree check's."""
+    parents = {cq.name: cq.spec.parent for _, cq in docs.cluster_queues}
+    depth: dict[str, int] = {}
+    for index, cq in docs.cluster_queues:
+        chain: list[str] = []
+        name: str | None = cq.name
+        while name is not None and name in parents and name not in depth:
+            if name in chain:
+                break  # a cycle: reported by the tree check
+            chain.append(name)
+            name = parents[name]
+        below = depth.get(name, 0) if name is not None else 0
+        for offset, queue in enumerate(reversed(chain)):
+            depth[queue] = below + offset + 1
+        if depth.get(cq.name, 0) > MAX_TREE_DEPTH:
+            raise _error(
+                index,
+                docs.raw[index],
+                "spec.parent",
+                f"the queue is {depth[cq.name]} levels deep; a queue tree has at most "
+                f"{MAX_TREE_DEPTH} levels",
+            )
+
+
 def _queues(docs: _Docs) -> tuple[dict[str, QueueSpec], dict[tuple[str, str], str]]:
     """Check the tree and LocalQueues; raise on what makes the file unusable."""
+    _check_depth(docs)
     flavor_names = [rf for _, rf in docs.flavors]
     tree = check_queue_tree(
         [cq for _, cq in docs.cluster_queues], flavor_names, [lq for _, lq in docs.local_queues]
@@ -785,6 +845,39 @@ CLUSTER_KINDS = frozenset(
 )
 
 
+def _check_span(docs: _Docs, settings: Settings, jobs: Sequence[JobSpec]) -> None:
+    """Refuse a scenario whose simulated span needs more samples than MAX_SAMPLES: name the
+    Job (or the Simulation's `until`) that makes it so long, and what to change."""
+    interval = settings.sample_interval_s
+    if settings.until_s is not None:
+        if settings.until_s / interval > MAX_SAMPLES:
+            index, _ = docs.simulations[0] if docs.simulations else (0, None)
+            raise ManifestError(
+                index,
+                "Simulation" if docs.simulations else "the command line",
+                [
+                    (
+                        "spec.until" if docs.simulations else "--until",
+                        f"{settings.until_s:,.0f}s at a sample interval of {interval:,.0f}s is "
+                        f"more than {MAX_SAMPLES:,} samples; shorten it or raise "
+                        "spec.sampleInterval",
+                    )
+                ],
+            )
+        return
+    for (index, doc), job in zip(docs.jobs, jobs, strict=True):
+        end = job.submit_at + job.run_for
+        if end / interval > MAX_SAMPLES:
+            raise _error(
+                index,
+                doc,
+                f"metadata.annotations[{RUN_FOR_ANNOTATION}]",
+                f"the Job ends {end:,.0f}s into the simulation: more than {MAX_SAMPLES:,} "
+                f"samples at a sample interval of {interval:,.0f}s; shorten it, set a "
+                "Simulation's spec.until, or raise its spec.sampleInterval",
+            )
+
+
 def parse_scenario(docs: Sequence[Any], name: str = "scenario") -> Scenario:
     """Check and resolve a scenario's documents; raise ManifestError on the first problem."""
     sorted_docs = _sort(docs, SCENARIO_KINDS, "muster simulate")
@@ -795,8 +888,16 @@ def parse_scenario(docs: Sequence[Any], name: str = "scenario") -> Scenario:
     jobs = _jobs(sorted_docs, local, classes, default_class)
     settings = Settings(name=name)
     if sorted_docs.simulations:
-        _, sim = sorted_docs.simulations[0]
+        index, sim = sorted_docs.simulations[0]
         spec = sim.spec
+        if not EARLIEST_START <= spec.start <= LATEST_START:
+            raise _error(
+                index,
+                sorted_docs.raw[index],
+                "spec.start",
+                f"must be between {EARLIEST_START:%Y-%m-%d} and {LATEST_START:%Y-%m-%d} "
+                f"(got {spec.start.isoformat()})",
+            )
         settings = Settings(
             name=sim.metadata.name or name,
             start=spec.start.astimezone(UTC),
@@ -806,6 +907,7 @@ def parse_scenario(docs: Sequence[Any], name: str = "scenario") -> Scenario:
             eviction_delay_s=_seconds(spec.eviction_delay),
             sample_interval_s=max(1.0, _seconds(spec.sample_interval)),
         )
+    _check_span(sorted_docs, settings, jobs)
     return Scenario(
         settings=settings,
         queues=queues,
@@ -817,6 +919,63 @@ def parse_scenario(docs: Sequence[Any], name: str = "scenario") -> Scenario:
         local_queues=local,
         nodes=_nodes(sorted_docs),
     )
+
+
+def _check_admission(
+    index: int,
+    doc: Mapping[str, Any],
+    wl: WorkloadModel,
+    queues: Mapping[str, QueueSpec],
+    flavors: Mapping[str, Flavor],
+) -> None:
+    """An admission the file claims must be one Muster could have made: to a leaf queue, of
+    pod sets the Workload has, at most their count, on flavors that exist and the queue
+    lists for each requested resource. Anything else would be counted wrongly."""
+    admission = wl.status.admission
+    assert admission is not None
+    queue = queues[admission.cluster_queue]
+    if any(spec.parent == queue.name for spec in queues.values()):
+        raise _error(
+            index,
+            doc,
+            "status.admission.clusterQueue",
+            f"ClusterQueue {queue.name!r} has child queues; only a leaf queue admits",
+        )
+    pod_sets = {ps.name: ps for ps in wl.spec.pod_sets}
+    listed = {fq.flavor for fq in queue.flavors}
+    for i, assignment in enumerate(admission.pod_set_assignments):
+        path = f"status.admission.podSetAssignments[{i}]"
+        pod_set = pod_sets.get(assignment.name)
+        if pod_set is None:
+            raise _error(
+                index,
+                doc,
+                f"{path}.name",
+                f"no pod set {assignment.name!r} in spec.podSets ({', '.join(pod_sets)})",
+            )
+        if assignment.count > pod_set.count:
+            raise _error(
+                index,
+                doc,
+                f"{path}.count",
+                f"{assignment.count} pods admitted, but pod set {pod_set.name} has {pod_set.count}",
+            )
+        for resource in pod_set.requests:
+            chosen = assignment.flavors.get(resource)
+            where = f"{path}.flavors[{resource}]"
+            if chosen is None:
+                if assignment.count:
+                    raise _error(index, doc, where, "required: the flavor the resource came from")
+                continue
+            if chosen not in flavors:
+                raise _error(index, doc, where, f"ResourceFlavor {chosen!r} does not exist")
+            if chosen not in listed:
+                raise _error(
+                    index,
+                    doc,
+                    where,
+                    f"ClusterQueue {queue.name} lists no flavor {chosen!r}",
+                )
 
 
 def cluster_state(docs: Sequence[Any], now: float) -> ClusterState:
@@ -839,6 +998,15 @@ def cluster_state(docs: Sequence[Any], now: float) -> ClusterState:
     for index, wl in sorted_docs.workloads:
         doc = sorted_docs.raw[index]
         namespace = wl.metadata.namespace or "default"
+        class_name = wl.spec.priority_class_name
+        if wl.spec.priority is None and class_name and class_name not in classes:
+            raise _error(
+                index,
+                doc,
+                "spec.priorityClassName",
+                f"PriorityClass {class_name!r} does not exist in the file "
+                "(add it, or set spec.priority)",
+            )
         created = wl.metadata.creation_timestamp
         arrival = created.timestamp() if created is not None else float(index)
         admission = wl.status.admission
@@ -850,6 +1018,7 @@ def cluster_state(docs: Sequence[Any], now: float) -> ClusterState:
                     "status.admission.clusterQueue",
                     f"ClusterQueue {admission.cluster_queue!r} does not exist",
                 )
+            _check_admission(index, doc, wl, queues, flavors)
             reserved = find_condition(wl.status.conditions, "QuotaReserved")
             admitted_at = reserved.last_transition_time.timestamp() if reserved else arrival
             engine = convert.workload(
