@@ -152,8 +152,10 @@ def history_options(
     "--history-spool-dir",
     type=click.Path(file_okay=False, path_type=Path),
     default=None,
-    help="Where records wait while the database is unreachable; one per replica (default: "
-    "under ~/.local/share/muster/history-spool/, a free one per replica).",
+    help="The write-ahead log of history records (each is on disk there before it counts as "
+    "recorded; replayed on start); one per replica, on a volume that outlives the process "
+    "(default: /var/lib/muster/spool/ in a pod, else under ~/.local/share/muster/"
+    "history-spool/, a free one per replica).",
 )
 @click.option(
     "--usage-fairness/--no-usage-fairness",
