@@ -86,9 +86,21 @@ def retire_replaced(rec: Driver, active: list[Obj], pod_set: str) -> tuple[list[
 
 def _delete_pending(rec: Driver, pending: list[Obj]) -> None:
     for wl in pending:
-        # Only the version we looked at: if the admission loop admitted it meanwhile, the
+        # A pending slice holds no quota: its finalizer goes first, in a write that checks it
+        # is still pending, so the delete below completes at once.
+        def release(w: Obj) -> bool:
+            return not wls.has_quota(w) and wls.set_finalizer(w, False)
+
+        written = apply.update(
+            rec.ctx.kube, WORKLOAD, object_key(wl), release, cache=None, current=wl
+        )
+        if written is None or wls.has_quota(written):
+            continue  # gone already, or admitted meanwhile: the next reconcile sees it
+        # Only the version we wrote: if the admission loop admitted it meanwhile, the
         # delete fails and the next reconcile sees the admitted slice.
-        if apply.delete(rec.ctx.kube, WORKLOAD, wl, cache=rec.ctx.caches.workloads, unchanged=True):
+        if apply.delete(
+            rec.ctx.kube, WORKLOAD, written, cache=rec.ctx.caches.workloads, unchanged=True
+        ):
             log.info("deleted pending slice", extra={"workload": object_key(wl)})
             rec.ctx.poke_admission()
 

@@ -187,3 +187,35 @@ def test_backoff_keeps_a_requeued_workload_out_until_it_expires() -> None:
     assert h.loop.cycle().admit == ()
     h.ctx.now = lambda: NOW + timedelta(seconds=31)
     assert [a.workload for a in h.loop.cycle().admit] == ["ns/w"]
+
+
+def test_what_a_vanished_or_invalid_queue_admitted_still_counts() -> None:
+    # Quota-only: the root amount is the sum of root quotas (4 cpu, from "cq").
+    h = Harness(cpu_quota="4")
+    h.workload("first", 4)
+    assert [a.workload for a in h.loop.cycle().admit] == ["ns/first"]
+    # The admission names a queue that is gone (deleted before its finalizer was added).
+    first = copy.deepcopy(h.get("first"))
+    first["status"]["admission"]["clusterQueue"] = "gone"
+    h.cache(WORKLOAD).write_through(
+        h.kube.patch(WORKLOAD, "ns", "first", {"status": first["status"]}, status=True)
+    )
+    h.workload("second", 4, created=5)
+    view = h.loop.views.build()
+    assert not view.snapshot.queues["gone"].active
+    assert h.loop.cycle().admit == (), "4 cpu more on a 4-cpu root"
+
+    # A queue the model refuses (written while the queue webhook was away) counts too.
+    cq = copy.deepcopy(h.kube.get(CLUSTER_QUEUE, None, "cq"))
+    assert cq is not None
+    first["status"]["admission"]["clusterQueue"] = "cq"
+    h.cache(WORKLOAD).write_through(
+        h.kube.patch(WORKLOAD, "ns", "first", {"status": first["status"]}, status=True)
+    )
+    cq["spec"]["flavors"][0]["quota"] = {"cpu": "4000500u"}
+    h.cache(CLUSTER_QUEUE).write_through(
+        h.kube.patch(CLUSTER_QUEUE, None, "cq", {"spec": cq["spec"]})
+    )
+    view = h.loop.views.build()
+    assert "invalid" in view.snapshot.queues["cq"].inactive_reason
+    assert [w.key for w in view.snapshot.admitted] == ["ns/first"]

@@ -447,3 +447,28 @@ def test_kube_type_is_what_the_harness_fakes() -> None:
     # The reconciler only uses the Kube methods FakeKube provides.
     used = {"get", "list", "create", "patch", "delete"}
     assert used <= set(dir(Kube)) and used <= set(dir(FakeKube))
+
+
+def test_a_running_job_grown_past_its_admission_is_evicted_and_requeued_at_the_new_size() -> None:
+    # The webhook refuses this; here it happened anyway (webhook configuration removed).
+    h = Harness()
+    h.put(JOB, job_dict())
+    h.reconcile()
+    h.admit(h.workloads()[0], 2)
+    h.reconcile()
+    assert h.job()["spec"]["suspend"] is False
+    h.patch(JOB, "ns", "train", {"spec": {"parallelism": 40, "completions": 40}})
+    h.patch(JOB, "ns", "train", {"status": {"active": 40, "startTime": NOW.isoformat()}}, True)
+    h.reconcile()
+    [wl] = h.workloads()
+    evicted = wls.condition(wl, "Evicted") or {}
+    assert evicted.get("reason") == "JobResized" and "40 pods" in evicted["message"]
+    assert h.job()["spec"]["suspend"] is True
+    assert wls.has_quota(wl), "held until the 40 pods are gone"
+
+    h.patch(JOB, "ns", "train", {"status": {"active": 0, "startTime": None}}, status=True)
+    h.reconcile()
+    h.reconcile()
+    [wl] = h.workloads()
+    assert not wls.has_quota(wl)
+    assert wl["spec"]["podSets"][0]["count"] == 40, "queued again at the size it asks for"
