@@ -10,6 +10,7 @@ queues): nothing admitted is ever dropped from the snapshot.
 from __future__ import annotations
 
 import logging
+from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
@@ -109,6 +110,8 @@ class ViewBuilder:
     ) -> None:
         self.ctx = ctx
         self.hold_timeout_s = hold_timeout_s
+        # (Workload, QuotaReserved time) whose pods the cache has shown bound whole.
+        self._confirmed: set[tuple[str, str]] = set()
         self.use_node_capacity = use_node_capacity
         self._parsed: dict[str, tuple[Any, Any]] = {}  # key -> (version, parsed)
         # Time-based fair share: figures a history job refreshes; None turns it off.
@@ -185,6 +188,7 @@ class ViewBuilder:
         lqs = {f"{lq.metadata.namespace}/{lq.name}": lq for lq in lq_models}
 
         admitted: list[Workload] = []
+        placed_whole: list[str] = []
         pending: list[Workload] = []
         raw_by_key: dict[str, Obj] = {}
         engine: dict[str, Workload] = {}
@@ -208,8 +212,10 @@ class ViewBuilder:
                 w = self._engine_workload(key, raw, model, str(queue))
                 # Pods hold their own room once bound; a Workload with no Job behind it
                 # (written by hand) never gets pods, so its plan must not hold room either.
-                if not wls.owner_job_uid(raw) or self._placed_whole(key, raw):
+                if not wls.owner_job_uid(raw):
                     w = _without_plan(w)
+                elif self._placed_whole(key, raw):
+                    placed_whole.append(key)
                 admitted.append(w)
                 engine[key] = w
                 continue
@@ -266,6 +272,9 @@ class ViewBuilder:
             # No node of any flavor known: quota-only mode.
             capacity = convert.node_capacity(caches.nodes.objects(), flavors) or None
         nodes, pods = self._nodes_and_pods(raw_by_key) if self.use_node_capacity else (None, ())
+        stripped = self._confirm_placed(placed_whole, raw_by_key, engine, pods)
+        if stripped:
+            admitted = [engine[w.key] if w.key in stripped else w for w in admitted]
         snapshot = Snapshot(
             now=now.timestamp(),
             queues=queues,
@@ -280,6 +289,37 @@ class ViewBuilder:
             hold_timeout_s=self.hold_timeout_s,
         )
         return View(snapshot, tree, raw_by_key, engine, cq_models, lq_of, blocked)
+
+    def _confirm_placed(
+        self,
+        keys: list[str],
+        raw_by_key: Mapping[str, Obj],
+        engine: dict[str, Workload],
+        pods: tuple[BoundPod, ...],
+    ) -> set[str]:
+        """Strip the plans of Workloads placed whole, once this view's pods show it.
+
+        The PodGroup's status and the pods come through different watches: the PodGroup
+        may say "scheduled" before the pod cache shows the bindings, and for that moment
+        neither the plan nor the pods would hold the room (another workload would be
+        admitted onto it). So a plan is dropped only when the pod cache has shown every
+        admitted pod bound once for this admission; after that, pods that finish must not
+        bring the plan back."""
+        bound = Counter(p.workload for p in pods if p.workload is not None)
+        live: set[tuple[str, str]] = set()
+        stripped: set[str] = set()
+        for key in keys:
+            w = engine[key]
+            reserved = wls.condition(raw_by_key[key], wls.QUOTA_RESERVED) or {}
+            mark = (key, str(reserved.get("lastTransitionTime") or ""))
+            live.add(mark)
+            admitted = sum(a.count for a in w.admission or ())
+            if mark in self._confirmed or bound[key] >= admitted:
+                self._confirmed.add(mark)
+                engine[key] = _without_plan(w)
+                stripped.add(key)
+        self._confirmed &= live
+        return stripped
 
     def _placed_whole(self, key: str, raw: Obj) -> bool:
         """Whether Muster's scheduler already bound this admission's pods once (its PodGroup

@@ -52,7 +52,7 @@ from quota.model.flavorassign import (
     slice_base,
 )
 from quota.model.ledger import Ledger
-from quota.model.nodes import PodShape
+from quota.model.nodes import BoundPod, PodShape
 from quota.model.resources import FlavorResource, format_amount
 from quota.model.snapshot import (
     Assignment,
@@ -196,6 +196,8 @@ class _Cycle:
                 if pod.workload is not None:
                     self.pods_of.setdefault(pod.workload, []).append(pod.key)
         self.replaced: set[str] = set()  # slices taken over by this cycle's scale-ups
+        # Placeholder pods of holds released at their preemptor's turn (see _keep_hold).
+        self.released: dict[str, list[BoundPod]] = {}
         self.node_victims: list[Candidate] | None = None
         self.plans: dict[tuple[str, tuple[object, ...]], PodSetPlan] = {}
         self.signatures: dict[int, tuple[object, ...]] = {}
@@ -430,6 +432,7 @@ class _Cycle:
         then, so it is worked out again."""
         if request.base is None:
             self.set_aside[request.workload.key] = request
+        self._keep_hold(request.workload.key)
         return "beyond"
 
     def _could_stay_within_share(self, queue: str, request: _Request) -> bool:
@@ -850,7 +853,7 @@ class _Cycle:
                     for c in chosen
                 ]
         if chosen is None:
-            return False
+            return self._protected_words(spec, w, contended)
         fit = try_fit()
         assert fit is not None, "victim search ended in a state where the preemptor fits"
         if self.nodes is not None:
@@ -1024,9 +1027,16 @@ class _Cycle:
         if w.hold is None or self.nodes is None:
             return
         keys = self.pods_of.pop(w.key, ())
-        for key in keys:
-            if key in self.nodes.pods:
-                self.nodes.remove_pod(key)
+        self.released[w.key] = [self.nodes.remove_pod(k) for k in keys if k in self.nodes.pods]
+
+    def _keep_hold(self, key: str) -> None:
+        """A preemptor set aside for the second pass keeps its room held until then."""
+        pods = self.released.pop(key, None)
+        if not pods or self.nodes is None:
+            return
+        for pod in pods:
+            self.nodes.add_pod(pod)
+        self.pods_of[key] = [pod.key for pod in pods]
 
     def _stuck_victims(self, w: Workload) -> frozenset[str]:
         """Victims of `w`'s lapsed hold that still have pods on nodes: they would not go in
@@ -1104,6 +1114,21 @@ class _Cycle:
                 + _placement_words(plan.placement)
             )
         self.pending.append(Pending(w.key, spec.name, lapsed + reason, outcome.hold))
+
+    def _protected_words(
+        self, spec: QueueSpec, w: Workload, contended: set[FlavorResource]
+    ) -> Unplaceable | bool:
+        """When no victims could be found, whether some were spared only by their
+        minRuntime: the words say until when (False when none were)."""
+        everyone = sorted(
+            (c for name in self.admitted_by_queue for c in self._victim_list(name)),
+            key=victim_order,
+        )
+        found = node_candidates(w, spec, self.queues, everyone, self.taken, self.snapshot.now)
+        protected = [p for p in found.protected if contended & set(p.candidate.usage)]
+        if not protected:
+            return False
+        return Unplaceable(protected_words(protected, self.snapshot.now), False, None)
 
     def _node_victims(self) -> list[Candidate]:
         """Admitted workloads with pods on nodes, in victim order (taken ones are filtered

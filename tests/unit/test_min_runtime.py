@@ -94,3 +94,29 @@ def test_protection_inherited_from_the_parent_spares_young_victims_until_it_ends
     assert "protected by minRuntime until 02:55:00 UTC (in 500s)" in reason
     old = decide(NOW + 500)
     assert len({v.workload for p in old.preempt for v in p.victims}) == 2
+
+
+def test_a_quota_preemption_blocked_only_by_protection_says_until_when() -> None:
+    queues = specs(
+        cluster_queue("team", gpus=8, withinQueue="LowerPriority", preemptMinRuntime="10m")
+    )
+    young = workload("ns/young", "team", gpus=8, flavor="h100", admitted_at=NOW - 100)
+    urgent = workload("ns/urgent", "team", gpus=8, priority=100)
+
+    def decide(now: float) -> Any:
+        return admission_cycle(
+            Snapshot(
+                now=now,
+                queues=queues,
+                flavors={"h100": H100},
+                admitted=(young,),
+                pending=(urgent,),
+            )
+        )
+
+    first = decide(NOW)
+    assert not first.preempt
+    (reason,) = [p.reason for p in first.pending]
+    assert reason.startswith("insufficient quota for nvidia.com/gpu in flavor h100")
+    assert "1 lower-priority workload is protected by minRuntime until 02:55:00 UTC" in reason
+    assert [v.workload for p in decide(NOW + 500).preempt for v in p.victims] == ["ns/young"]

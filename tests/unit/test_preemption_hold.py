@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from quota.admission.cycle import admission_cycle
 from quota.model.decisions import CycleResult, Pending
 from quota.model.nodes import BoundPod, Node
-from quota.model.snapshot import Hold, QueueSpec, Snapshot, Workload
+from quota.model.snapshot import Assignment, Hold, QueueSpec, Snapshot, Workload
 from quota.simulation.report import to_json
 from quota.simulation.scenario import parse_scenario
 from quota.simulation.simulator import simulate
@@ -293,3 +293,32 @@ def test_the_simulator_evicts_exactly_two_gangs_and_holds_their_nodes_for_the_pr
     # higher-priority queue's replicas, which arrived meanwhile, did not take its room.
     assert by_name["prod/prod-launch-1"]["admittedAt"] == 780.0
     assert by_name["serving/serving-replicas-1"]["admittedAt"] > 780.0
+
+
+def test_a_preemptor_set_aside_for_the_second_pass_keeps_its_room_held_meanwhile() -> None:
+    # Capacity 16 GPUs on two nodes, both in queue a's use; la is leaving for `urgent`,
+    # which is beyond its fair share and so decided in the second pass, after queue o's
+    # medium-priority job (o may not preempt). The room on h100-0 stays urgent's.
+    a = queue("a", quota=64, within_queue="LowerPriority")
+    o = queue("o", quota=64)
+    la, la_pods = running("ns/la", "a", ["h100-0"], 10, admitted_at=1.0)
+    lb, lb_pods = running("ns/lb", "a", ["h100-1"], 10, admitted_at=2.0)
+    hold = Hold((Assignment("main", 1, {GPU: "h100"}, (("h100-0", 1),)),), NOW - 1, ("ns/la",))
+    urgent = workload("ns/urgent", "a", gpus=8, priority=1000, arrival=3.0, hold=hold)
+    medium = workload("ns/medium", "o", gpus=8, priority=500, arrival=4.0)
+    result = admission_cycle(
+        Snapshot(
+            now=NOW,
+            queues=queues_of(a, o),
+            flavors={"h100": H100},
+            capacity={("h100", GPU): 16},
+            admitted=(replace(la, evicting=True), lb),
+            pending=(urgent, medium),
+            nodes=gpu_nodes(2),
+            pods=(*la_pods, *lb_pods),
+        )
+    )
+    assert not result.preempt  # lb is not evicted on top
+    assert "cannot be placed" in pending_of(result, "ns/medium").reason
+    assert pending_of(result, "ns/medium").hold is None
+    assert held_nodes(pending_of(result, "ns/urgent").hold) == ["h100-0"]
