@@ -7,19 +7,16 @@ describe the present state (pending workloads, usage, quota, fair share, leader,
 are read from the caches at scrape time by `collector.py` instead, so every replica serves
 them and none can drift from what the controller knows.
 
-One registry per process (not prometheus_client's global one): the endpoint shows Muster's
-metrics and the process's own, nothing a library registered by import.
+The endpoint serves prometheus_client's default registry, so a metric any module defines
+the usual way (`Counter(name, help)`) is scraped too, with the process's own (`process_*`,
+`python_*`).
 """
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Histogram
-from prometheus_client.process_collector import ProcessCollector
+from prometheus_client import REGISTRY, Counter, Histogram
 
 from quota.model.decisions import CycleResult
-
-REGISTRY = CollectorRegistry()
-ProcessCollector(registry=REGISTRY)
 
 # Admission cycles take milliseconds to seconds; waits take seconds to days.
 _FAST = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)

@@ -12,12 +12,15 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from controllers.history.queries import TimelineEntry
 from controllers.plugin.kube import get_one, list_all
 from controllers.runtime.resources import EVENT, JOB, POD_GROUP, WORKLOAD, Kube, Obj
 from controllers.state import workloads as wls
 from quota.api.names import JOB_UID_LABEL, QUEUE_LABEL
 
 INITIALLY_SCHEDULED = "PodGroupInitiallyScheduled"
+# (namespace, workload) -> the history store's timeline of it, or why there is none.
+HistoryReader = Callable[[str, str], list[TimelineEntry] | str]
 
 
 def _cond(obj: Mapping[str, Any], type_: str) -> dict[str, Any]:
@@ -69,7 +72,7 @@ def explain(
     namespace: str,
     name: str,
     console: Console,
-    history: Callable[[str, str], list[Any] | str] | None = None,
+    history: HistoryReader | None = None,
 ) -> bool:
     """Print the explanation; False if there is no Job or Workload of that name."""
     job = get_one(kube, JOB, namespace, name)
@@ -150,9 +153,7 @@ def _timeline(kube: Kube, namespace: str, objects: list[Obj], console: Console) 
         console.print("timeline: no Events (they expire after an hour by default)")
 
 
-def _history(
-    history: Callable[[str, str], list[Any] | str], namespace: str, name: str, console: Console
-) -> None:
+def _history(history: HistoryReader, namespace: str, name: str, console: Console) -> None:
     entries = history(namespace, name)
     if isinstance(entries, str):
         console.print(Text(f"history of {name}: {entries}", style="dim"))

@@ -4,6 +4,7 @@ program on PATH as a plugin): queues, explain, stop/resume, history, what-if, co
 from __future__ import annotations
 
 import sys
+from typing import TYPE_CHECKING
 
 import click
 import yaml
@@ -13,6 +14,10 @@ from rich.table import Table
 
 from controllers.plugin.kube import Target
 from quota.simulation.report import format_seconds
+
+if TYPE_CHECKING:  # the history store's modules load only when explain reads it
+    from controllers.history.queries import TimelineEntry
+    from controllers.plugin.explain import HistoryReader
 
 COLOR = click.Choice(["auto", "always", "never"])
 
@@ -92,16 +97,16 @@ def explain(
         raise click.ClickException(f"no Job or Workload named {name!r} in namespace {ns}")
 
 
-def _history_reader(url: str):  # type: ignore[no-untyped-def]
+def _history_reader(url: str) -> HistoryReader:
     """A function (namespace, workload) -> timeline entries, or why there are none."""
     from controllers.history import queries
     from controllers.history.engine import DatabaseURLError, database_url, make_engine
 
-    def read(namespace: str, name: str) -> list[object] | str:
+    def read(namespace: str, name: str) -> list[TimelineEntry] | str:
         try:
             engine = make_engine(database_url(url))
             try:
-                entries: list[object] = list(queries.workload_timeline(engine, namespace, name))
+                entries = queries.workload_timeline(engine, namespace, name)
             finally:
                 engine.dispose()
         except DatabaseURLError as error:
@@ -202,7 +207,10 @@ def what_if(
         console.print("no Job's wait changes")
 
 
-@main.command(context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
+@main.command(
+    context_settings={"ignore_unknown_options": True, "allow_extra_args": True},
+    add_help_option=False,  # --help goes to `muster history`, which lists its questions
+)
 @click.pass_context
 def history(ctx: click.Context) -> None:
     """The history store's answers (`muster history ...`: workload, queue, preemptions)."""
