@@ -71,7 +71,8 @@ def engine_workload(wl: WorkloadModel, queue: str, raw: Mapping[str, Any]) -> Wo
         evicting=wls.is_evicted(raw),
     )
     nomination = wl.status.nomination
-    if nomination is None or converted.admission is not None:
+    # Pending preemptors hold room, and so do workloads being moved (consolidation).
+    if nomination is None or (converted.admission is not None and not converted.evicting):
         return converted
     hold = Hold(
         tuple(

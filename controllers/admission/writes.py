@@ -207,16 +207,29 @@ class DecisionWriter:
             reason = WC.CLUSTER_QUEUE_STOPPED
         elif victim.kind == "Reclaimed":
             reason = WC.EVICTED_BY_RECLAIM
+        elif victim.kind == "Moved":
+            reason = WC.MOVED
         else:
             reason = WC.EVICTED_BY_PREEMPTION
         message = victim.reason
         now = self.ctx.now()
+        engine = view.engine.get(victim.workload)
+        # A moved workload gets the room it goes to in the same write that evicts it.
+        held = nomination_status(engine, victim.hold) if engine is not None else None
+
+        def mutate(w: Obj) -> bool:
+            if not wls.mark_evicted(w, reason, message, now):
+                return False
+            if held is not None:
+                _set_nomination(w, held)
+            return True
+
         try:
             written = apply.update(
                 self.ctx.kube,
                 WORKLOAD,
                 victim.workload,
-                lambda w: wls.mark_evicted(w, reason, message, now),
+                mutate,
                 cache=self.ctx.caches.workloads,
                 current=raw,
                 status=True,
@@ -329,7 +342,7 @@ class DecisionWriter:
         if raw is None or engine is None:
             return
         now = self.ctx.now()
-        strategy = "reclaim" if kind == "Reclaimed" else "preempt"
+        strategy = {"Reclaimed": "reclaim", "Moved": "consolidate"}.get(kind, "preempt")
         self._record(
             lambda: [
                 history.preemption(

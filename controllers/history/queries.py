@@ -178,7 +178,9 @@ def workload_timeline(engine: Engine, namespace: str, name: str) -> list[Timelin
                 TimelineEntry(
                     at=d.at,
                     # The preemptor's side; each victim has its own preempted/reclaimed row.
-                    event="preempting" if d.strategy == "preempt" else "reclaiming",
+                    event={"preempt": "preempting", "consolidate": "consolidating"}.get(
+                        d.strategy, "reclaiming"
+                    ),
                     namespace=d.namespace,
                     name=d.name,
                     cluster_queue=d.cluster_queue,
@@ -189,7 +191,7 @@ def workload_timeline(engine: Engine, namespace: str, name: str) -> list[Timelin
     # Same-instant events keep their causal order: a transition before the placement it led to,
     # and transitions in the order of a workload's life (timestamps read back from a status
     # have whole seconds only).
-    after = {"preempting", "reclaiming", "placed", "unplaceable"}
+    after = {"preempting", "reclaiming", "consolidating", "placed", "unplaceable"}
     entries.sort(key=lambda e: (e.at, e.event in after, _LIFE_ORDER.get(e.event, 0)))
     return entries
 

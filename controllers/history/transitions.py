@@ -48,6 +48,7 @@ K = TransitionKind
 WATCHED_KINDS = frozenset({K.CREATED, K.REQUEUED, K.FINISHED})
 
 _EVICTION_KINDS = {WC.EVICTED_BY_PREEMPTION: K.PREEMPTED, WC.EVICTED_BY_RECLAIM: K.RECLAIMED}
+# A move (consolidation) is recorded as an eviction whose reason says where it goes.
 _MAX_REASON = 2000
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
@@ -306,7 +307,7 @@ def preemption(
         )
         for v, queue, why in victims
     )
-    verb = "reclaiming from" if strategy == "reclaim" else "preempting"
+    verb = {"reclaim": "reclaiming from", "consolidate": "moving"}.get(strategy, "preempting")
     who = f"{meta.get('namespace')}/{meta.get('name')}"
     reason = (
         f"{verb} {len(chosen)} workload{'s' if len(chosen) != 1 else ''} so that {who} fits "

@@ -159,7 +159,7 @@ def nominees(workloads: Iterable[Obj]) -> list[Workload]:
     out: list[Workload] = []
     for raw in workloads:
         nomination = wls.status_of(raw).get("nomination")
-        if not nomination or wls.has_quota(raw):
+        if not nomination or (wls.has_quota(raw) and not wls.is_evicted(raw)):
             continue
         since = wls.parse_time(nomination.get("since"))
         if since is None:

@@ -70,7 +70,8 @@ from quota.model.snapshot import (
 )
 from quota.placement.gang import GangRequest, Placement, PodSetRequest, Unplaceable, place_gang
 from quota.placement.nodes import NodeView
-from quota.placement.reservations import held_pods, planned_pods
+from quota.placement.reservations import held_by, held_pods, planned_pods
+from quota.preemption.consolidation import consolidate, move_reason
 from quota.preemption.nodes import (
     NodePlan,
     node_candidates,
@@ -83,6 +84,7 @@ from quota.preemption.victims import (
     Candidate,
     preemption_reason,
     select_victims,
+    started_at,
     victim_order,
     within_queue_candidates,
 )
@@ -187,7 +189,8 @@ class _Cycle:
             pods = list(snapshot.pods) + planned_pods(holding, snapshot.pods)
             # Room held for preemptors whose victims are leaving: taken for everyone else,
             # whichever queue comes first, until the preemptor's own turn (`_release_hold`).
-            pods += held_pods(snapshot.pending, snapshot.now, snapshot.hold_timeout_s)
+            holders = [*snapshot.pending, *(w for w in snapshot.admitted if w.hold is not None)]
+            pods += held_pods(holders, snapshot.now, snapshot.hold_timeout_s)
             self.nodes = NodeView(snapshot.nodes, pods)
         # Pod keys in the view per workload (bound and planned), for preemption on nodes.
         self.pods_of: dict[str, list[str]] = {}
@@ -570,6 +573,8 @@ class _Cycle:
             if isinstance(still, _NodeOutcome):
                 self._wait_on_nodes(spec, request, first_fit, still)
                 return "waiting"
+            if self._consolidate(spec, request, counts, first_fit):
+                return "waiting"
             placed = still
         if isinstance(placed, Unplaceable):
             w = request.workload
@@ -617,9 +622,18 @@ class _Cycle:
     ) -> tuple[GangRequest | None, str]:
         """The gang to place for `request` on the flavors `fit` chose (None: no pods), and
         " on flavor h100" for reasons."""
-        w = request.workload
+        return self._gang_of(request.workload, counts, fit.flavors, request.base is None)
+
+    def _gang_of(
+        self,
+        w: Workload,
+        counts: Sequence[int],
+        chosen: Sequence[Mapping[str, str]],
+        partial: bool,
+    ) -> tuple[GangRequest | None, str]:
+        """The gang of `w`'s pod sets with `counts` pods on the flavors `chosen` per pod set
+        (partial: its minCounts apply)."""
         flavors = self.snapshot.flavors
-        partial = request.base is None
         sets: list[PodSetRequest] = []
         names: set[str] = set()
         for i, ps in enumerate(w.pod_sets):
@@ -627,7 +641,7 @@ class _Cycle:
                 continue
             selector = dict(ps.node_selector)
             tolerations = list(ps.tolerations)
-            for name in sorted(set(fit.flavors[i].values())):
+            for name in sorted(set(chosen[i].values())):
                 names.add(name)
                 flavor = flavors.get(name)
                 if flavor is not None:
@@ -1026,7 +1040,7 @@ class _Cycle:
         """The preemptor's own turn: the room held for it is its own to place into again."""
         if w.hold is None or self.nodes is None:
             return
-        keys = self.pods_of.pop(w.key, ())
+        keys = self.pods_of.pop(held_by(w.key), ())
         self.released[w.key] = [self.nodes.remove_pod(k) for k in keys if k in self.nodes.pods]
 
     def _keep_hold(self, key: str) -> None:
@@ -1036,7 +1050,7 @@ class _Cycle:
             return
         for pod in pods:
             self.nodes.add_pod(pod)
-        self.pods_of[key] = [pod.key for pod in pods]
+        self.pods_of[held_by(key)] = [pod.key for pod in pods]
 
     def _stuck_victims(self, w: Workload) -> frozenset[str]:
         """Victims of `w`'s lapsed hold that still have pods on nodes: they would not go in
@@ -1129,6 +1143,105 @@ class _Cycle:
         if not protected:
             return False
         return Unplaceable(protected_words(protected, self.snapshot.now), False, None)
+
+    def _consolidate(
+        self, spec: QueueSpec, request: _Request, counts: Sequence[int], fit: Fit
+    ) -> bool:
+        """Move workloads of queues that allow it so that the gang fits (see
+        quota/preemption/consolidation.py); True when it now waits for them to move."""
+        view = self.nodes
+        gang, _ = self._gang(request, counts, fit)
+        if view is None or gang is None:
+            return False
+        w = request.workload
+        movable = self._movable(w, request)
+        if not movable:
+            return False
+        stuck = self._stuck_victims(w)
+        leaving = [
+            k
+            for k in sorted(self.taken)
+            if k in self.pods_of and k not in self.replaced and k not in stuck
+        ]
+        plan = consolidate(
+            view,
+            movable,
+            self.pods_of,
+            leaving,
+            partial(place_gang, view, gang, spec.placement),
+            self._place_moved,
+        )
+        if plan is None:
+            return False
+        now = self.snapshot.now
+        moved = [m.candidate.workload.key for m in plan.moves]
+        # The moved keep their quota (they are admitted again at once, where room is held
+        # for them); they are never chosen again in this cycle.
+        self.taken.update(moved)
+        self.planned.charge(spec.name, fit.usage)
+        self.diverged = True
+        victims = tuple(
+            Victim(
+                m.candidate.workload.key,
+                m.candidate.queue,
+                "Moved",
+                move_reason(w.key, w.priority, m.leaves),
+                Hold(_assignments(m.candidate.workload, m.placement), now),
+            )
+            for m in plan.moves
+        )
+        if victims:
+            self.preempt.append(Preempt(w.key, victims))
+        freed = sorted({node for m in plan.moves for node in m.leaves})
+        n = len(victims)
+        hold = Hold(_assignments(w, plan.placement, fit.flavors), now, tuple(sorted(moved)))
+        reason = (
+            f"waiting for {n} workload{'s' if n != 1 else ''} to move off nodes "
+            f"{', '.join(freed)} (free room was scattered): {', '.join(moved)}; its room is "
+            "held: " + _placement_words(plan.placement)
+            if victims
+            else "waiting for preempted workloads to leave nodes; its room is held: "
+            + _placement_words(plan.placement)
+        )
+        self.pending.append(Pending(w.key, spec.name, self._lapse_words(w, stuck) + reason, hold))
+        return True
+
+    def _movable(self, w: Workload, request: _Request) -> list[Candidate]:
+        """Running workloads `w` may move (victim order): their queue opts in, their priority
+        is not above `w`'s (and under the queue's bound), and minRuntime no longer protects
+        them."""
+        out: list[Candidate] = []
+        now = self.snapshot.now
+        own = request.running.key if request.running is not None else None
+        for c in self._node_victims():
+            v = c.workload
+            if v.priority > w.priority:
+                break  # victim order is by priority
+            queue = self.queues.get(c.queue)
+            if queue is None or not queue.movable or v.key in self.taken or v.key == own:
+                continue
+            if queue.movable_below is not None and v.priority >= queue.movable_below:
+                continue
+            min_runtime = (
+                queue.min_runtime_preempt_s if c.queue == w.queue else queue.min_runtime_reclaim_s
+            )
+            if min_runtime and now < started_at(v) + min_runtime:
+                continue
+            out.append(c)
+        return out
+
+    def _place_moved(self, c: Candidate) -> Placement | Unplaceable:
+        """New room for a moved workload: its admitted pods, on the flavors it holds."""
+        assert self.nodes is not None
+        w = c.workload
+        by_name = {a.pod_set: a for a in w.admission or ()}
+        counts = [by_name[ps.name].count if ps.name in by_name else 0 for ps in w.pod_sets]
+        chosen = [dict(by_name[ps.name].flavors) if ps.name in by_name else {} for ps in w.pod_sets]
+        gang, _ = self._gang_of(w, counts, chosen, False)
+        if gang is None:
+            return Placement({}, 0, {})
+        queue = self.queues.get(c.queue)
+        return place_gang(self.nodes, gang, queue.placement if queue else "BinPack")
 
     def _node_victims(self) -> list[Candidate]:
         """Admitted workloads with pods on nodes, in victim order (taken ones are filtered
@@ -1322,6 +1435,24 @@ def _flavor_labels(flavor: Flavor | None) -> str:
     if flavor is None or not flavor.node_labels:
         return ""
     return " (" + ", ".join(f"{k}={v}" for k, v in sorted(flavor.node_labels.items())) + ")"
+
+
+def _assignments(
+    w: Workload, placed: Placement, flavors: Sequence[Mapping[str, str]] | None = None
+) -> tuple[Assignment, ...]:
+    """`placed` as plans per pod set (for a hold), with the flavors chosen per pod set
+    (the admitted ones when `flavors` is None)."""
+    admitted = {a.pod_set: a.flavors for a in w.admission or ()}
+    return tuple(
+        Assignment(
+            ps.name,
+            placed.count(ps.name),
+            flavors[i] if flavors is not None else admitted.get(ps.name, {}),
+            placed.nodes[ps.name],
+        )
+        for i, ps in enumerate(w.pod_sets)
+        if placed.nodes.get(ps.name)
+    )
 
 
 def _placement_words(placed: Placement) -> str:

@@ -123,6 +123,25 @@ class Preemption(ApiModel):
     )
 
 
+class Consolidation(ApiModel):
+    """Whether this queue's running workloads may be moved to other nodes to defragment."""
+
+    movable: bool = Field(
+        False,
+        description="Running workloads of this queue may be moved (their pods restarted on "
+        "other nodes, with room held for them) when a gang of equal or higher priority "
+        "cannot be placed only because free room is scattered across nodes. Only for "
+        "workloads that tolerate a restart.",
+    )
+    below_priority: int | None = Field(
+        None,
+        ge=-(2**31),
+        le=2**31 - 1,
+        description="Only workloads with a priority below this are moved (none: any "
+        "priority up to the gang's own).",
+    )
+
+
 class ClusterQueueSpec(ApiModel):
     """The queue's place in the tree, its share of capacity and its admission policy."""
 
@@ -175,6 +194,11 @@ class ClusterQueueSpec(ApiModel):
     stop_policy: Literal["None", "Hold", "HoldAndDrain"] = Field(
         "None",
         description="Hold: admit nothing new; HoldAndDrain: also evict what is admitted.",
+    )
+    consolidation: Consolidation = Field(
+        default_factory=Consolidation,
+        description="Moving this queue's running workloads to defragment nodes (opt-in).",
+        json_schema_extra={"default": {}},
     )
     placement_strategy: Literal["BinPack", "Spread"] = Field(
         "BinPack",

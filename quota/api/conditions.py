@@ -130,6 +130,7 @@ class WorkloadConditions:
     LOCAL_QUEUE_STOPPED = "LocalQueueStopped"
     DEACTIVATED = "Deactivated"
     JOB_RESIZED = "JobResized"  # a non-elastic Job asks for more pods than admitted
+    MOVED = "Moved"  # consolidation: restarted on other nodes, room held for it there
     # Preempted
     WITHIN_QUEUE = "WithinQueue"
     RECLAIM = "Reclaim"

@@ -50,6 +50,16 @@ def requeue_after_eviction(
 
     `reason` and `message` are those of the eviction (its Evicted condition), if known.
     """
+    if reason == WC.MOVED:
+        # A move is not a failure to be paced: the room it goes to is held for it now.
+        return Requeue(
+            count=requeues,
+            delay_s=0.0,
+            pending_reason=WC.PENDING,
+            pending_message=f"moved: {message or 'restarting on other nodes'}",
+            requeued_reason=WC.MOVED,
+            requeued_message="queued again at once, to be admitted on the room held for it",
+        )
     count = requeues + 1
     delay = backoff.delay(count)
     why = message or "evicted"

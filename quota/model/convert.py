@@ -54,6 +54,8 @@ def queue_spec(cq: ClusterQueue, active: bool = True, reason: str = "") -> Queue
         min_runtime_reclaim_s=reclaim_min.total_seconds() if reclaim_min else 0.0,
         stop_policy=spec.stop_policy,
         placement=spec.placement_strategy,
+        movable=spec.consolidation.movable,
+        movable_below=spec.consolidation.below_priority,
         active=active,
         inactive_reason="" if active else reason,
     )

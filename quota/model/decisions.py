@@ -12,7 +12,8 @@ from typing import Any, Literal
 
 from quota.model.snapshot import Assignment, Hold
 
-VictimKind = Literal["Preempted", "Reclaimed"]
+# Moved: restarted on other nodes to defragment (consolidation), with room held for it there.
+VictimKind = Literal["Preempted", "Reclaimed", "Moved"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,6 +35,7 @@ class Victim:
     queue: str
     kind: VictimKind
     reason: str
+    hold: Hold | None = None  # Moved: where its pods go
 
 
 @dataclass(frozen=True, slots=True)

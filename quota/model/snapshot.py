@@ -51,6 +51,9 @@ class QueueSpec:
     min_runtime_reclaim_s: float = 0.0
     stop_policy: StopPolicy = "None"
     placement: PlacementStrategy = "BinPack"  # how its workloads' pods are placed on nodes
+    # Consolidation: its running workloads may be moved to other nodes (below this priority).
+    movable: bool = False
+    movable_below: int | None = None
     active: bool = True
     inactive_reason: str = ""
     # Derived once: quota and limits keyed by (flavor, resource), for lookups in hot loops.

@@ -54,6 +54,12 @@ def planned_pods(
     return out
 
 
+def held_by(key: str) -> str:
+    """The owner of the placeholder pods holding room for workload `key`: not the workload
+    itself, whose own pods (a moved workload's, still running) are counted apart."""
+    return f"{key}#held"
+
+
 def held_pods(
     pending: Iterable[Workload], now: float, timeout_s: float, exclude: frozenset[str] = frozenset()
 ) -> list[BoundPod]:
@@ -67,11 +73,12 @@ def held_pods(
         if hold is None or w.key in exclude:
             continue
         per_pod = {ps.name: ps.per_pod for ps in w.pod_sets}
+        owner = held_by(w.key)
         for a in hold.assignments:
             requests = per_pod.get(a.pod_set, {})
             for node, count in a.nodes:
                 for i in range(count):
                     out.append(
-                        BoundPod(f"{w.key}#held-{a.pod_set}-{node}-{i}", node, requests, w.key)
+                        BoundPod(f"{w.key}#held-{a.pod_set}-{node}-{i}", node, requests, owner)
                     )
     return out

@@ -118,7 +118,7 @@ def preempt_on_nodes(
     exactly as it was and the Unplaceable says why even removing every candidate would not
     do (or, without candidates, why the leaving ones do not suffice).
     """
-    what_if = _WhatIf(view)
+    what_if = WhatIf(view)
     gone = [key for w in leaving for key in pods_of.get(w, ())]
     what_if.remove(gone)
     base = what_if.tx.checkpoint()
@@ -170,7 +170,7 @@ def preempt_on_nodes(
     return what_if.hold(placed, chosen, gone, pods_of, place)
 
 
-class _WhatIf:
+class WhatIf:
     """Pods removed from a view under one transaction, and the room each node may go to.
 
     A node may already be overcommitted (caches lag each other); putting a pod back is
@@ -241,7 +241,7 @@ class _WhatIf:
         view, tx = self.view, self.tx
         view.assume(placed)
         tx.record(partial(view.forget, placed))
-        self.used = _nodes(placed)
+        self.used = placement_nodes(placed)
         kept: list[Candidate] = []
         for c in reversed(chosen):
             mark = tx.checkpoint()
@@ -259,7 +259,7 @@ class _WhatIf:
                 view.assume(again)
                 tx.record(partial(view.forget, again))
                 placed = again
-                self.used = _nodes(placed)
+                self.used = placement_nodes(placed)
             else:
                 tx.rollback(mark)
                 needed.append(c)
@@ -278,7 +278,8 @@ class _WhatIf:
         return NodePlan(placed, tuple(needed), freed)
 
 
-def _nodes(placed: Placement) -> frozenset[str]:
+def placement_nodes(placed: Placement) -> frozenset[str]:
+    """The nodes a placement uses."""
     return frozenset(node for pairs in placed.nodes.values() for node, _ in pairs)
 
 

@@ -44,6 +44,7 @@ from dataclasses import dataclass, field, replace
 from typing import Literal
 
 from quota.admission.cycle import admission_cycle
+from quota.api.conditions import WorkloadConditions as WC
 from quota.fairness.fairshare import FairShare, fair_share
 from quota.lifecycle.backoff import Backoff
 from quota.lifecycle.eviction import Requeue, requeue_after_eviction
@@ -56,7 +57,15 @@ from quota.model.decisions import CycleResult, Victim
 from quota.model.flavorassign import pod_set_signature
 from quota.model.nodes import BoundPod, Node
 from quota.model.resources import FlavorResource
-from quota.model.snapshot import Assignment, PodSet, QueueSpec, Snapshot, Workload, pod_set_usage
+from quota.model.snapshot import (
+    Assignment,
+    Hold,
+    PodSet,
+    QueueSpec,
+    Snapshot,
+    Workload,
+    pod_set_usage,
+)
 from quota.simulation.scenario import Scenario, Settings
 
 Vector = dict[FlavorResource, int]
@@ -529,6 +538,7 @@ class _Job:
     waited: float = 0.0
     evictions: int = 0
     requeue: Requeue | None = None  # after its last eviction
+    hold: Hold | None = None  # moved (consolidation): the room it goes to
     flavors: dict[str, str] = field(default_factory=dict)
     resizes: list[Resize] = field(default_factory=list)
     reason: str = ""
@@ -770,7 +780,9 @@ class _Simulation:
             # behind those that arrived while it ran.
             arrival=t,
             pod_sets=job.pod_sets,
+            hold=job.hold,  # a moved job goes to the room held for it
         )
+        job.hold = None
         job.state = "pending"
         job.workload = key
         if not requeued:
@@ -851,12 +863,13 @@ class _Simulation:
         job = self.job_of[victim.workload]
         self.evictions += 1
         kind: TransitionKind = "preempted" if victim.kind == "Preempted" else "reclaimed"
-        if not actor:
-            kind = "evicted"  # drained by its queue's stopPolicy
+        if not actor or victim.kind == "Moved":
+            kind = "evicted"  # drained by its queue's stopPolicy, or moved (the reason says)
         job.evictions += 1
+        job.hold = victim.hold
         self._log(t, kind, job, w, reason=victim.reason, actor=actor)
         if self.settings.eviction_delay_s > 0:
-            self.admitted[victim.workload] = replace(w, evicting=True)
+            self.admitted[victim.workload] = replace(w, evicting=True, hold=victim.hold)
             self.push(t + self.settings.eviction_delay_s, _EVICTED, victim.workload)
         else:
             self._evicted(victim.workload, t)
@@ -871,7 +884,8 @@ class _Simulation:
         job.state = "backoff"
         job.pending_since = t
         requeues = job.requeue.count if job.requeue is not None else 0
-        job.requeue = requeue_after_eviction(requeues, backoff=self.backoff)
+        moved = WC.MOVED if job.hold is not None else ""
+        job.requeue = requeue_after_eviction(requeues, reason=moved, backoff=self.backoff)
         self.push(job.requeue.competes_at(t), _REQUEUE, job.key, job.run)
 
     def _scale(self, job: _Job, parallelism: int, t: float) -> None:
