@@ -21,12 +21,13 @@ from tests.conftest import REPO
 pytestmark = pytest.mark.e2e
 
 SECTION = "## A real local cluster, with Muster on it"
+CHART_SECTION = "## Install into a cluster with the chart"
 
 
-def walkthrough() -> list[str]:
-    """The shell lines of the README's local-cluster section, as a user would type them."""
+def walkthrough(title: str = SECTION) -> list[str]:
+    """The shell lines of one README section, as a user would type them."""
     text = (REPO / "README.md").read_text()
-    section = text.split(SECTION, 1)[1].split("\n## ", 1)[0]
+    section = text.split(title, 1)[1].split("\n## ", 1)[0]
     (block,) = re.findall(r"```sh\n(.*?)```", section, flags=re.S)
     return [line for line in block.splitlines() if line.strip()]
 
@@ -67,3 +68,44 @@ def test_the_readme_walkthrough_works_when_followed_literally(tmp_path: Path) ->
     nodes = {p["spec"]["nodeName"] for p in pods}
     assert len(nodes) == 1 and next(iter(nodes)).startswith("h100"), nodes
     assert "NAME" in result.stdout and "team-b" in result.stdout  # the `kubectl get` lines ran
+
+
+def test_the_readme_chart_walkthrough_works_when_followed_literally(tmp_path: Path) -> None:
+    """helm install, the controller as the chart's ServiceAccount, a Job that waits and
+    `kubectl muster explain` saying why, nodes arriving, `kubectl muster queues`, /metrics."""
+    lines = walkthrough(CHART_SECTION)
+    assert lines[0].startswith(".venv/bin/muster local-cluster up")
+    assert lines[-1].startswith(".venv/bin/muster local-cluster down")
+    body, down = lines[:-1], lines[-1]
+    # Literally, `kill %1; wait %1` included: the controller stops before helm uninstall
+    # takes its RBAC away.
+    script = "\n".join(["set -euo pipefail", f"trap '{down.split('#')[0].strip()}' EXIT", *body])
+    env = dict(os.environ, MUSTER_LOCAL_CLUSTER_DIR=str(tmp_path / "cluster"))
+    env.pop("KUBECONFIG", None)
+    result = subprocess.run(
+        ["bash", "-c", script],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    log = Path("/tmp/muster-chart-controller.log")
+    assert result.returncode == 0, (
+        result.stdout[-3000:]
+        + result.stderr[-3000:]
+        + (log.read_text()[-3000:] if log.exists() else "")
+    )
+    out = result.stdout
+    # helm installed the objects the next lines use.
+    assert "deployment.apps/muster" in out and "serviceaccount/muster" in out
+    # explain, before any GPU node: waiting, with the engine's reason.
+    assert "Job team-b/train" in out and "waiting for quota" in out
+    # queues, after: team-b holds the Job's 4 GPUs.
+    assert "team-b" in out and "h100 nvidia.com/gpu: 4 / 8 used" in out
+    # /metrics counted the admission.
+    assert 'muster_admitted_workloads_total{cluster_queue="team-b"} 1.0' in out
+    # The controller ran with nothing but the ServiceAccount's token, and was never refused.
+    controller_log = log.read_text()
+    assert "Forbidden" not in controller_log and '"became leader"' in controller_log
