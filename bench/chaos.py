@@ -9,7 +9,9 @@ What it does (every choice drawn from `--seed`):
 - a stream of Jobs into two ClusterQueues: plain, elastic (with scale events), partial
   admission (`muster.dev/min-parallelism`), high-priority preemptors, deletions mid-flight,
   queue-label removals and elastic-annotation removals (refusals by the webhook are counted);
-- the leader is killed with SIGKILL at random moments (the standby takes over);
+- the leader is killed with SIGKILL at random moments (the standby takes over); the second
+  of every three times it is paused instead (SIGSTOP until the standby leads, then
+  SIGCONT): a deposed leader that wakes up with work in hand, which the fence must stop;
 - PostgreSQL is stopped for `--pg-outage` seconds and started again (`pg_ctlcluster`);
 - the kube-apiserver is restarted once (same flags; its etcd keeps the data).
 
@@ -108,6 +110,8 @@ class Report:
     duration_s: float
     kills: int = 0
     kills_survived: int = 0
+    pauses: int = 0
+    pauses_survived: int = 0
     replica_restarts: int = 0
     pg_outage_s: float = 0.0
     apiserver_restarted: bool = False
@@ -178,6 +182,14 @@ class Replica:
 
     def alive(self) -> bool:
         return self.process is not None and self.process.poll() is None
+
+    def pause(self) -> None:
+        if self.process is not None and self.alive():
+            self.process.send_signal(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        if self.process is not None and self.alive():
+            self.process.send_signal(signal.SIGCONT)
 
     def kill(self) -> None:
         if self.process is not None and self.alive():
@@ -668,7 +680,14 @@ def run(settings: Settings, local: LocalCluster, workdir: Path) -> Report:
         if now >= next_kill:
             holder = wait_leader(timeout=30)
             victim = next((r for r in replicas if r.identity == holder), None)
-            if victim is not None:
+            if victim is not None and (report.kills + report.pauses) % 3 == 1:
+                victim.pause()
+                report.pauses += 1
+                print(f"chaos: t={now - start:.0f}s SIGSTOP leader {holder}", flush=True)
+                if wait_leader(exclude=holder, timeout=60):
+                    report.pauses_survived += 1
+                victim.resume()  # it wakes up deposed, with whatever it was doing
+            elif victim is not None:
                 victim.kill()
                 report.kills += 1
                 print(f"chaos: t={now - start:.0f}s SIGKILL leader {holder}", flush=True)
@@ -748,8 +767,8 @@ def render(report: Report) -> str:
     total = sum(report.violations.values())
     lines = [
         f"chaos run, seed {report.seed}, {report.duration_s:.0f} s",
-        f"  kills survived      {report.kills_survived}/{report.kills} "
-        f"(replica restarts {report.replica_restarts})",
+        f"  kills survived      {report.kills_survived}/{report.kills}; pauses survived "
+        f"{report.pauses_survived}/{report.pauses} (replica restarts {report.replica_restarts})",
         f"  PostgreSQL outage   {report.pg_outage_s:.0f} s; apiserver restarted: "
         f"{'yes' if report.apiserver_restarted else 'no'}",
         f"  Jobs                {report.jobs_created} created, {report.jobs_refused} refused, "

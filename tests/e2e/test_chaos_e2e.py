@@ -1,7 +1,7 @@
 """The chaos run, short and with a fixed seed, as a user runs it (`python bench/chaos.py`):
 two controller replicas on the session's local cluster and PostgreSQL, leaders killed with
-SIGKILL, PostgreSQL stopped for 30 s, the apiserver restarted once. The run's own checker
-decides; this test asserts what it printed."""
+SIGKILL or paused until deposed, PostgreSQL stopped for 30 s, the apiserver restarted once.
+The run's own checker decides; this test asserts what it printed."""
 
 from __future__ import annotations
 
@@ -26,8 +26,8 @@ def test_a_short_chaos_run_finds_no_violation_and_loses_no_record(
             "--duration",
             "90",
             "--kill-every",
+            "12",
             "18",
-            "28",
             "--pg-outage",
             "30",
             "--drain-timeout",
@@ -49,6 +49,7 @@ def test_a_short_chaos_run_finds_no_violation_and_loses_no_record(
     printed = run.stdout[-4000:]
     print(printed)
     assert report["kills"] >= 2 and report["kills_survived"] == report["kills"], printed
+    assert report["pauses"] >= 1 and report["pauses_survived"] == report["pauses"], printed
     assert report["apiserver_restarted"] and report["pg_outage_s"] == 30, printed
     assert report["jobs_run"] >= 10, printed
     assert report["transitions_seen"] > 0, printed
