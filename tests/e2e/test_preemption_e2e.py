@@ -8,6 +8,8 @@ driven with kubectl against the local cluster with Muster's scheduler loop bindi
   `status.nomination`) and a group of another queue that goes first does not take it.
 - Min-runtime: a victim younger than its queue's protection is not evicted; after, it is.
 - A controller killed mid-preemption and restarted neither evicts more nor loses the hold.
+- Consolidation: two small Jobs of a queue that allows moves go to other nodes so that a gang
+  blocked by fragmentation runs; with consolidation off it waits.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from tests.e2e.controller_harness import (
     controller,  # noqa: F401 - fixture
     crds,  # noqa: F401 - fixture
     create,
+    events_for,
     get,
     local_queue,
     priority_class,
@@ -329,3 +332,68 @@ def test_a_victim_younger_than_its_min_runtime_is_spared_until_then(
     started = time.mktime(time.strptime(admitted_at, "%Y-%m-%dT%H:%M:%SZ"))
     ended = time.mktime(time.strptime(evicted_at, "%Y-%m-%dT%H:%M:%SZ"))
     assert ended - started >= 19, (admitted_at, evicted_at)
+
+
+def test_consolidation_moves_two_small_jobs_so_that_a_fragmented_gang_runs(
+    cluster: ClusterHandle,
+    namespace: str,
+    pool: Pool,  # noqa: F811
+    controller: Controller,  # noqa: F811
+) -> None:
+    # 4 nodes x 8 GPUs. Queue svc spreads four 4-GPU replicas, one per node: 16 GPUs free,
+    # but no node wholly, so training's gang of two 8-GPU pods cannot be placed.
+    pool.make(namespace, 4)
+    set_quota(cluster, pool, {"cpu": "64", GPU: "16"})  # the pool's queue: training
+    svc = unique("cq")
+    apply(
+        cluster,
+        cq_manifest(
+            svc,
+            [{"name": pool.name, "quota": {"cpu": "64", GPU: "16"}}],
+            placementStrategy="Spread",
+        ),
+        local_queue("svc", namespace, svc),
+    )
+    replicas = [f"replica-{i}" for i in range(4)]
+    for name in replicas:
+        job = gpu_job(name, namespace, 1, gpu=4)
+        job["metadata"]["labels"]["muster.dev/queue-name"] = "svc"
+        create(cluster, job)
+    cluster.wait_for(
+        "four replicas bound, one per node",
+        lambda: len({n for r in replicas for n in placement(cluster, namespace, r)}) == 4,
+        90,
+    )
+    create(cluster, gpu_job("gang", namespace, 2, gpu=8))
+    cluster.wait_for(
+        "the gang waiting for nodes",
+        lambda: "cannot be placed" in waiting_reason(cluster, namespace, "gang"),
+        60,
+    )
+    time.sleep(3)  # consolidation is off: nothing moves
+    assert not any(evicted(cluster, namespace, r) for r in replicas)
+    assert not placement(cluster, namespace, "gang")
+
+    cluster.kubectl(
+        "patch",
+        "clusterqueue",
+        svc,
+        "--type=merge",
+        "-p",
+        json.dumps({"spec": {"consolidation": {"movable": True}}}),
+    )
+    cluster.wait_for(
+        "the gang bound on two whole nodes",
+        lambda: sorted(placement(cluster, namespace, "gang").values()) == [1, 1],
+        120,
+    )
+    cluster.wait_for(
+        "every replica running again",
+        lambda: all(bound_per_job(cluster, namespace)[r] == 1 for r in replicas),
+        120,
+    )
+    moved = [r for r in replicas if "Moved" in events_for(cluster, namespace, "Job", r)]
+    assert len(moved) == 2, moved
+    gang_nodes = set(placement(cluster, namespace, "gang"))
+    for r in replicas:
+        assert not set(placement(cluster, namespace, r)) & gang_nodes
