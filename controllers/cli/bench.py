@@ -57,3 +57,16 @@ def scheduler(args: tuple[str, ...]) -> None:
     and the KAI-Scheduler scale test (options: `muster bench scheduler --help`)."""
     module = _load("scheduler_bench")
     module.main(list(args))
+
+
+@bench.command(
+    "preemption",
+    context_settings={"ignore_unknown_options": True, "allow_extra_args": True},
+    add_help_option=False,
+)
+@click.argument("args", nargs=-1, type=click.UNPROCESSED)
+def preemption(args: tuple[str, ...]) -> None:
+    """Preemption on nodes in memory: 1,000 nodes full of 10-pod groups, 100 high-priority
+    groups (options: `muster bench preemption --help`)."""
+    module = _load("preemption_bench")
+    module.main(list(args))

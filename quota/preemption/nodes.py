@@ -121,50 +121,52 @@ def preempt_on_nodes(
     what_if = WhatIf(view)
     gone = [key for w in leaving for key in pods_of.get(w, ())]
     what_if.remove(gone)
-    base = what_if.tx.checkpoint()
     placed = place()
     if isinstance(placed, Placement):
         return what_if.hold(placed, (), gone, pods_of, place)
     if not candidates:
         what_if.undo()
         return placed
-    priorities = sorted({c.workload.priority for c in candidates})
+    # Candidates are in victim order, priority first: "every candidate up to a priority
+    # ceiling", and then "the least important few at that ceiling", are both prefixes of
+    # the list. So the lowest ceiling that makes room and the shortest run within it are
+    # together the shortest prefix that makes room. It is found by galloping (1, 2, 4, ...
+    # candidates, each step removing only the pods of the candidates it adds) and then
+    # bisecting between the last two steps from a checkpoint: the cost grows with the
+    # victims needed, not with the candidates there are, and a search that fails has
+    # removed every candidate once, as KEP-5710's first check does.
+    tx = what_if.tx
+    marks = {0: tx.checkpoint()}
+    done = 0
 
-    def without(victims: Sequence[Candidate]) -> Placement | Unplaceable:
-        what_if.tx.rollback(base)
-        what_if.remove(key for c in victims for key in pods_of.get(c.workload.key, ()))
+    def fits_with(n: int) -> Placement | Unplaceable:
+        nonlocal done
+        if n < done:
+            start = max(k for k in marks if k <= n)
+            tx.rollback(marks[start])
+            for k in [k for k in marks if k > start]:
+                del marks[k]
+            done = start
+        what_if.remove(key for c in candidates[done:n] for key in pods_of.get(c.workload.key, ()))
+        done = n
+        marks[n] = tx.checkpoint()
         return place()
 
-    def up_to(ceiling: int) -> list[Candidate]:
-        return [c for c in candidates if c.workload.priority <= ceiling]
-
-    everyone = without(candidates)
-    if isinstance(everyone, Unplaceable):
-        what_if.undo()
-        return everyone
-    # The lowest priority ceiling that still makes room (the highest is known to), then,
-    # among the candidates at that ceiling, the shortest run of the least important ones.
-    best = len(priorities) - 1
-    lo, hi = 0, best - 1
-    while lo <= hi:
+    total = len(candidates)
+    lo, hi = 0, 1
+    while isinstance(last := fits_with(hi), Unplaceable):
+        if hi == total:  # not even with every candidate gone: evict no one
+            what_if.undo()
+            return last
+        lo, hi = hi, min(2 * hi, total)
+    while hi - lo > 1:
         mid = (lo + hi) // 2
-        if isinstance(without(up_to(priorities[mid])), Placement):
-            best, hi = mid, mid - 1
+        if isinstance(fits_with(mid), Placement):
+            hi = mid
         else:
-            lo = mid + 1
-    ceiling = priorities[best]
-    below = [c for c in candidates if c.workload.priority < ceiling]
-    at = [c for c in candidates if c.workload.priority == ceiling]
-    take = len(at)
-    lo, hi = 1, take - 1
-    while lo <= hi:
-        mid = (lo + hi) // 2
-        if isinstance(without(below + at[:mid]), Placement):
-            take, hi = mid, mid - 1
-        else:
-            lo = mid + 1
-    chosen = below + at[:take]
-    placed = without(chosen)
+            lo = mid
+    chosen = list(candidates[:hi])
+    placed = fits_with(hi)
     if not isinstance(placed, Placement):  # placement is deterministic on the same view
         raise AssertionError("the gang stopped fitting without victims it fitted without")
     return what_if.hold(placed, chosen, gone, pods_of, place)
