@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 import subprocess
 import tarfile
 from pathlib import Path
@@ -153,3 +154,23 @@ def test_service_monitor_and_dashboard() -> None:
     exprs = " ".join(t["expr"] for p in panels for t in p["targets"])
     for name in ("muster_pending_workloads", "muster_admission_wait_time_seconds_bucket"):
         assert name in exprs
+
+
+def test_every_metric_the_dashboard_plots_is_one_muster_exports() -> None:
+    from prometheus_client import REGISTRY
+
+    from controllers.metrics import definitions  # noqa: F401 - registers the metrics
+    from controllers.metrics.collector import Sources, StateCollector
+    from controllers.state.caches import Caches
+    from tests.unit.controller_fakes import FakeKube
+
+    exported = {m.name for m in REGISTRY.collect()}
+    history = (0, 0, True)
+    state = StateCollector(Sources(Caches.create(FakeKube()), lambda: True, lambda: history))
+    exported |= {m.name for m in state.collect()}
+    dashboard = json.loads((CHART / "dashboards" / "muster.json").read_text())
+    exprs = " ".join(t["expr"] for p in dashboard["panels"] for t in p["targets"])
+    plotted = {
+        re.sub(r"_(bucket|count|sum|total)$", "", n) for n in re.findall(r"muster_\w+", exprs)
+    }
+    assert plotted and plotted <= exported, plotted - exported
