@@ -85,8 +85,6 @@ def test_deleting_a_running_job_holds_its_quota_until_its_pods_are_gone(
     }
     create(cluster, first)
     cluster.wait_for("4 pods of first bound", lambda: _bound(cluster, namespace, "first") == 4)
-    wl = _wl(cluster, namespace, "first")
-    assert FINALIZER in wl["metadata"]["finalizers"]
     apply(cluster, job("second", namespace, "q", parallelism=4, cpu="1"))
     cluster.wait_for(
         "second to wait for quota", lambda: _pending_with_reason(cluster, namespace, "second")
@@ -106,19 +104,25 @@ def test_deleting_a_running_job_holds_its_quota_until_its_pods_are_gone(
     deadline = time.monotonic() + 8
     while time.monotonic() < deadline:
         assert not admitted(_wl(cluster, namespace, "second")), "admitted onto cpu still in use"
-        held = _wl(cluster, namespace, "first")
         if pods_of(cluster, namespace, "first"):
-            assert held.get("metadata", {}).get("deletionTimestamp"), held
-            assert FINALIZER in held["metadata"]["finalizers"]
+            assert _wl(cluster, namespace, "first"), "the Workload went before its pods"
         time.sleep(0.5)
+    assert pods_of(cluster, namespace, "first"), "the pods take 20 s to go"
+    held = _wl(cluster, namespace, "first")
+    assert held["metadata"].get("deletionTimestamp"), held["metadata"]
+    assert FINALIZER in held["metadata"]["finalizers"]
     assert cq_status(cluster, cq).get("admittedWorkloads") == 1
 
     # Once the pods are gone, the Workload goes and the quota passes to the next Job.
-    cluster.wait_for(
-        "second to be admitted after first's pods are gone",
-        lambda: admitted(_wl(cluster, namespace, "second")),
-        timeout=60,
-    )
+    try:
+        cluster.wait_for(
+            "second to be admitted after first's pods are gone",
+            lambda: admitted(_wl(cluster, namespace, "second")),
+            timeout=60,
+        )
+    except AssertionError as error:
+        waiting = condition(_wl(cluster, namespace, "second"), "QuotaReserved")
+        raise AssertionError(f"{error}; second says {waiting}") from None
     assert not pods_of(cluster, namespace, "first")
     assert not workloads_of(cluster, namespace, "first")
 
