@@ -88,7 +88,9 @@ class DecisionWriter:
                 if written is not None:
                     evicted.append((written, victim.queue, victim.reason))
             if evicted:
-                self._record_preemption(view, preempt.preemptor, evicted, preempt.victims[0].kind)
+                self._record_preemption(
+                    view, preempt.preemptor, evicted, preempt.victims[0].kind, hold
+                )
         for victim in result.drain:
             self._evict(view, victim, preemptor=None)
         if result.admit:
@@ -335,21 +337,36 @@ class DecisionWriter:
         self.ctx.record_later(built)
 
     def _record_preemption(
-        self, view: View, preemptor: str, evicted: list[tuple[Obj, str, str]], kind: str
+        self,
+        view: View,
+        preemptor: str,
+        evicted: list[tuple[Obj, str, str]],
+        kind: str,
+        hold: Hold | None,
     ) -> None:
+        """The decision in the history store, and in an Event on the preemptor and its Job:
+        whom it evicts (or moves), and where its room is held."""
         raw = view.raw.get(preemptor)
         engine = view.engine.get(preemptor)
         if raw is None or engine is None:
             return
         now = self.ctx.now()
         strategy = {"Reclaimed": "reclaim", "Moved": "consolidate"}.get(kind, "preempt")
-        self._record(
-            lambda: [
-                history.preemption(
-                    raw, evicted, at=now, cluster_queue=engine.queue, strategy=strategy
-                )
-            ]
+        held = sorted({node for a in hold.assignments for node, _ in a.nodes}) if hold else []
+        decision = history.preemption(
+            raw, evicted, at=now, cluster_queue=engine.queue, strategy=strategy, held=held
         )
+        names = ", ".join(
+            f"{(w.get('metadata') or {}).get('namespace')}/{(w.get('metadata') or {}).get('name')}"
+            for w, _, _ in evicted
+        )
+        verb = {"consolidate": "Moving", "reclaim": "Reclaiming"}.get(strategy, "Preempting")
+        message = f"{decision.reason} ({names})"
+        self.ctx.events.emit(raw, "Normal", verb, message)
+        job = self._job_of(raw)
+        if job is not None:
+            self.ctx.events.emit(job, "Normal", verb, message)
+        self._record(lambda: [decision])
 
 
 def nomination_status(engine: Workload, hold: Hold | None) -> Obj | None:

@@ -293,8 +293,10 @@ def preemption(
     at: datetime,
     cluster_queue: str,
     strategy: str,
+    held: Sequence[str] = (),
 ) -> PreemptionDecision:
-    """A preemptor and its victims, each given as (Workload as evicted, its queue, why)."""
+    """A preemptor and its victims, each given as (Workload as evicted, its queue, why);
+    `held` names the nodes whose room is held for it meanwhile."""
     meta = preemptor.get("metadata") or {}
     chosen = tuple(
         Victim(
@@ -313,6 +315,9 @@ def preemption(
         f"{verb} {len(chosen)} workload{'s' if len(chosen) != 1 else ''} so that {who} fits "
         f"in ClusterQueue {cluster_queue}"
     )
+    if held:
+        shown = ", ".join(held[:8]) + (f" and {len(held) - 8} more" if len(held) > 8 else "")
+        reason += f"; room held on {shown}"
     return PreemptionDecision(
         namespace=str(meta.get("namespace") or ""),
         name=str(meta.get("name") or ""),

@@ -15,6 +15,7 @@ driven with kubectl against the local cluster with Muster's scheduler loop bindi
 from __future__ import annotations
 
 import json
+import subprocess
 import time
 from collections import Counter
 from pathlib import Path
@@ -24,6 +25,7 @@ import pytest
 
 from tests.conftest import ClusterHandle
 from tests.e2e.controller_harness import (
+    MUSTER,
     Controller,
     admitted,
     apply,
@@ -286,6 +288,24 @@ def test_held_room_is_not_taken_by_a_group_that_arrives_while_the_victim_termina
     assert not placement(cluster, namespace, "medium")
     assert not any(admitted(w) for w in workloads_of(cluster, namespace, "medium"))
     assert waiting_reason(cluster, namespace, "medium")  # it says why it waits
+    # Told as a person would look: an Event on the preemptor's Job, and the history store.
+    assert "Preempting" in events_for(cluster, namespace, "Job", "urgent")
+    database = f"sqlite:///{controller.log_path.parent / 'history.db'}"
+
+    def recorded() -> list[dict[str, Any]]:
+        out = subprocess.run(
+            [MUSTER, "history", "preemptions", "--database-url", database, "-o", "json"],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        found: list[dict[str, Any]] = json.loads(out.stdout)
+        return [d for d in found if d.get("namespace") == namespace]
+
+    cluster.wait_for("the preemption in the history store", lambda: bool(recorded()), 30)
+    (decision,) = recorded()
+    assert "room held on" in decision["reason"], decision
+    assert len(decision["victims"]) == 1
     # The other low-priority Job was never touched.
     assert sum(evicted(cluster, namespace, n) for n in ("low-a", "low-b")) == 1
 
