@@ -217,6 +217,44 @@ def _grown_while_running(job: Mapping[str, Any], old: Mapping[str, Any]) -> tupl
     return before, after
 
 
+def malformed_job(job: object) -> str | None:
+    """Which field of a Job has the wrong shape for the rules above, or None. The apiserver
+    checks Jobs before any webhook sees them; this keeps a malformed review from becoming a
+    server error."""
+    if not isinstance(job, Mapping):
+        return "a Job must be a mapping"
+    shapes: list[tuple[str, object, type]] = [
+        ("metadata", job.get("metadata"), dict),
+        ("spec", job.get("spec"), dict),
+    ]
+    meta = job.get("metadata") if isinstance(job.get("metadata"), Mapping) else {}
+    spec = job.get("spec") if isinstance(job.get("spec"), Mapping) else {}
+    template = spec.get("template") if isinstance(spec.get("template"), Mapping) else {}
+    shapes += [
+        ("metadata.labels", meta.get("labels"), dict),
+        ("metadata.annotations", meta.get("annotations"), dict),
+        ("spec.template", spec.get("template"), dict),
+        ("spec.template.metadata", template.get("metadata"), dict),
+        ("spec.template.spec", template.get("spec"), dict),
+    ]
+    pod_spec = template.get("spec") if isinstance(template.get("spec"), Mapping) else {}
+    shapes.append(("spec.template.spec.schedulingGates", pod_spec.get("schedulingGates"), list))
+    for field, value, kind in shapes:
+        if value is not None and not isinstance(value, kind):
+            return f"{field} must be a {'mapping' if kind is dict else 'list'}"
+    for field in ("labels", "annotations"):
+        values = meta.get(field) or {}
+        if not all(isinstance(k, str) and isinstance(v, str) for k, v in values.items()):
+            return f"metadata.{field} must map strings to strings"
+    for field in ("parallelism", "completions"):
+        value = spec.get(field)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+            return f"spec.{field} must be a whole number (got {value!r})"
+    if not all(isinstance(g, Mapping) for g in pod_spec.get("schedulingGates") or []):
+        return "spec.template.spec.schedulingGates entries must be mappings"
+    return None
+
+
 def validate_queue_object(
     obj: Mapping[str, Any], warnings_for: Callable[[Mapping[str, Any]], list[str]] | None = None
 ) -> tuple[str | None, list[str]]:
@@ -224,7 +262,8 @@ def validate_queue_object(
     doc = copy.deepcopy(dict(obj))
     # Server-populated metadata is not part of what the user wrote; the model would accept
     # most of it, but managedFields is noise for validation.
-    doc.get("metadata", {}).pop("managedFields", None)
+    if isinstance(doc.get("metadata"), dict):
+        doc["metadata"].pop("managedFields", None)
     try:
         parse_manifest(doc, 0)
     except ManifestError as error:
@@ -271,10 +310,17 @@ class WebhookHandlers:
         self.scheduler_name = scheduler_name
 
     def handle(self, path: str, review: Mapping[str, Any]) -> dict[str, Any]:
-        request = review.get("request") or {}
+        request = review.get("request") if isinstance(review, Mapping) else None
+        if not isinstance(request, Mapping):
+            return review_response("", allowed=False, message="not an AdmissionReview request")
         uid = str(request.get("uid", ""))
         obj = request.get("object") or {}
         old = request.get("oldObject")
+        if path in (MUTATE_JOB_PATH, VALIDATE_JOB_PATH):
+            for which, job in (("object", obj), ("oldObject", old)):
+                problem = None if job is None and which == "oldObject" else malformed_job(job)
+                if problem is not None:
+                    return review_response(uid, allowed=False, message=f"{which}: {problem}")
         if path == MUTATE_JOB_PATH:
             # Creation is validated here too: one webhook call per Job instead of two.
             refusal = validate_job(obj, None)
@@ -285,6 +331,8 @@ class WebhookHandlers:
             refusal = validate_job(obj, old)
             return review_response(uid, allowed=refusal is None, message=refusal)
         if path == VALIDATE_QUEUES_PATH:
+            if not isinstance(obj, Mapping):
+                return review_response(uid, allowed=False, message="object must be a mapping")
             refusal, warnings = validate_queue_object(obj, self.queue_warnings)
             return review_response(uid, allowed=refusal is None, message=refusal, warnings=warnings)
         return review_response(uid, allowed=True)

@@ -10,6 +10,9 @@ Two halves:
   raw documents: each must either succeed or fail with a clear error, never a traceback,
   and each must finish within a few seconds.
 
+Every webhook gets hypothesis-drawn AdmissionReviews, malformed at every level, and must
+answer each (allowed or refused with a message), never fail with a server error.
+
 Everything runs in-process through click's runner, so a few hundred cases take seconds.
 """
 
@@ -31,6 +34,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from controllers.cli.main import main
+from controllers.webhooks import server as webhooks
 
 REPO = Path(__file__).resolve().parents[2]
 CLUSTER_FILES = [REPO / "examples" / "fairshare.yaml", REPO / "examples/api/three-team-gpu.yaml"]
@@ -491,3 +495,34 @@ def test_drawn_documents_never_get_a_traceback(tmp_path: Path, docs: list[dict[s
     path = tmp_path / "drawn.yaml"
     path.write_text(yaml.safe_dump_all(docs, allow_unicode=True))
     assert_clean(run("admit", str(path)), context=docs)
+
+
+_reviews = st.one_of(
+    _values,
+    st.fixed_dictionaries(
+        {
+            "request": st.one_of(
+                _values,
+                st.fixed_dictionaries(
+                    {"uid": _scalars, "object": st.one_of(_values, _documents)},
+                    optional={"oldObject": st.one_of(_values, _documents)},
+                ),
+            )
+        }
+    ),
+)
+
+
+@settings(max_examples=150, derandomize=True, deadline=None)
+@given(
+    st.sampled_from(
+        [webhooks.MUTATE_JOB_PATH, webhooks.VALIDATE_JOB_PATH, webhooks.VALIDATE_QUEUES_PATH]
+    ),
+    _reviews,
+)
+def test_webhooks_answer_every_malformed_review(path: str, review: Any) -> None:
+    answer = webhooks.WebhookHandlers().handle(path, review)
+    response = answer["response"]
+    assert isinstance(response["allowed"], bool)
+    if not response["allowed"]:
+        assert response["status"]["message"]
