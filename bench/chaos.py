@@ -242,9 +242,10 @@ def restart_apiserver(local: LocalCluster) -> None:
     kc = ensure_binaries(build=False)["kubectl"]
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
-        ready = kubectl(kc, local.kubeconfig, "get", "--raw", "/readyz", check=False, timeout=5)
-        if ready.returncode == 0:
-            return
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            ready = kubectl(kc, local.kubeconfig, "get", "--raw", "/readyz", check=False, timeout=5)
+            if ready.returncode == 0:
+                return
         time.sleep(0.5)
     raise RuntimeError("kube-apiserver did not come back within 60 s")
 
@@ -656,81 +657,95 @@ def run(settings: Settings, local: LocalCluster, workdir: Path) -> Report:
                     report.replica_restarts += 1
             stop.wait(1.0)
 
-    for replica in replicas:
-        replica.start()
-    wait_leader()
-    threads = [threading.Thread(target=poll_loop, daemon=True)]
-    threads.append(threading.Thread(target=supervise, daemon=True))
-    for t in threads:
-        t.start()
-    time.sleep(2.0)  # webhooks registered
-    streamer = threading.Thread(target=stream_loop, daemon=True)
-    streamer.start()
+    pg_stopped = False
+    threads = [
+        threading.Thread(target=poll_loop, daemon=True),
+        threading.Thread(target=supervise, daemon=True),
+    ]
+    try:
+        for replica in replicas:
+            replica.start()
+        wait_leader()
+        for t in threads:
+            t.start()
+        time.sleep(2.0)  # webhooks registered
+        streamer = threading.Thread(target=stream_loop, daemon=True)
+        streamer.start()
 
-    start = time.monotonic()
-    next_kill = start + rng.uniform(*settings.kill_every)
-    pg_at = start + settings.duration * 0.3
-    api_at = start + settings.duration * 0.7
-    pg_down_until: float | None = None
-    pg_done = False
-    api_done = not settings.apiserver_restart
-    print(f"chaos: namespace {namespace}, schema {schema}, seed {settings.seed}", flush=True)
-    while time.monotonic() - start < settings.duration:
-        now = time.monotonic()
-        if now >= next_kill:
-            holder = wait_leader(timeout=30)
-            victim = next((r for r in replicas if r.identity == holder), None)
-            if victim is not None and (report.kills + report.pauses) % 3 == 1:
-                victim.pause()
-                report.pauses += 1
-                print(f"chaos: t={now - start:.0f}s SIGSTOP leader {holder}", flush=True)
-                if wait_leader(exclude=holder, timeout=60):
-                    report.pauses_survived += 1
-                victim.resume()  # it wakes up deposed, with whatever it was doing
-            elif victim is not None:
-                victim.kill()
-                report.kills += 1
-                print(f"chaos: t={now - start:.0f}s SIGKILL leader {holder}", flush=True)
-                if wait_leader(exclude=holder, timeout=60):
-                    report.kills_survived += 1
-            next_kill = time.monotonic() + rng.uniform(*settings.kill_every)
-        if not pg_done and pg_down_until is None and now >= pg_at:
-            print(f"chaos: t={now - start:.0f}s PostgreSQL stopped", flush=True)
-            pg("stop")
-            pg_down_until = now + settings.pg_outage
-        if pg_down_until is not None and now >= pg_down_until:
+        start = time.monotonic()
+        next_kill = start + rng.uniform(*settings.kill_every)
+        pg_at = start + settings.duration * 0.3
+        api_at = start + settings.duration * 0.7
+        pg_down_until: float | None = None
+        pg_done = False
+        api_done = not settings.apiserver_restart
+        print(f"chaos: namespace {namespace}, schema {schema}, seed {settings.seed}", flush=True)
+        while time.monotonic() - start < settings.duration:
+            now = time.monotonic()
+            if now >= next_kill:
+                holder = wait_leader(timeout=30)
+                victim = next((r for r in replicas if r.identity == holder), None)
+                if victim is not None and (report.kills + report.pauses) % 3 == 1:
+                    victim.pause()
+                    report.pauses += 1
+                    print(f"chaos: t={now - start:.0f}s SIGSTOP leader {holder}", flush=True)
+                    if wait_leader(exclude=holder, timeout=60):
+                        report.pauses_survived += 1
+                    victim.resume()  # it wakes up deposed, with whatever it was doing
+                elif victim is not None:
+                    victim.kill()
+                    report.kills += 1
+                    print(f"chaos: t={now - start:.0f}s SIGKILL leader {holder}", flush=True)
+                    if wait_leader(exclude=holder, timeout=60):
+                        report.kills_survived += 1
+                next_kill = time.monotonic() + rng.uniform(*settings.kill_every)
+            if not pg_done and pg_down_until is None and now >= pg_at:
+                print(f"chaos: t={now - start:.0f}s PostgreSQL stopped", flush=True)
+                pg("stop")
+                pg_stopped = True
+                pg_down_until = now + settings.pg_outage
+            if pg_down_until is not None and now >= pg_down_until:
+                pg("start")
+                pg_stopped = False
+                report.pg_outage_s = settings.pg_outage
+                print(f"chaos: t={now - start:.0f}s PostgreSQL started", flush=True)
+                pg_down_until, pg_done = None, True
+            if not api_done and now >= api_at:
+                print(f"chaos: t={now - start:.0f}s kube-apiserver restarting", flush=True)
+                restart_apiserver(local)
+                report.apiserver_restarted = api_done = True
+            time.sleep(0.2)
+        stream_stop.set()
+        streamer.join(timeout=30)
+        if pg_down_until is not None:
             pg("start")
+            pg_stopped = False
             report.pg_outage_s = settings.pg_outage
-            print(f"chaos: t={now - start:.0f}s PostgreSQL started", flush=True)
-            pg_down_until, pg_done = None, True
-        if not api_done and now >= api_at:
-            print(f"chaos: t={now - start:.0f}s kube-apiserver restarting", flush=True)
-            restart_apiserver(local)
-            report.apiserver_restarted = api_done = True
-        time.sleep(0.2)
-    stream_stop.set()
-    streamer.join(timeout=30)
-    if pg_down_until is not None:
-        pg("start")
-        report.pg_outage_s = settings.pg_outage
 
-    # Let the last Jobs settle, then check the store once every replica has drained.
-    print("chaos: stream stopped; draining", flush=True)
-    deadline = time.monotonic() + settings.drain_timeout
-    missing: set[tuple[str, str, int]] = set(checker.expected)
-    keys: list[tuple[str, str, int]] = []
-    while time.monotonic() < deadline:
-        time.sleep(3.0)
-        with contextlib.suppress(Exception):
-            keys = stored(schema)
-            missing = set(checker.expected) - set(keys)
-            if not missing:
-                break
-    stop.set()
-    for t in threads:
-        t.join(timeout=10)
-    for replica in replicas:
-        replica.stop()
+        # Let the last Jobs settle, then check the store once every replica has drained.
+        print("chaos: stream stopped; draining", flush=True)
+        deadline = time.monotonic() + settings.drain_timeout
+        missing: set[tuple[str, str, int]] = set(checker.expected)
+        keys: list[tuple[str, str, int]] = []
+        while time.monotonic() < deadline:
+            time.sleep(3.0)
+            with contextlib.suppress(Exception):
+                keys = stored(schema)
+                missing = set(checker.expected) - set(keys)
+                if not missing:
+                    break
+    finally:
+        # Whatever happened, leave no controller running and PostgreSQL up.
+        stream_stop.set()
+        stop.set()
+        if pg_stopped:
+            pg("start")
+        for t in threads:
+            if t.is_alive():
+                t.join(timeout=10)
+        for replica in replicas:
+            replica.resume()
+            replica.stop()
 
     twice: Counter[tuple[str, int]] = Counter(
         (uid, seq) for uid, kind, seq in keys if kind in EVICTION_KINDS
