@@ -19,6 +19,7 @@ from pydantic import ValidationError
 
 from controllers.runtime.resources import Obj, object_key
 from controllers.state import workloads as wls
+from controllers.state.budgets import budget_breakers
 from controllers.state.caches import Context
 from quota.api import ManifestError
 from quota.api.clusterqueue import ClusterQueue
@@ -113,6 +114,8 @@ class ViewBuilder:
         self.hold_timeout_s = hold_timeout_s
         # (Workload, QuotaReserved time) whose pods the cache has shown bound whole.
         self._confirmed: set[tuple[str, str]] = set()
+        # This cycle's admitted workloads' bound pods, by their labels (for budgets).
+        self._pod_labels: dict[str, list[Mapping[str, str]]] = {}
         self.use_node_capacity = use_node_capacity
         self._parsed: dict[str, tuple[Any, Any]] = {}  # key -> (version, parsed)
         # Time-based fair share: figures a history job refreshes; None turns it off.
@@ -274,6 +277,7 @@ class ViewBuilder:
             capacity = convert.node_capacity(caches.nodes.objects(), flavors) or None
         nodes, pods = self._nodes_and_pods(raw_by_key) if self.use_node_capacity else (None, ())
         stripped = self._confirm_placed(placed_whole, raw_by_key, engine, pods)
+        stripped |= self._mark_budget_breakers(engine)
         if stripped:
             admitted = [engine[w.key] if w.key in stripped else w for w in admitted]
         snapshot = Snapshot(
@@ -322,6 +326,19 @@ class ViewBuilder:
         self._confirmed &= live
         return stripped
 
+    def _mark_budget_breakers(self, engine: dict[str, Workload]) -> set[str]:
+        """Mark admitted workloads whose eviction would break a PodDisruptionBudget
+        (controllers/state/budgets.py); returns their keys."""
+        budgets = self.ctx.caches.budgets.objects()
+        if not budgets or not self._pod_labels:
+            return set()
+        marked = budget_breakers(budgets, self._pod_labels)
+        for key in marked:
+            w = engine.get(key)
+            if w is not None:
+                engine[key] = replace(w, disrupts_budget=True)
+        return {key for key in marked if key in engine}
+
     def _placed_whole(self, key: str, raw: Obj) -> bool:
         """Whether Muster's scheduler already bound this admission's pods once (its PodGroup
         turned PodGroupInitiallyScheduled after the current QuotaReserved): from then on its
@@ -357,6 +374,7 @@ class ViewBuilder:
             self._forget_unseen(seen)
             return None, ()
         # The admitted Workload of each Job (by uid): its pods count towards its plan.
+        self._pod_labels = {}
         holder: dict[str, str] = {}
         for key, raw in raw_by_key.items():
             uid = wls.owner_job_uid(raw)
@@ -371,6 +389,8 @@ class ViewBuilder:
             labels = (raw.get("metadata") or {}).get("labels") or {}
             owner = holder.get(labels.get(JOB_UID_POD_LABEL, ""))
             pods.append(replace(pod, workload=owner) if owner else pod)
+            if owner:
+                self._pod_labels.setdefault(owner, []).append(labels)
         self._forget_unseen(seen)
         return tuple(nodes), tuple(pods)
 

@@ -52,6 +52,7 @@ SECRET = Kind("Secret", True, client.CoreV1Api, "secret")
 NAMESPACE = Kind("Namespace", False, client.CoreV1Api, "namespace")
 LEASE = Kind("Lease", True, client.CoordinationV1Api, "lease")
 PRIORITY_CLASS = Kind("PriorityClass", False, client.SchedulingV1Api, "priority_class")
+PDB = Kind("PodDisruptionBudget", True, client.PolicyV1Api, "pod_disruption_budget")
 MUTATING_WEBHOOK = Kind(
     "MutatingWebhookConfiguration",
     False,

@@ -23,6 +23,7 @@ from controllers.runtime.resources import (
     JOB,
     LOCAL_QUEUE,
     NODE,
+    PDB,
     POD,
     POD_GROUP,
     PRIORITY_CLASS,
@@ -95,6 +96,7 @@ class Caches:
       `pods_on_node()`, `live_pods_of_job()` and `unbound_pods()`.
     - `pod_groups`: Muster's PodGroups, one per admitted Workload that Muster's scheduler
       places, named after the Workload.
+    - `budgets`: PodDisruptionBudgets, which preemption respects best effort.
     """
 
     jobs: Informer
@@ -107,6 +109,7 @@ class Caches:
     nodes: Informer
     node_pods: Informer
     pod_groups: Informer
+    budgets: Informer
 
     @classmethod
     def create(cls, kube: Kube, *, watch_timeout: int = 300) -> Caches:
@@ -140,6 +143,7 @@ class Caches:
                 },
             ),
             pod_groups=informer(POD_GROUP),
+            budgets=informer(PDB),
         )
 
     def all(self) -> list[Informer]:
@@ -154,6 +158,7 @@ class Caches:
             self.nodes,
             self.node_pods,
             self.pod_groups,
+            self.budgets,
         ]
 
     def start(self) -> None:

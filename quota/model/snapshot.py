@@ -146,6 +146,9 @@ class Workload:
     # reclaimed or drained): it still holds its quota until it is gone, but nothing should
     # choose it as a victim again, and a preemptor may count on the quota it will release.
     evicting: bool = False
+    # Evicting all its pods now would take some PodDisruptionBudget below its minimum: a
+    # victim of last resort among equals (best effort, as kube-scheduler's preemption).
+    disrupts_budget: bool = False
     # Pending preemptors only: the room held for it on nodes (see Hold).
     hold: Hold | None = None
 

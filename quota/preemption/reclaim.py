@@ -435,7 +435,7 @@ def _walk(
     # (victim order of the leaf's next candidate, step in the leaf's sequence, leaf, length
     # of its chain). With one contended pair (the usual case: GPUs) a leaf's sequence is only
     # its workloads holding that pair, so workloads that could not help are never looked at.
-    heap: list[tuple[tuple[int, float, str], int, str, int]] = []
+    heap: list[tuple[tuple[int, bool, float, str], int, str, int]] = []
     order_keys = index.order_keys
     avail = index.available(levels.rule)
     single = next(iter(contended)) if len(contended) == 1 else None

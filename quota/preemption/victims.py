@@ -32,10 +32,12 @@ def started_at(workload: Workload) -> float:
     return workload.admitted_at if workload.admitted_at is not None else workload.arrival
 
 
-def victim_order(candidate: Candidate) -> tuple[int, float, str]:
-    """Least important first: lowest priority, then most recently started, then key."""
+def victim_order(candidate: Candidate) -> tuple[int, bool, float, str]:
+    """Least important first: lowest priority, then those whose eviction keeps every
+    PodDisruptionBudget (best effort: a budget never stops a needed eviction), then most
+    recently started, then key."""
     w = candidate.workload
-    return (w.priority, -started_at(w), w.key)
+    return (w.priority, w.disrupts_budget, -started_at(w), w.key)
 
 
 def select_victims(
