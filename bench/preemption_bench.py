@@ -1,9 +1,10 @@
 """Benchmark of preemption on nodes in the admission core, in memory.
 
-Shape: kube-scheduler's scheduler_perf PreemptionPodGroupDisruptionMode, scaled as the issue
-asks: 1,000 nodes of 10 cpu, filled by 1,000 low-priority groups of 10 one-cpu pods (bin-
-packed: one group per node), then 100 high-priority groups of 10 one-cpu pods whose quota is
-free but whose pods fit nowhere. Each must evict exactly one group, whole.
+Shape: kube-scheduler's scheduler_perf PreemptionPodGroupDisruptionMode (docs: the native gang
+scheduling notes): 1,000 nodes of 4 cpu, filled by 1,000 low-priority groups of 10 pods at
+300m (bin-packed: one group per node, 3 cpu), then 100 high-priority preemptors of one pod at
+3970m, whose quota is free but which fit nowhere. Each must evict exactly one group, whole
+(disruptionMode all).
 
 Prints, for one preemptor: the whole admission cycle (snapshot of 1,000 admitted workloads
 and 10,000 bound pods, node view, victim search), the node view build alone, and the victim
@@ -45,12 +46,11 @@ POOL = {"pool": "cpu"}
 
 
 def cluster(
-    nodes_count: int, group_size: int, cpu_per_pod: int
+    nodes_count: int, node_cpu: int, group_size: int, cpu_per_pod: int
 ) -> tuple[tuple[Node, ...], list[Workload], list[BoundPod]]:
-    """Nodes of `group_size` pods' cpu, each filled by one low-priority group."""
-    per_node = group_size * cpu_per_pod
+    """Nodes of `node_cpu` millicores, each running one low-priority group."""
     nodes = tuple(
-        Node(f"node-{i:05d}", {"cpu": per_node, "pods": 110}, dict(POOL))
+        Node(f"node-{i:05d}", {"cpu": node_cpu, "pods": 110}, dict(POOL))
         for i in range(nodes_count)
     )
     workloads: list[Workload] = []
@@ -127,11 +127,12 @@ def line(label: str, times: list[float]) -> str:
 
 
 def bench(args: argparse.Namespace) -> None:
-    nodes, admitted, pods = cluster(args.nodes, args.group_size, args.cpu)
-    high = preemptors(args.preemptors, args.group_size, args.cpu)
+    nodes, admitted, pods = cluster(args.nodes, args.node_cpu, args.group_size, args.cpu)
+    high = preemptors(args.preemptors, args.preemptor_pods, args.preemptor_cpu)
     print(
-        f"{args.nodes} nodes, {len(admitted)} low-priority groups x {args.group_size} pods "
-        f"({len(pods)} bound pods), {len(high)} high-priority groups x {args.group_size} pods"
+        f"{args.nodes} nodes of {args.node_cpu}m, {len(admitted)} low-priority groups x "
+        f"{args.group_size} pods at {args.cpu}m ({len(pods)} bound pods), {len(high)} "
+        f"preemptors x {args.preemptor_pods} pods at {args.preemptor_cpu}m"
     )
     one = snapshot(nodes, admitted, pods, high[:1])
     times, result = timed(lambda: admission_cycle(one), args.repeat)
@@ -147,8 +148,8 @@ def bench(args: argparse.Namespace) -> None:
         (Candidate(w, "low", {("cpu", "cpu"): args.group_size * args.cpu}) for w in admitted),
         key=victim_order,
     )
-    shape = PodShape({"cpu": args.cpu}, dict(POOL))
-    gang = GangRequest((PodSetRequest("main", args.group_size, shape),))
+    shape = PodShape({"cpu": args.preemptor_cpu}, dict(POOL))
+    gang = GangRequest((PodSetRequest("main", args.preemptor_pods, shape),))
 
     by_key = {pod.key: pod for pod in pods}
     times = []
@@ -178,9 +179,12 @@ def bench(args: argparse.Namespace) -> None:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--nodes", type=int, default=1000)
+    parser.add_argument("--node-cpu", type=int, default=4000, help="millicores per node")
     parser.add_argument("--group-size", type=int, default=10)
-    parser.add_argument("--cpu", type=int, default=1000, help="millicores per pod")
+    parser.add_argument("--cpu", type=int, default=300, help="millicores per low pod")
     parser.add_argument("--preemptors", type=int, default=100)
+    parser.add_argument("--preemptor-pods", type=int, default=1)
+    parser.add_argument("--preemptor-cpu", type=int, default=3970, help="millicores per pod")
     parser.add_argument("--repeat", type=int, default=5)
     bench(parser.parse_args(argv))
 
