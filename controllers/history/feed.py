@@ -16,11 +16,16 @@ import threading
 from collections.abc import Callable
 
 from controllers.history import transitions as history
-from controllers.history.records import WorkloadTransition
+from controllers.history.records import TransitionKind, WorkloadTransition
 from controllers.runtime.resources import Obj
 from controllers.state.caches import Context
 
 log = logging.getLogger("muster.controller")
+
+# Admissions as well as what only the cache sees: an admission write that timed out after the
+# apiserver applied it is logged as failed and recorded by nobody else. (Evictions are left to
+# the admission loop, whose record names the preemptor; the first record of a key is kept.)
+FEED_KINDS = history.WATCHED_KINDS | {TransitionKind.ADMITTED}
 
 
 class HistoryFeed:
@@ -51,7 +56,7 @@ class HistoryFeed:
         at = self.ctx.now()
         self.ctx.record_later(
             lambda: history.new_transitions(
-                old, new, at=at, cluster_queue=self.cluster_queue_of(new)
+                old, new, at=at, kinds=FEED_KINDS, cluster_queue=self.cluster_queue_of(new)
             )
         )
 

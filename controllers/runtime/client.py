@@ -4,7 +4,8 @@ A leader that has lost its Lease must not write: a late admission from a deposed
 admit over quota next to what the new leader admits. `FencedKube` is the access every
 leader-only component writes through. Before each write attempt (a retry after a conflict is
 a new attempt) it asks the elector how long this replica may still lead by its own clock; if
-that time is up the write is refused with `NotLeaderError` and never leaves the process.
+that time is up (or nearly: under `MIN_LEAD_S`) the write is refused with `NotLeaderError`
+and never leaves the process.
 Otherwise the request gets no more than that time to finish, split over urllib3's own
 attempts, so no write is still on its way when the lead runs out. The standby may take over
 only `lease_duration - renew_deadline` seconds later, which is the margin for the network.
@@ -24,6 +25,10 @@ from controllers.runtime.resources import Kind, Kube, Obj
 # was lost): one retry hides a stale pooled connection; each attempt must fit in the lead.
 RETRIES = 1
 ATTEMPTS = RETRIES + 1
+# Below this much lead a write is not sent: with a fraction of a second to finish it would
+# often time out after the apiserver applied it, and a write whose outcome is unknown is
+# worse than one not made (the next leader makes it).
+MIN_LEAD_S = 1.0
 WRITE_VERBS = frozenset({"create", "patch", "delete", "replace"})
 
 
@@ -81,12 +86,13 @@ class FencedKube(Kube):
     ) -> Obj:
         if verb in WRITE_VERBS:
             left = self._leadership_left()
-            if left <= 0:
+            if left < MIN_LEAD_S:
                 self.refused += 1
                 where = f"{namespace}/{kwargs.get('name', '')}" if namespace else kwargs.get("name")
                 raise NotLeaderError(
                     f"{verb} {kind.name} {where or ''} not sent: this replica does not lead "
-                    "now (its Lease renewal is older than the renew deadline)"
+                    f"now (its lead has {max(0.0, left):.1f}s left by its own clock, "
+                    f"less than the {MIN_LEAD_S:.0f}s a write may take)"
                 )
             kwargs["_request_timeout"] = min(self._timeout, left / ATTEMPTS)
         return super()._call(verb, kind, namespace, suffix=suffix, **kwargs)

@@ -21,6 +21,7 @@ from controllers.cli.controller import controller
 from controllers.history import queries
 from controllers.history import transitions as history
 from controllers.history.engine import parse_database_url
+from controllers.history.feed import HistoryFeed
 from controllers.history.recorder import SpoolLockedError
 from controllers.history.records import QueueSample, TransitionKind
 from controllers.history.store import (
@@ -424,3 +425,30 @@ def test_history_flags_are_checked_before_anything_starts(args: list[str], messa
     result = CliRunner().invoke(controller, args)
     assert result.exit_code == 2, result.output
     assert message in result.output
+
+
+def test_the_feed_records_an_admission_nobody_else_recorded() -> None:
+    # An admission write that timed out after the apiserver applied it is logged as failed by
+    # the admission loop, which then records nothing; the leader's feed sees the Workload
+    # admitted and records it (the store keeps the first record of a key).
+    built: list[Any] = []
+
+    class Collect:
+        def record_later(self, make: Callable[[], Any]) -> None:
+            built.extend(make())
+
+    kube = FakeKube()
+    ctx = Context(
+        kube=kube,
+        caches=Caches.create(kube),
+        events=EventRecorder(None, "me"),
+        identity="me",
+        recorder=Collect(),
+    )
+    feed = HistoryFeed(ctx, lambda: True)
+    feed.recording = True
+    waiting = workload("w")
+    running = copy.deepcopy(waiting)
+    wls.mark_admitted(running, admission(), "fits", NOW)
+    feed.on_workload("MODIFIED", waiting, running)
+    assert [(t.kind, t.reason) for t in built] == [(TransitionKind.ADMITTED, "fits")]
