@@ -18,6 +18,16 @@ of one are gone before the next starts):
 - `kai`: the KAI-Scheduler scale test: 500 nodes x 8 GPUs, 4,000 one-GPU Jobs of one pod in
   a queue whose quota covers all 4,000 GPUs; create -> admitted -> bound -> Running of the
   last Job. The CPU nodes of the first two scenarios are deleted first.
+- `preemption` (only when asked for; not part of `all`): scheduler_perf's GangPreemption
+  shape on its own 4-cpu nodes, by kube-scheduler and then by Muster. The nodes are filled
+  with low-priority gangs of one-cpu pods (priority 1000), then one high-priority gang
+  (9999999, PreemptLowerPriority) that fits only once some of them are gone. kube-scheduler:
+  a PodGroup per gang (gang minCount = its pods, disruptionMode all), pods owned by nothing.
+  Muster: queued Jobs in a queue that preempts within itself by priority, quota ten times
+  the nodes. Reported: the low gangs that lost pods (and any that lost only some), the time
+  from creating the preemptor to its last pod bound, victims' pods pending or made again
+  after; when the preemptor is not bound in time, its group's and a waiting pod's
+  conditions instead of a time.
 
 The controller runs in this process (the Manager `muster controller` runs), started after
 the native scenario so that it costs kube-scheduler nothing. CPU seconds of every cluster
@@ -25,7 +35,8 @@ process and of each thread of this one are read from /proc around each scenario;
 adds a stack sampler over the controller's threads. Prints figures; never fails on time.
 
     python bench/scheduler_bench.py [--nodes 5000] [--gangs 1000] [--gpu-nodes 500]
-        [--gpu-jobs 4000] [--scenario native|muster|kai|all] [--kubeconfig PATH]
+        [--gpu-jobs 4000] [--scenario native|muster|kai|all|preemption] [--kubeconfig PATH]
+        [--preemption-nodes 100] [--low-gang-pods 20] [--preemptor-pods 100]
         [--profile] [--json]
 
 Without --kubeconfig a fresh local cluster is started in a temporary directory. With one,
@@ -84,6 +95,7 @@ from quota.api.names import QUEUE_LABEL
 REPO = Path(__file__).resolve().parents[1]
 RUN_LABEL = "muster-bench/run"
 POOL_LABEL = "muster-bench/pool"
+GANG_LABEL = "muster-bench/gang"
 IMAGE = "registry.k8s.io/pause:3.10"
 GANG_SIZE = 3
 PODGROUP_METRICS = (
@@ -322,6 +334,9 @@ class Tracker:
         self.bound: dict[str, float] = {}
         self.running: dict[str, float] = {}
         self.admitted: dict[str, float] = {}
+        # When each pod was first seen deleting (or gone), and the gang its labels name.
+        self.gone: dict[str, float] = {}
+        self.gang: dict[str, str] = {}
         self.pods = Informer(kube, POD, label_selector=f"{RUN_LABEL}={tag}", name=f"bench-{tag}")
         self.pods.add_handler(self._on_pod)
         self.informers = [self.pods]
@@ -341,11 +356,16 @@ class Tracker:
             informer.stop()
 
     def _on_pod(self, kind: str, old: Obj | None, new: Obj | None) -> None:
-        if new is None:
-            return
         now = time.monotonic()
+        if new is None:
+            if old is not None:
+                self.gone.setdefault(object_key(old), now)
+            return
         key = object_key(new)
         self.created.setdefault(key, now)
+        self.gang.setdefault(key, ((new["metadata"].get("labels") or {}).get(GANG_LABEL, "")))
+        if new["metadata"].get("deletionTimestamp"):
+            self.gone.setdefault(key, now)
         if (new.get("spec") or {}).get("nodeName"):
             self.bound.setdefault(key, now)
         if (new.get("status") or {}).get("phase") == "Running":
@@ -1015,6 +1035,289 @@ def run_muster(
     return result
 
 
+# --------------------------------------------------------------------------- preemption
+# scheduler_perf's GangPreemption shape: nodes of NODE_CPU cpu full of low-priority gangs of
+# one-cpu pods, then one high-priority gang that fits only once enough of them are gone.
+NODE_CPU = 4
+LOW_PRIORITY = 1000
+HIGH_PRIORITY = 9999999
+PREEMPTION_METRICS = ("scheduler_podgroup_preemption", "scheduler_preemption_")
+
+
+def priority_class_docs(tag: str) -> tuple[str, str, list[Obj]]:
+    """The low and the high class; only the high one may preempt."""
+    low, high = f"bench-low-{tag}", f"bench-high-{tag}"
+    docs: list[Obj] = [
+        {
+            "apiVersion": "scheduling.k8s.io/v1",
+            "kind": "PriorityClass",
+            "metadata": {"name": name},
+            "value": value,
+            "preemptionPolicy": policy,
+        }
+        for name, value, policy in (
+            (low, LOW_PRIORITY, "Never"),
+            (high, HIGH_PRIORITY, "PreemptLowerPriority"),
+        )
+    ]
+    return low, high, docs
+
+
+def one_cpu_pod_spec(priority_class: str) -> Obj:
+    spec = small_pod_spec()
+    spec["containers"][0]["resources"]["requests"]["cpu"] = "1"
+    spec["priorityClassName"] = priority_class
+    return spec
+
+
+def native_gang_docs(
+    name: str, pods: int, namespace: str, tag: str, pool: str, priority_class: str
+) -> list[Obj]:
+    """A PodGroup (gang minCount = pods, disruptionMode all) and its pods, owned by nothing."""
+    docs: list[Obj] = [
+        {
+            "apiVersion": "scheduling.k8s.io/v1beta1",
+            "kind": "PodGroup",
+            "metadata": {"name": name, "namespace": namespace},
+            "spec": {
+                "schedulingPolicy": {"gang": {"minCount": pods}},
+                "disruptionMode": {"all": {}},
+                "priorityClassName": priority_class,
+            },
+        }
+    ]
+    for i in range(pods):
+        spec = one_cpu_pod_spec(priority_class)
+        spec["schedulingGroup"] = {"podGroupName": name}
+        spec["nodeSelector"] = {POOL_LABEL: pool}
+        labels = {RUN_LABEL: tag, GANG_LABEL: name}
+        docs.append(
+            {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {"name": f"{name}-{i}", "namespace": namespace, "labels": labels},
+                "spec": spec,
+            }
+        )
+    return docs
+
+
+def muster_gang_docs(
+    name: str, pods: int, namespace: str, tag: str, pool: str, priority_class: str
+) -> list[Obj]:
+    """A queued Job of `pods` pods (the queue's flavor puts them on the pool)."""
+    spec = one_cpu_pod_spec(priority_class)
+    spec["restartPolicy"] = "Never"
+    return [
+        {
+            "apiVersion": "batch/v1",
+            "kind": "Job",
+            "metadata": {"name": name, "namespace": namespace, "labels": {QUEUE_LABEL: "q"}},
+            "spec": {
+                "parallelism": pods,
+                "completions": pods,
+                "template": {
+                    "metadata": {"labels": {RUN_LABEL: tag, GANG_LABEL: name}},
+                    "spec": spec,
+                },
+            },
+        }
+    ]
+
+
+def counter_deltas(before: Mapping[str, float], after: Mapping[str, float]) -> dict[str, float]:
+    """Counters (and histogram counts) that moved between two scrapes; buckets left out."""
+    return {
+        key: round(value - before.get(key, 0.0), 3)
+        for key, value in sorted(after.items())
+        if "_bucket" not in key and value != before.get(key, 0.0)
+    }
+
+
+def conditions(obj: Obj | None) -> list[dict[str, Any]]:
+    return [
+        {k: c.get(k) for k in ("type", "status", "reason", "message") if c.get(k)}
+        for c in ((obj or {}).get("status") or {}).get("conditions") or []
+    ]
+
+
+def get_json(env: Env, *args: str) -> Obj:
+    found = kubectl(env.kc, env.kubeconfig, "get", *args, "-o", "json", check=False)
+    if found.returncode != 0:
+        return {"error": found.stderr.strip()[:500]}
+    return cast(Obj, json.loads(found.stdout))
+
+
+def run_preemption(env: Env, native: bool, pool: str) -> dict[str, Any]:
+    """Fill the pool with low gangs, then time one high gang from its create to every pod
+    bound, and count the victims: by kube-scheduler (native PodGroups, bare pods) or by
+    Muster (queued Jobs, a queue that preempts within itself)."""
+    args = env.args
+    name = "preemption-native" if native else "preemption-muster"
+    tag = uuid.uuid4().hex[:6]
+    namespace = f"bench-{name}-{tag}"
+    low, high, classes = priority_class_docs(tag)
+    kubectl(env.kc, env.kubeconfig, "create", "-f", "-", input=yaml.safe_dump_all(classes))
+    nodes = args.preemption_nodes
+    size = args.low_gang_pods
+    low_gangs = nodes * NODE_CPU // size
+    make = native_gang_docs if native else muster_gang_docs
+    if native:
+        kubectl(env.kc, env.kubeconfig, "create", "namespace", namespace)
+    else:
+        if env.manager is None:
+            env.manager = start_manager(env)
+        queue = queue_docs(pool, namespace, {"cpu": str(10 * nodes * NODE_CPU), "memory": "10Ti"})
+        # Preemption within the queue by priority; quota ten times the nodes never binds.
+        queue[2]["spec"]["preemption"] = {"withinQueue": "LowerPriority"}
+        kubectl(env.kc, env.kubeconfig, "apply", "-f", "-", input=yaml.safe_dump_all(queue))
+        time.sleep(2.0)  # the queues reach the caches
+    tracker = Tracker(env.reader, tag, namespace, workloads=False)
+    tracker.start()
+    gangs = [f"low-{g:03d}" for g in range(low_gangs)]
+
+    def bound_of(prefix: str) -> int:
+        return sum(1 for k in tracker.bound if tracker.gang.get(k, "").startswith(prefix))
+
+    t = time.monotonic()
+    create_all(
+        env.kc,
+        env.kubeconfig,
+        [d for g in gangs for d in make(g, size, namespace, tag, pool, low)],
+    )
+    if not wait_for(lambda: bound_of("low-") >= low_gangs * size, args.timeout, "low gangs"):
+        raise TimeoutError(f"{bound_of('low-')} of {low_gangs * size} low-priority pods bound")
+    filled = round(time.monotonic() - t, 1)
+    low_pods = {k for k in tracker.bound if tracker.gang.get(k, "").startswith("low-")}
+    before = env.cluster._scrape(
+        env.cluster.scheduler_url, lambda line: line.startswith(PREEMPTION_METRICS)
+    )
+    meter = CpuMeter(env.cluster)
+    meter.start()
+    started = time.monotonic()
+    create_all(
+        env.kc, env.kubeconfig, make("high", args.preemptor_pods, namespace, tag, pool, high)
+    )
+    all_bound = wait_for(
+        lambda: bound_of("high") >= args.preemptor_pods,
+        args.preemption_timeout,
+        "the preemptor gang bound",
+    )
+    preemptor_bound = [t for k, t in tracker.bound.items() if tracker.gang.get(k) == "high"]
+    time.sleep(5.0)  # victims' controllers (if any) make their pods again, if they would
+    cpu = meter.stop()
+    after = env.cluster._scrape(
+        env.cluster.scheduler_url, lambda line: line.startswith(PREEMPTION_METRICS)
+    )
+    lost = Counter(tracker.gang[k] for k in low_pods if tracker.gone.get(k, 0.0) >= started)
+    live = tracker.pods.objects()
+    pending_low = sum(
+        1
+        for p in live
+        if tracker.gang.get(object_key(p), "").startswith("low-")
+        and not p["metadata"].get("deletionTimestamp")
+        and not (p.get("spec") or {}).get("nodeName")
+    )
+    recreated = sum(
+        1
+        for k, t in tracker.created.items()
+        if t >= started and tracker.gang.get(k, "").startswith("low-")
+    )
+    result: dict[str, Any] = {
+        "scenario": name,
+        "scheduler": "kube-scheduler 1.37 (GenericWorkload, PodGroup gang, disruptionMode all)"
+        if native
+        else "Muster (queued Jobs, withinQueue LowerPriority)",
+        "nodes": f"{nodes} x {NODE_CPU} cpu",
+        "low_gangs": f"{low_gangs} x {size} pods x 1 cpu, priority {LOW_PRIORITY}",
+        "preemptor": f"1 x {args.preemptor_pods} pods x 1 cpu, priority {HIGH_PRIORITY}",
+        "low_gangs_bound_seconds": filled,
+        "preemptor_pods_bound": len(preemptor_bound),
+        "preemptor_all_bound_seconds": round(max(preemptor_bound) - started, 2)
+        if all_bound and preemptor_bound
+        else None,
+        "victim_gangs": len(lost),
+        "victim_gangs_partly_evicted": sorted(g for g, n in lost.items() if n < size),
+        "victim_pods_evicted": sum(lost.values()),
+        "low_pods_pending_after": pending_low,
+        "low_pods_recreated_after": recreated,
+        "cpu": cpu,
+    }
+    if env.cluster.scheduler_url and native:
+        result["kube_scheduler_preemption_metrics"] = counter_deltas(before, after)
+    if native:
+        groups = get_json(env, "podgroups.scheduling.k8s.io", "-n", namespace)
+        result["podgroups_with_disruption_target"] = sorted(
+            g["metadata"]["name"]
+            for g in groups.get("items") or []
+            if any(c.get("type") == "DisruptionTarget" for c in conditions(g))
+        )
+    if not all_bound:
+        # What the scheduler says about the preemptor: its group and one pod still waiting.
+        waiting = next(
+            (
+                p
+                for p in live
+                if tracker.gang.get(object_key(p)) == "high"
+                and not (p.get("spec") or {}).get("nodeName")
+            ),
+            None,
+        )
+        group = (
+            get_json(env, "podgroups.scheduling.k8s.io", "high", "-n", namespace)
+            if native
+            else get_json(
+                env, "workloads.muster.dev", "-n", namespace, "-l", "muster.dev/job-name=high"
+            )
+        )
+        items = group.get("items")
+        result["preemptor_not_bound"] = {
+            "timeout_seconds": args.preemption_timeout,
+            "group_conditions": conditions(items[0] if items else group) or group.get("error"),
+            "waiting_pod": object_key(waiting) if waiting else None,
+            "waiting_pod_conditions": conditions(waiting),
+        }
+    done(result)
+    result["cleanup_seconds"] = delete_and_wait(env, tracker, namespace)
+    tracker.stop()
+    kubectl(env.kc, env.kubeconfig, "delete", "priorityclass", low, high, check=False)
+    return result
+
+
+def preemption_table(report: Mapping[str, Any]) -> str:
+    header = (
+        "scheduler",
+        "victim gangs",
+        "partly evicted",
+        "pods evicted",
+        "preemptor bound",
+        "all bound s",
+        "low pending after",
+        "low recreated",
+    )
+    rows = [header]
+    for r in report["scenarios"]:
+        if "error" in r:
+            rows.append((r["scenario"], "failed", r["error"][:60], *[""] * (len(header) - 3)))
+            continue
+        rows.append(
+            (
+                r["scenario"],
+                str(r["victim_gangs"]),
+                ", ".join(r["victim_gangs_partly_evicted"]) or "none",
+                str(r["victim_pods_evicted"]),
+                str(r["preemptor_pods_bound"]),
+                str(r["preemptor_all_bound_seconds"]),
+                str(r["low_pods_pending_after"]),
+                str(r["low_pods_recreated_after"]),
+            )
+        )
+    widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
+    return "\n".join(
+        "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)) for row in rows
+    )
+
+
 def run(args: argparse.Namespace) -> dict[str, Any]:
     binaries = ensure_binaries(build=False)
     local: LocalCluster | None = None
@@ -1040,6 +1343,15 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         kubectl(kc, kubeconfig, "apply", "--server-side", "-f", str(REPO / "crds"))
         kubectl(kc, kubeconfig, "wait", "--for", "condition=Established", "crd", "--all")
         tag = uuid.uuid4().hex[:6]
+        if "preemption" in scenarios:
+            pool = f"pre-{tag}"
+            t = time.monotonic()
+            count = args.preemption_nodes
+            make_nodes(kc, kubeconfig, count, pool, env.reader, cpu=str(NODE_CPU), memory="32Gi")
+            setup[f"{count} nodes created and Ready (s)"] = round(time.monotonic() - t, 1)
+            # kube-scheduler first, before the controller starts: it costs it nothing.
+            results.append(guarded("preemption-native", lambda: run_preemption(env, True, pool)))
+            results.append(guarded("preemption-muster", lambda: run_preemption(env, False, pool)))
         if "native" in scenarios or "muster" in scenarios:
             pool = f"cpu-{tag}"
             t = time.monotonic()
@@ -1183,7 +1495,31 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--gangs", type=int, default=1000, help="gangs of 3 pods")
     parser.add_argument("--gpu-nodes", type=int, default=500, help="8-GPU nodes (kai)")
     parser.add_argument("--gpu-jobs", type=int, default=4000, help="one-GPU Jobs (kai)")
-    parser.add_argument("--scenario", choices=("native", "muster", "kai", "all"), default="all")
+    parser.add_argument(
+        "--scenario",
+        choices=("native", "muster", "kai", "all", "preemption"),
+        default="all",
+        help="all = native, muster, kai; preemption (not in all) = kube-scheduler's and "
+        "Muster's gang preemption, one after the other, on --preemption-nodes nodes",
+    )
+    parser.add_argument(
+        "--preemption-nodes", type=int, default=100, help="4-cpu nodes (preemption)"
+    )
+    parser.add_argument(
+        "--low-gang-pods",
+        type=int,
+        default=20,
+        help="pods per low-priority gang; as many gangs as fill the nodes (preemption)",
+    )
+    parser.add_argument(
+        "--preemptor-pods", type=int, default=100, help="pods of the high gang (preemption)"
+    )
+    parser.add_argument(
+        "--preemption-timeout",
+        type=float,
+        default=300.0,
+        help="seconds to wait for the preemptor gang to be bound (preemption)",
+    )
     parser.add_argument("--kubeconfig", default=None, help="use this cluster, not a fresh one")
     parser.add_argument("--workers", type=int, default=4, help="controller Job workers")
     parser.add_argument("--bind-workers", type=int, default=16, help="controller bind workers")
@@ -1207,7 +1543,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--json", action="store_true", help="also print every figure as JSON")
     args = parser.parse_args(argv)
     report = run(args)
-    print(table(report))
+    if args.scenario == "preemption":
+        print(preemption_table(report))
+    else:
+        print(table(report))
     print()
     print("CPU seconds during each scenario (this process: the controller, and the watches")
     print("that time the pods):")
