@@ -149,14 +149,16 @@ def simulate_command(
             )
         loaded = replace(loaded, settings=replace(loaded.settings, until_s=seconds))
     err = Console(stderr=True)
+    # The html page shows each workload's timeline from the recorded transitions.
+    record = not no_history or output == "html" or out_dir is not None
     started = time.perf_counter()
     if err.is_terminal:
         progress, update = _progress(err, loaded.workload_count(), loaded.settings.until_s)
         with progress, paused_collection():
-            result = simulate(loaded, seed, record=not no_history, progress=update)
+            result = simulate(loaded, seed, record=record, progress=update)
     else:
         with paused_collection():
-            result = simulate(loaded, seed, record=not no_history)
+            result = simulate(loaded, seed, record=record)
     elapsed = time.perf_counter() - started
 
     if out_dir is not None:

@@ -4,48 +4,21 @@ from __future__ import annotations
 
 import html
 
+from controllers.simreport.pagedata import embed, page_data
+from controllers.simreport.plots import SCRIPT
 from controllers.simreport.table import QUOTA_ONLY
-from controllers.simreport.units import in_unit, percent, short, unit_of
+from controllers.simreport.units import in_unit, percent, unit_of
 from quota.simulation.report import (
-    NodeTimeline,
     PlacementStats,
     QueueStats,
-    Series,
     flavor_stats,
     format_seconds,
     key_name,
-    percentile,
     placement_stats,
+    queue_keys,
     queue_stats,
-    timeline,
 )
 from quota.simulation.simulator import SimResult
-
-# Points per plotted series, and node rows per heat map: the page stays small however long
-# the run or large the cluster (plotly.js itself is most of its size).
-MAX_POINTS = 240
-MAX_HEAT_ROWS = 160
-
-_SORT_SCRIPT = """
-document.querySelectorAll("table.sortable th").forEach((th, col) => {
-  th.style.cursor = "pointer";
-  th.addEventListener("click", () => {
-    const body = th.closest("table").tBodies[0];
-    const up = th.dataset.dir !== "up";
-    th.dataset.dir = up ? "up" : "down";
-    const key = (row) => {
-      const cell = row.cells[col];
-      const v = cell.dataset.sort ?? cell.textContent;
-      const n = parseFloat(v);
-      return isNaN(n) ? v : n;
-    };
-    [...body.rows].sort((a, b) => {
-      const x = key(a), y = key(b);
-      return (x < y ? -1 : x > y ? 1 : 0) * (up ? 1 : -1);
-    }).forEach((row) => body.appendChild(row));
-  });
-});
-"""
 
 _STYLE = """
 body { font-family: system-ui, sans-serif; margin: 2em; color: #222; }
@@ -55,6 +28,23 @@ th { background: #f4f4f4; position: sticky; top: 0; }
 td:first-child, th:first-child { text-align: left; }
 tr.parent td { font-weight: 600; }
 p.note { color: #555; font-size: 0.88em; margin: 0 0 1.5em; }
+th[data-dir="up"]::after { content: " \\25B2"; }
+th[data-dir="down"]::after { content: " \\25BC"; }
+table.sortable th { cursor: pointer; }
+table.timeline td, table.timeline th { text-align: left; vertical-align: top; }
+table.timeline td:nth-child(3) { max-width: 60em; }
+tr.ev-preempted td, tr.ev-reclaimed td, tr.ev-evicted td { color: #b35900; }
+details.queue { margin: 0.4em 0; }
+details.queue summary { cursor: pointer; font-weight: 600; }
+div.grid { display: flex; flex-wrap: wrap; gap: 0.5em 1.5em; }
+svg.chart, canvas.heat { display: block; margin: 0.5em 0; font-size: 11px; }
+svg.chart text { fill: #333; }
+svg.chart text.title { font-weight: 600; font-size: 12px; }
+svg.chart line.grid { stroke: #e4e4e4; }
+svg.chart line.cursor { stroke: #999; stroke-dasharray: 2 2; }
+#tip { position: absolute; display: none; background: #fff; border: 1px solid #aaa;
+  padding: 0.3em 0.5em; font-size: 0.85em; pointer-events: none; box-shadow: 1px 1px 4px #ccc; }
+#filter { width: 18em; }
 """
 
 
@@ -167,188 +157,39 @@ def _nodes_html(stats: PlacementStats) -> str:
     return _table(headers, rows, note)
 
 
-def _downsample(series: Series, edges: list[tuple[float, float]]) -> tuple[list[float], ...]:
-    """At most MAX_POINTS time-weighted points of a series (bucket widths from `edges`)."""
-    step = max(1, -(-len(edges) // MAX_POINTS))
-    times: list[float] = []
-    usage: list[float] = []
-    fair: list[float] = []
-    for i in range(0, len(edges), step):
-        group = range(i, min(i + step, len(edges)))
-        widths = [edges[j][1] - edges[j][0] for j in group]
-        total = sum(widths) or 1.0
-        times.append(edges[group[0]][0])
-        usage.append(sum(series.usage[j] * w for j, w in zip(group, widths, strict=True)) / total)
-        fair.append(
-            sum(series.fair_share[j] * w for j, w in zip(group, widths, strict=True)) / total
-        )
-    return times, usage, fair
-
-
-def _usage_figure(result: SimResult, scale: float, unit: str) -> object:
-    import plotly.graph_objects as go  # type: ignore[import-untyped]
-
-    series = timeline(result)
-    edges = [(b.start, b.end) for b in result.timeline]
-    fig = go.Figure()
-    queues = list(dict.fromkeys(s.queue for s in series))
-    owner: list[str] = []
-    axis: dict[str, str] = {}
-    for s in series:
-        divisor, what = unit_of(s.key[1])
-        axis.setdefault(s.queue, f"{short(s.key[1])} ({what})")
-        times, usage, fair = _downsample(s, edges)
-        x = [round(t / scale, 4) for t in times]
-        label = key_name(s.key)
-        for name, values, dash in (("usage", usage, None), ("fair share", fair, "dash")):
-            fig.add_trace(
-                go.Scatter(
-                    x=x,
-                    y=[round(v / divisor, 3) for v in values],
-                    name=f"{name} {label}",
-                    mode="lines",
-                    line={"dash": dash} if dash else {},
-                    line_shape="hv",
-                )
-            )
-            owner.append(s.queue)
-    buttons = [
-        {
-            "label": queue,
-            "method": "update",
-            "args": [
-                {"visible": [o == queue for o in owner]},
-                {
-                    "title": f"Queue {queue}: usage against fair share",
-                    "yaxis": {"title": {"text": axis[queue]}, "rangemode": "tozero"},
-                },
-            ],
-        }
-        for queue in queues
-    ]
-    for i, trace in enumerate(fig.data):
-        trace.visible = bool(queues) and owner[i] == queues[0]
-    fig.update_layout(
-        title=f"Queue {queues[0]}: usage against fair share" if queues else "No queues",
-        xaxis_title=f"simulated time ({unit})",
-        yaxis={"title": {"text": axis[queues[0]] if queues else ""}, "rangemode": "tozero"},
-        updatemenus=[{"buttons": buttons, "direction": "down", "x": 1.0, "y": 1.15}]
-        if buttons
-        else [],
-        height=480,
-    )
-    return fig
-
-
-def _wait_figure(result: SimResult) -> object:
-    import plotly.graph_objects as go
-
-    fig = go.Figure()
+def _resources_html(result: SimResult) -> str:
+    """Every queue's average usage against its average fair share, one row per resource."""
+    rows = []
     for q in queue_stats(result):
-        if q.leaf and q.waits:
-            # Quartiles, not every wait: the page stays small with 100,000 workloads.
-            fig.add_trace(
-                go.Box(
-                    name=q.name,
-                    q1=[percentile(q.waits, 25)],
-                    median=[percentile(q.waits, 50)],
-                    q3=[percentile(q.waits, 75)],
-                    lowerfence=[min(q.waits)],
-                    upperfence=[max(q.waits)],
-                    boxpoints=False,
-                )
+        for key in queue_keys(result.queues[q.name], result.capacity):
+            usage = q.avg_usage.get(key, 0.0)
+            fair = q.avg_fair_share.get(key, 0.0)
+            ratio = usage / fair if fair else None
+            _, unit = unit_of(key[1])
+            rows.append(
+                "<tr>"
+                + _cell(q.name)
+                + _cell(key[0])
+                + _cell(key[1])
+                + _cell(unit)
+                + _cell(in_unit(key[1], usage), usage)
+                + _cell(in_unit(key[1], fair), fair)
+                + _cell("-" if ratio is None else f"{100 * ratio:.0f}%", ratio)
+                + "</tr>"
             )
-    fig.update_layout(
-        title="Wait time per queue (seconds pending before the last admission; "
-        "whiskers at the shortest and longest)",
-        yaxis_title="seconds",
-        height=480,
-        showlegend=False,
+    headers = ["Queue", "Flavor", "Resource", "Unit", "Avg usage", "Avg fair share", "Of share"]
+    note = (
+        "Every flavor/resource each queue has quota or a limit for; time-weighted averages "
+        "over the run. Of share: average usage as a share of the average fair share."
     )
-    return fig
-
-
-def _heat_rows(t: NodeTimeline) -> tuple[list[str], list[list[float]]]:
-    """Node rows of the heat map; past MAX_HEAT_ROWS nodes, neighbours share a row."""
-    per = max(1, -(-len(t.nodes) // MAX_HEAT_ROWS))
-    names: list[str] = []
-    rows: list[list[float]] = []
-    for i in range(0, len(t.nodes), per):
-        group = range(i, min(i + per, len(t.nodes)))
-        first, last = t.nodes[group[0]], t.nodes[group[-1]]
-        names.append(first if len(group) == 1 else f"{first} \u2026 {last} (avg)")
-        rows.append(
-            [
-                round(sum(t.used[j][b] for j in group) / len(group), 2)
-                for b in range(len(t.used[group[0]]))
-            ]
-        )
-    return names, rows
-
-
-def _node_figures(t: NodeTimeline, scale: float, unit: str) -> list[object]:
-    import plotly.graph_objects as go
-
-    divisor, what = unit_of(t.resource)
-    x = [round(v / scale, 4) for v in t.times]
-    names, rows = _heat_rows(t)
-    heat = go.Figure(
-        go.Heatmap(
-            z=[[round(v / divisor, 2) for v in row] for row in rows],
-            x=x,
-            y=names,
-            zmin=0,
-            zmax=max(t.allocatable) / divisor,
-            colorscale="Viridis",
-            colorbar={"title": {"text": f"{short(t.resource)} in use ({what})"}},
-            hovertemplate="%{y}<br>%{x}<br>%{z} in use<extra></extra>",
-        )
-    )
-    heat.update_layout(
-        title=f"{t.resource} in use per node over time",
-        xaxis_title=f"simulated time ({unit})",
-        yaxis={"title": {"text": "node"}, "autorange": "reversed", "type": "category"},
-        height=max(320, min(1000, 120 + 14 * len(names))),
-    )
-    frag = go.Figure()
-    for name, values in (
-        ("free on partly used nodes", t.partial_free),
-        ("free on empty nodes", t.whole_free),
-    ):
-        frag.add_trace(
-            go.Scatter(
-                x=x,
-                y=[round(v / divisor, 3) for v in values],
-                name=name,
-                mode="lines",
-                stackgroup="free",
-                line_shape="hv",
-            )
-        )
-    frag.update_layout(
-        title=f"Free {t.resource}: fragments on partly used nodes against whole free nodes",
-        xaxis_title=f"simulated time ({unit})",
-        yaxis_title=f"{short(t.resource)} free ({what})",
-        height=420,
-    )
-    return [heat, frag]
+    return _table(headers, rows, note)
 
 
 def render_html(result: SimResult) -> str:
-    """One self-contained page: summary tables, usage against fair share per queue, wait
-    times, and with nodes, per-node use and fragmentation over time."""
-    scale, unit = _time_unit(result)
+    """One self-contained page: summary tables, usage against fair share for every queue and
+    resource, wait times, with nodes per-node use and fragmentation over time, and any one
+    workload's timeline. Its data is embedded once as JSON; its script draws from it."""
     stats = placement_stats(result)
-    figures = [_usage_figure(result, scale, unit), _wait_figure(result)]
-    if stats is not None:
-        for t in stats.timelines:
-            figures.extend(_node_figures(t, scale, unit))
-    plots = "".join(
-        fig.to_html(  # type: ignore[attr-defined]
-            full_html=False, include_plotlyjs="inline" if i == 0 else False
-        )
-        for i, fig in enumerate(figures)
-    )
     unfinished = sum(1 for j in result.jobs if j.finished_at is None)
     tail = "" if result.finished_all else f" ({unfinished:,} workloads had not finished)"
     summary = (
@@ -356,32 +197,51 @@ def render_html(result: SimResult) -> str:
         f"{result.cycles:,} admission cycles, {result.evictions:,} evictions. "
         + (QUOTA_ONLY + "." if stats is None else f"Pods placed on {stats.nodes:,} nodes.")
     )
+    data = page_data(result, stats)
+    workloads = data["workloads"]
+    shown = len(workloads["list"])
+    picked = (
+        f"The {shown:,} most eventful of {workloads['total']:,} workloads (most evictions, "
+        "then longest waits)."
+        if shown < workloads["total"]
+        else f"All {shown:,} workloads."
+    )
+    if not workloads["recorded"]:
+        picked += " The run recorded no transitions, so there is nothing to show."
     name = html.escape(result.settings.name)
     body = [
         f"<h1>Simulation of {name} (seed {result.seed})</h1>",
         f"<p>{html.escape(summary)}</p>",
         "<h2>Queues</h2>",
         _queues_html(result),
+        "<h2>Usage against fair share, per resource</h2>",
+        _resources_html(result),
         "<h2>Cluster</h2>",
         _cluster_html(result),
     ]
     if stats is not None and stats.timelines:
-        body += ["<h2>Nodes</h2>", _nodes_html(stats)]
-    body += ["<h2>Over time</h2>", plots]
+        body += ["<h2>Nodes</h2>", _nodes_html(stats), "<div id='nodes'></div>"]
+    body += [
+        "<h2>Usage against fair share over time</h2>",
+        "<p class='note'>Solid: usage; dashed: fair share. One chart per flavor/resource of "
+        "each queue; a parent queue covers its subtree.</p>",
+        "<div id='usage'></div>",
+        "<h2>Wait time per queue</h2>",
+        "<p class='note'>Per leaf queue: a box from the 25th to the 75th percentile of its "
+        "waits, the median marked, whiskers at the shortest and the longest.</p>",
+        "<div id='waits'></div>",
+        "<h2>One workload's timeline</h2>",
+        f"<p class='note'>{html.escape(picked)} Submitted, admitted, placed, preempted or "
+        "moved, requeued, finished, with the reasons the admission cycle gave.</p>",
+        "<p><input id='filter' placeholder='filter by name or queue'> "
+        "<select id='pick'></select></p>",
+        "<div id='workload'></div>",
+    ]
     return (
         "<!DOCTYPE html><html><head><meta charset='utf-8'>"
         f"<title>muster simulate: {name}</title><style>{_STYLE}</style></head><body>"
         + "".join(body)
-        + f"<script>{_SORT_SCRIPT}</script></body></html>"
+        + "<div id='tip'></div>"
+        + f"<script type='application/json' id='report-data'>{embed(data)}</script>"
+        + f"<script>{SCRIPT}</script></body></html>"
     )
-
-
-def _time_unit(result: SimResult) -> tuple[float, str]:
-    if result.end >= 3 * 3600:
-        return 3600.0, "hours"
-    if result.end >= 3 * 60:
-        return 60.0, "minutes"
-    return 1.0, "seconds"
-
-
-# -------------------------------------------------------------------------- command

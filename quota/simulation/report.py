@@ -17,7 +17,7 @@ flattering omissions. Averages are time-weighted over the whole simulation, [0, 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -67,6 +67,13 @@ def headline_keys(spec: QueueSpec, capacity: Mapping[FlavorResource, int]) -> li
         return accelerators
     cpu = [k for k in keys if k[1] == "cpu"]
     return cpu or keys[:1]
+
+
+def queue_keys(spec: QueueSpec, capacity: Mapping[FlavorResource, int]) -> list[FlavorResource]:
+    """Every flavor/resource a queue has quota or a limit for (all of the cluster's if none,
+    leaving out pod slots, which only count where a queue gives quota for them)."""
+    keys = sorted(set(spec.quotas) | set(spec.limits))
+    return keys or sorted(k for k in capacity if k[1] != "pods")
 
 
 def tree_order(queues: Mapping[str, QueueSpec]) -> list[tuple[str, int]]:
@@ -303,12 +310,19 @@ class Series:
     fair_share: tuple[float, ...]
 
 
-def timeline(result: SimResult, buckets: Sequence[Bucket] | None = None) -> list[Series]:
-    """Per queue and headline flavor/resource: usage and fair share over time."""
+def timeline(
+    result: SimResult,
+    buckets: Sequence[Bucket] | None = None,
+    keys: Callable[[QueueSpec, Mapping[FlavorResource, int]], list[FlavorResource]] = (
+        headline_keys
+    ),
+) -> list[Series]:
+    """Per queue and flavor/resource (its headline ones unless `keys` says otherwise, e.g.
+    `queue_keys` for every one): usage and fair share over time."""
     chosen = result.timeline if buckets is None else buckets
     out: list[Series] = []
     for name, _ in tree_order(result.queues):
-        for key in headline_keys(result.queues[name], result.capacity):
+        for key in keys(result.queues[name], result.capacity):
             times: list[float] = []
             usage: list[float] = []
             fair: list[float] = []

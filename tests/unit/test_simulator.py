@@ -405,9 +405,9 @@ def test_simulate_writes_a_self_contained_html_page() -> None:
     assert result.exit_code == 0, result.output
     page = result.stdout
     assert page.startswith("<!DOCTYPE html>")
-    assert "Plotly.newPlot" in page
-    assert "<script src=" not in page  # plotly.js is inline: the page works offline
-    assert "usage against fair share" in page and "Wait time per queue" in page
+    assert "id='report-data'" in page  # the plots draw from data embedded in the page
+    assert "<script src=" not in page  # the plotting code is inline: the page works offline
+    assert "Usage against fair share over time" in page and "Wait time per queue" in page
 
 
 def test_simulate_rejects_a_bad_scenario_with_index_field_and_rule(tmp_path: Path) -> None:
