@@ -350,6 +350,8 @@ function sortableTables() {
       };
       [...body.rows].sort((a, b) => {
         const x = key(a), y = key(b);
+        // Numbers before text ("-"), whichever way: mixed comparisons would be unordered.
+        if (typeof x !== typeof y) return typeof x === "number" ? -1 : 1;
         return (x < y ? -1 : x > y ? 1 : 0) * (up ? 1 : -1);
       }).forEach((row) => body.appendChild(row));
     });

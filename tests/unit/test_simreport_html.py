@@ -274,3 +274,49 @@ def test_the_three_teams_report_is_under_2_mb_with_every_workload_timeline(
     workloads = Page(result.stdout).data()["workloads"]
     assert workloads["recorded"]  # --no-history still records what the page shows
     assert len(workloads["list"]) == workloads["total"] == 260
+
+
+@pytest.mark.skipif(shutil.which("chromium") is None, reason="no headless Chromium")
+def test_a_browser_runs_the_script_and_draws_every_chart_and_the_timeline(tmp_path: Path) -> None:
+    result, page = run("preemption-on-nodes.yaml")
+    data = page.data()
+    # A script error anywhere is written where the dumped DOM shows it.
+    catch = (
+        "<head><script>window.addEventListener('error', (e) => "
+        "{ document.documentElement.dataset.error = e.message; });</script>"
+    )
+    # Then a click on the per-resource table's "Of share" header sorts it, as a person would.
+    click = (
+        "<script>[...document.querySelectorAll('th')].find((th) => th.textContent === "
+        "'Of share').click();</script></body>"
+    )
+    shown_page = render_html(result).replace("<head>", catch, 1).replace("</body>", click)
+    (tmp_path / "report.html").write_text(shown_page)
+    browser = subprocess.run(
+        [
+            "chromium",
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--dump-dom",
+            (tmp_path / "report.html").as_uri(),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    dom = browser.stdout
+    assert "<body" in dom and "data-error" not in dom, browser.stderr[-2000:]
+    charts = len(data["usage"]) + 2 * len(data["nodes"]) + 1 + 1  # + waits, + workload bar
+    assert dom.count('<svg width="') + dom.count("<canvas") == charts
+    assert dom.count("<canvas") == len(data["nodes"]) == 1
+    assert dom.count("<option") == len(data["workloads"]["list"])
+    shown = max(data["workloads"]["list"], key=lambda w: len(w["events"]))
+    start = dom.index('<table class="timeline">')
+    timeline = dom[start : dom.index("</table>", start)]
+    assert timeline.count("<tr") == 1 + len(shown["events"])  # header, then one per event
+    assert "reclaimed by queue prod" in timeline
+    shares = [row[6] for row in Page(dom).table("Queue", "Flavor")[1:]]
+    numbers = [float(v.rstrip("%")) for v in shares if v != "-"]
+    assert numbers == sorted(numbers) and len(set(numbers)) > 1
+    assert shares[: len(numbers)] == [f"{v:.0f}%" for v in numbers]  # "-" rows last
