@@ -124,6 +124,7 @@ class Report:
     violations: dict[str, int] = field(default_factory=dict)
     examples: list[str] = field(default_factory=list)
     transients: dict[str, int] = field(default_factory=dict)
+    longest_transient_s: dict[str, float] = field(default_factory=dict)
     transitions_seen: int = 0
     records_lost: int = 0
     records_twice: int = 0
@@ -282,6 +283,7 @@ class Checker:
         self.grace = grace
         self.violations: Counter[str] = Counter()
         self.transients: Counter[str] = Counter()
+        self.longest_transient: dict[str, float] = {}
         self.examples: list[str] = []
         self.polls = 0
         self.expected: dict[tuple[str, str, int], str] = {}  # key -> workload name
@@ -301,6 +303,8 @@ class Checker:
         if not bad:
             if ident in self._since and ident not in self._reported:
                 self.transients[rule] += 1
+                lasted = round(now - self._since[ident], 1)
+                self.longest_transient[rule] = max(self.longest_transient.get(rule, 0), lasted)
             self._since.pop(ident, None)
             self._reported.discard(ident)
             return
@@ -762,6 +766,7 @@ def run(settings: Settings, local: LocalCluster, workdir: Path) -> Report:
         report.violations["d"] = len(doubles)
     report.examples = checker.examples + doubles[:10]
     report.transients = dict(checker.transients)
+    report.longest_transient_s = dict(checker.longest_transient)
     report.transitions_seen = len(checker.expected)
     report.records_lost = len(missing)
     report.records_twice = sum(1 for n in twice.values() if n > 1)
@@ -790,7 +795,8 @@ def render(report: Report) -> str:
         f"{report.jobs_run} run, {report.jobs_finished} finished; edits {report.edits}",
         f"  checker polls       {report.polls}",
         f"  violations          {total} {report.violations or ''}",
-        f"  transients          {report.transients or 'none'} (shorter than the grace)",
+        f"  transients          {report.transients or 'none'} (shorter than the grace; "
+        f"longest {report.longest_transient_s or '-'} s)",
         f"  transitions seen    {report.transitions_seen}; records lost {report.records_lost}; "
         f"recorded twice {report.records_twice}",
         f"  writes refused by the leader fence: {report.writes_refused_by_fence}",
