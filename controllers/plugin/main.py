@@ -177,7 +177,10 @@ def what_if(
         default_run = parse_duration(run_for).total_seconds()
     except ValueError as error:
         raise click.BadParameter(str(error), param_hint="--run-for") from None
-    docs = whatif.export_scenario(target.kube(), default_run)
+    skipped: list[str] = []
+    docs = whatif.export_scenario(target.kube(), default_run, skipped=skipped)
+    for problem in skipped:
+        click.echo(f"left out of the simulation: {problem}", err=True)
     if export_only:
         click.echo(yaml.safe_dump_all(docs, sort_keys=False), nl=False)
         return

@@ -30,7 +30,7 @@ from controllers.runtime.resources import (
     Kube,
     Obj,
 )
-from quota.api import ManifestError
+from quota.api import ManifestError, parse_manifest
 from quota.api.meta import parse_duration
 from quota.api.names import QUEUE_LABEL
 from quota.simulation.scenario import (
@@ -100,8 +100,12 @@ def _job_doc(job: Obj, run_for: float, now: datetime) -> Obj:
     }
 
 
-def export_scenario(kube: Kube, run_for: float, now: datetime | None = None) -> list[Obj]:
-    """The live cluster as scenario documents."""
+def export_scenario(
+    kube: Kube, run_for: float, now: datetime | None = None, skipped: list[str] | None = None
+) -> list[Obj]:
+    """The live cluster as scenario documents. Objects the model refuses, and what depends
+    on them, are left out (each said in `skipped`): one bad ClusterQueue must not stop a
+    what-if of the rest, as it does not stop the controller."""
     now = now or datetime.now(UTC)
     docs: list[Obj] = [
         {
@@ -157,7 +161,56 @@ def export_scenario(kube: Kube, run_for: float, now: datetime | None = None) -> 
     jobs = [j for j in list_all(kube, JOB, label_selector=QUEUE_LABEL) if not _finished(j)]
     jobs.sort(key=lambda j: str(j["metadata"].get("creationTimestamp")))
     docs += [_job_doc(j, run_for, now) for j in jobs]
-    return docs
+    return _leave_out_invalid(docs, skipped if skipped is not None else [])
+
+
+def _leave_out_invalid(docs: list[Obj], skipped: list[str]) -> list[Obj]:
+    """`docs` without the queue objects the model refuses and what depends on them: child
+    queues, queues over a refused flavor, LocalQueues of a refused queue, and their Jobs."""
+    bad: set[tuple[str, str]] = set()  # (kind, name or namespace/name)
+
+    def ident(doc: Obj) -> tuple[str, str]:
+        meta = doc.get("metadata") or {}
+        name = str(meta.get("name") or "")
+        if meta.get("namespace"):
+            name = f"{meta['namespace']}/{name}"
+        return str(doc.get("kind")), name
+
+    for index, doc in enumerate(docs):
+        if doc.get("kind") in ("ResourceFlavor", "ClusterQueue", "LocalQueue"):
+            try:
+                parse_manifest(doc, index)
+            except ManifestError as error:
+                bad.add(ident(doc))
+                problems = "; ".join(f"{path}: {rule}" for path, rule in error.problems)
+                skipped.append(f"{error.subject}: {problems}")
+    changed = True
+    while changed:
+        changed = False
+        for doc in docs:
+            kind, name = ident(doc)
+            if (kind, name) in bad:
+                continue
+            spec = doc.get("spec") or {}
+            why = ""
+            if kind == "ClusterQueue":
+                if ("ClusterQueue", str(spec.get("parent"))) in bad:
+                    why = f"its parent {spec.get('parent')} was left out"
+                for entry in spec.get("flavors") or []:
+                    if ("ResourceFlavor", str(entry.get("name"))) in bad:
+                        why = f"its flavor {entry.get('name')} was left out"
+            elif kind == "LocalQueue" and ("ClusterQueue", str(spec.get("clusterQueue"))) in bad:
+                why = f"its ClusterQueue {spec.get('clusterQueue')} was left out"
+            elif kind == "Job":
+                namespace = name.split("/", 1)[0]
+                queue = ((doc.get("metadata") or {}).get("labels") or {}).get(QUEUE_LABEL)
+                if ("LocalQueue", f"{namespace}/{queue}") in bad:
+                    why = f"its LocalQueue {queue} was left out"
+            if why:
+                bad.add((kind, name))
+                skipped.append(f"{kind} {name}: {why}")
+                changed = True
+    return [doc for doc in docs if ident(doc) not in bad]
 
 
 def apply_change(docs: list[Obj], change: str) -> None:

@@ -81,7 +81,16 @@ def test_helm_template_is_accepted_by_the_apiserver(
     namespace: str,
 ) -> None:
     rendered = helm(cluster, "template", RELEASE, str(CHART), "--namespace", namespace).stdout
-    result = cluster.kubectl("apply", "--dry-run=server", "-f", "-", input=rendered)
+    # The cluster is shared: a controller started by another test has registered webhook
+    # configurations of the same names (by URL), and a release may own the cluster-scoped
+    # RBAC. Validate every object as new: cluster-scoped names get this test's suffix.
+    docs = [d for d in yaml.safe_load_all(rendered) if d]
+    for doc in docs:
+        if not doc["metadata"].get("namespace") and doc["kind"] != "CustomResourceDefinition":
+            doc["metadata"]["name"] += f"-{namespace}"
+    result = cluster.kubectl(
+        "apply", "--dry-run=server", "-f", "-", input=yaml.safe_dump_all(docs, sort_keys=False)
+    )
     kinds = {line.split("/", 1)[0] for line in result.stdout.splitlines()}
     assert "deployment.apps" in kinds and "clusterrole.rbac.authorization.k8s.io" in kinds
     assert all("(server dry run)" in line for line in result.stdout.splitlines())

@@ -13,6 +13,7 @@ from rich.console import Console
 from controllers.plugin.explain import placement_of, state_of
 from controllers.plugin.queues import queue_tree
 from controllers.plugin.whatif import _job_doc, apply_change
+from quota.api.names import QUEUE_LABEL
 
 
 def render(tree: Any) -> str:
@@ -162,3 +163,61 @@ def test_a_running_job_is_exported_with_what_is_left_of_its_runtime() -> None:
     del job["metadata"]["annotations"]
     waiting = _job_doc(job, 3600, now)["metadata"]["annotations"]
     assert waiting == {"muster.dev/run-for": "3600s", "muster.dev/submit-at": "1s"}
+
+
+def test_what_if_leaves_out_a_queue_the_model_refuses_and_what_depends_on_it() -> None:
+    from controllers.plugin.whatif import _leave_out_invalid
+
+    def cq(name: str, cpu: str, parent: str | None = None) -> dict[str, Any]:
+        spec: dict[str, Any] = {"flavors": [{"name": "f", "quota": {"cpu": cpu}}]}
+        if parent:
+            spec["parent"] = parent
+        return {
+            "apiVersion": "muster.dev/v1alpha1",
+            "kind": "ClusterQueue",
+            "metadata": {"name": name},
+            "spec": spec,
+        }
+
+    def lq(namespace: str, cluster_queue: str) -> dict[str, Any]:
+        return {
+            "apiVersion": "muster.dev/v1alpha1",
+            "kind": "LocalQueue",
+            "metadata": {"name": "q", "namespace": namespace},
+            "spec": {"clusterQueue": cluster_queue},
+        }
+
+    def job(namespace: str) -> dict[str, Any]:
+        return {
+            "apiVersion": "batch/v1",
+            "kind": "Job",
+            "metadata": {"name": "j", "namespace": namespace, "labels": {QUEUE_LABEL: "q"}},
+        }
+
+    flavor = {
+        "apiVersion": "muster.dev/v1alpha1",
+        "kind": "ResourceFlavor",
+        "metadata": {"name": "f"},
+    }
+    docs = [
+        flavor,
+        cq("bad", "2000500u"),
+        cq("child", "1", parent="bad"),
+        cq("good", "2"),
+        lq("a", "bad"),
+        lq("b", "good"),
+        job("a"),
+        job("b"),
+    ]
+    skipped: list[str] = []
+    kept = _leave_out_invalid(docs, skipped)
+    names = [(d["kind"], d["metadata"].get("namespace"), d["metadata"]["name"]) for d in kept]
+    assert names == [
+        ("ResourceFlavor", None, "f"),
+        ("ClusterQueue", None, "good"),
+        ("LocalQueue", "b", "q"),
+        ("Job", "b", "j"),
+    ]
+    assert any("ClusterQueue bad" in s and "not exact" in s for s in skipped), skipped
+    assert "ClusterQueue child: its parent bad was left out" in skipped
+    assert "Job a/j: its LocalQueue q was left out" in skipped
