@@ -104,6 +104,15 @@ def history_options(
 )
 @click.option("--webhook-service-port", type=int, default=443, show_default=True)
 @click.option(
+    "--webhook-certs",
+    type=click.Choice(["self", "external"]),
+    default="self",
+    show_default=True,
+    help="self: the controller issues and rotates its own CA and serving certificate in the "
+    "Secret muster-webhook-tls; external: cert-manager (or you) keeps tls.crt, tls.key and "
+    "ca.crt in that Secret, and the controller only reads it.",
+)
+@click.option(
     "--webhooks/--no-webhooks",
     default=True,
     show_default=True,
@@ -231,6 +240,7 @@ def controller(
     webhook_host: str,
     webhook_bind: str | None,
     webhook_service: str | None,
+    webhook_certs: str,
     webhook_service_port: int,
     webhooks: bool,
     leader_elect: bool,
@@ -275,6 +285,7 @@ def controller(
         webhook_host=webhook_host,
         webhook_bind=webhook_bind,
         webhook_service=webhook_service,
+        webhook_certs=webhook_certs,
         webhook_service_port=webhook_service_port,
         webhooks=webhooks,
         leader_elect=leader_elect,

@@ -130,6 +130,7 @@ class Manager:
             service=options.webhook_service,
             service_port=options.webhook_service_port,
             cert_secret=options.cert_secret,
+            certs=options.webhook_certs,
             enabled=options.webhooks,
             scheduler_name=options.scheduler_name,
         )

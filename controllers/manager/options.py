@@ -29,6 +29,8 @@ class Options:
     status_interval: float = 1.0
     resync_period: float = 300.0
     cert_secret: str = "muster-webhook-tls"
+    # "self" (issued and rotated by the controller) or "external" (e.g. cert-manager's).
+    webhook_certs: str = "self"
     events: bool = True
     # None: no history store (unless a recorder is passed to the Manager).
     history: HistorySettings | None = None

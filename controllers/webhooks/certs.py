@@ -174,7 +174,12 @@ def _unb64(data: str | None) -> bytes:
 
 
 class CertManager:
-    """Keeps the webhook certificates in a Secret current and tells listeners on change."""
+    """Keeps the webhook certificates in a Secret current and tells listeners on change.
+
+    With `managed=False` the Secret belongs to someone else (cert-manager writes `tls.crt`,
+    `tls.key` and `ca.crt` and renews them): it is only read, never written, and a
+    renewal is picked up at the next check.
+    """
 
     def __init__(
         self,
@@ -187,7 +192,9 @@ class CertManager:
         serving_lifetime: dt.timedelta = SERVING_LIFETIME,
         check_interval: float = 600.0,
         clock: Callable[[], dt.datetime] = _now,
+        managed: bool = True,
     ) -> None:
+        self.managed = managed
         self.kube = kube
         self.namespace = namespace
         self.secret_name = secret_name
@@ -239,6 +246,8 @@ class CertManager:
 
     def ensure(self) -> CertBundle:
         """Read the Secret, rotate what is due, write it back; returns the bundle in force."""
+        if not self.managed:
+            return self._external()
         for _ in range(5):
             secret = self.kube.get(SECRET, self.namespace, self.secret_name)
             stored = self._from_secret(secret) if secret else None
@@ -277,6 +286,29 @@ class CertManager:
             self._publish(wanted)
             return wanted
         raise RuntimeError("could not settle the webhook certificate Secret (kept conflicting)")
+
+    def _external(self) -> CertBundle:
+        """The certificates someone else keeps in the Secret, as they are."""
+        where = f"Secret {self.namespace}/{self.secret_name}"
+        secret = self.kube.get(SECRET, self.namespace, self.secret_name)
+        if secret is None:
+            raise RuntimeError(
+                f"webhook certificates: {where} does not exist; with --webhook-certs external "
+                "it is written by cert-manager (a Certificate with this secretName) or by you"
+            )
+        stored = self._from_secret(secret)
+        if stored is None:
+            raise RuntimeError(
+                f"webhook certificates: {where} must hold PEM data in tls.crt, tls.key and "
+                "ca.crt (the CA that signed tls.crt)"
+            )
+        if not covers(stored.serving.cert, self.hosts):
+            log.warning(
+                "webhook certificate does not name the webhook host",
+                extra={"secret": where, "hosts": self.hosts},
+            )
+        self._publish(stored)
+        return stored
 
     def _publish(self, bundle: CertBundle) -> None:
         if self.current == bundle:

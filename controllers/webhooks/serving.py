@@ -35,6 +35,9 @@ class WebhookSettings:
     service_port: int
     cert_secret: str
     enabled: bool = True
+    # "self": the controller issues and rotates its certificates in `cert_secret`;
+    # "external": someone else (cert-manager) does, and the controller only reads them.
+    certs: str = "self"
     # Written into the pods of every labelled Job created ("": kube-scheduler places them).
     scheduler_name: str = SCHEDULER_NAME
 
@@ -120,7 +123,11 @@ class WebhookServing:
     def start(self, spawn: Callable[[str, Callable[[], Any]], None], stop: threading.Event) -> None:
         """Make sure of a certificate, start serving, and keep the certificate fresh."""
         self.certs = CertManager(
-            self.kube, self.options.namespace, self.options.cert_secret, self._hosts()
+            self.kube,
+            self.options.namespace,
+            self.options.cert_secret,
+            self._hosts(),
+            managed=self.options.certs == "self",
         )
         bind = self.options.bind or ("0.0.0.0" if self.options.service else self.options.host)
         self.server = webhooks.WebhookServer(

@@ -174,3 +174,19 @@ def test_every_metric_the_dashboard_plots_is_one_muster_exports() -> None:
         re.sub(r"_(bucket|count|sum|total)$", "", n) for n in re.findall(r"muster_\w+", exprs)
     }
     assert plotted and plotted <= exported, plotted - exported
+
+
+def test_cert_manager_issues_the_webhook_certificate_when_asked() -> None:
+    assert not [d for d in render() if d["kind"] in ("Certificate", "Issuer")]
+    docs = render("webhook.certificates=certManager")
+    certificate = one(docs, "Certificate")
+    assert certificate["spec"]["secretName"] == "muster-webhook-tls"
+    assert "muster-webhook.muster-system.svc" in certificate["spec"]["dnsNames"]
+    assert one(docs, "Issuer")["spec"] == {"selfSigned": {}}
+    for kind in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"):
+        annotations = one(docs, kind)["metadata"]["annotations"]
+        assert annotations["cert-manager.io/inject-ca-from"] == "muster-system/muster-webhook"
+    args = one(docs, "Deployment")["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert "--webhook-certs=external" in args
+    context = controller.make_context("controller", list(args[1:]))
+    assert context.params["webhook_certs"] == "external"

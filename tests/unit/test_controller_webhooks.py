@@ -234,3 +234,38 @@ def test_creation_is_validated_by_the_mutating_webhook_in_the_same_call() -> Non
     assert response["allowed"] is False
     assert "cannot be combined" in response["status"]["message"]
     assert "patch" not in response
+
+
+def test_certificates_kept_by_cert_manager_are_read_and_never_written() -> None:
+    kube = FakeKube()
+    now = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
+    external = certs.CertManager(
+        kube, "muster-system", "tls", ["muster-webhook.muster-system.svc"], managed=False
+    )
+    with pytest.raises(RuntimeError, match="muster-system/tls does not exist"):
+        external.ensure()
+    # As cert-manager writes it: tls.crt, tls.key and ca.crt, no CA key.
+    ca = certs.new_ca("test-ca", dt.timedelta(days=90), now)
+    serving = certs.issue_serving(
+        ca, ["muster-webhook.muster-system.svc"], dt.timedelta(days=30), now
+    )
+    secret = {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {"name": "tls", "namespace": "muster-system"},
+        "data": {
+            "tls.crt": base64.b64encode(serving.cert_pem).decode(),
+            "tls.key": base64.b64encode(serving.key_pem).decode(),
+            "ca.crt": base64.b64encode(ca.cert_pem).decode(),
+        },
+    }
+    kube.put(SECRET, secret)
+    bundle = external.ensure()
+    assert bundle.serving.cert_pem == serving.cert_pem
+    assert bundle.ca_bundle == ca.cert_pem  # what the webhook configurations trust
+    assert not kube.writes
+    # Incomplete data: a clear error naming the keys, still no write.
+    kube.put(SECRET, {**secret, "data": {"tls.crt": secret["data"]["tls.crt"]}})
+    with pytest.raises(RuntimeError, match=r"tls\.crt, tls\.key and ca\.crt"):
+        external.ensure()
+    assert not kube.writes
