@@ -184,33 +184,86 @@ def _leave_out_invalid(docs: list[Obj], skipped: list[str]) -> list[Obj]:
                 bad.add(ident(doc))
                 problems = "; ".join(f"{path}: {rule}" for path, rule in error.problems)
                 skipped.append(f"{error.subject}: {problems}")
+    # A flavor no node carries has no capacity: the controller tells its workloads so, a
+    # scenario refuses it as a likely typo. Left out, and taken off the queues' lists.
+    labels_of_nodes = [
+        (d.get("metadata") or {}).get("labels") or {} for d in docs if d.get("kind") == "Node"
+    ]
+    homeless: set[str] = set()
+    for doc in docs:
+        wanted = (doc.get("spec") or {}).get("nodeLabels") or {}
+        if doc.get("kind") != "ResourceFlavor" or not wanted or not labels_of_nodes:
+            continue
+        if not any(all(n.get(k) == v for k, v in wanted.items()) for n in labels_of_nodes):
+            kind, name = ident(doc)
+            if (kind, name) not in bad:
+                bad.add((kind, name))
+                homeless.add(name)
+                skipped.append(f"{kind} {name}: no node carries its labels (no capacity)")
+    for doc in docs:
+        if doc.get("kind") == "ClusterQueue" and homeless:
+            spec = doc.get("spec") or {}
+            spec["flavors"] = [
+                f for f in spec.get("flavors") or [] if f.get("name") not in homeless
+            ]
+    # What the controller holds inactive (a missing parent, a cycle, a missing flavor or
+    # queue), the scenario file refuses: left out too, with whatever depends on it.
     changed = True
     while changed:
         changed = False
+        kept = {ident(d) for d in docs} - bad
         for doc in docs:
             kind, name = ident(doc)
             if (kind, name) in bad:
                 continue
-            spec = doc.get("spec") or {}
-            why = ""
-            if kind == "ClusterQueue":
-                if ("ClusterQueue", str(spec.get("parent"))) in bad:
-                    why = f"its parent {spec.get('parent')} was left out"
-                for entry in spec.get("flavors") or []:
-                    if ("ResourceFlavor", str(entry.get("name"))) in bad:
-                        why = f"its flavor {entry.get('name')} was left out"
-            elif kind == "LocalQueue" and ("ClusterQueue", str(spec.get("clusterQueue"))) in bad:
-                why = f"its ClusterQueue {spec.get('clusterQueue')} was left out"
-            elif kind == "Job":
-                namespace = name.split("/", 1)[0]
-                queue = ((doc.get("metadata") or {}).get("labels") or {}).get(QUEUE_LABEL)
-                if ("LocalQueue", f"{namespace}/{queue}") in bad:
-                    why = f"its LocalQueue {queue} was left out"
+            why = _missing(doc, kind, name, kept, docs)
             if why:
                 bad.add((kind, name))
                 skipped.append(f"{kind} {name}: {why}")
                 changed = True
     return [doc for doc in docs if ident(doc) not in bad]
+
+
+def _missing(
+    doc: Obj, kind: str, name: str, kept: set[tuple[str, str]], docs: Sequence[Obj]
+) -> str:
+    """Why `doc` cannot stand without something left out or absent ("" when it can)."""
+    spec = doc.get("spec") or {}
+    if kind == "ClusterQueue":
+        parent = spec.get("parent")
+        if parent and ("ClusterQueue", str(parent)) not in kept:
+            return f"its parent {parent} does not exist or was left out"
+        if parent and _loops(name, docs):
+            return "its parent chain loops back to it"
+        for entry in spec.get("flavors") or []:
+            if ("ResourceFlavor", str(entry.get("name"))) not in kept:
+                return f"its flavor {entry.get('name')} does not exist or was left out"
+    elif kind == "LocalQueue":
+        target = spec.get("clusterQueue")
+        if ("ClusterQueue", str(target)) not in kept:
+            return f"its ClusterQueue {target} does not exist or was left out"
+    elif kind == "Job":
+        namespace = name.split("/", 1)[0]
+        queue = ((doc.get("metadata") or {}).get("labels") or {}).get(QUEUE_LABEL)
+        if ("LocalQueue", f"{namespace}/{queue}") not in kept:
+            return f"its LocalQueue {queue} does not exist or was left out"
+    return ""
+
+
+def _loops(name: str, docs: Sequence[Obj]) -> bool:
+    parents = {
+        str((d.get("metadata") or {}).get("name")): (d.get("spec") or {}).get("parent")
+        for d in docs
+        if d.get("kind") == "ClusterQueue"
+    }
+    seen = {name}
+    parent = parents.get(name)
+    while parent:
+        if parent in seen:
+            return True
+        seen.add(str(parent))
+        parent = parents.get(str(parent))
+    return False
 
 
 def apply_change(docs: list[Obj], change: str) -> None:

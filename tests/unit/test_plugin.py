@@ -219,5 +219,29 @@ def test_what_if_leaves_out_a_queue_the_model_refuses_and_what_depends_on_it() -
         ("Job", "b", "j"),
     ]
     assert any("ClusterQueue bad" in s and "not exact" in s for s in skipped), skipped
-    assert "ClusterQueue child: its parent bad was left out" in skipped
-    assert "Job a/j: its LocalQueue q was left out" in skipped
+    assert "ClusterQueue child: its parent bad does not exist or was left out" in skipped
+    assert "Job a/j: its LocalQueue q does not exist or was left out" in skipped
+
+
+def test_what_if_leaves_out_what_the_controller_would_hold_inactive() -> None:
+    from controllers.plugin.whatif import _leave_out_invalid
+
+    def doc(kind: str, name: str, spec: dict[str, Any], **meta: Any) -> dict[str, Any]:
+        api = "v1" if kind == "Node" else "muster.dev/v1alpha1"
+        return {"apiVersion": api, "kind": kind, "metadata": {"name": name, **meta}, "spec": spec}
+
+    docs = [
+        doc("Node", "n1", {}, labels={"pool": "cpu"}),
+        doc("ResourceFlavor", "cpu", {"nodeLabels": {"pool": "cpu"}}),
+        doc("ResourceFlavor", "gone", {"nodeLabels": {"pool": "h100"}}),
+        doc("ClusterQueue", "orphan", {"parent": "missing", "flavors": []}),
+        doc("ClusterQueue", "both", {"flavors": [{"name": "cpu"}, {"name": "gone"}]}),
+        doc("LocalQueue", "q", {"clusterQueue": "nowhere"}, namespace="ns"),
+    ]
+    skipped: list[str] = []
+    kept = _leave_out_invalid(docs, skipped)
+    assert [d["metadata"]["name"] for d in kept] == ["n1", "cpu", "both"]
+    assert [f["name"] for f in kept[2]["spec"]["flavors"]] == ["cpu"]
+    assert "ResourceFlavor gone: no node carries its labels (no capacity)" in skipped
+    assert "ClusterQueue orphan: its parent missing does not exist or was left out" in skipped
+    assert "LocalQueue ns/q: its ClusterQueue nowhere does not exist or was left out" in skipped
