@@ -93,6 +93,10 @@ class PartitionProxy:
                     data = s.recv(65536)
                     if not data:
                         return
+                    # Cut while these bytes were on their way: they are lost with the link
+                    # (heal() closes this connection, and sending then fails).
+                    while not self.forwarding.is_set():
+                        time.sleep(0.05)
                     peers[s].sendall(data)
         except (OSError, ValueError):
             return
