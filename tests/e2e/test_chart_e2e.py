@@ -29,6 +29,7 @@ from tests.e2e.controller_harness import (
     condition,
     crds,  # noqa: F401 - fixture
     create,
+    finished,
     flavor,
     gated,
     job,
@@ -216,8 +217,19 @@ def test_the_chart_rbac_suffices_for_admission_placement_and_elastic_and_denies_
             lambda: sum(1 for p in live(pods_of(cluster, namespace, "el")) if not gated(p)) == 3,
             timeout=90,
         )
-        slices = workloads_of(cluster, namespace, "el")
-        assert len(slices) == 2 and admitted(slices[-1])
+        # Two slices (created within the same second, so not ordered by time): the new one
+        # admitted, the one it replaced retired.
+        cluster.wait_for(
+            "one live admitted slice of two",
+            lambda: (
+                [
+                    admitted(w) and not finished(w) for w in workloads_of(cluster, namespace, "el")
+                ].count(True)
+                == 1
+                and len(workloads_of(cluster, namespace, "el")) == 2
+            ),
+            timeout=30,
+        )
         # Over quota (6 cpu: 2 + 3 in use): waits, with the engine's reason.
         apply(cluster, job("big", namespace, "team", parallelism=4, cpu="1"))
         cluster.wait_for(
