@@ -131,4 +131,12 @@ class EventRecorder:
             try:
                 self.kube.create(EVENT, event["metadata"]["namespace"], event)
             except Exception as error:
-                log.warning("could not write event", extra={"error": str(error)[:200]})
+                involved = event.get("involvedObject") or {}
+                log.warning(
+                    "could not write event",
+                    extra={
+                        "object": f"{involved.get('kind')}/{event['metadata']['namespace']}/"
+                        f"{involved.get('name')}",
+                        "error": str(error)[:200],
+                    },
+                )
