@@ -34,7 +34,6 @@ from quota.model import convert
 from quota.model.nodeconvert import bound_pod_from_manifest, node_from_manifest
 from quota.model.nodes import BoundPod, Node
 from quota.model.snapshot import (
-    Assignment,
     Hold,
     QueueSpec,
     Snapshot,
@@ -76,10 +75,7 @@ def engine_workload(wl: WorkloadModel, queue: str, raw: Mapping[str, Any]) -> Wo
     if nomination is None or (converted.admission is not None and not converted.evicting):
         return converted
     hold = Hold(
-        tuple(
-            Assignment(a.name, a.count, dict(a.flavors), tuple((n.name, n.count) for n in a.nodes))
-            for a in nomination.pod_set_assignments
-        ),
+        convert.pod_set_assignments(nomination.pod_set_assignments),
         nomination.since.timestamp(),
         tuple(nomination.victims),
     )

@@ -15,7 +15,7 @@ preemption decisions go to the history store through `record_later`.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -32,7 +32,7 @@ from quota.api.conditions import WorkloadConditions as WC
 from quota.api.quantity import format_quantity
 from quota.lifecycle.slices import slice_replaced_message
 from quota.model.decisions import Admit, CycleResult, Victim
-from quota.model.snapshot import Hold, Workload
+from quota.model.snapshot import Assignment, Hold, Workload
 
 if TYPE_CHECKING:
     pass
@@ -115,24 +115,7 @@ class DecisionWriter:
         # A pending reason queued for it is moot now, and writing it would only make this
         # admission conflict.
         self.pending_writer.discard(key)
-        per_pod = {ps.name: ps.per_pod for ps in engine.pod_sets}
-        admission = wls.admission_status(
-            decision.queue,
-            [
-                (
-                    a.pod_set,
-                    a.count,
-                    a.flavors,
-                    {
-                        r: format_quantity(v * a.count, r)
-                        for r, v in per_pod.get(a.pod_set, {}).items()
-                        if v
-                    },
-                )
-                for a in decision.assignments
-            ],
-            nodes={a.pod_set: a.nodes for a in decision.assignments if a.nodes},
-        )
+        admission = _assignment_status(engine, decision.queue, decision.assignments)
         generation = (raw.get("metadata") or {}).get("generation")
         now = self.ctx.now()
         done: list[bool] = []
@@ -369,28 +352,38 @@ class DecisionWriter:
         self._record(lambda: [decision])
 
 
-def nomination_status(engine: Workload, hold: Hold | None) -> Obj | None:
-    """status.nomination for `hold` (None clears it), in the Workload's own terms."""
-    if hold is None:
-        return None
+def _assignment_status(engine: Workload, queue: str, assignments: Sequence[Assignment]) -> Obj:
+    """status.admission for `assignments` (pod set, count, flavors, usage, planned nodes)."""
     per_pod = {ps.name: ps.per_pod for ps in engine.pod_sets}
-    return {
-        "since": wls.rfc3339(datetime.fromtimestamp(hold.since, UTC)),
-        "victims": list(hold.victims),
-        "podSetAssignments": [
-            {
-                "name": a.pod_set,
-                "count": a.count,
-                "flavors": dict(a.flavors),
-                "resourceUsage": {
+    return wls.admission_status(
+        queue,
+        [
+            (
+                a.pod_set,
+                a.count,
+                a.flavors,
+                {
                     r: format_quantity(v * a.count, r)
                     for r, v in per_pod.get(a.pod_set, {}).items()
                     if v
                 },
-                "nodes": [{"name": node, "count": n} for node, n in a.nodes],
-            }
-            for a in hold.assignments
+            )
+            for a in assignments
         ],
+        nodes={a.pod_set: a.nodes for a in assignments if a.nodes},
+    )
+
+
+def nomination_status(engine: Workload, hold: Hold | None) -> Obj | None:
+    """status.nomination for `hold` (None clears it): where the room is, in the same terms
+    as status.admission."""
+    if hold is None:
+        return None
+    held = _assignment_status(engine, engine.queue, hold.assignments)
+    return {
+        "since": wls.rfc3339(datetime.fromtimestamp(hold.since, UTC)),
+        "victims": list(hold.victims),
+        "podSetAssignments": held["podSetAssignments"],
     }
 
 

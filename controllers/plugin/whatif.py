@@ -31,8 +31,12 @@ from controllers.runtime.resources import (
     Obj,
 )
 from quota.api import ManifestError, parse_manifest
+from quota.api.clusterqueue import ClusterQueue
+from quota.api.localqueue import LocalQueue
 from quota.api.meta import parse_duration
 from quota.api.names import QUEUE_LABEL
+from quota.api.queuetree import check_queue_tree
+from quota.api.resourceflavor import ResourceFlavor
 from quota.simulation.scenario import (
     RUN_FOR_ANNOTATION,
     SCENARIO_API,
@@ -206,64 +210,49 @@ def _leave_out_invalid(docs: list[Obj], skipped: list[str]) -> list[Obj]:
             spec["flavors"] = [
                 f for f in spec.get("flavors") or [] if f.get("name") not in homeless
             ]
-    # What the controller holds inactive (a missing parent, a cycle, a missing flavor or
-    # queue), the scenario file refuses: left out too, with whatever depends on it.
+    # What the controller holds inactive the scenario file refuses: queues the tree check
+    # finds broken (a missing parent or flavor, a cycle), LocalQueues of missing or non-leaf
+    # queues, and Jobs of LocalQueues left out. Left out too, until nothing else falls.
+    broken = {"Cycle", "ParentNotFound", "FlavorNotFound"}
     changed = True
     while changed:
         changed = False
-        kept = {ident(d) for d in docs} - bad
-        for doc in docs:
-            kind, name = ident(doc)
-            if (kind, name) in bad:
-                continue
-            why = _missing(doc, kind, name, kept, docs)
+        kept = [(d, ident(d)) for d in docs if ident(d) not in bad]
+        models = {
+            key: parse_manifest(d, 0)
+            for d, key in kept
+            if key[0] in ("ResourceFlavor", "ClusterQueue", "LocalQueue")
+        }
+        tree = check_queue_tree(
+            [m for m in models.values() if isinstance(m, ClusterQueue)],
+            [m for m in models.values() if isinstance(m, ResourceFlavor)],
+            [m for m in models.values() if isinstance(m, LocalQueue)],
+        )
+        lq_names = {k for k in models if k[0] == "LocalQueue"}
+        for doc, (kind, name) in kept:
+            why = ""
+            if kind == "ClusterQueue":
+                state = tree.cluster_queues[name]
+                if not state.active and state.reason in broken:
+                    why = state.message
+            elif kind == "LocalQueue":
+                namespace, _, lq = name.partition("/")
+                state = tree.local_queues.get((namespace, lq))
+                target = str((doc.get("spec") or {}).get("clusterQueue"))
+                if target not in tree.cluster_queues:
+                    why = f"its ClusterQueue {target} does not exist or was left out"
+                elif state is not None and state.reason == "ClusterQueueNotLeaf":
+                    why = state.message
+            elif kind == "Job":
+                namespace = name.split("/", 1)[0]
+                queue = ((doc.get("metadata") or {}).get("labels") or {}).get(QUEUE_LABEL)
+                if ("LocalQueue", f"{namespace}/{queue}") not in lq_names:
+                    why = f"its LocalQueue {queue} does not exist or was left out"
             if why:
                 bad.add((kind, name))
                 skipped.append(f"{kind} {name}: {why}")
                 changed = True
     return [doc for doc in docs if ident(doc) not in bad]
-
-
-def _missing(
-    doc: Obj, kind: str, name: str, kept: set[tuple[str, str]], docs: Sequence[Obj]
-) -> str:
-    """Why `doc` cannot stand without something left out or absent ("" when it can)."""
-    spec = doc.get("spec") or {}
-    if kind == "ClusterQueue":
-        parent = spec.get("parent")
-        if parent and ("ClusterQueue", str(parent)) not in kept:
-            return f"its parent {parent} does not exist or was left out"
-        if parent and _loops(name, docs):
-            return "its parent chain loops back to it"
-        for entry in spec.get("flavors") or []:
-            if ("ResourceFlavor", str(entry.get("name"))) not in kept:
-                return f"its flavor {entry.get('name')} does not exist or was left out"
-    elif kind == "LocalQueue":
-        target = spec.get("clusterQueue")
-        if ("ClusterQueue", str(target)) not in kept:
-            return f"its ClusterQueue {target} does not exist or was left out"
-    elif kind == "Job":
-        namespace = name.split("/", 1)[0]
-        queue = ((doc.get("metadata") or {}).get("labels") or {}).get(QUEUE_LABEL)
-        if ("LocalQueue", f"{namespace}/{queue}") not in kept:
-            return f"its LocalQueue {queue} does not exist or was left out"
-    return ""
-
-
-def _loops(name: str, docs: Sequence[Obj]) -> bool:
-    parents = {
-        str((d.get("metadata") or {}).get("name")): (d.get("spec") or {}).get("parent")
-        for d in docs
-        if d.get("kind") == "ClusterQueue"
-    }
-    seen = {name}
-    parent = parents.get(name)
-    while parent:
-        if parent in seen:
-            return True
-        seen.add(str(parent))
-        parent = parents.get(str(parent))
-    return False
 
 
 def apply_change(docs: list[Obj], change: str) -> None:

@@ -201,6 +201,7 @@ class _Cycle:
         self.replaced: set[str] = set()  # slices taken over by this cycle's scale-ups
         # Placeholder pods of holds released at their preemptor's turn (see _keep_hold).
         self.released: dict[str, list[BoundPod]] = {}
+        self.all_victims: list[Candidate] | None = None
         self.node_victims: list[Candidate] | None = None
         self.plans: dict[tuple[str, tuple[object, ...]], PodSetPlan] = {}
         self.signatures: dict[int, tuple[object, ...]] = {}
@@ -1022,12 +1023,7 @@ class _Cycle:
         lapsed keeps its start while no one new is evicted for it, so a plan that keeps
         breaking cannot hold room for ever."""
         w = request.workload
-        placed = plan.placement
-        assignments = tuple(
-            Assignment(ps.name, placed.count(ps.name), fit.flavors[i], placed.nodes[ps.name])
-            for i, ps in enumerate(w.pod_sets)
-            if placed.nodes.get(ps.name)
-        )
+        assignments = _assignments(w, plan.placement, fit.flavors)
         new = {c.workload.key for c in (*quota_victims, *plan.victims)}
         old = self.snapshot.active_hold(w)
         victims = set(new)
@@ -1134,11 +1130,9 @@ class _Cycle:
     ) -> Unplaceable | bool:
         """When no victims could be found, whether some were spared only by their
         minRuntime: the words say until when (False when none were)."""
-        everyone = sorted(
-            (c for name in self.admitted_by_queue for c in self._victim_list(name)),
-            key=victim_order,
+        found = node_candidates(
+            w, spec, self.queues, self._all_victims(), self.taken, self.snapshot.now
         )
-        found = node_candidates(w, spec, self.queues, everyone, self.taken, self.snapshot.now)
         protected = [p for p in found.protected if contended & set(p.candidate.usage)]
         if not protected:
             return False
@@ -1243,19 +1237,21 @@ class _Cycle:
         queue = self.queues.get(c.queue)
         return place_gang(self.nodes, gang, queue.placement if queue else "BinPack")
 
-    def _node_victims(self) -> list[Candidate]:
-        """Admitted workloads with pods on nodes, in victim order (taken ones are filtered
-        when used)."""
-        if self.node_victims is None:
-            self.node_victims = sorted(
-                (
-                    c
-                    for name in self.admitted_by_queue
-                    for c in self._victim_list(name)
-                    if c.workload.key in self.pods_of
-                ),
+    def _all_victims(self) -> list[Candidate]:
+        """Every admitted workload as a candidate, in victim order, sorted once per cycle
+        (taken ones are filtered when used)."""
+        if self.all_victims is None:
+            self.all_victims = sorted(
+                (c for name in self.admitted_by_queue for c in self._victim_list(name)),
                 key=victim_order,
             )
+        return self.all_victims
+
+    def _node_victims(self) -> list[Candidate]:
+        """Admitted workloads with pods on nodes, in victim order."""
+        if self.node_victims is None:
+            pods_of = self.pods_of
+            self.node_victims = [c for c in self._all_victims() if c.workload.key in pods_of]
         return self.node_victims
 
     def _victim_list(self, queue: str) -> list[Candidate]:

@@ -18,6 +18,7 @@ from quota.api.meta import Toleration as TolerationModel
 from quota.api.names import ELASTIC_ANNOTATION, JOB_POD_SET, MIN_PARALLELISM_ANNOTATION, QUEUE_LABEL
 from quota.api.quantity import QuantityError, format_quantity, parse_quantity
 from quota.api.resourceflavor import ResourceFlavor
+from quota.api.workload import PodSetAssignment
 from quota.api.workload import Workload as WorkloadModel
 from quota.model.nodeconvert import affinity_terms, pod_shape_from_spec
 from quota.model.nodes import Taint, Toleration
@@ -165,10 +166,7 @@ def workload(
     queue = cluster_queue
     if admission is not None:
         queue = admission.cluster_queue
-        assignments = tuple(
-            Assignment(a.name, a.count, dict(a.flavors), tuple((n.name, n.count) for n in a.nodes))
-            for a in admission.pod_set_assignments
-        )
+        assignments = pod_set_assignments(admission.pod_set_assignments)
         if admitted_at is None:
             admitted_at = arrival
     else:
@@ -183,6 +181,14 @@ def workload(
         admitted_at=admitted_at,
         replaces=f"{namespace}/{wl.spec.replaces}" if wl.spec.replaces else None,
         evicting=evicting,
+    )
+
+
+def pod_set_assignments(entries: Iterable[PodSetAssignment]) -> tuple[Assignment, ...]:
+    """status.admission's (or status.nomination's) pod sets as the engine's plans."""
+    return tuple(
+        Assignment(a.name, a.count, dict(a.flavors), tuple((n.name, n.count) for n in a.nodes))
+        for a in entries
     )
 
 

@@ -599,7 +599,8 @@ def _queues(docs: _Docs) -> tuple[dict[str, QueueSpec], dict[tuple[str, str], st
         if lq_state is not None and lq_state.reason == "ClusterQueueNotLeaf":
             raise _error(index, docs.raw[index], "spec.clusterQueue", lq_state.message)
         local[key] = target
-    return queues, local
+    # As the controller does (controllers/admission/view.py): protection flows down the tree.
+    return convert.inherit_min_runtimes(queues, [cq for _, cq in docs.cluster_queues]), local
 
 
 def _flavors(docs: _Docs) -> dict[str, Flavor]:

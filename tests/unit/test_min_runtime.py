@@ -120,3 +120,31 @@ def test_a_quota_preemption_blocked_only_by_protection_says_until_when() -> None
     assert reason.startswith("insufficient quota for nvidia.com/gpu in flavor h100")
     assert "1 lower-priority workload is protected by minRuntime until 02:55:00 UTC" in reason
     assert [v.workload for p in decide(NOW + 500).preempt for v in p.victims] == ["ns/young"]
+
+
+def test_the_simulator_inherits_min_runtimes_as_the_controller_does() -> None:
+    import yaml
+
+    from quota.simulation.scenario import parse_scenario
+
+    text = """
+apiVersion: muster.dev/v1alpha1
+kind: ResourceFlavor
+metadata: {name: h100}
+---
+apiVersion: muster.dev/v1alpha1
+kind: ClusterQueue
+metadata: {name: lab}
+spec:
+  preemption: {reclaimMinRuntime: 10m}
+  flavors: [{name: h100, quota: {nvidia.com/gpu: 8}}]
+---
+apiVersion: muster.dev/v1alpha1
+kind: ClusterQueue
+metadata: {name: team}
+spec:
+  parent: lab
+  flavors: [{name: h100, quota: {nvidia.com/gpu: 8}}]
+"""
+    scenario = parse_scenario(list(yaml.safe_load_all(text)))
+    assert scenario.queues["team"].min_runtime_reclaim_s == 600.0
