@@ -19,6 +19,7 @@ _COMMANDS: dict[str, tuple[str, str]] = {
     "fairshare": ("controllers.cli.fairshare", "fairshare"),
     "admit": ("controllers.cli.fairshare", "admit"),
     "bench": ("controllers.cli.bench", "bench"),
+    "import": ("controllers.cli.importer", "import_command"),
 }
 
 

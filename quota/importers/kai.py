@@ -1,0 +1,297 @@
+"""KAI-Scheduler's queues as Muster's (scheduling.run.ai/v2 Queue).
+
+KAI has no flavors: every queue becomes a ClusterQueue with one flavor, `default`, for the
+whole cluster. Per resource (gpu -> nvidia.com/gpu, cpu in millicores, memory in megabytes
+of 10^6 bytes) quota is Muster's quota and limit its limit; -1 means unlimited, and an
+unset or zero limit means no more than the quota, as KAI documents. KAI weighs each
+resource separately; Muster has one over-quota weight per queue, taken from gpu (else cpu,
+else memory). docs/import.md has the table.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from fractions import Fraction
+from typing import Any
+
+from quota.api.meta import INT32_MAX, INT32_MIN, parse_duration
+from quota.api.quantity import format_quantity
+from quota.importers.build import (
+    DEFAULT_FLAVOR,
+    ClusterState,
+    QueueDraft,
+    cluster_queues,
+    whole_cluster_flavor,
+)
+from quota.importers.reader import SourceObject
+from quota.importers.report import ImportResult, Unmapped, refuse
+from quota.importers.workloads import (
+    PodSetSource,
+    QueuedWork,
+    finished,
+    owned_by,
+    pod_group_sets,
+    queue_work,
+    skipped,
+)
+
+GROUP = "scheduling.run.ai"
+QUEUE_LABELS = ("kai.scheduler/queue", "runai/queue")
+GROUP_ANNOTATION = "pod-group-name"
+DEFAULT_PRIORITY = 100  # KAI's default queue priority
+UNLIMITED = -1
+# KAI's resources, the Muster resource each is, and one KAI unit in Muster's base units.
+RESOURCES = (
+    ("gpu", "nvidia.com/gpu", Fraction(1)),
+    ("cpu", "cpu", Fraction(1)),  # millicpus are Muster's base unit for cpu
+    ("memory", "memory", Fraction(10**6)),  # megabytes of 10^6 bytes
+)
+
+
+def _amount(
+    obj: SourceObject,
+    value: Fraction,
+    path: str,
+    resource: str,
+    scale: Fraction,
+    unmapped: list[Unmapped],
+) -> int:
+    exact = value * scale
+    whole = int(exact)  # toward zero: never a larger guarantee or cap than written
+    if whole != exact:
+        unmapped.append(
+            Unmapped(
+                obj.origin,
+                path,
+                f"{float(value):g} is a fraction of a {resource} unit Muster counts whole: "
+                f"imported as {format_quantity(whole, resource)}",
+            )
+        )
+    return whole
+
+
+def _queue(obj: SourceObject, unmapped: list[Unmapped]) -> QueueDraft:
+    spec = obj.spec()
+    resources = obj.mapping(spec.get("resources"), "spec.resources")
+    quota: dict[str, int] = {}
+    limit: dict[str, int] = {}
+    weights: list[tuple[str, Fraction]] = []
+    for key, resource, scale in RESOURCES:
+        path = f"spec.resources.{key}"
+        entry = obj.mapping(resources.get(key), path)
+        q = obj.number(entry.get("quota"), f"{path}.quota") or Fraction(0)
+        cap = obj.number(entry.get("limit"), f"{path}.limit") or Fraction(0)
+        weight = obj.number(entry.get("overQuotaWeight"), f"{path}.overQuotaWeight") or Fraction(0)
+        for name, value in (("quota", q), ("limit", cap), ("overQuotaWeight", weight)):
+            if value < 0 and not (value == UNLIMITED and name != "overQuotaWeight"):
+                refuse(
+                    obj.origin,
+                    f"{path}.{name}",
+                    f"must be {'-1 or ' if name != 'overQuotaWeight' else ''}at least 0 "
+                    f"(got {float(value):g})",
+                )
+        if key in resources:
+            weights.append((f"{path}.overQuotaWeight", weight))
+        if q == UNLIMITED:
+            unmapped.append(
+                Unmapped(
+                    obj.origin,
+                    f"{path}.quota",
+                    "-1 (an unlimited guarantee) has no Muster equivalent: imported as no "
+                    "guarantee; the queue gets capacity through its over-quota weight",
+                )
+            )
+            # Listed at 0, so that the flavor still offers the resource.
+            quota[resource] = 0
+        else:
+            quota[resource] = _amount(obj, q, f"{path}.quota", resource, scale, unmapped)
+        if cap == UNLIMITED:
+            continue
+        if cap == 0:
+            # KAI: an unset or zero limit allows nothing beyond the quota.
+            limit[resource] = quota.get(resource, 0)
+            continue
+        amount = _amount(obj, cap, f"{path}.limit", resource, scale, unmapped)
+        if amount < quota.get(resource, 0):
+            unmapped.append(
+                Unmapped(
+                    obj.origin,
+                    f"{path}.limit",
+                    "below the quota; Muster's quota never exceeds the limit, so the quota "
+                    "is imported as the limit",
+                )
+            )
+            quota[resource] = amount
+        limit[resource] = amount
+    chosen = weights[0][1] if weights else Fraction(0)
+    for path, weight in weights[1:]:
+        if weight != chosen:
+            unmapped.append(
+                Unmapped(
+                    obj.origin,
+                    path,
+                    f"Muster has one over-quota weight per queue, taken from {weights[0][0]} "
+                    f"({float(chosen):g}); this one ({float(weight):g}) is not used",
+                )
+            )
+    priority = obj.integer(spec.get("priority"), "spec.priority", low=INT32_MIN, high=INT32_MAX)
+    preemption: dict[str, Any] = {"withinQueue": "LowerPriority", "reclaim": "Any"}
+    for field, target in (
+        ("preemptMinRuntime", "preemptMinRuntime"),
+        ("reclaimMinRuntime", "reclaimMinRuntime"),
+    ):
+        raw = spec.get(field)
+        if raw is not None:
+            try:
+                parse_duration(raw)
+            except ValueError as error:
+                refuse(obj.origin, f"spec.{field}", str(error))
+            preemption[target] = raw
+    if spec.get("displayName"):
+        skipped(obj, "spec.displayName", "Muster shows the queue's name", unmapped)
+    parent = obj.ref(spec.get("parentQueue"), "spec.parentQueue")
+    flavor: dict[str, Any] = {
+        "name": DEFAULT_FLAVOR,
+        "quota": {r: format_quantity(v, r) for r, v in quota.items()},
+    }
+    if limit:
+        flavor["limit"] = {r: format_quantity(v, r) for r, v in limit.items()}
+    return QueueDraft(
+        obj.name,
+        obj.origin,
+        parent=parent or None,
+        parent_path="spec.parentQueue",
+        weight=chosen,
+        weight_path=weights[0][0] if weights else "spec.resources",
+        spec={
+            "priority": DEFAULT_PRIORITY if priority is None else priority,
+            "flavors": [flavor],
+            "preemption": preemption,
+        },
+    )
+
+
+def _queue_label(obj: SourceObject) -> tuple[str, str]:
+    labels = obj.meta_strings("labels")
+    for key in QUEUE_LABELS:
+        if labels.get(key):
+            return labels[key], f"metadata.labels[{key}]"
+    return "", ""
+
+
+def import_kai(objects: Sequence[SourceObject]) -> ImportResult:
+    """Muster manifests for KAI Queues, and the Jobs, PodGroups and pods queued in them."""
+    unmapped: list[Unmapped] = []
+    state = ClusterState()
+    drafts: dict[str, QueueDraft] = {}
+    jobs: list[SourceObject] = []
+    groups: dict[tuple[str, str], SourceObject] = {}
+    pods: list[SourceObject] = []
+    for obj in objects:
+        if state.take(obj):
+            continue
+        if obj.group == GROUP and obj.kind == "Queue":
+            if obj.name in drafts:
+                refuse(obj.origin, "metadata.name", "Queue defined twice")
+            drafts[obj.name] = _queue(obj, unmapped)
+        elif obj.group == GROUP and obj.kind == "PodGroup":
+            groups[(obj.namespace, obj.name)] = obj
+        elif obj.api_version == "batch/v1" and obj.kind == "Job":
+            jobs.append(obj)
+        elif obj.api_version == "v1" and obj.kind == "Pod":
+            pods.append(obj)
+        elif obj.group in ("kueue.x-k8s.io", "scheduling.volcano.sh", "batch.volcano.sh"):
+            tool = "kueue" if obj.group.startswith("kueue") else "volcano"
+            refuse(
+                obj.origin,
+                "apiVersion",
+                f"{obj.api_version} {obj.kind} is not a KAI object (use `muster import {tool}`)",
+            )
+        else:
+            skipped(obj, "", "not a KAI queue, a Node or queued work: left out", unmapped)
+    queues = cluster_queues(drafts, unmapped)
+    parents = {d.parent for d in drafts.values() if d.parent}
+    leaves = {name: d.origin for name, d in drafts.items() if name not in parents}
+    flavor = (
+        whole_cluster_flavor(drafts[next(iter(drafts))].origin, state.nodes) if drafts else None
+    )
+
+    work: list[QueuedWork] = []
+    for obj in jobs:
+        queue, path = _queue_label(obj)
+        if not queue:
+            skipped(
+                obj,
+                "metadata.labels[kai.scheduler/queue]",
+                "the Job names no KAI queue: left out",
+                unmapped,
+            )
+            continue
+        work.append(QueuedWork(obj, queue, path, job=True))
+    members: dict[tuple[str, str], list[SourceObject]] = {}
+    for obj in pods:
+        if finished(obj) or owned_by(obj, {"Job"}):
+            continue  # done, or counted through its Job
+        group = obj.meta_strings("annotations").get(GROUP_ANNOTATION)
+        if group:
+            members.setdefault((obj.namespace, group), []).append(obj)
+            continue
+        queue, path = _queue_label(obj)
+        if not queue:
+            skipped(
+                obj,
+                "metadata.labels[kai.scheduler/queue]",
+                "the pod names no KAI queue: left out",
+                unmapped,
+            )
+            continue
+        spec = obj.spec()
+        work.append(
+            QueuedWork(
+                obj,
+                queue,
+                path,
+                pod_sets=[PodSetSource("main", 1, spec, "spec")],
+                class_name=obj.text(spec.get("priorityClassName"), "spec.priorityClassName"),
+            )
+        )
+    for key, group_obj in groups.items():
+        spec = group_obj.spec()
+        queue = group_obj.ref(spec.get("queue"), "spec.queue", required=True)
+        group_pods = members.pop(key, [])
+        if not group_pods:
+            skipped(
+                group_obj,
+                "",
+                "no pods of this PodGroup are in the files, so it asks for nothing: left out",
+                unmapped,
+            )
+            continue
+        min_member = group_obj.integer(spec.get("minMember"), "spec.minMember", low=0)
+        if min_member is not None and 0 < min_member < len(group_pods):
+            skipped(
+                group_obj,
+                "spec.minMember",
+                f"{min_member} of {len(group_pods)} pods: Muster admits the group whole",
+                unmapped,
+            )
+        class_name = group_obj.text(spec.get("priorityClassName"), "spec.priorityClassName")
+        work.append(
+            QueuedWork(
+                group_obj,
+                queue,
+                "spec.queue",
+                pod_sets=pod_group_sets(group_pods),
+                class_name=class_name,
+            )
+        )
+    for (namespace, group), orphans in members.items():
+        skipped(
+            orphans[0],
+            f"metadata.annotations[{GROUP_ANNOTATION}]",
+            f"PodGroup {namespace}/{group} is not in the files: its pods are left out",
+            unmapped,
+        )
+    local, imported = queue_work(work, leaves, parents, state, unmapped)
+    manifests = [*state.class_docs, *([flavor] if flavor else []), *queues, *local, *state.nodes]
+    return ImportResult(tuple(manifests), tuple(imported), tuple(unmapped))

@@ -1,0 +1,318 @@
+"""Volcano's queues as Muster's (scheduling.volcano.sh/v1beta1 Queue).
+
+Volcano has no flavors: every queue becomes a ClusterQueue with one flavor, `default`.
+`deserved` (the capacity plugin's entitlement, reclaimable above it) is Muster's quota,
+else `guarantee.resource`; `capability` is the limit and `weight` the over-quota weight
+(the proportion plugin's share). The implicit `root` queue is the top of the tree: its
+children become Muster's root queues unless the files define `root` themselves.
+docs/import.md has the table.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from fractions import Fraction
+from typing import Any
+
+from quota.api.meta import INT32_MAX, INT32_MIN
+from quota.api.quantity import format_resource_list
+from quota.importers.build import (
+    DEFAULT_FLAVOR,
+    ClusterState,
+    QueueDraft,
+    cluster_queues,
+    whole_cluster_flavor,
+)
+from quota.importers.reader import SourceObject
+from quota.importers.report import ImportResult, Unmapped, refuse
+from quota.importers.workloads import (
+    PodSetSource,
+    QueuedWork,
+    finished,
+    owned_by,
+    pod_group_sets,
+    queue_work,
+    skipped,
+)
+
+GROUP = "scheduling.volcano.sh"
+JOB_GROUP = "batch.volcano.sh"
+ROOT = "root"
+DEFAULT_QUEUE = "default"
+GROUP_ANNOTATION = "scheduling.k8s.io/group-name"
+QUEUE_ANNOTATION = "scheduling.volcano.sh/queue-name"
+_QUEUE_UNMAPPED = {
+    "affinity": "Muster ties queues to nodes through ResourceFlavors, not queue affinity",
+    "extendClusters": "Muster manages one cluster",
+    "type": "Muster has no queue types",
+}
+
+
+def _queue(
+    obj: SourceObject, root_defined: bool, resources: set[str], unmapped: list[Unmapped]
+) -> QueueDraft:
+    spec = obj.spec()
+    weight = obj.integer(spec.get("weight"), "spec.weight", high=2**31 - 1)
+    if weight is not None and weight < 1:
+        refuse(obj.origin, "spec.weight", f"Volcano requires a weight of at least 1 (got {weight})")
+    capability = obj.quantities(spec.get("capability"), "spec.capability")
+    deserved = obj.quantities(spec.get("deserved"), "spec.deserved")
+    guarantee_block = obj.mapping(spec.get("guarantee"), "spec.guarantee")
+    guarantee = obj.quantities(guarantee_block.get("resource"), "spec.guarantee.resource")
+    quota = dict(deserved) if deserved else dict(guarantee)
+    for resource in resources:
+        # Volcano leaves a resource a queue does not mention unconstrained; a Muster flavor
+        # offers only the resources it lists, so each is listed, at no guarantee.
+        quota.setdefault(resource, 0)
+    if guarantee:
+        unmapped.append(
+            Unmapped(
+                obj.origin,
+                "spec.guarantee.resource",
+                "Volcano reserves a guarantee for the queue alone; Muster lends unused quota "
+                "and reclaims it on demand"
+                + (
+                    ", and takes the quota from spec.deserved"
+                    if deserved
+                    else ": imported as the quota"
+                ),
+            )
+        )
+    for resource, amount in guarantee.items():
+        if deserved and amount > deserved.get(resource, 0):
+            refuse(
+                obj.origin,
+                f"spec.guarantee.resource[{resource}]",
+                "must not exceed spec.deserved (Volcano: guarantee <= deserved <= capability)",
+            )
+    for resource, amount in quota.items():
+        if resource in capability and amount > capability[resource]:
+            refuse(
+                obj.origin,
+                f"spec.capability[{resource}]",
+                "must not be below the deserved or guaranteed amount "
+                "(Volcano: guarantee <= deserved <= capability)",
+            )
+    if not obj.boolean(spec.get("reclaimable"), "spec.reclaimable", True):
+        skipped(
+            obj,
+            "spec.reclaimable",
+            "Muster reclaims from any queue above its fair share; a queue cannot opt out",
+            unmapped,
+        )
+    for field, reason in _QUEUE_UNMAPPED.items():
+        if spec.get(field):
+            skipped(obj, f"spec.{field}", reason, unmapped)
+    priority = obj.integer(spec.get("priority"), "spec.priority", low=INT32_MIN, high=INT32_MAX)
+    parent = obj.ref(spec.get("parent"), "spec.parent")
+    if parent == ROOT and not root_defined:
+        parent = ""
+    flavor: dict[str, Any] = {"name": DEFAULT_FLAVOR, "quota": format_resource_list(quota)}
+    if capability:
+        flavor["limit"] = format_resource_list(capability)
+    return QueueDraft(
+        obj.name,
+        obj.origin,
+        parent=parent or None,
+        parent_path="spec.parent",
+        weight=Fraction(1 if weight is None else weight),
+        weight_path="spec.weight",
+        spec={
+            "priority": priority or 0,
+            "flavors": [flavor],
+            "preemption": {"withinQueue": "LowerPriority", "reclaim": "Any"},
+        },
+    )
+
+
+def _job_sets(obj: SourceObject, unmapped: list[Unmapped]) -> list[PodSetSource]:
+    spec = obj.spec()
+    sets: list[PodSetSource] = []
+    total = 0
+    for i, task in enumerate(obj.items(spec.get("tasks"), "spec.tasks")):
+        path = f"spec.tasks[{i}]"
+        task = obj.mapping(task, path)
+        replicas = obj.integer(task.get("replicas", 1), f"{path}.replicas", low=0) or 0
+        total += replicas
+        template = obj.mapping(task.get("template"), f"{path}.template")
+        sets.append(
+            PodSetSource(
+                obj.text(task.get("name"), f"{path}.name") or f"task-{i}",
+                replicas,
+                obj.mapping(template.get("spec"), f"{path}.template.spec"),
+                f"{path}.template.spec",
+                obj.integer(task.get("minAvailable"), f"{path}.minAvailable", low=1),
+            )
+        )
+    least = obj.integer(spec.get("minAvailable"), "spec.minAvailable", low=0)
+    if least is not None and 0 < least < total and not any(s.min_count for s in sets):
+        skipped(
+            obj,
+            "spec.minAvailable",
+            f"{least} of {total} pods: Muster admits the job whole "
+            "(set the tasks' minAvailable for partial admission)",
+            unmapped,
+        )
+    return sets
+
+
+def import_volcano(objects: Sequence[SourceObject]) -> ImportResult:
+    """Muster manifests for Volcano Queues, and the Volcano Jobs, PodGroups and pods queued
+    in them."""
+    unmapped: list[Unmapped] = []
+    state = ClusterState()
+    queue_objects: dict[str, SourceObject] = {}
+    vcjobs: list[SourceObject] = []
+    jobs: list[SourceObject] = []
+    groups: dict[tuple[str, str], SourceObject] = {}
+    pods: list[SourceObject] = []
+    for obj in objects:
+        if state.take(obj):
+            continue
+        if obj.group == GROUP and obj.kind == "Queue":
+            if obj.name in queue_objects:
+                refuse(obj.origin, "metadata.name", "Queue defined twice")
+            queue_objects[obj.name] = obj
+        elif obj.group == GROUP and obj.kind == "PodGroup":
+            groups[(obj.namespace, obj.name)] = obj
+        elif obj.group == JOB_GROUP and obj.kind == "Job":
+            vcjobs.append(obj)
+        elif obj.api_version == "batch/v1" and obj.kind == "Job":
+            jobs.append(obj)
+        elif obj.api_version == "v1" and obj.kind == "Pod":
+            pods.append(obj)
+        elif obj.group in ("kueue.x-k8s.io", "scheduling.run.ai"):
+            tool = "kueue" if obj.group.startswith("kueue") else "kai"
+            refuse(
+                obj.origin,
+                "apiVersion",
+                f"{obj.api_version} {obj.kind} is not a Volcano object "
+                f"(use `muster import {tool}`)",
+            )
+        else:
+            skipped(obj, "", "not a Volcano queue, a Node or queued work: left out", unmapped)
+    root_defined = ROOT in queue_objects
+    resources = {"cpu", "memory"}
+    for node in state.nodes:
+        resources.update(node["status"]["allocatable"])
+    for obj in queue_objects.values():
+        spec = obj.spec()
+        resources.update(obj.mapping(spec.get("capability"), "spec.capability"))
+        resources.update(obj.mapping(spec.get("deserved"), "spec.deserved"))
+        guarantee = obj.mapping(spec.get("guarantee"), "spec.guarantee")
+        resources.update(obj.mapping(guarantee.get("resource"), "spec.guarantee.resource"))
+    resources.discard("pods")  # placement counts pods on nodes; quota does not
+    drafts = {
+        name: _queue(obj, root_defined, resources, unmapped) for name, obj in queue_objects.items()
+    }
+    queues = cluster_queues(drafts, unmapped)
+    parents = {d.parent for d in drafts.values() if d.parent}
+    leaves = {name: d.origin for name, d in drafts.items() if name not in parents}
+    flavor = (
+        whole_cluster_flavor(next(iter(drafts.values())).origin, state.nodes) if drafts else None
+    )
+
+    work: list[QueuedWork] = []
+    for obj in vcjobs:
+        spec = obj.spec()
+        queue = obj.ref(spec.get("queue"), "spec.queue") or DEFAULT_QUEUE
+        sets = _job_sets(obj, unmapped)
+        class_name = obj.text(spec.get("priorityClassName"), "spec.priorityClassName")
+        work.append(
+            QueuedWork(
+                obj,
+                queue,
+                "spec.queue",
+                pod_sets=sets,
+                class_name=class_name,
+            )
+        )
+    for obj in jobs:
+        named = obj.meta_strings("annotations").get(QUEUE_ANNOTATION) or obj.meta_strings(
+            "labels"
+        ).get(QUEUE_ANNOTATION, "")
+        if not named:
+            skipped(
+                obj,
+                f"metadata.annotations[{QUEUE_ANNOTATION}]",
+                "the Job names no Volcano queue: left out",
+                unmapped,
+            )
+            continue
+        work.append(
+            QueuedWork(
+                obj,
+                named,
+                f"metadata.annotations[{QUEUE_ANNOTATION}]",
+                job=True,
+            )
+        )
+    members: dict[tuple[str, str], list[SourceObject]] = {}
+    for obj in pods:
+        if finished(obj) or owned_by(obj, {"Job"}):
+            continue  # done, or counted through its (Volcano or batch) Job
+        group = obj.meta_strings("annotations").get(GROUP_ANNOTATION)
+        if group:
+            members.setdefault((obj.namespace, group), []).append(obj)
+            continue
+        named = obj.meta_strings("annotations").get(QUEUE_ANNOTATION, "")
+        if not named:
+            skipped(
+                obj,
+                f"metadata.annotations[{QUEUE_ANNOTATION}]",
+                "the pod names no Volcano queue or PodGroup: left out",
+                unmapped,
+            )
+            continue
+        spec = obj.spec()
+        work.append(
+            QueuedWork(
+                obj,
+                named,
+                f"metadata.annotations[{QUEUE_ANNOTATION}]",
+                pod_sets=[PodSetSource("main", 1, spec, "spec")],
+                class_name=obj.text(spec.get("priorityClassName"), "spec.priorityClassName"),
+            )
+        )
+    for key, group_obj in groups.items():
+        if owned_by(group_obj, {"Job"}):
+            continue  # a Volcano Job's own PodGroup: the Job is the workload
+        spec = group_obj.spec()
+        queue = group_obj.ref(spec.get("queue"), "spec.queue") or DEFAULT_QUEUE
+        group_pods = members.pop(key, [])
+        if not group_pods:
+            skipped(
+                group_obj,
+                "",
+                "no pods of this PodGroup are in the files, so it asks for nothing: left out",
+                unmapped,
+            )
+            continue
+        min_member = group_obj.integer(spec.get("minMember"), "spec.minMember", low=0)
+        if min_member is not None and 0 < min_member < len(group_pods):
+            skipped(
+                group_obj,
+                "spec.minMember",
+                f"{min_member} of {len(group_pods)} pods: Muster admits the group whole",
+                unmapped,
+            )
+        class_name = group_obj.text(spec.get("priorityClassName"), "spec.priorityClassName")
+        work.append(
+            QueuedWork(
+                group_obj,
+                queue,
+                "spec.queue",
+                pod_sets=pod_group_sets(group_pods),
+                class_name=class_name,
+            )
+        )
+    for (namespace, group), orphans in members.items():
+        skipped(
+            orphans[0],
+            f"metadata.annotations[{GROUP_ANNOTATION}]",
+            f"PodGroup {namespace}/{group} is not in the files: its pods are left out",
+            unmapped,
+        )
+    local, imported = queue_work(work, leaves, parents, state, unmapped)
+    manifests = [*state.class_docs, *([flavor] if flavor else []), *queues, *local, *state.nodes]
+    return ImportResult(tuple(manifests), tuple(imported), tuple(unmapped))

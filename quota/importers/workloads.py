@@ -1,0 +1,275 @@
+"""A source project's pending work as Muster Workloads: the demand `muster fairshare` shares
+capacity by, and the jobs `muster import --simulate` runs.
+
+Every source describes work as pod sets (a batch Job's template, a Kueue Workload's
+podSets, a Volcano Job's tasks, the pods of a PodGroup); each becomes one Workload in the
+LocalQueue the source's queue maps to, with the priority of its class.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from quota.api import ManifestError
+from quota.api.meta import parse_duration
+from quota.api.names import QUEUE_LABEL
+from quota.api.quantity import format_quantity
+from quota.api.workload import MAX_POD_COUNT, MAX_POD_SETS
+from quota.importers.build import ClusterState, local_queue, manifest
+from quota.importers.reader import SourceObject
+from quota.importers.report import (
+    ImportedWorkload,
+    Origin,
+    Unmapped,
+    from_manifest_error,
+    refuse,
+)
+from quota.model.convert import job_to_workload_model
+from quota.model.nodeconvert import pod_shape_from_spec
+from quota.simulation.scenario import RUN_FOR_ANNOTATION, SUBMIT_AT_ANNOTATION
+
+
+@dataclass(frozen=True)
+class PodSetSource:
+    """Identical pods in a source object: `count` of `pod_spec`, found at `path`."""
+
+    name: str
+    count: int
+    pod_spec: Mapping[str, Any]
+    path: str  # of the pod spec in the source object, for errors
+    min_count: int | None = None
+
+
+def timing(obj: SourceObject) -> tuple[float, float | None]:
+    """(submit at, run for) in seconds from the annotations muster.dev/submit-at and
+    muster.dev/run-for, as in scenarios; run for None when unset."""
+    annotations = obj.meta_strings("annotations")
+    out: list[float | None] = []
+    for key, default in ((SUBMIT_AT_ANNOTATION, "0s"), (RUN_FOR_ANNOTATION, None)):
+        raw = annotations.get(key, default)
+        if raw is None:
+            out.append(None)
+            continue
+        path = f"metadata.annotations[{key}]"
+        try:
+            seconds = parse_duration(raw).total_seconds()
+        except ValueError as error:
+            refuse(obj.origin, path, str(error))
+        if key == RUN_FOR_ANNOTATION and seconds <= 0:
+            refuse(obj.origin, path, "must be a positive duration")
+        out.append(seconds)
+    submit = out[0]
+    assert submit is not None
+    return submit, out[1]
+
+
+def resolve_priority(
+    obj: SourceObject, class_name: str, path: str, state: ClusterState
+) -> tuple[str | None, int]:
+    """The class and value a workload runs with: the named class, else the default class,
+    else none and 0. A class the files do not define is refused."""
+    if class_name:
+        if class_name not in state.priority_classes:
+            refuse(obj.origin, path, f"priority class {class_name!r} is not defined in the files")
+        return class_name, state.priority_classes[class_name]
+    if state.default_class is not None:
+        return state.default_class, state.priority_classes[state.default_class]
+    return None, 0
+
+
+def workload(
+    obj: SourceObject,
+    *,
+    name: str,
+    local_queue: str,
+    priority: tuple[str | None, int],
+    pod_sets: Sequence[PodSetSource],
+) -> ImportedWorkload:
+    """One Muster Workload of `pod_sets`, queued in `local_queue` of the object's namespace."""
+    if not pod_sets:
+        refuse(obj.origin, "spec", "has no pods to run")
+    if len(pod_sets) > MAX_POD_SETS:
+        refuse(
+            obj.origin,
+            "spec",
+            f"{len(pod_sets)} kinds of pods; a Muster Workload holds at most {MAX_POD_SETS}",
+        )
+    sets: list[dict[str, Any]] = []
+    for ps in pod_sets:
+        if ps.count > MAX_POD_COUNT:
+            refuse(obj.origin, ps.path, f"{ps.count} pods; at most {MAX_POD_COUNT} per pod set")
+        try:
+            shape = pod_shape_from_spec(
+                ps.pod_spec, subject=obj.origin.subject, where=ps.path, index=obj.origin.index
+            )
+        except ManifestError as error:
+            raise from_manifest_error(obj.origin, error) from None
+        entry: dict[str, Any] = {
+            "name": ps.name,
+            "count": ps.count,
+            "template": {
+                "nodeSelector": dict(shape.node_selector),
+                "tolerations": list(obj.items(ps.pod_spec.get("tolerations"), ps.path)),
+            },
+            "requests": {r: format_quantity(v, r) for r, v in shape.requests.items()},
+        }
+        affinity = ps.pod_spec.get("affinity")
+        if affinity:
+            entry["template"]["affinity"] = affinity
+        if ps.min_count is not None and ps.min_count < ps.count:
+            entry["minCount"] = ps.min_count
+        sets.append(entry)
+    class_name, value = priority
+    spec: dict[str, Any] = {"queueName": local_queue, "priority": value, "podSets": sets}
+    if class_name:
+        spec["priorityClassName"] = class_name
+    doc = manifest(
+        obj.origin,
+        "Workload",
+        {"metadata": {"name": name, "namespace": obj.namespace}, "spec": spec},
+    )
+    submit, run_for = timing(obj)
+    return ImportedWorkload(doc, submit, run_for)
+
+
+def batch_job(
+    obj: SourceObject,
+    local_queue: str,
+    priority: tuple[str | None, int] | None,
+    state: ClusterState,
+) -> ImportedWorkload:
+    """A batch/v1 Job queued in `local_queue`, converted exactly as Muster converts Jobs
+    (one pod set of min(parallelism, completions) pods). `priority` overrides the pod
+    template's PriorityClass (Kueue's WorkloadPriorityClass label)."""
+    meta = obj.mapping(obj.doc.get("metadata"), "metadata")
+    labels = {**obj.meta_strings("labels"), QUEUE_LABEL: local_queue}
+    job = {**obj.doc, "metadata": {**meta, "namespace": obj.namespace, "labels": labels}}
+    try:
+        model = job_to_workload_model(
+            job,
+            state.priority_classes,
+            global_default=state.default_class,
+            index=obj.origin.index,
+        )
+    except ManifestError as error:
+        raise from_manifest_error(obj.origin, error) from None
+    body = model.model_dump(mode="json", by_alias=True, exclude_none=True)
+    if priority is not None:
+        class_name, value = priority
+        body["spec"]["priority"] = value
+        body["spec"].pop("priorityClassName", None)
+        if class_name:
+            body["spec"]["priorityClassName"] = class_name
+    body.pop("status", None)
+    body.pop("apiVersion", None)
+    body.pop("kind", None)
+    doc = manifest(obj.origin, "Workload", body)
+    submit, run_for = timing(obj)
+    return ImportedWorkload(doc, submit, run_for)
+
+
+def _signature(pod_spec: Mapping[str, Any]) -> str:
+    keep = {k: pod_spec.get(k) for k in ("containers", "initContainers", "nodeSelector")}
+    keep["tolerations"] = pod_spec.get("tolerations")
+    keep["affinity"] = pod_spec.get("affinity")
+    keep["overhead"] = pod_spec.get("overhead")
+    return json.dumps(keep, sort_keys=True, default=str)
+
+
+def pod_group_sets(pods: Sequence[SourceObject]) -> list[PodSetSource]:
+    """The pods of one group as pod sets, one per distinct pod spec, in order of appearance."""
+    counts: dict[str, int] = {}
+    specs: dict[str, Mapping[str, Any]] = {}
+    for pod in pods:
+        spec = pod.spec()
+        key = _signature(spec)
+        counts[key] = counts.get(key, 0) + 1
+        specs.setdefault(key, spec)
+    return [
+        PodSetSource(f"pods-{i}" if len(counts) > 1 else "main", count, specs[key], "spec")
+        for i, (key, count) in enumerate(counts.items())
+    ]
+
+
+def skipped(obj: SourceObject, path: str, reason: str, unmapped: list[Unmapped]) -> None:
+    """Record that a source object (or field) was left out, and why."""
+    unmapped.append(Unmapped(obj.origin, path, reason))
+
+
+@dataclass(frozen=True)
+class QueuedWork:
+    """Work that names its queue directly (KAI, Volcano): a batch Job (`job`), or pod sets
+    with a priority class; built once the LocalQueue standing for the queue is known."""
+
+    obj: SourceObject
+    queue: str
+    queue_path: str
+    job: bool = False
+    pod_sets: Sequence[PodSetSource] = ()
+    class_name: str = ""
+
+
+def queue_work(
+    work: Sequence[QueuedWork],
+    leaves: Mapping[str, Origin],
+    parents: set[str],
+    state: ClusterState,
+    unmapped: list[Unmapped],
+) -> tuple[list[dict[str, Any]], list[ImportedWorkload]]:
+    """For sources whose jobs name a queue, not a namespace's door into it: one LocalQueue
+    named after the queue in every namespace that has work for it, and the work itself.
+    Work for a queue the files do not define, or for a parent queue, is left out."""
+    local: dict[tuple[str, str], dict[str, Any]] = {}
+    out: list[ImportedWorkload] = []
+    for item in work:
+        if item.queue in parents:
+            skipped(
+                item.obj,
+                item.queue_path,
+                f"queue {item.queue!r} has child queues; only leaf queues run work: left out",
+                unmapped,
+            )
+            continue
+        if item.queue not in leaves:
+            skipped(
+                item.obj,
+                item.queue_path,
+                f"queue {item.queue!r} is not in the files: left out",
+                unmapped,
+            )
+            continue
+        key = (item.obj.namespace, item.queue)
+        if key not in local:
+            local[key] = local_queue(leaves[item.queue], key[0], item.queue, item.queue)
+        if item.job:
+            out.append(batch_job(item.obj, item.queue, None, state))
+            continue
+        priority = resolve_priority(item.obj, item.class_name, "spec.priorityClassName", state)
+        out.append(
+            workload(
+                item.obj,
+                name=item.obj.name,
+                local_queue=item.queue,
+                priority=priority,
+                pod_sets=item.pod_sets,
+            )
+        )
+    return list(local.values()), out
+
+
+def owned_by(obj: SourceObject, kinds: set[str]) -> str | None:
+    """The name of the owner of one of `kinds`, if the object has one."""
+    meta = obj.mapping(obj.doc.get("metadata"), "metadata")
+    for ref in obj.items(meta.get("ownerReferences"), "metadata.ownerReferences"):
+        if isinstance(ref, Mapping) and ref.get("kind") in kinds:
+            return str(ref.get("name"))
+    return None
+
+
+def finished(obj: SourceObject) -> bool:
+    """A pod that has already succeeded or failed asks for nothing."""
+    status = obj.mapping(obj.doc.get("status"), "status")
+    return status.get("phase") in ("Succeeded", "Failed")
