@@ -1,0 +1,59 @@
+"""`muster import` on malformed input never gets a traceback or a hang (issue 15): the
+hand-found classes of bad files, and a few hundred mutations of the example imports from a
+fixed seed, each run through the real command line in-process."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.unit.test_fuzz_inputs import _mutate, assert_clean, assert_refused, run
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "imports"
+SOURCES = ("kueue", "kai", "volcano")
+
+
+def _example_docs(source: str) -> list[dict[str, Any]]:
+    docs: list[dict[str, Any]] = []
+    for path in sorted((EXAMPLES / source).glob("*.yaml")):
+        docs.extend(d for d in yaml.safe_load_all(path.read_text()) if d is not None)
+    return docs
+
+
+def test_unreadable_files_are_refused_naming_the_file(tmp_path: Path) -> None:
+    cases = {
+        "binary.yaml": b"\xff\xfe\x00kind: Queue\n",
+        "broken.yaml": b"kind: [Queue\n",
+        "deep.yaml": b"a: " + b"[" * 60 + b"]" * 60 + b"\n",
+        "empty.yaml": b"",
+        "scalar.yaml": b"just text\n",
+        "nokind.yaml": b"apiVersion: scheduling.volcano.sh/v1beta1\nmetadata: {name: q}\n",
+    }
+    needles = {
+        "binary.yaml": "not UTF-8",
+        "broken.yaml": "not valid YAML",
+        "deep.yaml": "nested",
+        "empty.yaml": "no documents",
+        "scalar.yaml": "expected a mapping",
+        "nokind.yaml": "kind: required field is missing",
+    }
+    for name, data in cases.items():
+        path = tmp_path / name
+        path.write_bytes(data)
+        assert_refused(run("import", "volcano", str(path)), name, needles[name])
+
+
+@pytest.mark.parametrize("source", SOURCES)
+def test_mutated_example_imports_never_get_a_traceback(tmp_path: Path, source: str) -> None:
+    rng = random.Random(f"import-{source}")
+    original = _example_docs(source)
+    path = tmp_path / "case.yaml"
+    for case in range(120):
+        docs, what = _mutate(original, rng)
+        path.write_text(yaml.safe_dump_all(docs, sort_keys=False))
+        result = run("import", source, str(path), "-o", str(tmp_path / "out"))
+        assert_clean(result, context=f"{source} case {case}: {what}")
