@@ -203,9 +203,13 @@ class ClusterState:
         self.class_docs: list[dict[str, Any]] = []
 
     def take(self, obj: SourceObject) -> bool:
-        """Keep `obj` if it is a Node or a PriorityClass; whether it was one."""
+        """Keep `obj` if it is a Node or a PriorityClass (and pass over a Namespace);
+        whether it was one of those."""
+        if obj.api_version == "v1" and obj.kind == "Namespace":
+            return True  # LocalQueues carry their namespace; nothing else to keep
         if obj.api_version == "v1" and obj.kind == "Node":
-            obj.name  # noqa: B018 - checks the name
+            if not obj.name:  # the getter refuses a missing or malformed name
+                return False
             try:
                 node_from_manifest(obj.doc, index=obj.origin.index)
             except ManifestError as error:

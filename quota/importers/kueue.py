@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from fractions import Fraction
 from typing import Any
 
+from quota.api.meta import INT32_MAX, INT32_MIN
 from quota.api.quantity import QuantityError, format_quantity, parse_quantity
 from quota.importers.build import (
     ClusterState,
@@ -27,11 +28,21 @@ from quota.importers.build import (
 )
 from quota.importers.reader import SourceObject
 from quota.importers.report import ImportedWorkload, ImportResult, Unmapped, refuse
-from quota.importers.workloads import PodSetSource, batch_job, skipped, workload
+from quota.importers.workloads import (
+    PodSetSource,
+    batch_job,
+    finished,
+    owned_by,
+    pod_group_sets,
+    resolve_priority,
+    skipped,
+    workload,
+)
 
 GROUP = "kueue.x-k8s.io"
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 PRIORITY_LABEL = "kueue.x-k8s.io/priority-class"
+POD_GROUP_LABEL = "kueue.x-k8s.io/pod-group-name"
 WPC_SOURCE = "kueue.x-k8s.io/workloadpriorityclass"
 _UNMAPPED_KINDS = {
     "AdmissionCheck": "Muster has no admission checks (provisioning requests, MultiKueue)",
@@ -170,340 +181,327 @@ def _limits(
     return out
 
 
-def import_kueue(objects: Sequence[SourceObject]) -> ImportResult:
-    """Muster manifests for Kueue's ResourceFlavors, ClusterQueues, Cohorts, LocalQueues,
-    WorkloadPriorityClasses, Workloads and queued Jobs (plus Nodes and PriorityClasses)."""
-    unmapped: list[Unmapped] = []
-    state = ClusterState()
-    by_kind: dict[str, list[SourceObject]] = {}
-    for obj in objects:
-        if state.take(obj):
-            continue
-        if obj.group == GROUP:
-            by_kind.setdefault(obj.kind, []).append(obj)
-        elif obj.api_version == "batch/v1" and obj.kind == "Job":
-            by_kind.setdefault("Job", []).append(obj)
-        elif obj.group in ("scheduling.run.ai", "scheduling.volcano.sh", "batch.volcano.sh"):
-            refuse(
-                obj.origin,
-                "apiVersion",
-                f"{obj.api_version} {obj.kind} is not a Kueue object (use `muster import "
-                f"{'kai' if 'run.ai' in obj.group else 'volcano'}`)",
-            )
-        else:
-            skipped(obj, "", "not a Kueue queue object, a Node or a queued Job: left out", unmapped)
-
-    flavors: list[dict[str, Any]] = []
-    flavor_names: set[str] = set()
-    for obj in by_kind.pop("ResourceFlavor", []):
+def _flavors(objs: Sequence[SourceObject], unmapped: list[Unmapped]) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    names: set[str] = set()
+    for obj in objs:
         spec = obj.spec()
-        rf_spec: dict[str, Any] = {
+        taints = [
+            {
+                k: v
+                for k, v in obj.mapping(t, f"spec.nodeTaints[{i}]").items()
+                if k in ("key", "value", "effect")  # timeAdded is the node's business
+            }
+            for i, t in enumerate(obj.items(spec.get("nodeTaints"), "spec.nodeTaints"))
+        ]
+        body = {
             "nodeLabels": obj.strings(spec.get("nodeLabels"), "spec.nodeLabels"),
-            "nodeTaints": [
-                {
-                    k: v
-                    for k, v in obj.mapping(t, f"spec.nodeTaints[{i}]").items()
-                    if k in ("key", "value", "effect")
-                }
-                for i, t in enumerate(obj.items(spec.get("nodeTaints"), "spec.nodeTaints"))
-            ],
+            "nodeTaints": taints,
             "tolerations": obj.items(spec.get("tolerations"), "spec.tolerations"),
         }
         if spec.get("topologyName"):
             skipped(obj, "spec.topologyName", "topology-aware scheduling is not modelled", unmapped)
-        if obj.name in flavor_names:
+        if obj.name in names:
             refuse(obj.origin, "metadata.name", "ResourceFlavor defined twice")
-        flavor_names.add(obj.name)
-        flavors.append(
-            manifest(
-                obj.origin, "ResourceFlavor", {"metadata": {"name": obj.name}, "spec": rf_spec}
-            )
+        names.add(obj.name)
+        out.append(
+            manifest(obj.origin, "ResourceFlavor", {"metadata": {"name": obj.name}, "spec": body})
         )
+    return out
 
-    classes: list[dict[str, Any]] = list(state.class_docs)
-    wpc: dict[str, int] = {}
-    for obj in by_kind.pop("WorkloadPriorityClass", []):
+
+def _workload_priority_classes(
+    objs: Sequence[SourceObject], state: ClusterState
+) -> tuple[dict[str, int], list[dict[str, Any]]]:
+    values: dict[str, int] = {}
+    docs: list[dict[str, Any]] = []
+    for obj in objs:
         value = priority_value(obj, "value")
-        if obj.name in state.priority_classes:
+        if obj.name in state.priority_classes or obj.name in values:
             refuse(
                 obj.origin,
                 "metadata.name",
-                f"a PriorityClass {obj.name!r} is also in the files; Muster has one kind of "
-                "priority class, so the two would clash (rename one)",
+                f"a priority class {obj.name!r} is already in the files; Muster has one kind "
+                "of priority class, so the two would clash (rename one)",
             )
-        wpc[obj.name] = value
-        classes.append(
-            priority_class(obj.name, value, obj.text(obj.doc.get("description"), "description"))
-        )
+        values[obj.name] = value
+        description = obj.text(obj.doc.get("description"), "description")
+        docs.append(priority_class(obj.name, value, description))
+    return values, docs
 
-    # ClusterQueues: leaves of the tree.
+
+def _cluster_queue(
+    obj: SourceObject, flavor_names: set[str], unmapped: list[Unmapped]
+) -> tuple[QueueDraft, _Pool, str]:
+    """A ClusterQueue's draft, its nominal quotas, and its cohort ("" when none)."""
+    spec = obj.spec()
+    cohort_path = "spec.cohortName" if "cohortName" in spec else "spec.cohort"
+    cohort = obj.ref(spec.get("cohortName", spec.get("cohort")), cohort_path)
+    pool = _Pool()
+    borrow: dict[str, dict[str, int]] = {}
+    _resource_groups(obj, spec, pool, borrow, unmapped)
+    for flavor in pool.quota:
+        if flavor not in flavor_names:
+            refuse(
+                obj.origin, "spec.resourceGroups", f"ResourceFlavor {flavor!r} is not in the files"
+            )
+    preemption = obj.mapping(spec.get("preemption"), "spec.preemption")
+    within = obj.choice(
+        preemption.get("withinClusterQueue"),
+        "spec.preemption.withinClusterQueue",
+        ("Never", "LowerPriority", "LowerOrNewerEqualPriority"),
+        "Never",
+    )
+    # Kueue's default is Never, Muster's Any: written out either way.
+    reclaim = obj.choice(
+        preemption.get("reclaimWithinCohort"),
+        "spec.preemption.reclaimWithinCohort",
+        ("Never", "LowerPriority", "Any"),
+        "Never",
+    )
+    path = "spec.preemption.borrowWithinCohort"
+    if obj.mapping(preemption.get("borrowWithinCohort"), path).get("policy") not in (None, "Never"):
+        skipped(
+            obj,
+            path,
+            "Muster preempts to borrow only by reclaiming from queues above their fair share",
+            unmapped,
+        )
+    body: dict[str, Any] = {
+        "flavors": pool.flavors(_limits(pool, borrow, bool(cohort))),
+        "queueingStrategy": obj.choice(
+            spec.get("queueingStrategy"),
+            "spec.queueingStrategy",
+            ("StrictFIFO", "BestEffortFIFO"),
+            "BestEffortFIFO",
+        ),
+        "stopPolicy": obj.choice(
+            spec.get("stopPolicy"), "spec.stopPolicy", ("None", "Hold", "HoldAndDrain"), "None"
+        ),
+        "preemption": {"withinQueue": within, "reclaim": reclaim},
+    }
+    if spec.get("namespaceSelector") is not None:
+        body["namespaceSelector"] = obj.mapping(spec["namespaceSelector"], "spec.namespaceSelector")
+    else:
+        skipped(
+            obj,
+            "spec.namespaceSelector",
+            "unset: Kueue admits from no namespace, Muster from every namespace",
+            unmapped,
+        )
+    for key, reason in _CQ_UNMAPPED.items():
+        if spec.get(key):
+            skipped(obj, f"spec.{key}", reason, unmapped)
+    draft = QueueDraft(
+        obj.name, obj.origin, weight=_weight(obj, spec), weight_path="spec.fairSharing.weight"
+    )
+    draft.spec = body
+    return draft, pool, cohort
+
+
+def _cohort_parent(obj: SourceObject) -> tuple[str, str]:
+    spec = obj.spec()
+    path = "spec.parentName" if "parentName" in spec else "spec.parent"
+    return obj.ref(spec.get("parentName", spec.get("parent")), path), path
+
+
+def _tree(
+    cq_objects: Sequence[SourceObject],
+    cohort_objects: Sequence[SourceObject],
+    flavor_names: set[str],
+    unmapped: list[Unmapped],
+) -> tuple[list[dict[str, Any]], set[str]]:
+    """ClusterQueue manifests for Kueue's ClusterQueues and cohorts, and the names of the
+    leaf queues (Kueue's ClusterQueues)."""
     drafts: dict[str, QueueDraft] = {}
     pools: dict[str, _Pool] = {}
     cohort_of: dict[str, str] = {}
-    cq_objects = by_kind.pop("ClusterQueue", [])
     for obj in cq_objects:
         if obj.name in drafts:
             refuse(obj.origin, "metadata.name", "ClusterQueue defined twice")
-        spec = obj.spec()
-        cohort_path = "spec.cohortName" if "cohortName" in spec else "spec.cohort"
-        cohort = obj.ref(spec.get("cohortName", spec.get("cohort")), cohort_path)
-        pool = _Pool()
-        borrow: dict[str, dict[str, int]] = {}
-        _resource_groups(obj, spec, pool, borrow, unmapped)
-        for flavor in pool.quota:
-            if flavor not in flavor_names:
-                refuse(
-                    obj.origin,
-                    "spec.resourceGroups",
-                    f"ResourceFlavor {flavor!r} is not in the files",
-                )
-        preemption = obj.mapping(spec.get("preemption"), "spec.preemption")
-        within = obj.choice(
-            preemption.get("withinClusterQueue"),
-            "spec.preemption.withinClusterQueue",
-            ("Never", "LowerPriority", "LowerOrNewerEqualPriority"),
-            "Never",
-        )
-        reclaim = obj.choice(
-            preemption.get("reclaimWithinCohort"),
-            "spec.preemption.reclaimWithinCohort",
-            ("Never", "LowerPriority", "Any"),
-            "Never",
-        )
-        borrow_within = obj.mapping(
-            preemption.get("borrowWithinCohort"), "spec.preemption.borrowWithinCohort"
-        )
-        if borrow_within.get("policy") not in (None, "Never"):
-            skipped(
-                obj,
-                "spec.preemption.borrowWithinCohort",
-                "Muster preempts to borrow only through reclaim of queues above their fair share",
-                unmapped,
-            )
-        body: dict[str, Any] = {
-            "flavors": pool.flavors(_limits(pool, borrow, bool(cohort))),
-            "queueingStrategy": obj.choice(
-                spec.get("queueingStrategy"),
-                "spec.queueingStrategy",
-                ("StrictFIFO", "BestEffortFIFO"),
-                "BestEffortFIFO",
-            ),
-            "stopPolicy": obj.choice(
-                spec.get("stopPolicy"), "spec.stopPolicy", ("None", "Hold", "HoldAndDrain"), "None"
-            ),
-            "preemption": {"withinQueue": within, "reclaim": reclaim},
-        }
-        if spec.get("namespaceSelector") is not None:
-            body["namespaceSelector"] = obj.mapping(
-                spec["namespaceSelector"], "spec.namespaceSelector"
-            )
-        else:
-            skipped(
-                obj,
-                "spec.namespaceSelector",
-                "unset: Kueue admits from no namespace, Muster from every namespace",
-                unmapped,
-            )
-        for key, reason in _CQ_UNMAPPED.items():
-            if spec.get(key):
-                skipped(obj, f"spec.{key}", reason, unmapped)
-        drafts[obj.name] = QueueDraft(
-            obj.name,
-            obj.origin,
-            weight=_weight(obj, spec),
-            weight_path="spec.fairSharing.weight",
-            spec=body,
-        )
-        pools[obj.name] = pool
+        draft, pools[obj.name], cohort = _cluster_queue(obj, flavor_names, unmapped)
+        drafts[obj.name] = draft
         if cohort:
             cohort_of[obj.name] = cohort
-
-    # Cohorts: parents. A cohort named like a ClusterQueue is renamed (one name space).
-    cohort_objects = {}
-    for obj in by_kind.pop("Cohort", []):
-        if obj.name in cohort_objects:
+    defined: dict[str, SourceObject] = {}
+    for obj in cohort_objects:
+        if obj.name in defined:
             refuse(obj.origin, "metadata.name", "Cohort defined twice")
-        cohort_objects[obj.name] = obj
-    names = set(cohort_of.values()) | set(cohort_objects)
-    for obj in cohort_objects.values():
-        spec = obj.spec()
-        path = "spec.parentName" if "parentName" in spec else "spec.parent"
-        parent = obj.ref(spec.get("parentName", spec.get("parent")), path)
-        if parent:
-            names.add(parent)
+        defined[obj.name] = obj
+    # Every cohort named anywhere is a parent queue, defined by a Cohort object or not.
+    names = set(cohort_of.values()) | set(defined)
+    names |= {p for p, _ in map(_cohort_parent, defined.values()) if p}
 
-    def cohort_name(name: str) -> str:
+    def renamed(name: str) -> str:
+        # Cohorts and ClusterQueues have separate names in Kueue, one name space in Muster.
         return f"{name}-cohort" if name in drafts else name
 
+    cohorts: dict[str, QueueDraft] = {}
+    own_borrow: dict[str, dict[str, dict[str, int]]] = {}
     for name in sorted(names):
+        pool = _Pool()
+        borrow: dict[str, dict[str, int]] = {}
+        obj_or_none = defined.get(name)
+        if obj_or_none is not None:
+            parent, parent_path = _cohort_parent(obj_or_none)
+            _resource_groups(obj_or_none, obj_or_none.spec(), pool, borrow, unmapped)
+            draft = QueueDraft(
+                renamed(name),
+                obj_or_none.origin,
+                parent=renamed(parent) if parent else None,
+                parent_path=parent_path,
+                weight=_weight(obj_or_none, obj_or_none.spec()),
+                weight_path="spec.fairSharing.weight",
+            )
+        else:
+            member = next(q for q, c in sorted(cohort_of.items()) if c == name)
+            draft = QueueDraft(renamed(name), drafts[member].origin, parent_path="spec.cohort")
         if name in drafts:
-            origin = cohort_objects[name].origin if name in cohort_objects else drafts[name].origin
             unmapped.append(
                 Unmapped(
-                    origin,
-                    "metadata.name",
+                    draft.origin,
+                    "metadata.name" if obj_or_none is not None else "spec.cohort",
                     f"cohort {name!r} shares its name with a ClusterQueue; in Muster both are "
-                    f"ClusterQueues, so the cohort is imported as {cohort_name(name)!r}",
+                    f"ClusterQueues, so the cohort is imported as {draft.name!r}",
                 )
             )
-    cohort_drafts: dict[str, QueueDraft] = {}
-    cohort_borrow: dict[str, dict[str, dict[str, int]]] = {}
-    for name in sorted(names):
-        obj_or_none = cohort_objects.get(name)
-        pool = _Pool()
-        own_borrow: dict[str, dict[str, int]] = {}
-        parent = ""
-        weight = Fraction(1)
-        if obj_or_none is not None:
-            obj = obj_or_none
-            spec = obj.spec()
-            path = "spec.parentName" if "parentName" in spec else "spec.parent"
-            parent = obj.ref(spec.get("parentName", spec.get("parent")), path)
-            _resource_groups(obj, spec, pool, own_borrow, unmapped)
-            weight = _weight(obj, spec)
-            origin = obj.origin
-            parent_path = path
-        else:
-            member = next(q for q, c in cohort_of.items() if c == name)
-            origin = drafts[member].origin
-            parent_path = "spec.cohort"
-        cohort_drafts[name] = QueueDraft(
-            cohort_name(name),
-            origin,
-            parent=cohort_name(parent) if parent else None,
-            parent_path=parent_path,
-            weight=weight,
-            weight_path="spec.fairSharing.weight",
-        )
-        pools[cohort_name(name)] = pool
-        cohort_borrow[name] = own_borrow
+        cohorts[draft.name] = draft
+        pools[draft.name] = pool
+        own_borrow[draft.name] = borrow
     for queue, cohort in cohort_of.items():
-        drafts[queue].parent = cohort_name(cohort)
+        drafts[queue].parent = renamed(cohort)
         drafts[queue].parent_path = "spec.cohort"
-    all_drafts = {**drafts, **{d.name: d for d in cohort_drafts.values()}}
-    # A cohort pools its members' quota: add every subtree's quota into its ancestors, once
-    # the tree is known to have no cycle.
-    order = ordered(all_drafts)
+    everything = {**drafts, **cohorts}
+    # A cohort holds what its subtree pools: every queue's own quota is added to each of its
+    # ancestors (the tree is known to have no cycle once ordered).
     own = {name: {f: dict(r) for f, r in pool.quota.items()} for name, pool in pools.items()}
-    for draft in order:
-        seen: set[str] = set()
+    for draft in ordered(everything):
         ancestor = draft.parent
-        while ancestor is not None and ancestor not in seen:
-            seen.add(ancestor)
+        while ancestor is not None:
             for flavor, row in own[draft.name].items():
                 for resource, amount in row.items():
                     pools[ancestor].add(flavor, resource, amount)
-            ancestor = all_drafts[ancestor].parent
-    for name, draft in ((n, cohort_drafts[n]) for n in sorted(cohort_drafts)):
-        pool = pools[draft.name]
+            ancestor = everything[ancestor].parent
+    for name, draft in cohorts.items():
+        pool = pools[name]
+        # A root cohort lends nothing beyond its members; a nested one borrows from its
+        # parent up to its borrowing limit, or without bound.
         draft.spec = {
-            "flavors": pool.flavors(_limits(pool, cohort_borrow[name], draft.parent is not None))
+            "flavors": pool.flavors(_limits(pool, own_borrow[name], draft.parent is not None))
         }
+    return cluster_queues(everything, unmapped), set(drafts)
 
-    queues = cluster_queues(all_drafts, unmapped)
 
-    # LocalQueues.
-    local: list[dict[str, Any]] = []
-    lq_target: dict[tuple[str, str], str] = {}
-    for obj in by_kind.pop("LocalQueue", []):
+def _local_queues(
+    objs: Sequence[SourceObject], leaves: set[str], unmapped: list[Unmapped]
+) -> tuple[list[dict[str, Any]], set[tuple[str, str]]]:
+    out: list[dict[str, Any]] = []
+    keys: set[tuple[str, str]] = set()
+    for obj in objs:
         spec = obj.spec()
         target = obj.ref(spec.get("clusterQueue"), "spec.clusterQueue", required=True)
-        if target not in drafts:
+        if target not in leaves:
             refuse(obj.origin, "spec.clusterQueue", f"ClusterQueue {target!r} is not in the files")
-        lq_key = (obj.namespace, obj.name)
-        if lq_key in lq_target:
+        key = (obj.namespace, obj.name)
+        if key in keys:
             refuse(obj.origin, "metadata.name", "LocalQueue defined twice")
-        lq_target[lq_key] = target
+        keys.add(key)
         for field, reason in (
             ("stopPolicy", "Muster stops whole ClusterQueues, not one namespace's LocalQueue"),
             ("fairSharing", "Muster shares fairly between ClusterQueues, not LocalQueues"),
         ):
             if spec.get(field) not in (None, "None"):
                 skipped(obj, f"spec.{field}", reason, unmapped)
-        local.append(local_queue(obj.origin, obj.namespace, obj.name, target))
+        out.append(local_queue(obj.origin, obj.namespace, obj.name, target))
+    return out, keys
 
-    # Workloads, and Jobs that no Workload in the files already stands for.
-    state.priority_classes.update(wpc)
-    work: list[ImportedWorkload] = []
-    owners: set[tuple[str, str]] = set()
-    for obj in by_kind.pop("Workload", []):
-        for ref in obj.items(
-            obj.mapping(obj.doc.get("metadata"), "metadata").get("ownerReferences"),
-            "metadata.ownerReferences",
-        ):
-            if isinstance(ref, dict) and ref.get("kind") == "Job":
-                owners.add((obj.namespace, str(ref.get("name"))))
-        spec = obj.spec()
-        queue = obj.ref(spec.get("queueName"), "spec.queueName", required=True)
-        if (obj.namespace, queue) not in lq_target:
-            skipped(
-                obj,
-                "spec.queueName",
-                f"LocalQueue {obj.namespace}/{queue} is not in the files: workload left out",
-                unmapped,
-            )
-            continue
-        if obj.mapping(obj.doc.get("status"), "status").get("admission"):
-            skipped(
-                obj,
-                "status.admission",
-                "imported as pending: its admission is not carried over",
-                unmapped,
-            )
-        sets = []
-        for i, ps in enumerate(obj.items(spec.get("podSets"), "spec.podSets")):
-            path = f"spec.podSets[{i}]"
-            ps = obj.mapping(ps, path)
-            count = obj.integer(ps.get("count", 1), f"{path}.count", low=0)
-            template = obj.mapping(ps.get("template"), f"{path}.template")
-            sets.append(
-                PodSetSource(
-                    obj.text(ps.get("name"), f"{path}.name") or "main",
-                    count or 0,
-                    obj.mapping(template.get("spec"), f"{path}.template.spec"),
-                    f"{path}.template.spec",
-                    obj.integer(ps.get("minCount"), f"{path}.minCount", low=1),
-                )
-            )
-        class_name = obj.text(spec.get("priorityClassName"), "spec.priorityClassName")
-        explicit = obj.integer(spec.get("priority"), "spec.priority", low=-(2**31), high=2**31 - 1)
-        if explicit is not None:
-            priority: tuple[str | None, int] = (class_name or None, explicit)
-        elif class_name:
-            if class_name not in state.priority_classes:
-                refuse(
-                    obj.origin,
-                    "spec.priorityClassName",
-                    f"priority class {class_name!r} is not in the files",
-                )
-            priority = (class_name, state.priority_classes[class_name])
-        else:
-            priority = (None, 0)
-        work.append(
-            workload(obj, name=obj.name, local_queue=queue, priority=priority, pod_sets=sets)
+
+def _workload_priority(obj: SourceObject, state: ClusterState) -> tuple[str | None, int]:
+    """A Kueue Workload's priority: spec.priority as Kueue resolved it, else its class
+    (v1beta1 spec.priorityClassName, v1beta2 spec.priorityClassRef.name), else none."""
+    spec = obj.spec()
+    ref = obj.mapping(spec.get("priorityClassRef"), "spec.priorityClassRef")
+    path = "spec.priorityClassRef.name" if ref else "spec.priorityClassName"
+    class_name = obj.text(ref.get("name") if ref else spec.get("priorityClassName"), path)
+    explicit = obj.integer(spec.get("priority"), "spec.priority", low=INT32_MIN, high=INT32_MAX)
+    if explicit is not None:
+        return class_name or None, explicit
+    if class_name and class_name not in state.priority_classes:
+        refuse(obj.origin, path, f"priority class {class_name!r} is not in the files")
+    return (class_name, state.priority_classes[class_name]) if class_name else (None, 0)
+
+
+def _kueue_workload(
+    obj: SourceObject, state: ClusterState, unmapped: list[Unmapped]
+) -> ImportedWorkload:
+    spec = obj.spec()
+    if obj.mapping(obj.doc.get("status"), "status").get("admission"):
+        skipped(
+            obj,
+            "status.admission",
+            "imported as pending: its admission is not carried over",
+            unmapped,
         )
+    sets = []
+    for i, raw in enumerate(obj.items(spec.get("podSets"), "spec.podSets")):
+        path = f"spec.podSets[{i}]"
+        ps = obj.mapping(raw, path)
+        template = obj.mapping(ps.get("template"), f"{path}.template")
+        sets.append(
+            PodSetSource(
+                obj.text(ps.get("name"), f"{path}.name") or "main",
+                obj.integer(ps.get("count", 1), f"{path}.count", low=0) or 0,
+                obj.mapping(template.get("spec"), f"{path}.template.spec"),
+                f"{path}.template.spec",
+                obj.integer(ps.get("minCount"), f"{path}.minCount", low=1),
+            )
+        )
+    queue = obj.ref(spec.get("queueName"), "spec.queueName", required=True)
+    priority = _workload_priority(obj, state)
+    return workload(obj, name=obj.name, local_queue=queue, priority=priority, pod_sets=sets)
+
+
+def _work(
+    by_kind: dict[str, list[SourceObject]],
+    lq_keys: set[tuple[str, str]],
+    wpc: dict[str, int],
+    state: ClusterState,
+    unmapped: list[Unmapped],
+) -> list[ImportedWorkload]:
+    """Workloads, Jobs no Workload of the files stands for, and queued Pods (Kueue's pod
+    integration, grouped by kueue.x-k8s.io/pod-group-name)."""
+    out: list[ImportedWorkload] = []
+    owners: set[tuple[str, str]] = set()
+    workloads = by_kind.pop("Workload", [])
+    for obj in workloads:
+        owner = owned_by(obj, {"Job"})
+        if owner:
+            owners.add((obj.namespace, owner))
+
+    def queued(obj: SourceObject, queue: str, path: str) -> bool:
+        if (obj.namespace, queue) in lq_keys:
+            return True
+        skipped(
+            obj, path, f"LocalQueue {obj.namespace}/{queue} is not in the files: left out", unmapped
+        )
+        return False
+
+    for obj in workloads:
+        queue = obj.ref(obj.spec().get("queueName"), "spec.queueName", required=True)
+        if queued(obj, queue, "spec.queueName"):
+            out.append(_kueue_workload(obj, state, unmapped))
+    label_path = f"metadata.labels[{QUEUE_LABEL}]"
     for obj in by_kind.pop("Job", []):
         labels = obj.meta_strings("labels")
-        job_queue = labels.get(QUEUE_LABEL, "")
-        if not job_queue:
-            skipped(
-                obj,
-                f"metadata.labels[{QUEUE_LABEL}]",
-                "the Job names no Kueue queue: left out",
-                unmapped,
-            )
-            continue
+        queue = labels.get(QUEUE_LABEL, "")
         if (obj.namespace, obj.name) in owners:
             continue  # its Workload is in the files
-        if (obj.namespace, job_queue) not in lq_target:
-            skipped(
-                obj,
-                f"metadata.labels[{QUEUE_LABEL}]",
-                f"LocalQueue {obj.namespace}/{job_queue} is not in the files: Job left out",
-                unmapped,
-            )
+        if not queue:
+            skipped(obj, label_path, "the Job names no Kueue queue: left out", unmapped)
             continue
-        job_priority = None
+        if not queued(obj, queue, label_path):
+            continue
+        priority: tuple[str | None, int] | None = None
         wanted = labels.get(PRIORITY_LABEL)
         if wanted:
             if wanted not in wpc:
@@ -512,12 +510,71 @@ def import_kueue(objects: Sequence[SourceObject]) -> ImportResult:
                     f"metadata.labels[{PRIORITY_LABEL}]",
                     f"WorkloadPriorityClass {wanted!r} is not in the files",
                 )
-            job_priority = (wanted, wpc[wanted])
-        work.append(batch_job(obj, job_queue, job_priority, state))
+            priority = (wanted, wpc[wanted])
+        out.append(batch_job(obj, queue, priority, state))
+    groups: dict[tuple[str, str], list[SourceObject]] = {}
+    for obj in by_kind.pop("Pod", []):
+        labels = obj.meta_strings("labels")
+        queue = labels.get(QUEUE_LABEL, "")
+        if finished(obj) or owned_by(obj, {"Job"}) or not queue:
+            continue  # done, counted through its Job, or not Kueue's
+        if not queued(obj, queue, label_path):
+            continue
+        group = labels.get(POD_GROUP_LABEL)
+        if group:
+            groups.setdefault((obj.namespace, group), []).append(obj)
+            continue
+        groups[(obj.namespace, obj.name)] = [obj]
+    for (_, name), pods in groups.items():
+        first = pods[0]
+        queue = first.meta_strings("labels")[QUEUE_LABEL]
+        wanted = first.meta_strings("labels").get(PRIORITY_LABEL)
+        if wanted and wanted in wpc:
+            resolved: tuple[str | None, int] = (wanted, wpc[wanted])
+        else:
+            class_name = first.text(first.spec().get("priorityClassName"), "spec.priorityClassName")
+            resolved = resolve_priority(first, class_name, "spec.priorityClassName", state)
+        sets = pod_group_sets(pods)
+        out.append(workload(first, name=name, local_queue=queue, priority=resolved, pod_sets=sets))
+    return out
+
+
+def import_kueue(objects: Sequence[SourceObject]) -> ImportResult:
+    """Muster manifests for Kueue's ResourceFlavors, ClusterQueues, Cohorts, LocalQueues,
+    WorkloadPriorityClasses, and the pending Workloads, Jobs and Pods queued in them (plus
+    Nodes and PriorityClasses)."""
+    unmapped: list[Unmapped] = []
+    state = ClusterState()
+    by_kind: dict[str, list[SourceObject]] = {}
+    for obj in objects:
+        if state.take(obj):
+            continue
+        if obj.group == GROUP or (obj.api_version, obj.kind) in (
+            ("batch/v1", "Job"),
+            ("v1", "Pod"),
+        ):
+            by_kind.setdefault(obj.kind, []).append(obj)
+        elif obj.group in ("scheduling.run.ai", "scheduling.volcano.sh", "batch.volcano.sh"):
+            refuse(
+                obj.origin,
+                "apiVersion",
+                f"{obj.api_version} {obj.kind} is not a Kueue object (use `muster import "
+                f"{'kai' if 'run.ai' in obj.group else 'volcano'}`)",
+            )
+        else:
+            skipped(obj, "", "not a Kueue queue object, a Node or queued work: left out", unmapped)
+    flavors = _flavors(by_kind.pop("ResourceFlavor", []), unmapped)
+    flavor_names = {f["metadata"]["name"] for f in flavors}
+    wpc, wpc_docs = _workload_priority_classes(by_kind.pop("WorkloadPriorityClass", []), state)
+    queues, leaves = _tree(
+        by_kind.pop("ClusterQueue", []), by_kind.pop("Cohort", []), flavor_names, unmapped
+    )
+    local, lq_keys = _local_queues(by_kind.pop("LocalQueue", []), leaves, unmapped)
+    state.priority_classes.update(wpc)  # Muster has one kind of priority class
+    work = _work(by_kind, lq_keys, wpc, state, unmapped)
     for kind, objs in sorted(by_kind.items()):
         reason = _UNMAPPED_KINDS.get(kind, f"Kueue {kind} has no Muster equivalent")
         for obj in objs:
             skipped(obj, "", reason, unmapped)
-
-    manifests = [*classes, *flavors, *queues, *local, *state.nodes]
+    manifests = [*state.class_docs, *wpc_docs, *flavors, *queues, *local, *state.nodes]
     return ImportResult(tuple(manifests), tuple(work), tuple(unmapped))

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from fractions import Fraction
 from typing import Any
 
-from quota.api.meta import INT32_MAX, INT32_MIN
+from quota.api.meta import INT32_MAX
 from quota.api.quantity import format_resource_list
 from quota.importers.build import (
     DEFAULT_FLAVOR,
@@ -41,6 +41,7 @@ ROOT = "root"
 DEFAULT_QUEUE = "default"
 GROUP_ANNOTATION = "scheduling.k8s.io/group-name"
 QUEUE_ANNOTATION = "scheduling.volcano.sh/queue-name"
+MAX_WEIGHT = 65535
 _QUEUE_UNMAPPED = {
     "affinity": "Muster ties queues to nodes through ResourceFlavors, not queue affinity",
     "extendClusters": "Muster manages one cluster",
@@ -52,9 +53,8 @@ def _queue(
     obj: SourceObject, root_defined: bool, resources: set[str], unmapped: list[Unmapped]
 ) -> QueueDraft:
     spec = obj.spec()
-    weight = obj.integer(spec.get("weight"), "spec.weight", high=2**31 - 1)
-    if weight is not None and weight < 1:
-        refuse(obj.origin, "spec.weight", f"Volcano requires a weight of at least 1 (got {weight})")
+    # Volcano's own bounds (its CRD): weight 1..65535, priority at least 0.
+    weight = obj.integer(spec.get("weight"), "spec.weight", low=1, high=MAX_WEIGHT)
     capability = obj.quantities(spec.get("capability"), "spec.capability")
     deserved = obj.quantities(spec.get("deserved"), "spec.deserved")
     guarantee_block = obj.mapping(spec.get("guarantee"), "spec.guarantee")
@@ -103,7 +103,13 @@ def _queue(
     for field, reason in _QUEUE_UNMAPPED.items():
         if spec.get(field):
             skipped(obj, f"spec.{field}", reason, unmapped)
-    priority = obj.integer(spec.get("priority"), "spec.priority", low=INT32_MIN, high=INT32_MAX)
+    priority = obj.integer(spec.get("priority"), "spec.priority", low=0, high=INT32_MAX)
+    strategy = obj.choice(
+        spec.get("dequeueStrategy"), "spec.dequeueStrategy", ("fifo", "traverse"), "traverse"
+    )
+    state = obj.mapping(obj.doc.get("status"), "status").get("state")
+    if state not in (None, "Open", "Closed", "Closing", "Unknown"):
+        refuse(obj.origin, "status.state", f"must be Open, Closed or Closing (got {state!r})")
     parent = obj.ref(spec.get("parent"), "spec.parent")
     if parent == ROOT and not root_defined:
         parent = ""
@@ -121,6 +127,9 @@ def _queue(
             "priority": priority or 0,
             "flavors": [flavor],
             "preemption": {"withinQueue": "LowerPriority", "reclaim": "Any"},
+            "queueingStrategy": "StrictFIFO" if strategy == "fifo" else "BestEffortFIFO",
+            # A closed queue takes no new jobs and keeps its running ones.
+            "stopPolicy": "Hold" if state in ("Closed", "Closing") else "None",
         },
     )
 

@@ -204,6 +204,63 @@ def test_kueue_zero_quota_and_workloads_with_priority_classes() -> None:
     assert any("names no Kueue queue" in r for r in reasons(result))
 
 
+def test_kueue_v1beta2_priority_class_ref_and_queued_pod_groups() -> None:
+    def pod(name: str, gpus: str) -> dict[str, Any]:
+        return {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {
+                "name": name,
+                "namespace": "ns",
+                "labels": {
+                    "kueue.x-k8s.io/queue-name": "lq",
+                    "kueue.x-k8s.io/pod-group-name": "group",
+                },
+            },
+            "spec": {
+                "containers": [{"name": "c", "resources": {"requests": {"nvidia.com/gpu": gpus}}}]
+            },
+        }
+
+    v1beta2 = {
+        "apiVersion": "kueue.x-k8s.io/v1beta2",
+        "kind": "Workload",
+        "metadata": {"name": "w", "namespace": "ns"},
+        "spec": {
+            "queueName": "lq",
+            "priorityClassRef": {
+                "group": "kueue.x-k8s.io",
+                "kind": "WorkloadPriorityClass",
+                "name": "urgent",
+            },
+            "podSets": [{"name": "main", "count": 2, "template": {"spec": {"containers": []}}}],
+        },
+    }
+    result = run_import(
+        "kueue",
+        FLAVOR,
+        {
+            **cq("a", [{"name": "nvidia.com/gpu", "nominalQuota": 4}]),
+            "apiVersion": "kueue.x-k8s.io/v1beta2",
+        },
+        kueue("LocalQueue", "lq", {"clusterQueue": "a"}, metadata={"namespace": "ns"}),
+        kueue("WorkloadPriorityClass", "urgent", value=7),
+        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "ns"}},
+        v1beta2,
+        pod("p0", "1"),
+        pod("p1", "1"),
+        pod("p2", "2"),
+    )
+    work = {w.manifest["metadata"]["name"]: w.manifest["spec"] for w in result.workloads}
+    assert (work["w"]["priority"], work["w"]["priorityClassName"]) == (7, "urgent")
+    # The pods of one group are one workload, a pod set per distinct pod spec.
+    assert [(s["count"], s["requests"]) for s in work["group"]["podSets"]] == [
+        (2, {"nvidia.com/gpu": "1"}),
+        (1, {"nvidia.com/gpu": "2"}),
+    ]
+    assert not result.unmapped or all("Namespace" not in str(u) for u in result.unmapped)
+
+
 def test_empty_files_import_nothing() -> None:
     assert import_documents("kueue", [("empty.yaml", [None])]).manifests == ()
     assert import_documents("volcano", [("empty.yaml", [])]).manifests == ()
@@ -285,6 +342,17 @@ def test_volcano_deserved_guarantee_capability_weight_and_root() -> None:
     assert {"spec.guarantee.resource", "spec.reclaimable"} <= paths
 
 
+def test_volcano_dequeue_strategy_and_closed_queue() -> None:
+    closed = volcano_queue("a", dequeueStrategy="fifo")
+    closed["status"] = {"state": "Closed"}
+    result = run_import("volcano", closed, volcano_queue("b", priority=5))
+    queues = by_kind(result, "ClusterQueue")
+    assert queues["a"]["spec"]["queueingStrategy"] == "StrictFIFO"
+    assert queues["a"]["spec"]["stopPolicy"] == "Hold"
+    assert queues["b"]["spec"]["queueingStrategy"] == "BestEffortFIFO"
+    assert (queues["b"]["spec"]["stopPolicy"], queues["b"]["spec"]["priority"]) == ("None", 5)
+
+
 def test_volcano_job_tasks_become_pod_sets() -> None:
     job = {
         "apiVersion": "batch.volcano.sh/v1alpha1",
@@ -357,7 +425,8 @@ def test_volcano_job_tasks_become_pod_sets() -> None:
             [kai_queue("q", gpu={"limit": -3})],
             ["spec.resources.gpu.limit", "-1 or at least 0"],
         ),
-        ("volcano", [volcano_queue("q", weight=0)], ["spec.weight", "at least 1"]),
+        ("volcano", [volcano_queue("q", weight=0)], ["spec.weight", "between 1 and 65535"]),
+        ("volcano", [volcano_queue("q", priority=-1)], ["spec.priority", "between 0 and"]),
         ("volcano", [volcano_queue("q", capability={"cpu": "1x"})], ["spec.capability[cpu]"]),
         (
             "volcano",
