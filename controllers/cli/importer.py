@@ -51,13 +51,12 @@ def _check(result: ImportResult) -> None:
 
 
 def _report(result: ImportResult) -> None:
-    err = click.get_text_stream("stderr")
     if not result.unmapped:
-        err.write("Everything was mapped.\n")
+        click.echo("Everything was mapped.", err=True)
         return
-    err.write(f"Not mapped ({len(result.unmapped)}):\n")
+    click.echo(f"Not mapped ({len(result.unmapped)}):", err=True)
     for entry in result.unmapped:
-        err.write(f"  {entry}\n")
+        click.echo(f"  {entry}", err=True)
 
 
 @click.command("import")

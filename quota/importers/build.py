@@ -120,12 +120,15 @@ def manifest(origin: Origin, kind: str, body: dict[str, Any]) -> dict[str, Any]:
     A value the source allows but Muster does not is refused naming the source object."""
     document = {"apiVersion": API_VERSION, "kind": kind, **body}
     try:
-        return wire(parse_manifest(document, origin.index))
+        written = wire(parse_manifest(document, origin.index))
     except ManifestError as error:
         path, rule = error.problems[0]
         raise ImportInputError(
             origin, "", f"cannot be expressed as a Muster {kind}: {path}: {rule}"
         ) from None
+    # In the order people write manifests; the status is the controller's to write.
+    order = ("apiVersion", "kind", "metadata", "spec")
+    return {key: written[key] for key in order if key in written}
 
 
 def cluster_queues(
