@@ -6,9 +6,9 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: setup test python control-plane helm postgres lint unit e2e
+.PHONY: setup test python control-plane peers helm postgres lint unit e2e
 
-setup: python control-plane helm postgres
+setup: python control-plane peers helm postgres
 
 python:
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -18,6 +18,12 @@ python:
 # Built once from the Go module proxy into ~/.cache/muster/k8s-<version>/bin, then reused.
 control-plane: python
 	$(BIN)/muster local-cluster build
+
+# The JobSet and Kubeflow Trainer controllers (with their CRDs), built the same way into
+# ~/.cache/muster/<peer>-<version>/; `muster local-cluster up --with jobset,trainer` runs them.
+# Kueue is built only on demand, for the side-by-side benchmark (`--peers kueue`).
+peers: control-plane
+	$(BIN)/muster local-cluster build --peers jobset,trainer
 
 # helm, built the same way into ~/.cache/muster/helm-<version>/bin and linked into .venv/bin.
 helm: python

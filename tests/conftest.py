@@ -21,6 +21,8 @@ from controllers.localcluster.binaries import ensure_binaries
 from controllers.localcluster.cluster import LocalCluster
 from controllers.localcluster.kubectl import kubectl
 from controllers.localcluster.nodes import create_nodes
+from controllers.localcluster.peers import start_all as start_peers
+from controllers.localcluster.peers import stop as stop_peer
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -104,3 +106,16 @@ def namespace(cluster: ClusterHandle) -> Iterator[str]:
     )
     yield name
     cluster.kubectl("delete", "namespace", name, "--wait=false", check=False)
+
+
+@pytest.fixture(scope="module")
+def peers(cluster: ClusterHandle, request: pytest.FixtureRequest) -> Iterator[list[str]]:
+    """The peer controllers a test module names in its `PEERS` ("jobset,trainer"), built
+    once and run against the session's cluster for that module only; stopped at its end
+    (their CRDs stay)."""
+    started = start_peers(cluster.local, str(getattr(request.module, "PEERS", "")))
+    try:
+        yield [p.name for p in started]
+    finally:
+        for peer in reversed(started):
+            stop_peer(cluster.local, peer)

@@ -15,6 +15,9 @@ from controllers.localcluster.binaries import (
 )
 from controllers.localcluster.cluster import ClusterError, LocalCluster
 from controllers.localcluster.nodes import create_nodes
+from controllers.localcluster.peers import PEERS, PeerError, parse_names
+from controllers.localcluster.peers import build as build_peer
+from controllers.localcluster.peers import start_all as start_peers
 
 _dir_option = click.option(
     "--dir",
@@ -31,9 +34,21 @@ def local_cluster() -> None:
     """A real local Kubernetes control plane with kwok nodes, for development and tests."""
 
 
+_peers_help = f"Comma-separated peer controllers ({', '.join(PEERS)})"
+
+
 @local_cluster.command()
-def build() -> None:
+@click.option(
+    "--peers",
+    default="",
+    help=f"{_peers_help} to build too, from their exact versions (cached like the rest).",
+)
+def build(peers: str) -> None:
     """Build (or find) the control-plane binaries; a no-op when they are cached."""
+    try:
+        wanted = parse_names(peers)
+    except PeerError as exc:
+        raise click.BadParameter(str(exc), param_hint="--peers") from exc
     found, missing = find_binaries()
     if missing:
         click.echo(f"building {', '.join(missing)} into {cache_bin_dir()} (first time: slow)")
@@ -46,17 +61,42 @@ def build() -> None:
             raise click.ClickException(f"still missing after the build: {', '.join(missing)}")
     for name, path in sorted(found.items()):
         click.echo(f"{name:<24} {path}")
+    for peer in wanted:
+        if not peer.built():
+            click.echo(
+                f"building {peer.name} {peer.version} into {peer.directory} (first time: slow)"
+            )
+        try:
+            build_peer(peer)
+        except PeerError as exc:
+            raise click.ClickException(str(exc)) from exc
+        click.echo(f"{peer.name:<24} {peer.binary_path} (manifests: {peer.manifest_dir})")
 
 
 @local_cluster.command()
 @_dir_option
 @click.option("--timeout", default=120.0, show_default=True, help="Seconds to wait per component.")
-def up(directory: Path | None, timeout: float) -> None:
-    """Start etcd, kube-apiserver, kube-controller-manager, kube-scheduler and kwok."""
-    cluster = LocalCluster(directory)
+@click.option(
+    "--with",
+    "with_peers",
+    default="",
+    help=f"{_peers_help} to run against the cluster, with their CRDs and webhooks.",
+)
+def up(directory: Path | None, timeout: float, with_peers: str) -> None:
+    """Start etcd, kube-apiserver, kube-controller-manager, kube-scheduler and kwok (and
+    the peer controllers asked for; `up` again adds peers to a running cluster)."""
     try:
-        cluster.up(timeout=timeout, progress=lambda m: click.echo(m, err=True))
-    except (ClusterError, BinariesError) as exc:
+        parse_names(with_peers)
+    except PeerError as exc:
+        raise click.BadParameter(str(exc), param_hint="--with") from exc
+    cluster = LocalCluster(directory)
+    progress = lambda m: click.echo(m, err=True)  # noqa: E731
+    try:
+        if not (with_peers and cluster.running()):
+            cluster.up(timeout=timeout, progress=progress)
+        if with_peers:
+            start_peers(cluster, with_peers, timeout=timeout, progress=progress)
+    except (ClusterError, BinariesError, PeerError) as exc:
         raise click.ClickException(str(exc)) from exc
     click.echo(f"local cluster is up ({cluster.directory})", err=True)
     click.echo(cluster.env())

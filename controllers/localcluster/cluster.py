@@ -395,7 +395,46 @@ class LocalCluster:
         return "\n".join(lines)
 
     # ----------------------------------------------------------------- helpers
-    def _start(self, name: str, argv: list[str], health_url: str | None) -> None:
+    def start_component(
+        self, name: str, argv: list[str], health_url: str | None, env: dict[str, str]
+    ) -> None:
+        """Run one more process as part of this cluster (a peer controller): `down` stops
+        it with the rest."""
+        if self.state is None:
+            raise ClusterError("the local cluster is not running; run `muster local-cluster up`")
+        self._start(name, argv, health_url, env)
+
+    def wait_component(self, name: str, timeout: float) -> None:
+        """Wait until a component answers its health URL; raise with its log if it exits."""
+        self._wait(name, timeout)
+
+    def stop_component(self, name: str, grace: float = 10.0) -> bool:
+        """Stop one component by its pid and forget it; False if it was not running."""
+        if self.state is None:
+            return False
+        found = [c for c in self.state.components if c.name == name]
+        running = [c for c in found if pid_alive(c.pid)]
+        for component in running:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(component.pid, signal.SIGTERM)
+        deadline = time.monotonic() + grace
+        for component in running:
+            while pid_alive(component.pid) and time.monotonic() < deadline:
+                time.sleep(0.1)
+            if pid_alive(component.pid):
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(component.pid, signal.SIGKILL)
+        self.state.components = [c for c in self.state.components if c.name != name]
+        self.state.save()
+        return bool(running)
+
+    def _start(
+        self,
+        name: str,
+        argv: list[str],
+        health_url: str | None,
+        env: dict[str, str] | None = None,
+    ) -> None:
         assert self.state is not None
         log = self.directory / "logs" / f"{name}.log"
         with open(log, "ab") as out:
@@ -408,6 +447,7 @@ class LocalCluster:
                 stdin=subprocess.DEVNULL,
                 start_new_session=True,
                 cwd=self.directory,
+                env=env,
             )
         self.state.components.append(Component(name, proc.pid, str(log), health_url))
         self.state.save()
