@@ -16,6 +16,7 @@ from quota.importers.kueue import import_kueue
 from quota.importers.reader import SourceObject, read_objects
 from quota.importers.report import ImportInputError, ImportResult, Unmapped
 from quota.importers.volcano import import_volcano
+from quota.importers.workloads import unique
 
 __all__ = ["SOURCES", "ImportInputError", "ImportResult", "Unmapped", "import_documents"]
 
@@ -28,4 +29,6 @@ SOURCES: dict[str, Callable[[Sequence[SourceObject]], ImportResult]] = {
 
 def import_documents(source: str, files: Sequence[tuple[str, Sequence[Any]]]) -> ImportResult:
     """Import the documents of `files` ((name, documents) pairs) written for `source`."""
-    return SOURCES[source](read_objects(files))
+    result = SOURCES[source](read_objects(files))
+    unique(result.workloads)
+    return result

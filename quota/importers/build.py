@@ -222,6 +222,8 @@ class ClusterState:
             allocatable = obj.quantities(status.get("allocatable"), "status.allocatable")
             if not allocatable:
                 refuse(obj.origin, "status.allocatable", "required: what the node offers to pods")
+            if any(node["metadata"]["name"] == obj.name for node in self.nodes):
+                refuse(obj.origin, "metadata.name", f"Node {obj.name} is defined twice")
             self.nodes.append(dict(obj.doc))
             return True
         if obj.api_version == "scheduling.k8s.io/v1" and obj.kind == "PriorityClass":

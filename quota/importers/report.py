@@ -69,6 +69,7 @@ class ImportedWorkload:
     manifest: Mapping[str, Any]
     submit_at: float  # seconds from the start of a simulation
     run_for: float | None  # seconds once admitted; None: the command's default
+    origin: Origin  # the source object it was imported from
 
 
 @dataclass(frozen=True)

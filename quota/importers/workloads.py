@@ -39,8 +39,9 @@ class PodSetSource:
     name: str
     count: int
     pod_spec: Mapping[str, Any]
-    path: str  # of the pod spec in the source object, for errors
+    path: str  # of the pod spec in its source object, for errors
     min_count: int | None = None
+    source: SourceObject | None = None  # the object holding the spec, when not the workload's
 
 
 def timing(obj: SourceObject) -> tuple[float, float | None]:
@@ -101,18 +102,22 @@ def workload(
     for ps in pod_sets:
         if ps.count > MAX_POD_COUNT:
             refuse(obj.origin, ps.path, f"{ps.count} pods; at most {MAX_POD_COUNT} per pod set")
+        holder = ps.source or obj  # a pod of a group: errors name that pod
         try:
             shape = pod_shape_from_spec(
-                ps.pod_spec, subject=obj.origin.subject, where=ps.path, index=obj.origin.index
+                ps.pod_spec,
+                subject=holder.origin.subject,
+                where=ps.path,
+                index=holder.origin.index,
             )
         except ManifestError as error:
-            raise from_manifest_error(obj.origin, error) from None
+            raise from_manifest_error(holder.origin, error) from None
         entry: dict[str, Any] = {
             "name": ps.name,
             "count": ps.count,
             "template": {
                 "nodeSelector": dict(shape.node_selector),
-                "tolerations": list(obj.items(ps.pod_spec.get("tolerations"), ps.path)),
+                "tolerations": list(holder.items(ps.pod_spec.get("tolerations"), ps.path)),
             },
             "requests": {r: format_quantity(v, r) for r, v in shape.requests.items()},
         }
@@ -132,7 +137,7 @@ def workload(
         {"metadata": {"name": name, "namespace": obj.namespace}, "spec": spec},
     )
     submit, run_for = timing(obj)
-    return ImportedWorkload(doc, submit, run_for)
+    return ImportedWorkload(doc, submit, run_for, obj.origin)
 
 
 def batch_job(
@@ -168,7 +173,7 @@ def batch_job(
     body.pop("kind", None)
     doc = manifest(obj.origin, "Workload", body)
     submit, run_for = timing(obj)
-    return ImportedWorkload(doc, submit, run_for)
+    return ImportedWorkload(doc, submit, run_for, obj.origin)
 
 
 def _signature(pod_spec: Mapping[str, Any]) -> str:
@@ -182,16 +187,38 @@ def _signature(pod_spec: Mapping[str, Any]) -> str:
 def pod_group_sets(pods: Sequence[SourceObject]) -> list[PodSetSource]:
     """The pods of one group as pod sets, one per distinct pod spec, in order of appearance."""
     counts: dict[str, int] = {}
-    specs: dict[str, Mapping[str, Any]] = {}
+    first: dict[str, SourceObject] = {}
     for pod in pods:
-        spec = pod.spec()
-        key = _signature(spec)
+        key = _signature(pod.spec())
         counts[key] = counts.get(key, 0) + 1
-        specs.setdefault(key, spec)
+        first.setdefault(key, pod)
     return [
-        PodSetSource(f"pods-{i}" if len(counts) > 1 else "main", count, specs[key], "spec")
+        PodSetSource(
+            f"pods-{i}" if len(counts) > 1 else "main",
+            count,
+            first[key].spec(),
+            "spec",
+            source=first[key],
+        )
         for i, (key, count) in enumerate(counts.items())
     ]
+
+
+def unique(work: Sequence[ImportedWorkload]) -> None:
+    """Refuse two workloads of one name in one namespace (a Job and a pod group, say):
+    Muster's Workloads are named objects."""
+    seen: dict[tuple[str, str], Origin] = {}
+    for item in work:
+        meta = item.manifest["metadata"]
+        key = (str(meta["namespace"]), str(meta["name"]))
+        if key in seen:
+            refuse(
+                item.origin,
+                "metadata.name",
+                f"a workload {key[0]}/{key[1]} is already imported from "
+                f"{seen[key].where()}; Muster names Workloads uniquely (rename one)",
+            )
+        seen[key] = item.origin
 
 
 def skipped(obj: SourceObject, path: str, reason: str, unmapped: list[Unmapped]) -> None:

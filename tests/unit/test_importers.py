@@ -467,6 +467,44 @@ def test_malformed_input_is_refused_naming_file_object_field_and_rule(
         assert needle in message, (needle, message)
 
 
+def test_errors_in_a_grouped_pod_name_the_pod_and_duplicate_names_are_refused() -> None:
+    def pod(name: str, cpu: str) -> dict[str, Any]:
+        return {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": name, "namespace": "x", "annotations": {"pod-group-name": "g"}},
+            "spec": {"containers": [{"name": "c", "resources": {"requests": {"cpu": cpu}}}]},
+        }
+
+    group = {
+        "apiVersion": "scheduling.run.ai/v2alpha2",
+        "kind": "PodGroup",
+        "metadata": {"name": "g", "namespace": "x"},
+        "spec": {"queue": "q"},
+    }
+    with pytest.raises(ImportInputError) as error:
+        import_documents(
+            "kai", [("f.yaml", [kai_queue("q"), group, pod("a", "1"), pod("b", "lots")])]
+        )
+    assert "document 3 (Pod x/b)" in str(error.value) and "cpu" in str(error.value)
+    job = {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": "g", "namespace": "x", "labels": {"kai.scheduler/queue": "q"}},
+        "spec": {"template": {"spec": {"containers": [{"name": "c"}]}}},
+    }
+    with pytest.raises(ImportInputError, match="workload x/g is already imported"):
+        import_documents("kai", [("f.yaml", [kai_queue("q"), group, pod("a", "1"), job])])
+    node = {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": "n"},
+        "status": {"allocatable": {"cpu": "1"}},
+    }
+    with pytest.raises(ImportInputError, match=r"document 2 \(Node n\): metadata\.name"):
+        import_documents("kai", [("f.yaml", [kai_queue("q"), node, node])])
+
+
 def test_a_chain_deeper_than_the_tree_allows_is_refused() -> None:
     docs = [kai_queue("q0")] + [kai_queue(f"q{i}", f"q{i - 1}") for i in range(1, 40)]
     with pytest.raises(ImportInputError, match="levels deep"):
