@@ -20,13 +20,12 @@ from pydantic import ValidationError
 from controllers.runtime.resources import Obj, object_key
 from controllers.state import workloads as wls
 from controllers.state.budgets import budget_breakers
-from controllers.state.caches import Context
+from controllers.state.caches import Context, job_uid_of_pod
 from quota.api import ManifestError
 from quota.api.clusterqueue import ClusterQueue
 from quota.api.conditions import ClusterQueueConditions
 from quota.api.conditions import PodGroupConditions as PGC
 from quota.api.localqueue import LocalQueue
-from quota.api.names import JOB_UID_POD_LABEL
 from quota.api.queuetree import QueueState, QueueTree, check_queue_tree
 from quota.api.resourceflavor import ResourceFlavor
 from quota.api.workload import Workload as WorkloadModel
@@ -383,7 +382,7 @@ class ViewBuilder:
             if pod is None:
                 continue
             labels = (raw.get("metadata") or {}).get("labels") or {}
-            owner = holder.get(labels.get(JOB_UID_POD_LABEL, ""))
+            owner = next((holder[u] for u in job_uid_of_pod(raw) if u in holder), None)
             pods.append(replace(pod, workload=owner) if owner else pod)
             if owner:
                 self._pod_labels.setdefault(owner, []).append(labels)

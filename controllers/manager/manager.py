@@ -33,8 +33,10 @@ from controllers.metrics.collector import Sources, StateCollector
 from controllers.metrics.definitions import REGISTRY
 from controllers.metrics.server import MetricsServer
 from controllers.metrics.workloads import WorkloadCounters
+from controllers.podgroups.intake import PodGroupIntake
 from controllers.runtime.client import FencedKube
 from controllers.runtime.events import EventRecorder
+from controllers.runtime.informer import wait_all_synced
 from controllers.runtime.leader import LeaderElector, lease_request_timeout
 from controllers.runtime.resources import NAMESPACE, Kube, Obj, object_key
 from controllers.runtime.workers import WorkerPool
@@ -116,6 +118,13 @@ class Manager:
                 status_interval=options.status_interval,
                 hold_timeout_s=options.preemption_hold_timeout,
             )
+        # Foreign PodGroups (Volcano's, the native API's) are Muster's only when it places
+        # pods: their pods name its scheduler, and nothing else would hold them.
+        self.intake: PodGroupIntake | None = None
+        if options.scheduler_name:
+            self.intake = PodGroupIntake(
+                self.ctx, self.kube, options.scheduler_name, self.is_leader, self.stop_event
+            )
         self.jobs = JobReconciler(self.ctx)
         self.queue: WorkQueue[str] = WorkQueue("jobs")
         self.workers = WorkerPool(
@@ -182,6 +191,9 @@ class Manager:
         self.webhooks.register()
         for key in self.caches.jobs.list_keys():
             self.queue.add(key)
+        if self.intake is not None:
+            for key in self.intake.group_ids():
+                self.intake.queue.add(key)
         self.loop.poke()
         self._poke_scheduler()
 
@@ -302,19 +314,34 @@ class Manager:
         if self.options.webhooks:
             self.webhooks.start(self._spawn, self.stop_event)
         self._wire()
+        foreign = self.intake.discover() if self.intake is not None else []
+        if self.intake is not None:
+            self.intake.wire()
+            for informer in self.intake.informer_list():
+                informer.start()
         self.caches.start()
         self.events.start()
         try:
             self.caches.wait_synced(120)
+            if self.intake is not None:
+                wait_all_synced(self.intake.informer_list(), 120)
         except TimeoutError as error:
             raise RuntimeError(
                 f"{error}; are Muster's CRDs installed (kubectl apply --server-side -f crds/) "
                 "and may this identity list and watch them?"
             ) from error
-        log.info("caches synced", extra={"jobs": len(self.caches.jobs)})
+        log.info("caches synced", extra={"jobs": len(self.caches.jobs), "podgroup_apis": foreign})
         self.loop.start_writers(self.is_leader)
         for i in range(self.options.workers):
             self._spawn(f"worker-{i}", self.workers.work)
+        intake = self.intake
+        if intake is not None:
+            for i in range(max(1, self.options.workers // 2)):
+                self._spawn(f"worker-podgroup-{i}", intake.workers.work)
+            self._spawn(
+                "resync-podgroups",
+                lambda: intake.workers.resync(self.options.resync_period, intake.group_ids),
+            )
         self._spawn("admission-loop", lambda: self.loop.run(self.stop_event, self.is_leader))
         scheduler = self.scheduler
         if scheduler is not None:
@@ -338,6 +365,8 @@ class Manager:
         self.stop_event.set()
         self.feed.stop_recording()
         self.queue.shutdown()
+        if self.intake is not None:
+            self.intake.queue.shutdown()
         for thread in self._threads:
             if thread.name.startswith(
                 ("worker", "admission-loop", "scheduler-loop", "leader-election")
@@ -354,6 +383,9 @@ class Manager:
             # and after the Lease is released, so a standby does not wait for the drain.
             self.history.close()
         self.caches.stop()
+        if self.intake is not None:
+            for informer in self.intake.informer_list():
+                informer.stop()
         self.events.stop()
         if self.metrics is not None:
             self.metrics.stop()

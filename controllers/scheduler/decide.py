@@ -73,8 +73,17 @@ def pod_sets(group: Group) -> tuple[list[tuple[str, PodShape, list[Obj]]], str |
         except ManifestError as error:
             return [], describe(error)
         name = group.pod_set if i == 0 else f"{group.pod_set}-{i + 1}"
-        out.append((name, shape, members))
+        out.append((name, on_labels(shape, group.node_labels), members))
     return out, None
+
+
+def on_labels(shape: PodShape, labels: Mapping[str, str]) -> PodShape:
+    """`shape` restricted to nodes carrying `labels` (a requirement added to every term)."""
+    if not labels:
+        return shape
+    extra = tuple(Requirement(k, "In", (v,)) for k, v in sorted(labels.items()))
+    terms = shape.affinity or (SelectorTerm(()),)
+    return replace(shape, affinity=tuple(SelectorTerm((*t.requirements, *extra)) for t in terms))
 
 
 def _request(

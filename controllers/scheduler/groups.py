@@ -18,6 +18,7 @@ from controllers.runtime.resources import Obj, object_key
 from controllers.scheduler import pods as p
 from controllers.state import workloads as wls
 from controllers.state.caches import Caches
+from controllers.state.foreigngroups import foreign_owner
 from quota.api.conditions import PodGroupConditions as PGC
 from quota.api.quantity import QuantityError, parse_resource_list
 
@@ -40,10 +41,15 @@ class Group:
     scheduled: bool  # PodGroupInitiallyScheduled already True for this admission
     plan: Plan
     per_pod: dict[str, int]  # what one pod requests, from the Workload (for reservations)
+    pods_key: str  # its pods' id in the caches: the Job's uid, or a foreign group's id
     bound: list[Obj] = field(default_factory=list)  # on a node, not terminating
     waiting: list[Obj] = field(default_factory=list)  # to bind now, oldest first
     unbound: int = 0  # ungated and not bound, before the cap to `admitted`
     gated: int = 0
+    # Node labels its pods must land on beyond their own spec: the assigned flavors' labels
+    # for a foreign PodGroup, whose existing pods Muster cannot rewrite (a Job's template
+    # carries them already).
+    node_labels: dict[str, str] = field(default_factory=dict)
 
     @property
     def namespace(self) -> str:
@@ -160,13 +166,29 @@ def collect(
     groups: list[Group] = []
     for wl in admitted_workloads(caches):
         key = object_key(wl)
-        job_key = job_key_of_workload(wl)
-        job = caches.jobs.get(job_key) if job_key else None
-        if job is None:
-            continue
-        template = ((job.get("spec") or {}).get("template") or {}).get("spec") or {}
-        if template.get("schedulerName") != scheduler_name:
-            continue  # kube-scheduler's (or another's) to place
+        owner = foreign_owner(wl)
+        if owner is not None:
+            # A foreign PodGroup's pods (controllers/podgroups): they name the scheduler
+            # themselves, and `_sort_pods` takes only those that name this one. The owner
+            # reference is all the Events about the group need of it.
+            job: Obj | None = {
+                "apiVersion": owner.get("apiVersion"),
+                "kind": owner.get("kind"),
+                "metadata": {
+                    "name": owner.get("name"),
+                    "namespace": (wl.get("metadata") or {}).get("namespace"),
+                    "uid": owner.get("uid"),
+                },
+            }
+        else:
+            job_key = job_key_of_workload(wl)
+            job = caches.jobs.get(job_key) if job_key else None
+            if job is None:
+                continue
+            template = ((job.get("spec") or {}).get("template") or {}).get("spec") or {}
+            if template.get("schedulerName") != scheduler_name:
+                continue  # kube-scheduler's (or another's) to place
+        assert job is not None
         pod_sets = (wl.get("spec") or {}).get("podSets") or []
         if len(pod_sets) != 1:
             if on_error is not None:
@@ -197,19 +219,29 @@ def collect(
             scheduled=_scheduled(wl, caches.pod_groups.get(key), remembered),
             plan=plan_of(wl),
             per_pod=per_pod,
+            pods_key=wls.owner_job_uid(wl) or "",
+            node_labels=_flavor_labels(caches, wl, pod_set) if owner is not None else {},
         )
         _sort_pods(group, caches, scheduler_name, bound_by_us)
         groups.append(group)
     return groups
 
 
+def _flavor_labels(caches: Caches, wl: Obj, pod_set: str) -> dict[str, str]:
+    """The node labels of the flavors assigned to the pod set."""
+    labels: dict[str, str] = {}
+    for name in sorted(set(wls.assigned_flavors(wl).get(pod_set, {}).values())):
+        flavor = caches.flavors.get(name) or {}
+        labels.update((flavor.get("spec") or {}).get("nodeLabels") or {})
+    return labels
+
+
 def _sort_pods(
     group: Group, caches: Caches, scheduler_name: str, bound_by_us: Mapping[str, str]
 ) -> None:
     """Split the Job's unfinished pods into bound, waiting and gated."""
-    uid = str((group.job.get("metadata") or {}).get("uid") or "")
     unbound: list[Obj] = []
-    for pod in caches.live_pods_of_job(uid):
+    for pod in caches.live_pods_of_job(group.pods_key):
         if p.scheduler_of(pod) != scheduler_name or p.is_deleting(pod):
             continue  # terminating pods still hold room, which the node view counts
         if p.node_of(pod):

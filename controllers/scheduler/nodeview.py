@@ -135,8 +135,7 @@ def build_view(
         bound[key] = BoundPod(key=key, node=bind.node, requests=bind.requests)
     planning: list[Workload] = []
     for group in groups:
-        uid = str((group.job.get("metadata") or {}).get("uid") or "")
-        for pod in caches.live_pods_of_job(uid):
+        for pod in caches.live_pods_of_job(group.pods_key):
             key = p.key_of(pod)
             if key in bound:
                 bound[key] = replace(bound[key], workload=group.key)

@@ -32,6 +32,7 @@ from controllers.runtime.resources import (
     Kube,
     Obj,
 )
+from controllers.state.foreigngroups import group_id_of_pod
 from controllers.state.workloads import now_utc, owner_job_key, owner_job_uid
 from quota.api.names import ELASTIC_POD_LABEL, JOB_UID_POD_LABEL, QUEUE_LABEL
 
@@ -41,7 +42,11 @@ from quota.api.names import ELASTIC_POD_LABEL, JOB_UID_POD_LABEL, QUEUE_LABEL
 UNFINISHED_PODS = "status.phase!=Succeeded,status.phase!=Failed"
 
 
-def _job_uid_of_pod(pod: Obj) -> Iterable[str]:
+def job_uid_of_pod(pod: Obj) -> Iterable[str]:
+    """The id of what owns the pod: a foreign PodGroup it names, else its Job's uid."""
+    group = group_id_of_pod(pod)
+    if group:
+        return [group]
     labels = (pod.get("metadata") or {}).get("labels") or {}
     uid = labels.get(JOB_UID_POD_LABEL) or labels.get("controller-uid")
     return [uid] if uid else []
@@ -125,7 +130,7 @@ class Caches:
             pods=informer(
                 POD,
                 label_selector=f"{ELASTIC_POD_LABEL}=true",
-                indexes={"job-uid": _job_uid_of_pod},
+                indexes={"job-uid": job_uid_of_pod},
             ),
             cluster_queues=informer(CLUSTER_QUEUE),
             local_queues=informer(LOCAL_QUEUE, indexes={"cluster-queue": _cluster_queue_of_lq}),
@@ -138,7 +143,7 @@ class Caches:
                 field_selector=UNFINISHED_PODS,
                 indexes={
                     "node": _node_of_pod,
-                    "job-uid": _job_uid_of_pod,
+                    "job-uid": job_uid_of_pod,
                     "unbound-scheduler": _scheduler_of_unbound_pod,
                 },
             ),

@@ -16,6 +16,7 @@ from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
+from controllers.state.foreigngroups import group_id_of_workload
 from quota.api.conditions import WorkloadConditions as WC
 from quota.api.meta import API_VERSION
 from quota.api.names import JOB_NAME_LABEL, JOB_UID_LABEL, WORKLOAD_FINALIZER
@@ -147,10 +148,11 @@ def requeue_at(wl: Mapping[str, Any]) -> datetime | None:
 
 
 def owner_job_uid(wl: Mapping[str, Any]) -> str | None:
+    """The id its pods are indexed by: the owning Job's uid, or a foreign PodGroup's id."""
     for ref in (wl.get("metadata") or {}).get("ownerReferences") or []:
         if ref.get("kind") == "Job" and ref.get("apiVersion") == "batch/v1":
             return str(ref.get("uid"))
-    return None
+    return group_id_of_workload(wl)
 
 
 def owner_job_key(wl: Mapping[str, Any]) -> str | None:
