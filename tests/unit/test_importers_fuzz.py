@@ -32,6 +32,8 @@ def test_unreadable_files_are_refused_naming_the_file(tmp_path: Path) -> None:
         "empty.yaml": b"",
         "scalar.yaml": b"just text\n",
         "nokind.yaml": b"apiVersion: scheduling.volcano.sh/v1beta1\nmetadata: {name: q}\n",
+        "other.yaml": b"apiVersion: v1\nkind: ConfigMap\nmetadata: {name: c}\n",
+        "kueue.yaml": b"apiVersion: kueue.x-k8s.io/v1beta1\nkind: LocalQueue\nmetadata: {name: q}",
     }
     needles = {
         "binary.yaml": "not UTF-8",
@@ -40,6 +42,8 @@ def test_unreadable_files_are_refused_naming_the_file(tmp_path: Path) -> None:
         "empty.yaml": "no documents",
         "scalar.yaml": "expected a mapping",
         "nokind.yaml": "kind: required field is missing",
+        "other.yaml": "no volcano queue objects",
+        "kueue.yaml": "not a Volcano object (use `muster import kueue`)",
     }
     for name, data in cases.items():
         path = tmp_path / name
@@ -57,3 +61,9 @@ def test_mutated_example_imports_never_get_a_traceback(tmp_path: Path, source: s
         path.write_text(yaml.safe_dump_all(docs, sort_keys=False))
         result = run("import", source, str(path), "-o", str(tmp_path / "out"))
         assert_clean(result, context=f"{source} case {case}: {what}")
+
+
+def test_simulate_without_pending_work_and_a_bad_run_for_are_refused() -> None:
+    queues = str(EXAMPLES / "volcano" / "queues.yaml")
+    assert_refused(run("import", "volcano", queues, "--simulate"), "nothing to simulate")
+    assert_refused(run("import", "volcano", queues, "--run-for", "soon"), "--run-for")
