@@ -230,6 +230,14 @@ def _workload_priority_classes(
     return values, docs
 
 
+def _known_flavors(obj: SourceObject, pool: _Pool, flavor_names: set[str]) -> None:
+    for flavor in pool.quota:
+        if flavor not in flavor_names:
+            refuse(
+                obj.origin, "spec.resourceGroups", f"ResourceFlavor {flavor!r} is not in the files"
+            )
+
+
 def _cluster_queue(
     obj: SourceObject, flavor_names: set[str], unmapped: list[Unmapped]
 ) -> tuple[QueueDraft, _Pool, str]:
@@ -240,11 +248,7 @@ def _cluster_queue(
     pool = _Pool()
     borrow: dict[str, dict[str, int]] = {}
     _resource_groups(obj, spec, pool, borrow, unmapped)
-    for flavor in pool.quota:
-        if flavor not in flavor_names:
-            refuse(
-                obj.origin, "spec.resourceGroups", f"ResourceFlavor {flavor!r} is not in the files"
-            )
+    _known_flavors(obj, pool, flavor_names)
     preemption = obj.mapping(spec.get("preemption"), "spec.preemption")
     within = obj.choice(
         preemption.get("withinClusterQueue"),
@@ -345,6 +349,7 @@ def _tree(
         if obj_or_none is not None:
             parent, parent_path = _cohort_parent(obj_or_none)
             _resource_groups(obj_or_none, obj_or_none.spec(), pool, borrow, unmapped)
+            _known_flavors(obj_or_none, pool, flavor_names)
             draft = QueueDraft(
                 renamed(name),
                 obj_or_none.origin,

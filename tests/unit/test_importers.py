@@ -454,6 +454,30 @@ def test_volcano_job_tasks_become_pod_sets() -> None:
             ["ResourceFlavor 'default' is not in the files"],
         ),
         ("kueue", ["just a string"], ["document 0", "expected a mapping"]),
+        (
+            "kueue",
+            [
+                FLAVOR,
+                kueue(
+                    "Cohort",
+                    "c",
+                    {
+                        "resourceGroups": [
+                            {
+                                "coveredResources": ["cpu"],
+                                "flavors": [
+                                    {
+                                        "name": "gone",
+                                        "resources": [{"name": "cpu", "nominalQuota": 1}],
+                                    }
+                                ],
+                            }
+                        ]
+                    },
+                ),
+            ],
+            ["(Cohort c)", "ResourceFlavor 'gone' is not in the files"],
+        ),
     ],
 )
 def test_malformed_input_is_refused_naming_file_object_field_and_rule(
