@@ -53,7 +53,7 @@ from controllers.jobs.batchjob import (
 )
 from controllers.metrics import definitions as metrics
 from controllers.runtime.resources import MUTATING_WEBHOOK, VALIDATING_WEBHOOK, Kube, Obj
-from controllers.webhooks.certs import CertBundle
+from controllers.webhooks.certs import CertBundle, KeyPair
 from quota.api import ManifestError, parse_manifest
 from quota.api.names import (
     ADMISSION_GATE,
@@ -342,6 +342,9 @@ class _TLSServer(ThreadingHTTPServer):
     daemon_threads = True
     handlers: WebhookHandlers
     context: ssl.SSLContext
+    # Where each request's (path, status, seconds) goes: the metrics registry, or, in the
+    # webhook process, the batch sent to the controller (controllers/webhooks/process.py).
+    observe: Callable[[str, int, float], None] = staticmethod(metrics.webhook)
 
     def get_request(self) -> tuple[Any, Any]:
         sock, address = self.socket.accept()
@@ -367,12 +370,21 @@ class _TLSServer(ThreadingHTTPServer):
 class _Handler(BaseHTTPRequestHandler):
     server: _TLSServer
     protocol_version = "HTTP/1.1"
+    # The apiserver keeps connections open between reviews: an idle one is closed after
+    # this long (the apiserver opens a new one when it needs it).
+    timeout = 120
+    _started = 0.0
 
     def log_message(self, format: str, *args: Any) -> None:
         log.debug("webhook request", extra={"request": format % args})
 
+    def parse_request(self) -> bool:
+        # The request line has just arrived (the wait before it is a kept-alive connection
+        # being idle, not latency): a review's time starts here.
+        self._started = time.monotonic()
+        return super().parse_request()
+
     def do_POST(self) -> None:
-        started = time.monotonic()
         length = int(self.headers.get("Content-Length") or 0)
         path = self.path.split("?", 1)[0]
         try:
@@ -389,7 +401,7 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
         self.wfile.write(body)
-        metrics.webhook(path, status, time.monotonic() - started)
+        self.server.observe(path, status, time.monotonic() - self._started)
 
     def do_GET(self) -> None:
         # Health is served by the metrics port (/healthz, /readyz): a probe pointed here by
@@ -401,37 +413,75 @@ class _Handler(BaseHTTPRequestHandler):
         self.wfile.write(body)
 
 
-def ssl_context(bundle: CertBundle) -> ssl.SSLContext:
+def serving_context(serving: KeyPair) -> ssl.SSLContext:
+    """A TLS server context for the serving certificate and key."""
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     context.minimum_version = ssl.TLSVersion.TLSv1_2
     # load_cert_chain reads files; the key never touches disk longer than this call.
     with tempfile.TemporaryDirectory() as tmp:
         cert = Path(tmp) / "tls.crt"
         key = Path(tmp) / "tls.key"
-        cert.write_bytes(bundle.serving.cert_pem)
-        key.write_bytes(bundle.serving.key_pem)
+        cert.write_bytes(serving.cert_pem)
+        key.write_bytes(serving.key_pem)
         key.chmod(0o600)
         context.load_cert_chain(cert, key)
     return context
 
 
-class WebhookServer:
-    """HTTPS server for the webhooks, in background threads; `reload` swaps certificates."""
+def listening_socket(host: str, port: int) -> socket.socket:
+    """A TCP socket bound to (host, port) and listening (port 0: any free port)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+        sock.listen(128)
+    except OSError:
+        sock.close()
+        raise
+    return sock
 
-    def __init__(self, host: str, port: int, handlers: WebhookHandlers) -> None:
+
+class WebhookServer:
+    """HTTPS server for the webhooks, in background threads of this process; `reload` swaps
+    certificates. The controller runs it in a process of its own (`process.py`), on a socket
+    the controller bound: `sock`."""
+
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        handlers: WebhookHandlers,
+        *,
+        sock: socket.socket | None = None,
+        observe: Callable[[str, int, float], None] | None = None,
+    ) -> None:
         self.bind_host = host
         self.port = port
         self.handlers = handlers
+        self._sock = sock
+        self._observe = observe
         self._server: _TLSServer | None = None
         self._thread: threading.Thread | None = None
 
     def reload(self, bundle: CertBundle) -> None:
-        context = ssl_context(bundle)
+        self.reload_serving(bundle.serving)
+
+    def reload_serving(self, serving: KeyPair) -> None:
+        """Serve with this certificate and key from now on (new connections)."""
+        context = serving_context(serving)
         if self._server is None:
-            self._server = _TLSServer((self.bind_host, self.port), _Handler)
-            self._server.handlers = self.handlers
-            self._server.context = context
-            self.port = self._server.server_address[1]
+            sock = self._sock or listening_socket(self.bind_host, self.port)
+            server = _TLSServer(sock.getsockname()[:2], _Handler, bind_and_activate=False)
+            server.socket.close()
+            server.socket = sock
+            server.server_address = sock.getsockname()[:2]
+            server.handlers = self.handlers
+            server.context = context
+            if self._observe is not None:
+                server.observe = self._observe
+            self._server = server
+            self.port = server.server_address[1]
         else:
             self._server.context = context
             log.info("webhook certificate reloaded")

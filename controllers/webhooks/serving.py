@@ -1,5 +1,6 @@
-"""Serving the admission webhooks: the HTTPS server, its certificate, and the registration of
-the webhook configurations that point the apiserver at it.
+"""Serving the admission webhooks: the HTTPS server (in a process of its own), its
+certificate, and the registration of the webhook configurations that point the apiserver at
+it.
 
 Every replica serves (so a standby answers as soon as the Service routes to it); only the
 leader registers the configurations, and removes them on a clean shutdown when it registered
@@ -18,6 +19,7 @@ from controllers.runtime.resources import Kube
 from controllers.state.caches import Caches
 from controllers.webhooks import server as webhooks
 from controllers.webhooks.certs import CertBundle, CertManager
+from controllers.webhooks.process import WebhookProcess
 from quota.api.names import SCHEDULER_NAME
 
 log = logging.getLogger("muster.controller")
@@ -57,7 +59,7 @@ class WebhookServing:
         self.caches = caches
         self.is_leader = is_leader
         self.certs: CertManager | None = None
-        self.server: webhooks.WebhookServer | None = None
+        self.server: WebhookProcess | None = None
 
     def url_base(self) -> str:
         """Where the apiserver reaches this replica's server directly (local clusters)."""
@@ -130,12 +132,12 @@ class WebhookServing:
             managed=self.options.certs == "self",
         )
         bind = self.options.bind or ("0.0.0.0" if self.options.service else self.options.host)
-        self.server = webhooks.WebhookServer(
+        # In a process of its own: a busy controller must not delay reviews (process.py).
+        self.server = WebhookProcess(
             bind,
             self.options.port,
-            webhooks.WebhookHandlers(
-                self.queue_warnings, scheduler_name=self.options.scheduler_name
-            ),
+            scheduler_name=self.options.scheduler_name,
+            queue_warnings=self.queue_warnings,
         )
         self.certs.on_change(self._cert_changed)
         self.certs.ensure()
