@@ -37,12 +37,17 @@ NATIVE = "podgroups.v1beta1.scheduling.k8s.io"
 VOLCANO = "podgroups.v1beta1.scheduling.volcano.sh"
 
 
+def volcano_established(cluster: ClusterHandle) -> bool:
+    """Read whole: `kubectl wait` and jsonpath filters fail on a CRD with no conditions yet."""
+    crd = get(cluster, "crd", "podgroups.scheduling.volcano.sh")
+    conditions = (crd.get("status") or {}).get("conditions") or []
+    return any(c.get("type") == "Established" and c.get("status") == "True" for c in conditions)
+
+
 @pytest.fixture(scope="module")
 def volcano_crd(cluster: ClusterHandle) -> None:
     cluster.kubectl("apply", "--server-side", "-f", str(VOLCANO_CRD))
-    cluster.kubectl(
-        "wait", "--for", "condition=Established", "crd", "podgroups.scheduling.volcano.sh"
-    )
+    cluster.wait_for("Volcano's PodGroup CRD established", lambda: volcano_established(cluster))
 
 
 @pytest.fixture(scope="module")
