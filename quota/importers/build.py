@@ -103,7 +103,10 @@ def whole_weights(drafts: Iterable[QueueDraft], unmapped: list[Unmapped]) -> dic
             )
         out[draft.name] = whole
     if scale != 1 and drafts:
-        first = drafts[0]
+        # Said about the weight that made the scaling necessary (the largest, or a fraction).
+        first = next((d for d in drafts if d.weight.denominator != 1), None) or max(
+            drafts, key=lambda d: d.weight
+        )
         unmapped.append(
             Unmapped(
                 first.origin,
