@@ -19,6 +19,8 @@ _COMMANDS: dict[str, tuple[str, str]] = {
     "fairshare": ("controllers.cli.fairshare", "fairshare"),
     "admit": ("controllers.cli.fairshare", "admit"),
     "bench": ("controllers.cli.bench", "bench"),
+    "up": ("controllers.up.command", "up"),
+    "down": ("controllers.up.command", "down"),
     "import": ("controllers.cli.importer", "import_command"),
 }
 

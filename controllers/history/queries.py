@@ -2,7 +2,8 @@
 
 - a workload's timeline: every transition, placement and preemption it took part in, with why;
 - a queue over a window: what was admitted, preempted or reclaimed, and usage vs fair share;
-- the preemptions over a window: who preempted whom and by which rule.
+- the preemptions over a window: who preempted whom and by which rule;
+- everything recorded since a moment (the live view of `muster up`).
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Engine, Row, func, select
+from sqlalchemy import ColumnElement, Engine, Row, func, select
 
 from controllers.history.models import (
     PlacementDecisionRow,
@@ -143,19 +144,32 @@ def workload_timeline(engine: Engine, namespace: str, name: str) -> list[Timelin
     A workload deleted and recreated under the same name shows both lives (the operator asks by
     name); each transition's uid tells them apart in the JSON output.
     """
+    t, p, d = WorkloadTransitionRow, PlacementDecisionRow, PreemptionDecisionRow
+    return _timeline(
+        engine,
+        (t.namespace == namespace) & (t.name == name),
+        (p.namespace == namespace) & (p.name == name),
+        (d.namespace == namespace) & (d.name == name),
+    )
+
+
+def recent_timeline(engine: Engine, since: datetime) -> list[TimelineEntry]:
+    """Everything recorded about any workload at or after `since`, oldest first."""
+    t, p, d = WorkloadTransitionRow, PlacementDecisionRow, PreemptionDecisionRow
+    return _timeline(engine, t.at >= since, p.at >= since, d.at >= since)
+
+
+def _timeline(
+    engine: Engine,
+    transitions: ColumnElement[bool],
+    placements: ColumnElement[bool],
+    preemptions: ColumnElement[bool],
+) -> list[TimelineEntry]:
     entries: list[TimelineEntry] = []
     with engine.connect() as conn:
-        for row in conn.execute(
-            select(WorkloadTransitionRow.__table__).where(
-                WorkloadTransitionRow.namespace == namespace, WorkloadTransitionRow.name == name
-            )
-        ):
+        for row in conn.execute(select(WorkloadTransitionRow.__table__).where(transitions)):
             entries.append(_transition_entry(row))
-        for p in conn.execute(
-            select(PlacementDecisionRow.__table__).where(
-                PlacementDecisionRow.namespace == namespace, PlacementDecisionRow.name == name
-            )
-        ):
+        for p in conn.execute(select(PlacementDecisionRow.__table__).where(placements)):
             entries.append(
                 TimelineEntry(
                     at=p.at,
@@ -168,11 +182,7 @@ def workload_timeline(engine: Engine, namespace: str, name: str) -> list[Timelin
                     detail={"pod_group": p.pod_group, "nodes": dict(p.assignments)},
                 )
             )
-        for d in conn.execute(
-            select(PreemptionDecisionRow.__table__).where(
-                PreemptionDecisionRow.namespace == namespace, PreemptionDecisionRow.name == name
-            )
-        ):
+        for d in conn.execute(select(PreemptionDecisionRow.__table__).where(preemptions)):
             victims = ", ".join(f"{v['namespace']}/{v['name']}" for v in d.victims)
             entries.append(
                 TimelineEntry(

@@ -1,0 +1,280 @@
+"""Everything `muster up` starts, and how `muster down` stops it again.
+
+The local control plane (controllers/localcluster), Muster installed the way an operator
+would — the Helm chart when helm is there (CRDs, RBAC, ServiceAccount, webhook
+configurations), the controller then running on this machine as the chart's ServiceAccount,
+because kwok's nodes have no container runtime to run its pod; without helm, the CRDs and
+the controller as the cluster admin — and a scenario's organisation and nodes. The
+controller's process id, ports and history store are kept in `up.json` in the cluster's
+directory, so that `muster down` stops exactly what was started, by process id.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import yaml
+
+from controllers.localcluster.cluster import LocalCluster, free_port, pid_alive
+from controllers.localcluster.kubectl import KubectlError, kubectl
+from controllers.localcluster.nodes import wait_nodes_ready
+from controllers.up.plan import Plan
+
+STATE_FILE = "up.json"
+NAMESPACE = "muster-system"
+REPO = Path(__file__).resolve().parents[2]
+CHART = REPO / "charts" / "muster"
+CRDS = REPO / "crds"
+Progress = Callable[[str], None]
+
+
+class UpError(RuntimeError):
+    """Something `muster up` could not do; the message says what and where to look."""
+
+
+@dataclass
+class Stack:
+    """What `muster up` started, as recorded in up.json."""
+
+    directory: str
+    controller_pid: int
+    controller_log: str
+    kubeconfig: str  # the cluster admin's: the player and the live view use it
+    database_url: str
+    webhook_port: int
+    metrics_port: int
+    chart: bool
+    scenario: str
+    started_at: float
+
+    def save(self) -> None:
+        path = Path(self.directory) / STATE_FILE
+        path.write_text(json.dumps(asdict(self), indent=2))
+
+    @classmethod
+    def load(cls, directory: Path) -> Stack | None:
+        path = directory / STATE_FILE
+        if not path.is_file():
+            return None
+        try:
+            return cls(**json.loads(path.read_text()))
+        except (ValueError, TypeError):
+            return None  # a file from another version: treated as nothing started
+
+    def controller_alive(self) -> bool:
+        return pid_alive(self.controller_pid)
+
+
+def _helm() -> str | None:
+    beside = Path(sys.executable).parent / "helm"  # `make setup` links it into .venv/bin
+    return str(beside) if beside.is_file() else shutil.which("helm")
+
+
+def _apply(cluster: LocalCluster, docs: list[object] | tuple[object, ...]) -> None:
+    kubectl(
+        cluster.binaries["kubectl"],
+        cluster.kubeconfig,
+        "apply",
+        "--server-side",
+        "--field-manager=muster-up",
+        "--force-conflicts",
+        "-f",
+        "-",
+        input=yaml.safe_dump_all(list(docs), sort_keys=False),
+    )
+
+
+def _service_account_kubeconfig(cluster: LocalCluster, path: Path) -> Path:
+    """The cluster's kubeconfig with the chart's ServiceAccount as its user."""
+    token = kubectl(
+        cluster.binaries["kubectl"],
+        cluster.kubeconfig,
+        "-n",
+        NAMESPACE,
+        "create",
+        "token",
+        "muster",
+        "--duration=24h",
+    ).stdout.strip()
+    config = yaml.safe_load(Path(cluster.kubeconfig).read_text())
+    config["users"] = [{"name": "muster", "user": {"token": token}}]
+    for context in config.get("contexts") or []:
+        context["context"]["user"] = "muster"
+    path.write_text(yaml.safe_dump(config))
+    path.chmod(0o600)
+    return path
+
+
+def _install_chart(cluster: LocalCluster, helm: str) -> None:
+    subprocess.run(
+        [
+            helm,
+            "upgrade",
+            "--install",
+            "muster",
+            str(CHART),
+            "--namespace",
+            NAMESPACE,
+            "--create-namespace",
+            "--kubeconfig",
+            str(cluster.kubeconfig),
+        ],
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def _wait_for_controller(
+    cluster: LocalCluster, pid: int, log: Path, webhook_port: int, timeout: float
+) -> None:
+    """Until the controller has registered its webhooks at its own port (it is then the
+    leader, its caches synced); fails early, with its log, if it exits."""
+    want = f"https://127.0.0.1:{webhook_port}/"
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not pid_alive(pid):
+            tail = log.read_text()[-2000:] if log.exists() else ""
+            raise UpError(f"the controller exited; the end of its log ({log}):\n{tail}")
+        result = kubectl(
+            cluster.binaries["kubectl"],
+            cluster.kubeconfig,
+            "get",
+            "mutatingwebhookconfiguration",
+            "muster-webhooks",
+            "-o",
+            "jsonpath={.webhooks[0].clientConfig.url}",
+            check=False,
+        )
+        if result.returncode == 0 and result.stdout.startswith(want):
+            return
+        time.sleep(1.0)
+    raise UpError(f"the controller did not register its webhooks within {timeout:.0f}s; see {log}")
+
+
+def start(
+    cluster: LocalCluster,
+    plan: Plan,
+    *,
+    scenario: str,
+    database_url: str | None,
+    use_chart: bool | None,
+    progress: Progress,
+    timeout: float = 180.0,
+) -> Stack:
+    """Start the cluster (if it is not running), Muster, the organisation and the nodes."""
+    directory = cluster.directory
+    if not cluster.running():
+        cluster.up(timeout=120.0, progress=progress)
+    helm = _helm() if use_chart is not False else None
+    if use_chart and helm is None:
+        raise UpError("--chart needs helm (run `make setup`, which builds it)")
+    if use_chart and not CHART.is_dir():
+        raise UpError(f"--chart needs the chart at {CHART} (run from a clone of the repository)")
+    chart = helm is not None and CHART.is_dir()
+    kubeconfig = Path(cluster.kubeconfig)
+    if chart:
+        assert helm is not None
+        progress("installing Muster with its Helm chart (CRDs, RBAC, webhooks)")
+        try:
+            _install_chart(cluster, helm)
+        except subprocess.CalledProcessError as error:
+            raise UpError(f"helm install failed: {error.stderr.strip()}") from None
+        kubeconfig = _service_account_kubeconfig(cluster, directory / "muster-sa.kubeconfig")
+    else:
+        progress("applying Muster's CRDs (helm not found: the controller runs as cluster admin)")
+        if not CRDS.is_dir():
+            raise UpError(f"Muster's CRDs are not at {CRDS} (run from a clone of the repository)")
+        _apply(cluster, [yaml.safe_load(p.read_text()) for p in sorted(CRDS.glob("*.yaml"))])
+    url = database_url or f"sqlite:///{directory / 'history.db'}"
+    webhook_port, metrics_port = free_port(), free_port()
+    log = directory / "muster-controller.log"
+    command = [
+        sys.executable,
+        "-m",
+        "controllers.cli.main",
+        "controller",
+        "--kubeconfig",
+        str(kubeconfig),
+        "--namespace",
+        NAMESPACE,
+        "--webhook-port",
+        str(webhook_port),
+        "--metrics-port",
+        str(metrics_port),
+        "--database-url",
+        url,
+        "--history-spool-dir",
+        str(directory / "history-spool"),
+    ]
+    progress(f"starting the controller (log: {log})")
+    with log.open("ab") as out:
+        # Its own session: Ctrl-C in the live view does not reach it; `muster down` does.
+        proc = subprocess.Popen(
+            command,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+            cwd=directory,
+        )
+    stack = Stack(
+        directory=str(directory),
+        controller_pid=proc.pid,
+        controller_log=str(log),
+        kubeconfig=str(cluster.kubeconfig),
+        database_url=url,
+        webhook_port=webhook_port,
+        metrics_port=metrics_port,
+        chart=chart,
+        scenario=scenario,
+        started_at=time.time(),
+    )
+    stack.save()
+    _wait_for_controller(cluster, proc.pid, log, webhook_port, timeout)
+    progress(f"creating {len(plan.nodes)} kwok nodes and the organisation of {plan.name}")
+    try:
+        _apply(cluster, plan.nodes)
+        wait_nodes_ready(
+            cluster.binaries["kubectl"],
+            cluster.kubeconfig,
+            [str(n["metadata"]["name"]) for n in plan.nodes],
+            60.0,
+        )
+        _apply(cluster, plan.organisation)
+    except (KubectlError, TimeoutError) as error:
+        raise UpError(str(error)) from None
+    return stack
+
+
+def stop(directory: Path, grace: float = 20.0) -> list[str]:
+    """Stop the controller `muster up` started (it gives up its Lease on SIGTERM), then the
+    cluster; names what was stopped."""
+    stopped: list[str] = []
+    stack = Stack.load(directory)
+    if stack is not None and stack.controller_alive():
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(stack.controller_pid, signal.SIGTERM)
+        deadline = time.monotonic() + grace
+        while stack.controller_alive() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        if stack.controller_alive():
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(stack.controller_pid, signal.SIGKILL)
+            while stack.controller_alive() and time.monotonic() < deadline + 5:
+                time.sleep(0.1)
+        stopped.append(f"muster-controller (pid {stack.controller_pid})")
+    stopped += LocalCluster(directory).down()
+    (directory / STATE_FILE).unlink(missing_ok=True)
+    return stopped
