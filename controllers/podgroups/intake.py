@@ -38,6 +38,7 @@ from typing import Any
 
 from kubernetes.client.exceptions import ApiException
 
+from controllers.jobs.framework import integrations
 from controllers.jobs.reconciler import priority_classes
 from controllers.podgroups.kinds import KINDS, ForeignKind, Told, kind_of
 from controllers.podgroups.queues import resolve
@@ -61,7 +62,7 @@ from quota.api import ManifestError, parse_manifest
 from quota.api.conditions import PodGroupConditions as PGC
 from quota.api.conditions import WorkloadConditions as WC
 from quota.api.meta import API_VERSION
-from quota.api.names import JOB_POD_SET, WORKLOAD_FINALIZER
+from quota.api.names import JOB_POD_SET, QUEUE_LABEL, WORKLOAD_FINALIZER
 from quota.api.quantity import format_quantity
 from quota.model.nodeconvert import pod_requests
 
@@ -321,6 +322,8 @@ class PodGroupIntake:
             self._tell(fk, pg, Told("finished", "Completed", "every pod of the group finished", 0))
             return retry
         if wl is None:
+            if self._queued_by_owner(pg):
+                return retry
             self._admit(fk, pg, mine)
             return retry
         return self._drive(fk, pg, wl, mine, pods) or retry
@@ -347,6 +350,25 @@ class PodGroupIntake:
             log.info("podgroup workload released", extra={"workload": object_key(wl)})
             self.ctx.poke_admission()
         return retry
+
+    def _queued_by_owner(self, pg: Obj) -> bool:
+        """Whether the group's owner is an object Muster queues itself (a TrainJob with the
+        queue-name label, behind `controllers.jobs`): its Workload admits these pods, and a
+        second one for the PodGroup would count them twice."""
+        namespace = pg["metadata"]["namespace"]
+        for ref in pg["metadata"].get("ownerReferences") or []:
+            name = f"{ref.get('apiVersion')}/{ref.get('kind')}"
+            for integration in integrations():
+                if integration.name != name:
+                    continue
+                try:
+                    owner = integration.cache(self.ctx.caches).get(f"{namespace}/{ref.get('name')}")
+                except KeyError:  # its kind's CRD is not served, so nothing of it is queued
+                    owner = None
+                labels = ((owner or {}).get("metadata") or {}).get("labels") or {}
+                if labels.get(QUEUE_LABEL):
+                    return True
+        return False
 
     def _admit(self, fk: ForeignKind, pg: Obj, mine: list[Obj]) -> None:
         values, default = priority_classes(self.ctx)

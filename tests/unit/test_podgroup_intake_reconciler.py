@@ -15,7 +15,7 @@ from controllers.podgroups.intake import PodGroupIntake
 from controllers.podgroups.kinds import VOLCANO_KIND
 from controllers.runtime.events import EventRecorder
 from controllers.runtime.informer import Informer
-from controllers.runtime.resources import LOCAL_QUEUE, POD, POD_GROUP, WORKLOAD, Kind, Obj
+from controllers.runtime.resources import JOB, LOCAL_QUEUE, POD, POD_GROUP, WORKLOAD, Kind, Obj
 from controllers.state import workloads as wls
 from controllers.state.caches import Caches, Context
 from controllers.state.foreigngroups import group_id
@@ -79,6 +79,7 @@ class Harness:
             "Pod": self.caches.node_pods,
             "LocalQueue": self.caches.local_queues,
             "PodGroup": self.caches.pod_groups,
+            "Job": self.caches.jobs,
         }[kind.name]
 
     def put(self, kind: Any, obj: dict[str, Any]) -> dict[str, Any]:
@@ -239,3 +240,32 @@ def test_a_group_whose_pods_name_another_scheduler_is_left_alone() -> None:
     h.reconcile()
     assert h.kube.list(WORKLOAD)[0] == []
     assert "status" not in h.podgroup()
+
+
+def test_a_group_whose_owner_muster_queues_itself_gets_no_second_workload() -> None:
+    h = Harness()
+    h.put(
+        JOB,
+        {
+            "metadata": {
+                "name": "train",
+                "namespace": "ns",
+                "uid": "job-uid",
+                "labels": {"muster.dev/queue-name": "team"},
+            },
+            "spec": {},
+        },
+    )
+    pg = copy.deepcopy(h.podgroup())
+    pg["metadata"]["ownerReferences"] = [
+        {
+            "apiVersion": "batch/v1",
+            "kind": "Job",
+            "name": "train",
+            "uid": "job-uid",
+            "controller": True,
+        }
+    ]
+    h.put(VOLCANO_KIND, pg)
+    h.reconcile()
+    assert h.kube.list(WORKLOAD)[0] == [], "the Job's own Workload admits these pods"
