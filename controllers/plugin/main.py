@@ -4,6 +4,7 @@ program on PATH as a plugin): queues, explain, stop/resume, history, what-if, co
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import click
@@ -162,10 +163,23 @@ def resume(target: Target, queue: str) -> None:
     is_flag=True,
     help="Print the exported scenario (YAML for `muster simulate`) and stop.",
 )
+@click.option(
+    "--out",
+    "out_dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Also write both runs' html reports (the views of `muster simulate --output html`) "
+    "into this directory: now.html and with-change.html.",
+)
 @click.option("--color", type=COLOR, default="auto", show_default=True)
 @click.pass_obj
 def what_if(
-    target: Target, changes: tuple[str, ...], run_for: str, export_only: bool, color: str
+    target: Target,
+    changes: tuple[str, ...],
+    run_for: str,
+    export_only: bool,
+    out_dir: Path | None,
+    color: str,
 ) -> None:
     """Simulate the live cluster as it is and with a change; print how waits would change."""
     import copy
@@ -208,6 +222,16 @@ def what_if(
         console.print(f"  {key}: waits {format_seconds(b)} -> {format_seconds(a)}")
     if not moved:
         console.print("no Job's wait changes")
+    if out_dir is not None:
+        from controllers.simreport.html import render_html
+
+        try:
+            out_dir.mkdir(parents=True, exist_ok=True)
+            for name, result in (("now.html", before), ("with-change.html", after)):
+                (out_dir / name).write_text(render_html(result), encoding="utf-8")
+        except OSError as error:
+            raise click.ClickException(f"--out {out_dir}: {error.strerror}") from None
+        console.print(f"reports: {out_dir / 'now.html'}, {out_dir / 'with-change.html'}")
 
 
 @main.command(

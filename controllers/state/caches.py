@@ -34,7 +34,12 @@ from controllers.runtime.resources import (
 )
 from controllers.state.foreigngroups import group_id_of_pod
 from controllers.state.workloads import now_utc, owner_job_key, owner_job_uid
-from quota.api.names import ELASTIC_POD_LABEL, JOB_UID_POD_LABEL, QUEUE_LABEL
+from quota.api.names import (
+    ELASTIC_POD_LABEL,
+    JOB_UID_POD_LABEL,
+    OWNER_UID_POD_LABEL,
+    QUEUE_LABEL,
+)
 
 # The pods that can hold room on a node: finished ones never do. The apiserver filters, and
 # a pod that finishes leaves this watch as a DELETED event, so the cache never holds the
@@ -43,12 +48,17 @@ UNFINISHED_PODS = "status.phase!=Succeeded,status.phase!=Failed"
 
 
 def job_uid_of_pod(pod: Obj) -> Iterable[str]:
-    """The id of what owns the pod: a foreign PodGroup it names, else its Job's uid."""
+    """The id of what owns the pod: a foreign PodGroup it names, else its owner's uid (the
+    label Muster puts on a JobSet's or TrainJob's pods at admission) or its Job's uid."""
     group = group_id_of_pod(pod)
     if group:
         return [group]
     labels = (pod.get("metadata") or {}).get("labels") or {}
-    uid = labels.get(JOB_UID_POD_LABEL) or labels.get("controller-uid")
+    uid = (
+        labels.get(OWNER_UID_POD_LABEL)
+        or labels.get(JOB_UID_POD_LABEL)
+        or labels.get("controller-uid")
+    )
     return [uid] if uid else []
 
 
@@ -115,6 +125,14 @@ class Caches:
     node_pods: Informer
     pod_groups: Informer
     budgets: Informer
+    # Informers of optional kinds, by name ("apiVersion/Kind"): the integrated workload kinds
+    # beyond batch Jobs and what they read (JobSet, TrainJob, training runtimes), added by
+    # the manager only when the apiserver serves their CRDs.
+    extra: dict[str, Informer] = field(default_factory=dict)
+
+    def add_extra(self, name: str, informer: Informer) -> Informer:
+        self.extra[name] = informer
+        return informer
 
     @classmethod
     def create(cls, kube: Kube, *, watch_timeout: int = 300) -> Caches:
@@ -164,6 +182,7 @@ class Caches:
             self.node_pods,
             self.pod_groups,
             self.budgets,
+            *self.extra.values(),
         ]
 
     def start(self) -> None:

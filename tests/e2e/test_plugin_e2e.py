@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import subprocess
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -182,7 +183,7 @@ def test_stop_and_resume_a_queue(cluster: ClusterHandle, story: dict[str, Any]) 
 
 
 def test_what_if_simulates_the_live_cluster_with_more_quota(
-    cluster: ClusterHandle, story: dict[str, Any]
+    cluster: ClusterHandle, story: dict[str, Any], tmp_path: Path
 ) -> None:
     ns, cq = story["namespace"], story["cq"]
     # A higher limit for the queue (the node has room): the waiting Job would run at once
@@ -194,10 +195,16 @@ def test_what_if_simulates_the_live_cluster_with_more_quota(
         f"{cq}.quota.cpu=8",
         "--set",
         f"{cq}.limit.cpu=8",
+        "--out",
+        str(tmp_path / "reports"),
         "--color",
         "never",
     ).stdout
     assert cq in out
+    # The same views as `muster simulate --output html`, for both runs.
+    for name in ("now.html", "with-change.html"):
+        page = (tmp_path / "reports" / name).read_text()
+        assert "<table" in page and f">{cq}<" in page, name
     changed = [line for line in out.splitlines() if f"{ns}/waits" in line]
     assert changed, out
     before, after = changed[0].split(": waits ", 1)[1].split(" -> ")
