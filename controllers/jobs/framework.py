@@ -12,9 +12,10 @@ To plug in a new kind (JobSet, TrainJob, ...), add a module to `controllers/jobs
    shared by every kind; nothing of them is copied.
 
 This module imports nothing else from `controllers.jobs`: the reconciler, the slices and
-every kind import it, never the other way round. Not yet generic: `controllers.state`
-writes a Workload's owner reference as batch/v1 Job and indexes Workloads and pods by that
-owner's uid; a second kind needs those taught its apiVersion and kind first.
+every kind import it, never the other way round. A new kind is also named in
+`controllers.state.workloads.OWNER_KINDS` (Workloads owned by it are indexed by its uid),
+and, if its pods are not a batch Job's own, its `run_with` labels its pod templates with
+`muster.dev/owner-uid` so that its pods are found by that uid too.
 """
 
 from __future__ import annotations
@@ -102,6 +103,14 @@ class Integration:
     kind: Kind
     wrap: Callable[[Obj], GenericJob]
     cache: Callable[[Caches], Informer]
+    # For kinds that must read other objects to answer (a TrainJob reads its runtime): makes
+    # the `wrap` to use from the caches; None uses `wrap` as it is.
+    bind: Callable[[Caches], Callable[[Obj], GenericJob]] | None = None
+    # Other kinds it reads through the caches (all objects, watched only with the kind).
+    reads: tuple[Kind, ...] = ()
+
+    def wrapper(self, caches: Caches) -> Callable[[Obj], GenericJob]:
+        return self.bind(caches) if self.bind is not None else self.wrap
 
     @property
     def name(self) -> str:

@@ -28,7 +28,7 @@ from collections.abc import Callable
 from datetime import datetime
 
 from controllers.jobs import slices
-from controllers.jobs.framework import GenericJob, Integration, same_request
+from controllers.jobs.framework import GenericJob, Integration, owner_of, same_request
 from controllers.runtime import apply
 from controllers.runtime.resources import WORKLOAD, Obj, object_key
 from controllers.state import workloads as wls
@@ -68,10 +68,11 @@ class Reconciler:
     def __init__(self, ctx: Context, integration: Integration) -> None:
         self.ctx = ctx
         self.integration = integration
+        self.wrap = integration.wrapper(ctx.caches)
 
     # -- small writers
     def _update_object(self, job: GenericJob, mutate: Callable[[GenericJob], bool]) -> Obj | None:
-        wrap = self.integration.wrap
+        wrap = self.wrap
         return apply.update(
             self.ctx.kube,
             self.integration.kind,
@@ -82,7 +83,7 @@ class Reconciler:
         )
 
     def _suspended(self, written: Obj) -> bool:
-        return self.integration.wrap(written).is_suspended()
+        return self.wrap(written).is_suspended()
 
     def update_workload_status(self, wl: Obj, mutate: apply.Mutation) -> Obj | None:
         return apply.update(
@@ -111,7 +112,7 @@ class Reconciler:
         retry, waiting = self._settle_leaving(key, obj)
         if obj is None or waiting:
             return retry
-        job = self.integration.wrap(obj)
+        job = self.wrap(obj)
         if not job.queue_name():
             return retry
         if wls.is_deleting(obj):
@@ -142,6 +143,9 @@ class Reconciler:
         live: Obj | None = None
         looked = False
         for wl in self.ctx.caches.workloads_of_job_key(key):
+            owner = owner_of(wl)
+            if owner is None or owner[0] is not self.integration:
+                continue  # an object of another kind with the same name
             uid = wls.owner_job_uid(wl)
             if not wls.is_deleting(wl):
                 if uid == job_uid:
@@ -152,7 +156,7 @@ class Reconciler:
                     namespace, name = key.split("/", 1)
                     live, looked = self.ctx.kube.get(kind, namespace, name), True
                 mine = live is not None and live["metadata"]["uid"] == uid
-                if mine and live is not None and self.integration.wrap(live).queue_name():
+                if mine and live is not None and self.wrap(live).queue_name():
                     continue  # the cache lags; its event brings the object back
                 self._let_go(wl, live if mine else None)
                 retry = LEAVING_RETRY_SECONDS
@@ -163,10 +167,10 @@ class Reconciler:
                 if obj is not None and uid == job_uid and not wls.is_deleting(obj):
                     waiting = True
                     # Deleted by hand while its object runs: stop the object so its pods go.
-                    self.suspend(self.integration.wrap(obj))
+                    self.suspend(self.wrap(obj))
                 retry = LEAVING_RETRY_SECONDS
                 continue
-            job = self.integration.wrap(obj) if obj is not None and uid == job_uid else None
+            job = self.wrap(obj) if obj is not None and uid == job_uid else None
             if job is not None and wls.has_quota(wl) and job.is_suspended():
                 # It ran under this Workload: take the flavors out before it queues again.
                 self._update_object(job, lambda j: j.restore() if j.is_suspended() else False)
@@ -189,7 +193,7 @@ class Reconciler:
         label (`unlabelled`) gets its template back and stays as it is, suspended or not:
         it is its user's now, and adding the label again queues it afresh."""
         if unlabelled is not None:
-            wrap = self.integration.wrap
+            wrap = self.wrap
 
             def restore(o: Obj) -> bool:
                 job = wrap(o)
@@ -248,7 +252,8 @@ class Reconciler:
 
     def new_workload(self, job: GenericJob, spec: Obj, name: str) -> Obj:
         obj = job.object
-        body = wls.new_workload(name, obj["metadata"]["namespace"], obj, spec)
+        owner = (self.integration.api_version, self.integration.kind.name)
+        body = wls.new_workload(name, obj["metadata"]["namespace"], obj, spec, owner)
         created, fresh = apply.create(
             self.ctx.kube, WORKLOAD, body, cache=self.ctx.caches.workloads
         )

@@ -416,21 +416,16 @@ def start(
 
 
 def _wait_established(cluster: LocalCluster, names: list[str], timeout: float) -> None:
-    # Not `kubectl wait`: it fails at once on a CRD whose status has no conditions yet.
+    # Not `kubectl wait` (nor a jsonpath filter): both fail at once on a CRD whose status
+    # has no conditions yet.
     deadline = time.monotonic() + timeout
     for name in names:
         while True:
-            out = _kubectl(
-                cluster,
-                [
-                    "get",
-                    "crd",
-                    name,
-                    "-o",
-                    'jsonpath={.status.conditions[?(@.type=="Established")].status}',
-                ],
-            )
-            if out.strip() == "True":
+            crd = json.loads(_kubectl(cluster, ["get", "crd", name, "-o", "json"]))
+            conditions = (crd.get("status") or {}).get("conditions") or []
+            if any(
+                c.get("type") == "Established" and c.get("status") == "True" for c in conditions
+            ):
                 break
             if time.monotonic() > deadline:
                 raise PeerError(f"CRD {name} was not established within {timeout:.0f}s")

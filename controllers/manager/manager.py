@@ -28,6 +28,7 @@ from controllers.history.feed import HistoryFeed
 from controllers.history.jobs import QueueReading
 from controllers.history.store import HistoryStore, queue_readings
 from controllers.jobs.batchjob import JobReconciler, job_key_of_workload
+from controllers.manager.integrations import Integrations
 from controllers.manager.options import Options
 from controllers.metrics.collector import Sources, StateCollector
 from controllers.metrics.definitions import REGISTRY
@@ -126,6 +127,8 @@ class Manager:
                 self.ctx, self.kube, options.scheduler_name, self.is_leader, self.stop_event
             )
         self.jobs = JobReconciler(self.ctx)
+        # JobSet, TrainJob: reconciled only where their CRDs are served.
+        self.integrations = Integrations(self.ctx, self.kube, self.is_leader, self.stop_event)
         self.queue: WorkQueue[str] = WorkQueue("jobs")
         self.workers = WorkerPool(
             "job", self.queue, self.jobs.reconcile, self.is_leader, self.stop_event
@@ -191,6 +194,7 @@ class Manager:
         self.webhooks.register()
         for key in self.caches.jobs.list_keys():
             self.queue.add(key)
+        self.integrations.requeue_all()
         if self.intake is not None:
             for key in self.intake.group_ids():
                 self.intake.queue.add(key)
@@ -217,6 +221,7 @@ class Manager:
     # --------------------------------------------------------------------- wiring
     def _wire(self) -> None:
         queue, loop, poke_scheduler = self.queue, self.loop, self._poke_scheduler
+        integrations = self.integrations
 
         def on_job(kind: str, old: Obj | None, new: Obj | None) -> None:
             queue.add(object_key(new or old or {}))
@@ -230,6 +235,7 @@ class Manager:
             job_key = job_key_of_workload(obj)
             if job_key:
                 queue.add(job_key)
+            integrations.on_workload(obj)
             loop.poke()
             poke_scheduler()
 
@@ -313,7 +319,9 @@ class Manager:
         self._ensure_namespace()
         if self.options.webhooks:
             self.webhooks.start(self._spawn, self.stop_event)
+        kinds = self.integrations.discover(self.caches)
         self._wire()
+        self.integrations.wire()
         foreign = self.intake.discover() if self.intake is not None else []
         if self.intake is not None:
             self.intake.wire()
@@ -330,10 +338,14 @@ class Manager:
                 f"{error}; are Muster's CRDs installed (kubectl apply --server-side -f crds/) "
                 "and may this identity list and watch them?"
             ) from error
-        log.info("caches synced", extra={"jobs": len(self.caches.jobs), "podgroup_apis": foreign})
+        log.info(
+            "caches synced",
+            extra={"jobs": len(self.caches.jobs), "podgroup_apis": foreign, "kinds": kinds},
+        )
         self.loop.start_writers(self.is_leader)
         for i in range(self.options.workers):
             self._spawn(f"worker-{i}", self.workers.work)
+        self.integrations.start_workers(self._spawn, self.options.resync_period)
         intake = self.intake
         if intake is not None:
             for i in range(max(1, self.options.workers // 2)):
@@ -365,6 +377,7 @@ class Manager:
         self.stop_event.set()
         self.feed.stop_recording()
         self.queue.shutdown()
+        self.integrations.shutdown()
         if self.intake is not None:
             self.intake.queue.shutdown()
         for thread in self._threads:

@@ -13,7 +13,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from controllers.jobs.batchjob import job_key_of_workload
+from controllers.jobs.batchjob import BATCH_JOB
+from controllers.jobs.framework import owner_of
 from controllers.runtime.resources import Obj, object_key
 from controllers.scheduler import pods as p
 from controllers.state import workloads as wls
@@ -46,6 +47,9 @@ class Group:
     waiting: list[Obj] = field(default_factory=list)  # to bind now, oldest first
     unbound: int = 0  # ungated and not bound, before the cap to `admitted`
     gated: int = 0
+    # Every pod set: (name, pods admitted, what one pod requests); `pod_set`, `admitted` and
+    # `per_pod` speak of the first and of the whole.
+    pod_sets: tuple[tuple[str, int, dict[str, int]], ...] = ()
     # Node labels its pods must land on beyond their own spec: the assigned flavors' labels
     # for a foreign PodGroup, whose existing pods Muster cannot rewrite (a Job's template
     # carries them already).
@@ -181,28 +185,39 @@ def collect(
                 },
             }
         else:
-            job_key = job_key_of_workload(wl)
-            job = caches.jobs.get(job_key) if job_key else None
+            found = owner_of(wl)
+            if found is None:
+                continue
+            integration, job_key = found
+            cache = caches.extra.get(integration.name) if integration is not BATCH_JOB else None
+            job = caches.jobs.get(job_key) if integration is BATCH_JOB else None
+            if cache is not None:
+                # Kinds whose pods are their Jobs' (JobSet, TrainJob): the pods name the
+                # scheduler (Muster's pod webhook), and `_sort_pods` takes only those.
+                job = cache.get(job_key)
             if job is None:
                 continue
-            template = ((job.get("spec") or {}).get("template") or {}).get("spec") or {}
-            if template.get("schedulerName") != scheduler_name:
-                continue  # kube-scheduler's (or another's) to place
+            if integration is BATCH_JOB:
+                template = ((job.get("spec") or {}).get("template") or {}).get("spec") or {}
+                if template.get("schedulerName") != scheduler_name:
+                    continue  # kube-scheduler's (or another's) to place
         assert job is not None
-        pod_sets = (wl.get("spec") or {}).get("podSets") or []
-        if len(pod_sets) != 1:
-            if on_error is not None:
-                on_error(key, f"{len(pod_sets)} pod sets: only one pod set per Job is placed")
-            continue
-        pod_set = str(pod_sets[0].get("name") or "main")
+        # Every pod set of the Workload is one gang: placed whole, all sets together.
+        sets: list[tuple[str, int, dict[str, int]]] = []
         try:
-            per_pod = parse_resource_list(
-                pod_sets[0].get("requests") or {}, field="spec.podSets[0].requests"
-            )
+            for i, ps in enumerate((wl.get("spec") or {}).get("podSets") or []):
+                name = str(ps.get("name") or "main")
+                requests = parse_resource_list(
+                    ps.get("requests") or {}, field=f"spec.podSets[{i}].requests"
+                )
+                sets.append((name, wls.admitted_count(wl, name), requests))
         except QuantityError as error:
             if on_error is not None:
                 on_error(key, f"Workload {key}: {error}")
             continue
+        if not sets:
+            continue
+        pod_set, _, per_pod = sets[0]
         status = wl.get("status") or {}
         since = wls.parse_time(
             (wls.condition(wl, wls.QUOTA_RESERVED) or {}).get("lastTransitionTime")
@@ -212,7 +227,7 @@ def collect(
             workload=wl,
             job=job,
             pod_set=pod_set,
-            admitted=wls.admitted_count(wl, pod_set),
+            admitted=sum(count for _, count, _ in sets),
             priority=int((wl.get("spec") or {}).get("priority") or 0),
             cluster_queue=str((status.get("admission") or {}).get("clusterQueue") or ""),
             admitted_at=since,
@@ -221,6 +236,7 @@ def collect(
             per_pod=per_pod,
             pods_key=wls.owner_job_uid(wl) or "",
             node_labels=_flavor_labels(caches, wl, pod_set) if owner is not None else {},
+            pod_sets=tuple(sets),
         )
         _sort_pods(group, caches, scheduler_name, bound_by_us)
         groups.append(group)

@@ -189,14 +189,15 @@ def nominees(workloads: Iterable[Obj]) -> list[Workload]:
 
 
 def _planned(group: Group) -> Workload:
-    """The group as the reservation rule reads it: its pod set, its admission, its plan."""
+    """The group as the reservation rule reads it: its pod sets, its admission, its plan."""
+    sets = group.pod_sets or ((group.pod_set, group.admitted, group.per_pod),)
     return Workload(
         key=group.key,
         queue=group.cluster_queue,
         priority=group.priority,
         arrival=0.0,
-        pod_sets=(PodSet(group.pod_set, group.admitted, dict(group.per_pod)),),
-        admission=(
-            Assignment(group.pod_set, group.admitted, {}, group.plan.get(group.pod_set, ())),
+        pod_sets=tuple(PodSet(name, count, dict(per_pod)) for name, count, per_pod in sets),
+        admission=tuple(
+            Assignment(name, count, {}, group.plan.get(name, ())) for name, count, _ in sets
         ),
     )

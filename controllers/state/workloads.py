@@ -147,10 +147,21 @@ def requeue_at(wl: Mapping[str, Any]) -> datetime | None:
     return parse_time(state.get("requeueAt"))
 
 
+# The kinds a Workload of Muster's own may be owned by (apiVersion, kind): those behind the
+# workload seam (`controllers.jobs`). Their pods are indexed by the owner's uid.
+OWNER_KINDS = frozenset(
+    {
+        ("batch/v1", "Job"),
+        ("jobset.x-k8s.io/v1alpha2", "JobSet"),
+        ("trainer.kubeflow.org/v1alpha1", "TrainJob"),
+    }
+)
+
+
 def owner_job_uid(wl: Mapping[str, Any]) -> str | None:
     """The id its pods are indexed by: the owning Job's uid, or a foreign PodGroup's id."""
     for ref in (wl.get("metadata") or {}).get("ownerReferences") or []:
-        if ref.get("kind") == "Job" and ref.get("apiVersion") == "batch/v1":
+        if (ref.get("apiVersion"), ref.get("kind")) in OWNER_KINDS:
             return str(ref.get("uid"))
     return group_id_of_workload(wl)
 
@@ -159,7 +170,7 @@ def owner_job_key(wl: Mapping[str, Any]) -> str | None:
     """The owning Job's key ("ns/name"), which outlives the Job in the Workload's metadata."""
     meta = wl.get("metadata") or {}
     for ref in meta.get("ownerReferences") or []:
-        if ref.get("kind") == "Job" and ref.get("apiVersion") == "batch/v1":
+        if (ref.get("apiVersion"), ref.get("kind")) in OWNER_KINDS:
             return f"{meta.get('namespace')}/{ref.get('name')}"
     return None
 
@@ -329,9 +340,11 @@ def new_workload(
     namespace: str,
     job: Mapping[str, Any],
     spec: Obj,
+    owner_kind: tuple[str, str] = ("batch/v1", "Job"),
 ) -> Obj:
-    """A Workload owned by its Job (deleting the Job deletes it), whose finalizer keeps it,
-    and its quota, until its pods are gone."""
+    """A Workload owned by its Job (or another object of `owner_kind`, (apiVersion, kind)):
+    deleting the owner deletes it, and its finalizer keeps it, and its quota, until its pods
+    are gone."""
     meta = job["metadata"]
     return {
         "apiVersion": API_VERSION,
@@ -343,8 +356,8 @@ def new_workload(
             "labels": {JOB_UID_LABEL: meta["uid"], JOB_NAME_LABEL: meta["name"][:63]},
             "ownerReferences": [
                 {
-                    "apiVersion": "batch/v1",
-                    "kind": "Job",
+                    "apiVersion": owner_kind[0],
+                    "kind": owner_kind[1],
                     "name": meta["name"],
                     "uid": meta["uid"],
                     "controller": True,

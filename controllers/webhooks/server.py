@@ -60,6 +60,7 @@ from quota.api.names import (
     ELASTIC_ANNOTATION,
     ELASTIC_POD_LABEL,
     MIN_PARALLELISM_ANNOTATION,
+    OWNER_UID_POD_LABEL,
     QUEUE_LABEL,
     SCHEDULER_NAME,
 )
@@ -70,10 +71,37 @@ CONFIGURATION_NAME = "muster-webhooks"
 MUTATE_JOB_PATH = "/mutate-batch-v1-job"
 VALIDATE_JOB_PATH = "/validate-batch-v1-job"
 VALIDATE_QUEUES_PATH = "/validate-muster-dev-v1alpha1"
+MUTATE_SUSPEND_PATH = "/mutate-suspend"
+MUTATE_POD_PATH = "/mutate-v1-pod"
 TIMEOUT_SECONDS = 5
 
 
 # ------------------------------------------------------------------ decisions
+
+
+def mutate_suspend(obj: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """JSON patch for a labelled JobSet or TrainJob being created: created suspended, so that
+    nothing runs before Muster admits it (its pods get Muster's scheduler at admission,
+    through the owner label and `mutate_pod`)."""
+    if not queue_name(obj) or not isinstance(obj.get("spec"), Mapping):
+        return []
+    if obj["spec"].get("suspend"):
+        return []
+    return [{"op": "add", "path": "/spec/suspend", "value": True}]
+
+
+def mutate_pod(
+    pod: Mapping[str, Any], scheduler_name: str = SCHEDULER_NAME
+) -> list[dict[str, Any]]:
+    """JSON patch for a pod of an admitted JobSet or TrainJob (it carries the owner label
+    Muster put on its template at admission): Muster's scheduler places it, unless the user
+    chose another scheduler by name or Muster's scheduler is off."""
+    spec = pod.get("spec")
+    if not scheduler_name or not isinstance(spec, Mapping):
+        return []
+    if (spec.get("schedulerName") or DEFAULT_SCHEDULER) != DEFAULT_SCHEDULER:
+        return []
+    return [{"op": "add", "path": "/spec/schedulerName", "value": scheduler_name}]
 
 
 def _escape(segment: str) -> str:
@@ -330,6 +358,14 @@ class WebhookHandlers:
         if path == VALIDATE_JOB_PATH:
             refusal = validate_job(obj, old)
             return review_response(uid, allowed=refusal is None, message=refusal)
+        if path == MUTATE_SUSPEND_PATH:
+            if not isinstance(obj, Mapping):
+                return review_response(uid, allowed=False, message="object must be a mapping")
+            return review_response(uid, allowed=True, patch=mutate_suspend(obj))
+        if path == MUTATE_POD_PATH:
+            if not isinstance(obj, Mapping):
+                return review_response(uid, allowed=False, message="object must be a mapping")
+            return review_response(uid, allowed=True, patch=mutate_pod(obj, self.scheduler_name))
         if path == VALIDATE_QUEUES_PATH:
             if not isinstance(obj, Mapping):
                 return review_response(uid, allowed=False, message="object must be a mapping")
@@ -562,7 +598,59 @@ def configurations(
                 "timeoutSeconds": TIMEOUT_SECONDS,
                 "admissionReviewVersions": ["v1"],
                 "reinvocationPolicy": "IfNeeded",
-            }
+            },
+            {
+                # JobSets and TrainJobs with the queue label: created suspended.
+                "name": "msuspend.muster.dev",
+                "clientConfig": cc(MUTATE_SUSPEND_PATH),
+                "rules": [
+                    {
+                        "apiGroups": ["jobset.x-k8s.io"],
+                        "apiVersions": ["v1alpha2"],
+                        "resources": ["jobsets"],
+                        "scope": "Namespaced",
+                        "operations": ["CREATE"],
+                    },
+                    {
+                        "apiGroups": ["trainer.kubeflow.org"],
+                        "apiVersions": ["v1alpha1"],
+                        "resources": ["trainjobs"],
+                        "scope": "Namespaced",
+                        "operations": ["CREATE"],
+                    },
+                ],
+                "objectSelector": labelled,
+                "namespaceSelector": not_system,
+                "failurePolicy": "Fail",
+                "matchPolicy": "Equivalent",
+                "sideEffects": "None",
+                "timeoutSeconds": TIMEOUT_SECONDS,
+                "admissionReviewVersions": ["v1"],
+            },
+            {
+                # Pods of admitted JobSets and TrainJobs (the owner label Muster put on their
+                # templates): to Muster's scheduler. No other pod is ever sent here.
+                "name": "mpod.muster.dev",
+                "clientConfig": cc(MUTATE_POD_PATH),
+                "rules": [
+                    {
+                        "apiGroups": [""],
+                        "apiVersions": ["v1"],
+                        "resources": ["pods"],
+                        "scope": "Namespaced",
+                        "operations": ["CREATE"],
+                    }
+                ],
+                "objectSelector": {
+                    "matchExpressions": [{"key": OWNER_UID_POD_LABEL, "operator": "Exists"}]
+                },
+                "namespaceSelector": not_system,
+                "failurePolicy": "Fail",
+                "matchPolicy": "Equivalent",
+                "sideEffects": "None",
+                "timeoutSeconds": TIMEOUT_SECONDS,
+                "admissionReviewVersions": ["v1"],
+            },
         ],
     }
     validating = {

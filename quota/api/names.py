@@ -22,6 +22,10 @@ JOB_UID_LABEL = "muster.dev/job-uid"
 JOB_NAME_LABEL = "muster.dev/job-name"
 # Set by the Job controller on its pods.
 JOB_UID_POD_LABEL = "batch.kubernetes.io/controller-uid"
+# Set by Muster at admission on the pod templates of kinds whose pods belong to Jobs of their
+# own (JobSet, TrainJob): the uid of the object the Workload is owned by. Its pods are
+# indexed, placed and handed to Muster's scheduler (the pod webhook) by it.
+OWNER_UID_POD_LABEL = "muster.dev/owner-uid"
 # On ClusterQueues: held while workloads still use the queue's quota.
 QUEUE_FINALIZER = "muster.dev/resource-in-use"
 # On Workloads Muster creates: held while the pods of an admitted Workload still hold room

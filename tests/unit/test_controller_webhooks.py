@@ -212,7 +212,7 @@ def test_certificates_rotate_before_expiry_and_keep_the_old_ca_trusted() -> None
 
 def test_configurations_scope_job_webhooks_to_labelled_jobs(bundle: certs.CertBundle) -> None:
     mutating, validating = webhooks.configurations(bundle.ca_bundle, url_base="https://h:1")
-    [mjob] = mutating["webhooks"]
+    mjob = next(w for w in mutating["webhooks"] if w["name"] == "mjob.muster.dev")
     assert mjob["objectSelector"]["matchExpressions"] == [
         {"key": "muster.dev/queue-name", "operator": "Exists"}
     ]

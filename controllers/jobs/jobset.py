@@ -1,0 +1,267 @@
+"""JobSet (jobset.x-k8s.io/v1alpha2) behind the workload seam (`controllers.jobs.framework`).
+
+A labelled JobSet becomes one Workload with one pod set per replicated job (named after it,
+`replicas` x the Job's pods at once), admitted whole. It is suspend-based like a batch Job:
+created suspended (the webhook), unsuspended on admission with the assigned flavors' node
+labels and tolerations merged into every replicated job's pod template (the JobSet
+controller allows those fields to change while the JobSet is suspended), and suspended
+again on eviction, which makes the JobSet controller suspend its Jobs and their pods go.
+The user's templates are kept in an annotation and put back once the pods are gone.
+
+Not elastic: a JobSet cannot be resized while it runs (its replicated jobs' replicas are
+immutable), so a changed JobSet is queued again at its new size, as a batch Job is.
+
+The functions over replicated jobs are shared with TrainJob (`controllers.jobs.trainjob`),
+whose Trainer runs it as a JobSet.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from controllers.jobs.framework import Integration, register
+from controllers.runtime.informer import Informer
+from controllers.runtime.resources import Kind, Obj
+from controllers.state.caches import Caches
+from quota.api import ManifestError
+from quota.api.conditions import WorkloadConditions as WC
+from quota.api.names import ORIGINAL_SCHEDULING_ANNOTATION, OWNER_UID_POD_LABEL
+from quota.model import convert
+
+API_VERSION = "jobset.x-k8s.io/v1alpha2"
+JOBSET = Kind("JobSet", True, group="jobset.x-k8s.io", version="v1alpha2", plural="jobsets")
+
+
+# ------------------------------------------------------- replicated jobs (shared)
+
+
+def replicas_of(rj: Mapping[str, Any]) -> int:
+    value = rj.get("replicas")
+    return 1 if value is None else int(value)
+
+
+def pods_of(rj: Mapping[str, Any]) -> int:
+    """Pods a replicated job runs at once: its replicas x its Job's pods at once."""
+    job_spec = (rj.get("template") or {}).get("spec") or {}
+    return replicas_of(rj) * convert.job_pod_count({"spec": job_spec})
+
+
+def pod_spec_of(rj: Mapping[str, Any]) -> dict[str, Any]:
+    """The replicated job's pod spec (created if absent, for writing)."""
+    job = rj.setdefault("template", {}).setdefault("spec", {})  # type: ignore[attr-defined]
+    spec: dict[str, Any] = job.setdefault("template", {}).setdefault("spec", {})
+    return spec
+
+
+def workload_spec_of(
+    owner: Mapping[str, Any],
+    replicated_jobs: Sequence[Mapping[str, Any]],
+    priorities: Mapping[str, int],
+    *,
+    global_default: str | None,
+    where: str,
+) -> Obj:
+    """The Workload spec of an object that runs as replicated jobs: one pod set per replicated
+    job, through the one Job -> Workload conversion. `where` is the field of the object the
+    replicated jobs come from (for errors). Raises ManifestError naming the object's field."""
+    meta = owner.get("metadata") or {}
+    subject = f"{owner.get('kind') or 'JobSet'} {meta.get('namespace')}/{meta.get('name')}"
+    if not replicated_jobs:
+        raise ManifestError(0, subject, [(where, "at least one replicated job is required")])
+    spec: Obj = {}
+    pod_sets: list[Obj] = []
+    for i, rj in enumerate(replicated_jobs):
+        name = str(rj.get("name") or "")
+        job_spec = (rj.get("template") or {}).get("spec")
+        as_job = {"kind": owner.get("kind"), "metadata": meta, "spec": job_spec}
+        try:
+            model = convert.job_to_workload_model(
+                as_job, priorities, global_default=global_default, count=pods_of(rj)
+            )
+        except ManifestError as error:
+            problems = [(f"{where}[{i}].template.{path}", rule) for path, rule in error.problems]
+            raise ManifestError(0, subject, problems) from None
+        except (TypeError, ValueError) as error:
+            raise ManifestError(0, subject, [(f"{where}[{i}]", str(error))]) from None
+        body = model.spec.model_dump(mode="json", by_alias=True, exclude_none=True)
+        pod_set = body["podSets"][0]
+        pod_set["name"] = name
+        pod_set.pop("minCount", None)  # admitted whole: no partial admission
+        pod_sets.append(pod_set)
+        if not spec or body.get("priority", 0) > spec.get("priority", 0):
+            spec = {k: v for k, v in body.items() if k != "podSets"}
+    spec["podSets"] = pod_sets
+    return spec
+
+
+def original_templates(obj: Mapping[str, Any]) -> dict[str, dict[str, Any]] | None:
+    """Replicated job -> its pod template's nodeSelector and tolerations as the user wrote
+    them, if Muster changed them (None otherwise)."""
+    annotations = (obj.get("metadata") or {}).get("annotations") or {}
+    saved = annotations.get(ORIGINAL_SCHEDULING_ANNOTATION)
+    if not saved:
+        return None
+    data: dict[str, dict[str, Any]] = json.loads(saved)
+    return data
+
+
+def inject_flavors(
+    obj: Obj, replicated_jobs: Sequence[Obj], flavors: Sequence[Mapping[str, Any]]
+) -> None:
+    """Merge the flavors' node labels and tolerations into every replicated job's pod
+    template, saving the user's originals first (once)."""
+    annotations = obj.setdefault("metadata", {}).setdefault("annotations", {})
+    saved = original_templates(obj)
+    if saved is None:
+        saved = {
+            str(rj.get("name")): {
+                "nodeSelector": dict(pod_spec_of(rj).get("nodeSelector") or {}),
+                "tolerations": list(pod_spec_of(rj).get("tolerations") or []),
+            }
+            for rj in replicated_jobs
+        }
+        annotations[ORIGINAL_SCHEDULING_ANNOTATION] = json.dumps(saved, sort_keys=True)
+    for rj in replicated_jobs:
+        original = saved.get(str(rj.get("name"))) or {}
+        selector = dict(original.get("nodeSelector") or {})
+        tolerations = list(original.get("tolerations") or [])
+        for flavor in flavors:
+            fspec = flavor.get("spec") or {}
+            selector.update(fspec.get("nodeLabels") or {})
+            for toleration in fspec.get("tolerations") or []:
+                if toleration not in tolerations:
+                    tolerations.append(toleration)
+        pod_spec = pod_spec_of(rj)
+        if selector:
+            pod_spec["nodeSelector"] = selector
+        if tolerations:
+            pod_spec["tolerations"] = tolerations
+
+
+def restore_templates(obj: Obj, replicated_jobs: Sequence[Obj]) -> bool:
+    """Put the user's nodeSelector and tolerations back; False if nothing was injected."""
+    saved = original_templates(obj)
+    if saved is None:
+        return False
+    for rj in replicated_jobs:
+        original = saved.get(str(rj.get("name"))) or {}
+        pod_spec = pod_spec_of(rj)
+        for field in ("nodeSelector", "tolerations"):
+            if original.get(field):
+                pod_spec[field] = original[field]
+            else:
+                pod_spec.pop(field, None)
+    del obj["metadata"]["annotations"][ORIGINAL_SCHEDULING_ANNOTATION]
+    return True
+
+
+def as_written(obj: Mapping[str, Any], replicated_jobs: Sequence[Mapping[str, Any]]) -> list[Obj]:
+    """Copies of the replicated jobs with the user's nodeSelector and tolerations."""
+    saved = original_templates(obj) or {}
+    out: list[Obj] = []
+    for rj in replicated_jobs:
+        copy: Obj = json.loads(json.dumps(rj))
+        original = saved.get(str(rj.get("name")))
+        if original is not None:
+            pod_spec = pod_spec_of(copy)
+            pod_spec["nodeSelector"] = original.get("nodeSelector") or {}
+            pod_spec["tolerations"] = original.get("tolerations") or []
+        out.append(copy)
+    return out
+
+
+def jobset_finished(obj: Mapping[str, Any], what: str) -> tuple[str, str] | None:
+    """(reason, message) once a JobSet-shaped object's Completed or Failed condition is True."""
+    for cond in (obj.get("status") or {}).get("conditions") or []:
+        if cond.get("status") != "True":
+            continue
+        if cond.get("type") == "Complete" or cond.get("type") == "Completed":
+            return WC.SUCCEEDED, f"the {what} completed"
+        if cond.get("type") == "Failed":
+            detail = cond.get("message") or cond.get("reason") or ""
+            return WC.FAILED, f"the {what} failed{': ' + detail if detail else ''}"
+    return None
+
+
+# ------------------------------------------------------------------ the adapter
+
+
+class JobSet:
+    """A JobSet seen as a `GenericJob`."""
+
+    def __init__(self, obj: Obj) -> None:
+        self._obj = obj
+
+    @property
+    def object(self) -> Obj:
+        return self._obj
+
+    def _replicated_jobs(self) -> list[Obj]:
+        spec = self._obj.setdefault("spec", {})
+        jobs: list[Obj] = spec.get("replicatedJobs") or []
+        return jobs
+
+    def queue_name(self) -> str | None:
+        return convert.job_queue_name(self._obj)
+
+    def is_suspended(self) -> bool:
+        return bool((self._obj.get("spec") or {}).get("suspend"))
+
+    def suspend(self) -> bool:
+        if self.is_suspended():
+            return False
+        self._obj.setdefault("spec", {})["suspend"] = True
+        return True
+
+    def hold_pods(self) -> bool:
+        return False  # not elastic: suspension holds every pod back
+
+    def run_with(self, flavors: Sequence[Mapping[str, Any]], granted: Mapping[str, int]) -> None:
+        inject_flavors(self._obj, self._replicated_jobs(), flavors)
+        uid = str(self._obj["metadata"]["uid"])
+        for rj in self._replicated_jobs():
+            template = (
+                rj.setdefault("template", {}).setdefault("spec", {}).setdefault("template", {})
+            )
+            template.setdefault("metadata", {}).setdefault("labels", {})[OWNER_UID_POD_LABEL] = uid
+        self._obj["spec"]["suspend"] = False
+
+    def restore(self) -> bool:
+        return restore_templates(self._obj, self._replicated_jobs())
+
+    def workload_spec(
+        self, priorities: Mapping[str, int], *, global_default: str | None, count: int | None
+    ) -> Obj:
+        return workload_spec_of(
+            self._obj,
+            as_written(self._obj, self._replicated_jobs()),
+            priorities,
+            global_default=global_default,
+            where="spec.replicatedJobs",
+        )
+
+    def finished(self) -> tuple[str, str] | None:
+        return jobset_finished(self._obj, "JobSet")
+
+    def pods_gone(self) -> bool:
+        # The JobSet controller counts, per replicated job, the Jobs with active pods.
+        statuses = (self._obj.get("status") or {}).get("replicatedJobsStatus") or []
+        return all(not s.get("active") and not s.get("ready") for s in statuses)
+
+    def pod_counts(self) -> dict[str, int]:
+        return {str(rj.get("name")): pods_of(rj) for rj in self._replicated_jobs()}
+
+    def is_elastic(self) -> bool:
+        return False
+
+    def elastic_size(self) -> tuple[str, int]:
+        raise NotImplementedError("a JobSet is never elastic")
+
+
+def _cache(caches: Caches) -> Informer:
+    return caches.extra[JOBSET_INTEGRATION.name]
+
+
+JOBSET_INTEGRATION = register(Integration(API_VERSION, JOBSET, JobSet, _cache))
