@@ -54,6 +54,23 @@ def is_newer(candidate: str, current: str) -> bool:
         return True
 
 
+_MAX_TOMBSTONES = 10_000
+
+
+def _uid(obj: Mapping[str, Any]) -> str:
+    return str((obj.get("metadata") or {}).get("uid") or "")
+
+
+def _same_life(obj: Mapping[str, Any], tomb: tuple[str, str]) -> bool:
+    """Whether `obj` is (a version of) the deleted object `tomb` names, not a new one of the
+    same name: the same uid, or without uids, a version no newer than the deletion."""
+    uid, deleted_at = tomb
+    if uid or _uid(obj):
+        return _uid(obj) == uid
+    version = resource_version(obj)
+    return version == deleted_at or not is_newer(version, deleted_at)
+
+
 class Informer:
     """List+watch cache of one Kind, with secondary indexes and event handlers."""
 
@@ -77,6 +94,11 @@ class Informer:
         self._watch_timeout = watch_timeout
         self._lock = threading.RLock()
         self._items: dict[str, Obj] = {}
+        # key -> (uid, resourceVersion) of objects whose deletion this cache has applied. The
+        # response to our own write can arrive after the watch's DELETED event for the same
+        # object; without this it would bring the object back as a ghost (holding quota, say)
+        # until the next relist. Cleared by a relist (a quorum read); bounded.
+        self._tombstones: dict[str, tuple[str, str]] = {}
         self._indexes: dict[str, dict[str, set[str]]] = {n: {} for n in self._index_fns}
         self._handlers: list[Handler] = []
         self._synced = threading.Event()
@@ -140,7 +162,12 @@ class Informer:
 
     # ------------------------------------------------------------- own writes
     def write_through(self, obj: Obj) -> None:
-        """Record the result of our own write (if it is newer than what the cache holds)."""
+        """Record the result of our own write (if it is newer than what the cache holds, and
+        not of an object whose deletion the cache has already seen)."""
+        with self._lock:
+            tomb = self._tombstones.get(object_key(obj))
+        if tomb is not None and _same_life(obj, tomb):
+            return
         self._apply("MODIFIED", copy.deepcopy(obj))
 
     def forget(self, key: str) -> None:
@@ -156,6 +183,9 @@ class Informer:
         with self._lock:
             old = self._items.get(key)
             if event_type == "DELETED":
+                self._tombstones[key] = (_uid(obj), resource_version(obj))
+                while len(self._tombstones) > _MAX_TOMBSTONES:
+                    del self._tombstones[next(iter(self._tombstones))]
                 if old is None:
                     return
                 del self._items[key]
@@ -202,6 +232,7 @@ class Informer:
         fresh = {object_key(o): o for o in items}
         with self._lock:
             gone = [o for k, o in self._items.items() if k not in fresh]
+            self._tombstones.clear()
         for obj in gone:
             self._apply("DELETED", obj)
         for obj in items:

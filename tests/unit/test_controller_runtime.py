@@ -235,6 +235,33 @@ def test_informer_keeps_the_newer_of_its_own_write_and_a_late_watch_event() -> N
     assert is_newer("10", "9") and not is_newer("9", "10")
 
 
+def test_a_late_answer_to_our_own_write_does_not_bring_a_deleted_object_back() -> None:
+    informer = Informer(FakeKube(), JOB)
+    live = _obj("a", 5)
+    live["metadata"]["uid"] = "u1"
+    informer._apply("ADDED", live)
+    deleted = _obj("a", 8)
+    deleted["metadata"]["uid"] = "u1"
+    informer._apply("DELETED", deleted)
+    # The response to a patch sent before the deletion, read after its DELETED event.
+    late = _obj("a", 7, state="written")
+    late["metadata"]["uid"] = "u1"
+    informer.write_through(late)
+    assert informer.get("ns/a") is None
+    # A new object of the same name (another uid) is a new life, written through at once.
+    reborn = _obj("a", 9, state="new")
+    reborn["metadata"]["uid"] = "u2"
+    informer.write_through(reborn)
+    cached = informer.get("ns/a")
+    assert cached is not None and cached["metadata"]["labels"] == {"state": "new"}
+    # Without uids, versions decide: nothing at or before the deletion comes back.
+    informer._apply("DELETED", _obj("b", 4))
+    informer.write_through(_obj("b", 3))
+    assert informer.get("ns/b") is None
+    informer.write_through(_obj("b", 6))
+    assert informer.get("ns/b") is not None
+
+
 # ----------------------------------------------------------- leader election
 
 
