@@ -16,7 +16,7 @@ from controllers.history.store import HistorySettings
 from controllers.history.usage import FairnessSettings
 from controllers.manager.manager import Manager, run_manager
 from controllers.manager.options import Options
-from controllers.runtime.client import api_client
+from controllers.runtime.client import MIN_LEAD_S, api_client
 from controllers.runtime.logs import setup_logging
 from quota.api.meta import DNS_SUBDOMAIN
 from quota.api.names import SCHEDULER_NAME
@@ -62,6 +62,27 @@ def history_options(
         return HistorySettings(url=database_url(url), spool_dir=spool_dir, fairness=fairness)
     except (DatabaseURLError, ValueError) as error:
         raise click.UsageError(str(error)) from None
+
+
+def lease_timing(lease_duration: float, renew_deadline: float, retry_period: float) -> None:
+    """Refuse lease timings under which the leader could never act, or two could at once."""
+    if not 0 < retry_period < renew_deadline < lease_duration:
+        raise click.BadParameter(
+            f"need 0 < --retry-period ({retry_period:g}) < --renew-deadline "
+            f"({renew_deadline:g}) < --lease-duration ({lease_duration:g}): a leader retries "
+            "its renewal before its deadline, and gives up before a standby may take over",
+            param_hint="--renew-deadline",
+        )
+    # Every leader-only write needs MIN_LEAD_S of lead left when it is sent; a renewal
+    # resets the lead to the renew deadline, so a deadline at or under it leaves none.
+    if renew_deadline <= MIN_LEAD_S + retry_period:
+        raise click.BadParameter(
+            f"--renew-deadline {renew_deadline:g}s leaves no time to write: a write is sent "
+            f"only with at least {MIN_LEAD_S:g}s of lead left, and a renewal can come "
+            f"--retry-period ({retry_period:g}s) late; give more than "
+            f"{MIN_LEAD_S + retry_period:g}s",
+            param_hint="--renew-deadline",
+        )
 
 
 @click.command("controller")
@@ -269,6 +290,8 @@ def controller(
 ) -> None:
     """Run the Muster controller: admit queue-labelled Jobs under quota."""
     scheduler_name = scheduler_name_option(scheduler_name)
+    if leader_elect:
+        lease_timing(lease_duration, renew_deadline, retry_period)
     history_settings = history_options(
         enabled=history,
         url=database_url_flag,
