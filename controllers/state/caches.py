@@ -48,18 +48,16 @@ UNFINISHED_PODS = "status.phase!=Succeeded,status.phase!=Failed"
 
 
 def job_uid_of_pod(pod: Obj) -> Iterable[str]:
-    """The id of what owns the pod: a foreign PodGroup it names, else its owner's uid (the
-    label Muster puts on a JobSet's or TrainJob's pods at admission) or its Job's uid."""
-    group = group_id_of_pod(pod)
-    if group:
-        return [group]
+    """The ids of what owns the pod: its owner's or Job's uid, and the foreign PodGroup it
+    names (if any), so that a Workload finds its pods by either (a TrainJob's pods carry
+    both when its runtime also asks for Volcano's PodGroup)."""
     labels = (pod.get("metadata") or {}).get("labels") or {}
     uid = (
         labels.get(OWNER_UID_POD_LABEL)
         or labels.get(JOB_UID_POD_LABEL)
         or labels.get("controller-uid")
     )
-    return [uid] if uid else []
+    return [i for i in (uid, group_id_of_pod(pod)) if i]
 
 
 def _node_of_pod(pod: Obj) -> Iterable[str]:

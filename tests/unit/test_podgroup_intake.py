@@ -175,7 +175,11 @@ def test_pods_are_indexed_by_the_group_they_name() -> None:
     volcano_pod = pod("a", "1")
     volcano_pod["metadata"]["annotations"] = {"scheduling.k8s.io/group-name": "g"}
     volcano_pod["metadata"]["labels"] = {"batch.kubernetes.io/controller-uid": "job-uid"}
-    assert list(job_uid_of_pod(volcano_pod)) == [group_id("scheduling.volcano.sh", "ns", "g")]
+    # Found by its Job's uid and by its group's id: whichever Workload admits it finds it.
+    assert list(job_uid_of_pod(volcano_pod)) == [
+        "job-uid",
+        group_id("scheduling.volcano.sh", "ns", "g"),
+    ]
     native_pod = pod("b", "1", schedulingGroup={"podGroupName": "n"})
     assert group_id_of_pod(native_pod) == group_id("scheduling.k8s.io", "ns", "n")
     plain = pod("c", "1")
