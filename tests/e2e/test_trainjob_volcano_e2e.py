@@ -145,7 +145,8 @@ def test_trainjob_with_volcano_podgroup_policy_is_admitted_and_gang_placed(
     cluster: ClusterHandle, stack: Controller, namespace: str
 ) -> None:
     pool = unique("tj")
-    nodes = cluster.nodes(2, cpu="2", memory="16Gi", gpu=0, labels={"muster-e2e/pool": pool})
+    # Room for two 1-cpu pods at first; the gang is three.
+    nodes = cluster.nodes(1, cpu="2", memory="16Gi", gpu=0, labels={"muster-e2e/pool": pool})
     try:
         cq = unique("cq")
         apply(
@@ -166,6 +167,25 @@ def test_trainjob_with_volcano_podgroup_policy_is_admitted_and_gang_placed(
         assert pg["spec"]["minMember"] == 3
         assert pg["spec"]["queue"] == cq
         assert pg["metadata"]["ownerReferences"][0]["kind"] == "TrainJob"
+
+        def waiting() -> bool:
+            found = get(cluster, VOLCANO, "train", "-n", namespace)
+            told = [
+                c
+                for c in (found.get("status") or {}).get("conditions") or []
+                if c.get("type") == "Unschedulable" and c.get("status") == "True"
+            ]
+            return len(group_pods(cluster, namespace, "train")) == 3 and bool(told)
+
+        cluster.wait_for("the gang of three told it waits for room", waiting, timeout=120)
+        assert [
+            p for p in group_pods(cluster, namespace, "train") if p["spec"].get("nodeName")
+        ] == []
+        assert (get(cluster, VOLCANO, "train", "-n", namespace).get("status") or {}).get(
+            "phase"
+        ) == "Pending"
+
+        nodes += cluster.nodes(1, cpu="2", memory="16Gi", gpu=0, labels={"muster-e2e/pool": pool})
 
         def placed() -> bool:
             pods = group_pods(cluster, namespace, "train")
