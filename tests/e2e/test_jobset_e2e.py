@@ -20,10 +20,12 @@ from tests.e2e.controller_harness import (
     condition,
     crds,  # noqa: F401 - fixture
     create,
+    events_for,
     finished,
     flavor,
     get,
     local_queue,
+    priority_class,
     unique,
     workloads_of,
 )
@@ -182,3 +184,72 @@ def test_jobset_is_admitted_whole_placed_all_or_nothing_and_releases_quota(
     assert {p["spec"]["schedulerName"] for p in second_pods} == {"muster-scheduler"}
     done = condition(get(cluster, "jobset", "second", "-n", namespace), "Completed")
     assert done.get("status") == "True", done
+
+
+def test_a_running_jobset_is_evicted_by_suspension_and_queued_again(
+    cluster: ClusterHandle,
+    namespace: str,
+    controller: Controller,
+) -> None:
+    pool = unique("jsp")
+    cluster.nodes(1, cpu="4", memory="16Gi", labels={"muster-e2e/pool": pool})
+    cq = unique("cq")
+    low, high = unique("low"), unique("high")
+    apply(
+        cluster,
+        priority_class(low, 10),
+        priority_class(high, 1000),
+        flavor(pool, pool),
+        cq_manifest(
+            cq,
+            [{"name": pool, "quota": {"cpu": "4"}, "limit": {"cpu": "4"}}],
+            preemption={"withinQueue": "LowerPriority"},
+        ),
+        local_queue("team", namespace, cq),
+    )
+
+    def with_priority(obj: dict[str, Any], name: str) -> dict[str, Any]:
+        for rj in obj["spec"]["replicatedJobs"]:
+            rj["template"]["spec"]["template"]["spec"]["priorityClassName"] = name
+        return obj
+
+    create(cluster, with_priority(jobset("long", namespace, "team", 3, "600s"), low))
+
+    def bound(name: str) -> set[str]:
+        return {
+            p["metadata"]["name"]
+            for p in pods_of_jobset(cluster, namespace, name)
+            if p["spec"].get("nodeName") and not p["metadata"].get("deletionTimestamp")
+        }
+
+    cluster.wait_for(
+        "all 4 pods of the low-priority JobSet to be bound",
+        lambda: len(bound("long")) == 4,
+        timeout=90,
+    )
+    first_run = bound("long")
+    create(cluster, with_priority(jobset("urgent", namespace, "team", 3, "2s"), high))
+
+    # Evicted whole by suspension; the urgent one runs to completion in its place, and the
+    # evicted one is admitted again and runs anew (new pods, all 4 bound together).
+    cluster.wait_for(
+        "the low-priority JobSet to be suspended",
+        lambda: get(cluster, "jobset", "long", "-n", namespace)["spec"]["suspend"] is True,
+        timeout=90,
+    )
+    cluster.wait_for(
+        "the urgent JobSet's Workload to finish",
+        lambda: (
+            bool(workloads_of(cluster, namespace, "urgent"))
+            and finished(workloads_of(cluster, namespace, "urgent")[0])
+        ),
+        timeout=120,
+    )
+    cluster.wait_for(
+        "the evicted JobSet to run again",
+        lambda: len(bound("long")) == 4 and not bound("long") & first_run,
+        timeout=90,
+    )
+    assert "Stopped" in events_for(cluster, namespace, "JobSet", "long")
+    [wl] = workloads_of(cluster, namespace, "long")
+    assert admitted(wl)
