@@ -6,9 +6,15 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: setup test python control-plane peers helm postgres lint unit e2e
+.PHONY: setup test run python control-plane peers helm postgres browser lint unit e2e
 
-setup: python control-plane peers helm postgres
+setup: python control-plane peers helm postgres browser
+
+# Muster for real in one command: what `muster up` needs (the same cached steps as setup,
+# without the peers, PostgreSQL and the browser), then a local cluster with Muster on it,
+# playing examples/demo.yaml with a live view until Ctrl-C. `.venv/bin/muster down` stops it.
+run: python control-plane helm
+	$(BIN)/muster up $(ARGS)
 
 python:
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -31,6 +37,10 @@ helm: python
 
 postgres:
 	bash hack/install-postgres.sh
+
+# Debian's Chromium: the html report's test opens the report in it, headless.
+browser:
+	bash hack/install-chromium.sh
 
 lint:
 	$(BIN)/ruff check .

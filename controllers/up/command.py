@@ -5,6 +5,8 @@ plugin's views, and the plugin reads cli/, so cli/ must not import it (main.py n
 
 from __future__ import annotations
 
+import contextlib
+import shutil
 import sys
 import time
 from datetime import UTC, datetime
@@ -134,12 +136,24 @@ def up(
     finally:
         if player is not None:
             player.stop()
+    tools = _tools_dir()
     click.echo(
         "\nMuster keeps running. Use the cluster with "
-        '`eval "$(muster local-cluster env)"` then kubectl or `kubectl muster queues`; '
-        f"the controller's log is {stack.controller_log}. `muster down` stops everything.",
+        f'`eval "$({tools}muster local-cluster env)"`, then kubectl or '
+        f"`{tools}kubectl-muster queues`; the controller's log is {stack.controller_log}. "
+        f"`{tools}muster down` stops everything.",
         err=True,
     )
+
+
+def _tools_dir() -> str:
+    """Where `muster` and `kubectl-muster` are, as the user would type it ("" on PATH)."""
+    here = Path(sys.executable).parent
+    if shutil.which("muster") == str(here / "muster"):
+        return ""
+    with contextlib.suppress(ValueError):
+        return f"{here.relative_to(Path.cwd())}/"
+    return f"{here}/"
 
 
 def _footer(player: Player | None, started: float) -> str:
