@@ -131,6 +131,16 @@ class Integrations:
                 q.add(object_key(new or old or {}))
 
             running.informer.add_handler(on_object)
+            for kind in running.integration.reads:
+                # A TrainJob's runtime created or changed after it: look at its objects again
+                # (one whose runtime was missing has no Workload yet).
+                def on_read(
+                    kind_: str, old: Obj | None, new: Obj | None, r: Running = running
+                ) -> None:
+                    for key in r.informer.list_keys():
+                        r.queue.add(key)
+
+                self.ctx.caches.extra[extra_name(kind)].add_handler(on_read)
 
     def on_workload(self, wl: Obj) -> None:
         """Queue the object a Workload belongs to, if it is of one of these kinds."""
