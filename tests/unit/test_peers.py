@@ -82,3 +82,36 @@ def test_a_peer_not_built_says_how_to_build_it(
     monkeypatch.setenv("MUSTER_CACHE_DIR", str(tmp_path))
     with pytest.raises(peers.PeerError, match="muster local-cluster build --peers jobset"):
         peers.start(None, peers.PEERS["jobset"])  # type: ignore[arg-type]
+
+
+def test_json_patches_of_a_kustomization_are_applied_as_kustomize_would() -> None:
+    doc = {"metadata": {"name": "a"}, "webhooks": [{"name": "x"}, {"name": "y"}]}
+    peers.json_patch(
+        doc,
+        [
+            {"op": "replace", "path": "/metadata/name", "value": "b"},
+            {"op": "replace", "path": "/webhooks/1", "value": {"name": "z"}},
+            {"op": "add", "path": "/webhooks/-", "value": {"name": "w"}},
+            {"op": "add", "path": "/metadata/labels", "value": {"k": "v"}},
+            {"op": "remove", "path": "/webhooks/0"},
+        ],
+    )
+    assert doc == {
+        "metadata": {"name": "b", "labels": {"k": "v"}},
+        "webhooks": [{"name": "z"}, {"name": "w"}],
+    }
+    with pytest.raises(peers.PeerError, match="unsupported JSON patch operation 'move'"):
+        peers.json_patch(doc, [{"op": "move", "path": "/metadata/name", "from": "/x"}])
+
+
+def test_a_directory_with_a_kustomization_yields_only_what_it_lists(tmp_path: Path) -> None:
+    runtimes = tmp_path / "runtimes"
+    (runtimes / "extra").mkdir(parents=True)
+    (runtimes / "kustomization.yaml").write_text("resources: [a.yaml, extra]\n")
+    (runtimes / "a.yaml").write_text("kind: A\n")
+    (runtimes / "unlisted.yaml").write_text("kind: U\n")
+    (runtimes / "extra" / "b.yaml").write_text("kind: B\n")
+    files = peers._yaml_files(tmp_path, ["runtimes"])
+    assert [f.name for f in files] == ["a.yaml", "b.yaml"]
+    with pytest.raises(peers.PeerError, match="missing from the peer's manifests"):
+        peers._yaml_files(tmp_path, ["nope"])
