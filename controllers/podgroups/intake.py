@@ -195,6 +195,11 @@ def new_workload(fk: ForeignKind, pg: Mapping[str, Any], name: str, spec: Obj) -
     }
 
 
+def _queue_shape(lq: Obj) -> tuple[object, object]:
+    """What the mapping rule reads of a LocalQueue (its name is the cache key)."""
+    return (lq.get("spec"), (lq.get("metadata") or {}).get("deletionTimestamp"))
+
+
 class PodGroupIntake:
     """Watches the foreign PodGroup APIs the cluster serves and reconciles their groups."""
 
@@ -261,6 +266,9 @@ class PodGroupIntake:
                 self.queue.add(gid)
 
         def on_pod(kind: str, old: Obj | None, new: Obj | None) -> None:
+            # Status heartbeats tell a group nothing; appearing, binding, going do.
+            if p.placement_inputs(old) == p.placement_inputs(new):
+                return
             gid = group_id_of_pod(new or old or {})
             if gid:
                 self.queue.add(gid)
@@ -272,7 +280,9 @@ class PodGroupIntake:
                 self.queue.add(gid)
 
         def on_local_queue(kind: str, old: Obj | None, new: Obj | None) -> None:
-            # A group refused for a missing queue may fit now.
+            # A group refused for a missing queue may fit now; a status write changes nothing.
+            if old is not None and new is not None and _queue_shape(old) == _queue_shape(new):
+                return
             for key in self.group_ids():
                 self.queue.add(key)
 
