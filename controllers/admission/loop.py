@@ -3,18 +3,22 @@ what it decided.
 
 Only the leader runs it. A cycle starts shortly after anything it decides from changes
 (Workloads, queues, flavors, nodes), batching bursts of events into one cycle, and at least
-every `resync` seconds (for requeue backoffs that expire). Decisions are written to the
-Workloads' status with the resourceVersion the snapshot saw: if a Workload changed in the
-meantime the write is refused and the next cycle decides again, so nothing is admitted from
-a stale view, and nothing is admitted twice.
+every `resync` seconds (for requeue backoffs that expire).
 
-Order within a cycle: evictions first (they release the room later cycles use), then
-admissions (in parallel; they are independent), then pending reasons and queue status
-through coalescing writers.
+A cycle never waits on the apiserver. Its decisions are assumed (`assumed.py`: the next
+cycle sees each Workload as its write will make it) and written in the background by at most
+`write_workers` threads (`writes.py`), each write naming the resourceVersion the snapshot
+saw: if a Workload changed in the meantime the write is refused, the assumption rolled back
+and the next cycle decides again, so nothing is admitted from a stale view, and nothing is
+admitted twice. Every write goes through the context's API access, which for a leader is
+the fence (`FencedKube`): a deposed leader's queued writes are never sent.
+
+Order: a preemptor's hold is written before its victims are evicted, in one background
+task; pending reasons and queue status go through coalescing writers.
 
 History: admissions, evictions (with the preemptor), slice replacements and preemption
-decisions go to the history store through `record_later`, built on the recorder's thread from
-the objects as written; the loop never waits on the database. With time-based fair share on,
+decisions go to the history store through `record_later` from the writing threads, once
+the write succeeded; the loop never waits on the database. With time-based fair share on,
 the snapshot carries the usage figures the history store last computed, read from memory.
 """
 
@@ -28,6 +32,7 @@ from contextlib import AbstractContextManager, nullcontext
 from typing import TYPE_CHECKING
 
 from controllers.admission import queuestatus
+from controllers.admission.assumed import Assumptions
 from controllers.admission.queuestatus import QueueStatus, QueueStatusPublisher
 from controllers.admission.view import View, ViewBuilder
 from controllers.admission.writes import DecisionWriter
@@ -61,7 +66,7 @@ class AdmissionLoop:
         *,
         min_interval: float = 0.05,
         resync: float = 2.0,
-        write_workers: int = 4,
+        write_workers: int = 16,
         status_interval: float = 1.0,
         use_node_capacity: bool = True,
         usage: UsageFigures | None = None,
@@ -72,11 +77,21 @@ class AdmissionLoop:
         self.pacer = Pacer(
             "admission cycle", self.cycle, min_interval=min_interval, resync=resync, log=log
         )
+        # Decisions being written: the writer assumes them, the views see them (assumed.py).
+        assumed = Assumptions()
         self.views = ViewBuilder(
-            ctx, use_node_capacity=use_node_capacity, usage=usage, hold_timeout_s=hold_timeout_s
+            ctx,
+            use_node_capacity=use_node_capacity,
+            usage=usage,
+            hold_timeout_s=hold_timeout_s,
+            assumed=assumed,
         )
         self.writer = DecisionWriter(
-            ctx, self.poke, write_workers=write_workers, status_interval=status_interval
+            ctx,
+            self.poke,
+            write_workers=write_workers,
+            status_interval=status_interval,
+            assumed=assumed,
         )
         self.queue_status = QueueStatusPublisher(ctx, interval=status_interval)
         self.cycles = 0

@@ -4,7 +4,8 @@ plus what the shell needs to act on the engine's decisions.
 Parsed models and engine workloads are cached by resourceVersion, so a cycle converts only
 the objects that changed since the last one. Queues the tree check or the model rejects,
 queues being deleted and queues already gone still count what they admitted (as inactive
-queues): nothing admitted is ever dropped from the snapshot.
+queues): nothing admitted is ever dropped from the snapshot. A Workload whose decision is
+being written in the background is seen as the write will make it (`assumed.py`).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
+from controllers.admission.assumed import Assumptions
 from controllers.runtime.resources import Obj, object_key
 from controllers.state import workloads as wls
 from controllers.state.budgets import budget_breakers
@@ -104,9 +106,12 @@ class ViewBuilder:
         use_node_capacity: bool = True,
         usage: UsageFigures | None = None,
         hold_timeout_s: float = 300.0,
+        assumed: Assumptions | None = None,
     ) -> None:
         self.ctx = ctx
         self.hold_timeout_s = hold_timeout_s
+        # Decisions written in the background, seen in place of the cached Workloads.
+        self.assumed = assumed if assumed is not None else Assumptions()
         # (Workload, QuotaReserved time) whose pods the cache has shown bound whole.
         self._confirmed: set[tuple[str, str]] = set()
         # This cycle's admitted workloads' bound pods, by their labels (for budgets).
@@ -117,8 +122,9 @@ class ViewBuilder:
         self.usage = usage
         self._historical: tuple[Any, dict[str, float]] = (None, {})
 
-    def _engine_workload(self, key: str, raw: Obj, model: WorkloadModel, queue: str) -> Workload:
-        rv = str((raw.get("metadata") or {}).get("resourceVersion") or "")
+    def _engine_workload(
+        self, key: str, raw: Obj, model: WorkloadModel, queue: str, rv: str
+    ) -> Workload:
         cache_key = f"engine:{key}"
         cached = self._parsed.get(cache_key)
         if cached is not None and cached[0] == (rv, queue):
@@ -128,8 +134,10 @@ class ViewBuilder:
         self._parsed[cache_key] = ((rv, queue), converted)
         return converted
 
-    def _model(self, key: str, raw: Obj, model: type[Any]) -> Any:
-        rv = str((raw.get("metadata") or {}).get("resourceVersion") or "")
+    def _model(self, key: str, raw: Obj, model: type[Any], rv: str | None = None) -> Any:
+        """`raw` parsed as `model`, cached by version (`rv`, by default its resourceVersion)."""
+        if rv is None:
+            rv = str((raw.get("metadata") or {}).get("resourceVersion") or "")
         cached = self._parsed.get(key)
         if cached is not None and cached[0] == rv:
             return cached[1]
@@ -193,12 +201,16 @@ class ViewBuilder:
         engine: dict[str, Workload] = {}
         lq_of: dict[str, str] = {}
         blocked: list[tuple[str, str, str]] = []
-        for raw in caches.workloads.objects():
+        cached_workloads = caches.workloads.objects()
+        self.assumed.keep_only(object_key(w) for w in cached_workloads)
+        for cached in cached_workloads:
+            key = object_key(cached)
+            # A decision whose write is under way counts as made (assumed.py).
+            raw, version = self.assumed.effective(key, cached)
             if wls.is_finished(raw):
                 continue
-            key = object_key(raw)
             try:
-                model: WorkloadModel = self._model(f"wl:{key}", raw, WorkloadModel)
+                model: WorkloadModel = self._model(f"wl:{key}", raw, WorkloadModel, version)
             except ValidationError as error:
                 blocked.append((key, INADMISSIBLE, f"invalid Workload: {str(error)[:500]}"))
                 continue
@@ -208,7 +220,7 @@ class ViewBuilder:
             raw_by_key[key] = raw
             if wls.has_quota(raw):
                 queue = ((raw.get("status") or {}).get("admission") or {}).get("clusterQueue")
-                w = self._engine_workload(key, raw, model, str(queue))
+                w = self._engine_workload(key, raw, model, str(queue), version)
                 # Pods hold their own room once bound; a Workload with no Job behind it
                 # (written by hand) never gets pods, so its plan must not hold room either.
                 if not wls.owner_job_uid(raw):
@@ -248,7 +260,7 @@ class ViewBuilder:
                     )
                 )
                 continue
-            w = self._engine_workload(key, raw, model, lq.spec.cluster_queue)
+            w = self._engine_workload(key, raw, model, lq.spec.cluster_queue, version)
             pending.append(w)
             engine[key] = w
         for w in admitted:

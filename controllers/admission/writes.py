@@ -1,29 +1,39 @@
-"""Carrying out one cycle's decisions: evictions first (they release the room later cycles
-use), then admissions (in parallel; they are independent), then pending reasons through a
-coalescing writer.
+"""Carrying out one cycle's decisions without waiting on the apiserver: each is assumed
+(`assumed.py`) and written in the background, at most `write_workers` at a time.
 
 A preemptor's hold on nodes (`status.nomination`) is written before any of its victims is
-evicted: if the controller dies between the two, the next leader finds the room already
-claimed; if the hold cannot be written, no one is evicted for it this cycle.
+evicted, in the same background task: if the controller dies between the two, the next
+leader finds the room already claimed; if the hold cannot be written, no one is evicted for
+it (their assumed evictions are rolled back).
 
 Every write names the resourceVersion the snapshot saw: if a Workload changed in the
-meantime the write is refused and the next cycle decides again, so nothing is admitted from
-a stale view, and nothing is admitted twice. Admissions, evictions, slice replacements and
-preemption decisions go to the history store through `record_later`.
+meantime the write is refused, re-read and re-decided by the same change (which refuses a
+Workload admitted, finished, resized or deleted since), so nothing is admitted from a stale
+view, and nothing is admitted twice. A write that failed for certain rolls its assumption
+back and wakes the loop; one whose outcome is unknown keeps it until the watch shows the
+Workload. Admissions, evictions, slice replacements and preemption decisions go to the
+history store through `record_later` once written.
 """
 
 from __future__ import annotations
 
+import copy
 import logging
+import threading
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from kubernetes.client.exceptions import ApiException
+
+from controllers.admission.assumed import Assumptions
 from controllers.admission.view import View
 from controllers.history import transitions as history
 from controllers.jobs.batchjob import job_key_of_workload
 from controllers.runtime import apply
+from controllers.runtime.client import NotLeaderError
 from controllers.runtime.coalesce import CoalescingWriter
 from controllers.runtime.resources import WORKLOAD, Obj
 from controllers.state import workloads as wls
@@ -34,9 +44,6 @@ from quota.lifecycle.slices import slice_replaced_message
 from quota.model.decisions import Admit, CycleResult, Victim
 from quota.model.snapshot import Assignment, Hold, Workload
 
-if TYPE_CHECKING:
-    pass
-
 log = logging.getLogger(__name__)
 
 INADMISSIBLE = WC.INADMISSIBLE
@@ -44,23 +51,32 @@ PENDING = WC.PENDING
 
 
 class DecisionWriter:
-    """Writes what the engine decided onto Workloads and Jobs."""
+    """Writes what the engine decided onto Workloads and Jobs, in the background.
+
+    `carry_out` returns at once: each decision is assumed (`assumed.py`) and its write goes
+    to a pool of `write_workers` threads, so at most that many are in flight. A Workload with
+    a write in flight gets no other decision until it ends (one write at a time per object,
+    so a second never starts from a version the first is changing)."""
 
     def __init__(
         self,
         ctx: Context,
         poke: Callable[[], None],
         *,
-        write_workers: int = 4,
+        write_workers: int = 16,
         status_interval: float = 1.0,
+        assumed: Assumptions | None = None,
     ) -> None:
         self.ctx = ctx
         self.poke = poke
+        self.assumed = assumed if assumed is not None else Assumptions()
         self._pool = ThreadPoolExecutor(max_workers=write_workers, thread_name_prefix="admit")
         self.pending_writer: CoalescingWriter[str] = CoalescingWriter(
             "workload-pending", self._write_pending, interval=status_interval
         )
         self._is_leader: Callable[[], bool] = lambda: True
+        self._lock = threading.Condition()
+        self._in_flight: set[str] = set()
         self.admitted = 0
 
     def start(self, is_leader: Callable[[], bool]) -> None:
@@ -69,56 +85,138 @@ class DecisionWriter:
         self.pending_writer.start(enabled=is_leader)
 
     def stop(self) -> None:
-        """Stop writing; admissions under way finish first."""
+        """Stop writing; writes under way finish first, queued ones are dropped (the next
+        leader decides them again)."""
         self.pending_writer.stop()
         self._pool.shutdown(wait=True, cancel_futures=True)
 
+    @property
+    def in_flight(self) -> int:
+        """Workloads whose decision is being written."""
+        with self._lock:
+            return len(self._in_flight)
+
+    # ------------------------------------------------------------------ the cycle's side
     def carry_out(self, view: View, result: CycleResult) -> None:
+        """Assume every decision and queue its write; never waits on the apiserver."""
         if not self._is_leader():
             log.warning("lost leadership before writing decisions; dropping them")
             return
         holds = {p.workload: p.hold for p in result.pending}
         for preempt in result.preempt:
-            hold = holds.get(preempt.preemptor)
-            if hold is not None and not self._nominate(view, preempt.preemptor, hold):
-                continue
-            evicted = []
-            for victim in preempt.victims:
-                written = self._evict(view, victim, preemptor=preempt.preemptor)
-                if written is not None:
-                    evicted.append((written, victim.queue, victim.reason))
-            if evicted:
-                self._record_preemption(
-                    view, preempt.preemptor, evicted, preempt.victims[0].kind, hold
-                )
+            self._assume_preemption(
+                view, preempt.preemptor, preempt.victims, holds.get(preempt.preemptor)
+            )
         for victim in result.drain:
-            self._evict(view, victim, preemptor=None)
-        if result.admit:
-            list(self._pool.map(lambda a: self._admit(view, a), result.admit))
+            if not self._claim([victim.workload]):
+                continue
+            change = self._assume_eviction(view, victim, None)
+            if change is None:
+                self._release([victim.workload])
+                continue
+            self._submit([victim.workload], self._evict, view, victim, change, None)
+        for decision in result.admit:
+            if not self._claim([decision.workload]):
+                continue
+            admission = self._assume_admission(view, decision)
+            if admission is None:
+                self._release([decision.workload])
+                continue
+            self._submit([decision.workload], self._admit, view, decision, admission)
+        with self._lock:
+            busy = set(self._in_flight)
         for p in result.pending:
+            if p.workload in busy:
+                continue
             engine = view.engine.get(p.workload)
             nomination = nomination_status(engine, p.hold) if engine is not None else None
             self._submit_pending(view, p.workload, PENDING, p.reason, nomination)
         for key, reason, message in view.blocked:
-            self._submit_pending(view, key, reason, message, None)
+            if key not in busy:
+                self._submit_pending(view, key, reason, message, None)
 
-    def _job_of(self, wl: Obj) -> Obj | None:
-        job_key = job_key_of_workload(wl)
-        return self.ctx.caches.jobs.get(job_key) if job_key else None
+    def _claim(self, keys: Sequence[str]) -> bool:
+        """Mark `keys` as being written; False (nothing marked) if any already is."""
+        with self._lock:
+            if any(k in self._in_flight for k in keys):
+                return False
+            self._in_flight.update(keys)
+            return True
 
-    def _admit(self, view: View, decision: Admit) -> None:
+    def _release(self, keys: Iterable[str]) -> None:
+        with self._lock:
+            self._in_flight.difference_update(keys)
+            if not self._in_flight:
+                self._lock.notify_all()
+
+    def wait_written(self, timeout: float = 30.0) -> bool:
+        """Wait until no decision is being written (tests and shutdown); False on timeout."""
+        with self._lock:
+            return self._lock.wait_for(lambda: not self._in_flight, timeout)
+
+    def _submit(self, keys: Sequence[str], fn: Callable[..., Any], *args: Any) -> None:
+        def run() -> None:
+            try:
+                fn(*args)
+            except Exception:
+                log.exception("decision write failed", extra={"workloads": list(keys)})
+                for key in keys:
+                    self.assumed.forget(key)
+                self.poke()
+            finally:
+                self._release(keys)
+
+        try:
+            self._pool.submit(run)
+        except RuntimeError:  # stopping: the next leader decides again
+            self._release(keys)
+            for key in keys:
+                self.assumed.forget(key)
+
+    def _write(self, key: str, change: Change) -> Obj | None:
+        """Write an assumed change (from the version the cycle saw, retrying on conflict);
+        the Workload as written, or None. Settles the assumption: kept only while the
+        outcome is unknown (the watch, or its age, ends it then)."""
+        made: list[bool] = []
+
+        def tracked(w: Obj) -> bool:
+            made[:] = [change.mutate(w)]
+            return made[0]
+
+        try:
+            if not self._is_leader():
+                raise NotLeaderError(f"not writing {key}: this replica does not lead")
+            written = apply.update(
+                self.ctx.kube,
+                WORKLOAD,
+                key,
+                tracked,
+                cache=self.ctx.caches.workloads,
+                current=change.base,
+                status=True,
+            )
+        except Exception as error:
+            if _certainly_failed(error):
+                self.assumed.forget(key)
+            log.warning("decision write failed", extra={"workload": key, "error": str(error)})
+            self.poke()
+            return None
+        self.assumed.forget(key)  # the cache holds the outcome now
+        if written is None or not made or not made[0]:
+            self.poke()  # gone, or it changed so that the decision no longer applies
+            return None
+        return written
+
+    # -------------------------------------------------------------------- admissions
+    def _assume_admission(self, view: View, decision: Admit) -> Change | None:
         key = decision.workload
         raw = view.raw.get(key)
         engine = view.engine.get(key)
-        if raw is None or engine is None or not self._is_leader():
-            return
-        # A pending reason queued for it is moot now, and writing it would only make this
-        # admission conflict.
-        self.pending_writer.discard(key)
+        if raw is None or engine is None:
+            return None
         admission = _assignment_status(engine, decision.queue, decision.assignments)
         generation = (raw.get("metadata") or {}).get("generation")
         now = self.ctx.now()
-        done: list[bool] = []
 
         def mutate(w: Obj) -> bool:
             # Decided on this generation of the spec; a resized Workload is decided again.
@@ -126,28 +224,30 @@ class DecisionWriter:
                 return False
             if wls.mark_admitted(w, admission, decision.reason, now):
                 wls.status_of(w).pop("nomination", None)  # its room is its own now
-                done.append(True)
                 return True
             return False
 
-        try:
-            written = apply.update(
-                self.ctx.kube,
-                WORKLOAD,
-                key,
-                mutate,
-                cache=self.ctx.caches.workloads,
-                current=raw,
-                status=True,
-            )
-        except Exception as error:
-            log.warning("admission write failed", extra={"workload": key, "error": str(error)})
-            self.poke()
+        change = self._assume(key, raw, mutate)
+        if change is not None:
+            # A pending reason queued for it is moot now, and writing it would only make
+            # this admission conflict.
+            self.pending_writer.discard(key)
+        return change
+
+    def _assume(self, key: str, raw: Obj, mutate: Callable[[Obj], bool]) -> Change | None:
+        assumed = copy.deepcopy(raw)
+        if not mutate(assumed):
+            return None
+        self.assumed.assume(key, assumed)
+        return Change(raw, mutate)
+
+    def _admit(self, view: View, decision: Admit, change: Change) -> None:
+        key = decision.workload
+        written = self._write(key, change)
+        if written is None:
             return
-        if written is None or not done:
-            self.poke()
-            return
-        self.admitted += 1
+        with self._lock:
+            self.admitted += 1
         log.info(
             "admitted workload",
             extra={
@@ -160,13 +260,15 @@ class DecisionWriter:
         )
         # The Job hears of it when it is started (controllers.jobs.batchjob), in the same words.
         self.ctx.events.emit(written, "Normal", "Admitted", decision.reason)
+        now = self.ctx.now()
         self._record(lambda: [history.admitted(written, at=now, reason=decision.reason)])
-        if engine.replaces is not None:
+        engine = view.engine.get(key)
+        if engine is not None and engine.replaces is not None:
             self._retire(view, engine.replaces, key)
 
     def _retire(self, view: View, old_key: str, new_key: str) -> None:
         """The old slice is now part of the new one: mark it Finished."""
-        raw = view.raw.get(old_key) or self.ctx.caches.workloads.get(old_key)
+        raw = self.ctx.caches.workloads.get(old_key) or view.raw.get(old_key)
         if raw is None:
             return
         now = self.ctx.now()
@@ -183,8 +285,9 @@ class DecisionWriter:
             self.ctx.events.emit(written, "Normal", WC.SLICE_REPLACED, message)
             self._record(lambda: [history.finished(written, at=now, actor=new_key)])
 
-    def _evict(self, view: View, victim: Victim, preemptor: str | None) -> Obj | None:
-        """Ask for the eviction; returns the Workload as evicted (None if it was not)."""
+    # --------------------------------------------------------------------- evictions
+    def _assume_eviction(self, view: View, victim: Victim, preemptor: str | None) -> Change | None:
+        """Assume `victim` evicted (None: there is nothing to evict now)."""
         raw = view.raw.get(victim.workload)
         if raw is None:
             return None
@@ -209,24 +312,16 @@ class DecisionWriter:
                 _set_nomination(w, held)
             return True
 
-        try:
-            written = apply.update(
-                self.ctx.kube,
-                WORKLOAD,
-                victim.workload,
-                mutate,
-                cache=self.ctx.caches.workloads,
-                current=raw,
-                status=True,
-            )
-        except Exception as error:
-            log.warning(
-                "eviction write failed", extra={"workload": victim.workload, "error": str(error)}
-            )
-            self.poke()
-            return None
+        return self._assume(victim.workload, raw, mutate)
+
+    def _evict(
+        self, view: View, victim: Victim, change: Change, preemptor: str | None
+    ) -> Obj | None:
+        """Write the eviction; returns the Workload as evicted (None if it was not)."""
+        written = self._write(victim.workload, change)
         if written is None or not wls.is_evicted(written):
             return None
+        reason = str((wls.condition(written, wls.EVICTED) or {}).get("reason") or "")
         log.info(
             "evicting workload",
             extra={
@@ -234,20 +329,83 @@ class DecisionWriter:
                 "queue": victim.queue,
                 "reason": reason,
                 "preemptor": preemptor,
-                "detail": message,
+                "detail": victim.reason,
                 "identity": self.ctx.identity,
             },
         )
-        self.ctx.events.emit(written, "Warning", reason, message)
+        self.ctx.events.emit(written, "Warning", reason, victim.reason)
         job = self._job_of(written)
         if job is not None:
-            self.ctx.events.emit(job, "Warning", reason, message)
+            self.ctx.events.emit(job, "Warning", reason, victim.reason)
+        now = self.ctx.now()
         self._record(
             lambda: [
                 history.evicted(written, at=now, actor=preemptor or "", cluster_queue=victim.queue)
             ]
         )
         return written
+
+    # -------------------------------------------------------------------- preemption
+    def _assume_preemption(
+        self, view: View, preemptor: str, victims: Sequence[Victim], hold: Hold | None
+    ) -> None:
+        """Assume the preemptor's hold and its victims' evictions, and queue their writes:
+        the hold first, then the victims, in one task (no one is evicted for a hold that
+        could not be written)."""
+        keys = [preemptor, *(v.workload for v in victims)]
+        if not self._claim(keys):
+            return
+        hold_change: Change | None = None
+        raw = view.raw.get(preemptor)
+        engine = view.engine.get(preemptor)
+        if hold is not None:
+            if raw is None or engine is None:
+                self._release(keys)
+                return
+            nomination = nomination_status(engine, hold)
+            if wls.status_of(raw).get("nomination") != nomination:
+                hold_change = self._assume(
+                    preemptor,
+                    raw,
+                    lambda w: False if wls.has_quota(w) else _set_nomination(w, nomination),
+                )
+                if hold_change is None:
+                    self._release(keys)
+                    return
+        evictions: list[tuple[Victim, Change]] = []
+        for victim in victims:
+            change = self._assume_eviction(view, victim, preemptor)
+            if change is not None:
+                evictions.append((victim, change))
+        self._submit(keys, self._preempt, view, preemptor, hold, hold_change, evictions)
+
+    def _preempt(
+        self,
+        view: View,
+        preemptor: str,
+        hold: Hold | None,
+        hold_change: Change | None,
+        evictions: list[tuple[Victim, Change]],
+    ) -> None:
+        if hold_change is not None:
+            written = self._write(preemptor, hold_change)
+            if written is None:
+                for victim, _ in evictions:  # not evicted for a hold that was not written
+                    self.assumed.forget(victim.workload)
+                return
+        evicted = []
+        for victim, change in evictions:
+            done = self._evict(view, victim, change, preemptor)
+            if done is not None:
+                evicted.append((done, victim.queue, victim.reason))
+        if evicted:
+            kind = evictions[0][0].kind
+            self._record_preemption(view, preemptor, evicted, kind, hold)
+
+    # ---------------------------------------------------------------- pending reasons
+    def _job_of(self, wl: Obj) -> Obj | None:
+        job_key = job_key_of_workload(wl)
+        return self.ctx.caches.jobs.get(job_key) if job_key else None
 
     def _submit_pending(
         self, view: View, key: str, reason: str, message: str, nomination: Obj | None
@@ -279,35 +437,7 @@ class DecisionWriter:
             self.ctx.kube, WORKLOAD, key, mutate, cache=self.ctx.caches.workloads, status=True
         )
 
-    def _nominate(self, view: View, key: str, hold: Hold) -> bool:
-        """Write the preemptor's hold before its victims are evicted; False if it could not
-        be written (the next cycle decides again, and no one was evicted)."""
-        raw = view.raw.get(key)
-        engine = view.engine.get(key)
-        if raw is None or engine is None:
-            return False
-        nomination = nomination_status(engine, hold)
-        if wls.status_of(raw).get("nomination") == nomination:
-            return True
-        try:
-            written = apply.update(
-                self.ctx.kube,
-                WORKLOAD,
-                key,
-                lambda w: False if wls.has_quota(w) else _set_nomination(w, nomination),
-                cache=self.ctx.caches.workloads,
-                current=raw,
-                status=True,
-            )
-        except Exception as error:
-            log.warning("hold write failed", extra={"workload": key, "error": str(error)})
-            self.poke()
-            return False
-        if written is None or wls.status_of(written).get("nomination") != nomination:
-            self.poke()
-            return False
-        return True
-
+    # ----------------------------------------------------------------------- history
     def _record(self, make: Callable[[], Iterable[Any]]) -> None:
         """Hand records to the history store, built on its thread from frozen objects (the
         Workloads as written, which nothing changes afterwards)."""
@@ -350,6 +480,23 @@ class DecisionWriter:
         if job is not None:
             self.ctx.events.emit(job, "Normal", verb, message)
         self._record(lambda: [decision])
+
+
+@dataclass(frozen=True)
+class Change:
+    """An assumed decision's write: the version it starts from and the change it makes."""
+
+    base: Obj
+    mutate: Callable[[Obj], bool]
+
+
+def _certainly_failed(error: BaseException) -> bool:
+    """Whether a write surely changed nothing (so its assumption can go at once): refused by
+    the apiserver, kept conflicting, or never sent. A timeout or a lost connection may have
+    applied it."""
+    if isinstance(error, NotLeaderError | apply.ConflictRetriesExhausted):
+        return True
+    return isinstance(error, ApiException) and error.status is not None and error.status < 500
 
 
 def _assignment_status(engine: Workload, queue: str, assignments: Sequence[Assignment]) -> Obj:

@@ -18,6 +18,7 @@ from controllers.runtime.resources import (
 )
 from controllers.state import workloads as wls
 from controllers.state.caches import Caches, Context
+from quota.model.decisions import CycleResult
 from tests.unit.controller_fakes import FakeKube
 
 NOW = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
@@ -74,6 +75,12 @@ class Harness:
             "ResourceFlavor": self.caches.flavors,
         }[kind.name]
 
+    def cycle(self) -> CycleResult:
+        """One admission cycle, and the writes it queued (they run in the background)."""
+        result = self.loop.cycle()
+        assert self.loop.writer.wait_written(), "the cycle's writes did not finish"
+        return result
+
     def put(self, kind: Any, obj: dict[str, Any]) -> dict[str, Any]:
         stored = self.kube.put(kind, obj)
         self.cache(kind).write_through(stored)
@@ -108,7 +115,7 @@ def test_cycle_admits_what_fits_and_says_why_the_rest_waits() -> None:
     h.workload("first", 3, created=1)
     h.workload("second", 3, created=2)
     h.workload("lost", 1, queue="nope", created=3)
-    result = h.loop.cycle()
+    result = h.cycle()
     assert [a.workload for a in result.admit] == ["ns/first"]
     first = h.get("first")
     assert wls.has_quota(first)
@@ -128,7 +135,7 @@ def test_cycle_admits_what_fits_and_says_why_the_rest_waits() -> None:
 
     # Status is published from the cycle's snapshot; the admission's own write starts the
     # next cycle, which publishes it.
-    h.loop.cycle()
+    h.cycle()
     h.loop.queue_status.writer.flush_due()
     cq = h.kube.get(CLUSTER_QUEUE, None, "cq")
     assert cq is not None
@@ -140,9 +147,9 @@ def test_cycle_admits_what_fits_and_says_why_the_rest_waits() -> None:
 def test_an_admitted_workload_is_never_admitted_again() -> None:
     h = Harness(cpu_quota="8")
     h.workload("w", 2)
-    assert len(h.loop.cycle().admit) == 1
+    assert len(h.cycle().admit) == 1
     writes = len(h.kube.writes)
-    assert h.loop.cycle().admit == ()
+    assert h.cycle().admit == ()
     assert len(h.kube.writes) == writes, "a second cycle writes nothing for it"
 
 
@@ -165,9 +172,9 @@ def test_a_decision_on_a_resized_workload_is_not_written() -> None:
 def test_preemption_within_a_queue_evicts_the_lower_priority_workload() -> None:
     h = Harness(cpu_quota="4", limit="4", preemption={"withinQueue": "LowerPriority"})
     h.workload("low", 4, priority=1)
-    h.loop.cycle()
+    h.cycle()
     h.workload("high", 4, priority=100, created=5)
-    result = h.loop.cycle()
+    result = h.cycle()
     assert [v.workload for p in result.preempt for v in p.victims] == ["ns/low"]
     low = h.get("low")
     assert (wls.condition(low, "Evicted") or {}).get("reason") == "Preempted"
@@ -184,16 +191,16 @@ def test_backoff_keeps_a_requeued_workload_out_until_it_expires() -> None:
     h.cache(WORKLOAD).write_through(
         h.kube.patch(WORKLOAD, "ns", "w", {"status": status["status"]}, status=True)
     )
-    assert h.loop.cycle().admit == ()
+    assert h.cycle().admit == ()
     h.ctx.now = lambda: NOW + timedelta(seconds=31)
-    assert [a.workload for a in h.loop.cycle().admit] == ["ns/w"]
+    assert [a.workload for a in h.cycle().admit] == ["ns/w"]
 
 
 def test_what_a_vanished_or_invalid_queue_admitted_still_counts() -> None:
     # Quota-only: the root amount is the sum of root quotas (4 cpu, from "cq").
     h = Harness(cpu_quota="4")
     h.workload("first", 4)
-    assert [a.workload for a in h.loop.cycle().admit] == ["ns/first"]
+    assert [a.workload for a in h.cycle().admit] == ["ns/first"]
     # The admission names a queue that is gone (deleted before its finalizer was added).
     first = copy.deepcopy(h.get("first"))
     first["status"]["admission"]["clusterQueue"] = "gone"
@@ -203,7 +210,7 @@ def test_what_a_vanished_or_invalid_queue_admitted_still_counts() -> None:
     h.workload("second", 4, created=5)
     view = h.loop.views.build()
     assert not view.snapshot.queues["gone"].active
-    assert h.loop.cycle().admit == (), "4 cpu more on a 4-cpu root"
+    assert h.cycle().admit == (), "4 cpu more on a 4-cpu root"
 
     # A queue the model refuses (written while the queue webhook was away) counts too.
     cq = copy.deepcopy(h.kube.get(CLUSTER_QUEUE, None, "cq"))

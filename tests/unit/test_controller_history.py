@@ -37,6 +37,7 @@ from controllers.runtime.resources import CLUSTER_QUEUE, LOCAL_QUEUE, RESOURCE_F
 from controllers.state import workloads as wls
 from controllers.state.caches import Caches, Context
 from quota.api.conditions import WorkloadConditions as WC
+from quota.model.decisions import CycleResult
 from tests.unit.controller_fakes import FakeKube
 
 NOW = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
@@ -229,6 +230,12 @@ class Cluster:
                 },
             )
 
+    def cycle(self) -> CycleResult:
+        """One admission cycle, and the writes it queued (they run in the background)."""
+        result = self.loop.cycle()
+        assert self.loop.writer.wait_written(), "the cycle's writes did not finish"
+        return result
+
     def put(self, kind: Any, obj: dict[str, Any]) -> dict[str, Any]:
         stored = self.kube.put(kind, obj)
         cache = {
@@ -265,10 +272,10 @@ def test_a_preemption_is_recorded_with_preemptor_victims_and_reasons(
     c = Cluster(store, one_queue(preemption={"withinQueue": "LowerPriority"}))
     c.local_queue("team", "cq")
     c.workload("low", 4, priority=1)
-    c.loop.cycle()
+    c.cycle()
     c.now = NOW + timedelta(minutes=1)
     c.workload("high", 4, priority=100)
-    c.loop.cycle()
+    c.cycle()
     flush(store)
 
     low = queries.workload_timeline(store.engine, "ns", "low")
@@ -287,7 +294,7 @@ def test_a_preemption_is_recorded_with_preemptor_victims_and_reasons(
     for obj in c.caches.workloads.objects():
         for record in history.visible(obj, cluster_queue="cq"):
             store.recorder.record(record)
-    c.loop.cycle()  # the victim is still leaving: no second decision about it
+    c.cycle()  # the victim is still leaving: no second decision about it
     flush(store)
     low = queries.workload_timeline(store.engine, "ns", "low")
     assert [(e.event, e.actor) for e in low] == [
@@ -305,12 +312,12 @@ def test_queue_samples_carry_the_last_cycles_usage_and_fair_share(store: History
     c.workload("b", 3)  # does not fit beside a: demand, not usage
     assert store.jobs is not None
     assert store.jobs.sample_now() == 0, "nothing to sample before the first cycle"
-    c.loop.cycle()
+    c.cycle()
     # The controller's sampler: the leader's last cycle, as `muster controller` wires it.
     readings = queue_readings(c.loop.last_fair_share)
     assert [(r.cluster_queue, r.flavor, r.resource) for r in readings] == [("cq", "pool", "cpu")]
     assert (readings[0].usage, readings[0].demand) == (0.0, 6000.0)  # decided from the snapshot
-    c.loop.cycle()
+    c.cycle()
     reading = queue_readings(c.loop.last_fair_share)[0]
     assert (reading.usage, reading.fair_share, reading.demand) == (3000.0, 4000.0, 6000.0)
 
@@ -328,7 +335,7 @@ def test_usage_fairness_moves_surplus_away_from_the_queue_that_used_it(tmp_path:
         c.local_queue("lb", "b")
         c.workload("wa", 8, queue="la")
         c.workload("wb", 8, queue="lb")
-        c.loop.cycle()
+        c.cycle()
         fair = c.loop.last_fair_share
         assert fair is not None
         return fair.shares["a"].get(("pool", "cpu"), 0), fair.shares["b"].get(("pool", "cpu"), 0)
