@@ -40,7 +40,7 @@ from kubernetes.client.exceptions import ApiException
 
 from controllers.jobs.framework import integrations
 from controllers.jobs.reconciler import priority_classes
-from controllers.podgroups.kinds import KINDS, ForeignKind, Told, kind_of
+from controllers.podgroups.kinds import KINDS, NATIVE, ForeignKind, Told, kind_of
 from controllers.podgroups.queues import resolve
 from controllers.runtime import apply
 from controllers.runtime.informer import Informer
@@ -102,6 +102,13 @@ def workload_spec(
     Muster's scheduler. Raises Refused naming the PodGroup's field and the rule."""
     meta = pg.get("metadata") or {}
     subject = f"{fk.label} PodGroup {meta.get('namespace')}/{meta.get('name')}"
+    policy = (pg.get("spec") or {}).get("schedulingPolicy") or {}
+    if fk is NATIVE and "basic" in policy:
+        raise Refused(
+            "InvalidPodGroup",
+            f"{subject}: spec.schedulingPolicy.basic: Muster admits and places whole gangs; "
+            "use spec.schedulingPolicy.gang.minCount, or another scheduler for pod-by-pod",
+        )
     minimum = fk.min_count(pg)
     if minimum < 1:
         raise Refused("InvalidPodGroup", f"{subject}: {fk.min_count_field()} must be at least 1")

@@ -9,7 +9,7 @@
   CRD has no status subresource (its Go types carry no `+kubebuilder:subresource:status`), so
   status is written on the main resource.
 - Native, `scheduling.k8s.io/v1beta1` PodGroup (Kubernetes 1.37, GenericWorkload):
-  `spec.schedulingPolicy.gang.minCount` (basic: one pod at a time, so 1),
+  `spec.schedulingPolicy.gang.minCount` (a `basic` group, pod by pod, is refused),
   `spec.priorityClassName` / `spec.priority`. Its pods name it in
   `spec.schedulingGroup.podGroupName`. Status: the condition `PodGroupInitiallyScheduled`
   (False with reason `Unschedulable` and why, True once the gang is bound; terminal once
@@ -76,8 +76,7 @@ class ForeignKind:
         if self.api_group == VOLCANO_GROUP:
             value = spec.get("minMember")
         else:
-            gang = (spec.get("schedulingPolicy") or {}).get("gang")
-            value = (gang or {}).get("minCount") if gang is not None else 1
+            value = ((spec.get("schedulingPolicy") or {}).get("gang") or {}).get("minCount")
         return value if isinstance(value, int) and not isinstance(value, bool) else 0
 
     def min_count_field(self) -> str:

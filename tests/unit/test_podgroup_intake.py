@@ -216,3 +216,12 @@ def test_native_condition_is_terminal_once_true() -> None:
     assert NATIVE.tell(pg, Told("placed", "Scheduled", "4 of 4 pods bound", 4), NOW)
     assert (wls.condition(pg, "PodGroupInitiallyScheduled") or {}).get("status") == "True"
     assert not NATIVE.tell(pg, Told("queued", "Evicted", "preempted", 0), NOW)
+
+
+def test_native_basic_group_is_refused_naming_the_field() -> None:
+    native = {
+        "metadata": {"name": "g", "namespace": "ns", "labels": {"muster.dev/queue-name": "q"}},
+        "spec": {"schedulingPolicy": {"basic": {}}},
+    }
+    with pytest.raises(Refused, match=r"spec.schedulingPolicy.basic: Muster admits and places"):
+        workload_spec(NATIVE, native, [pod("a", "1")], [lq("q", "ns", "cq")], {}, None)
