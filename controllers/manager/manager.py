@@ -28,6 +28,7 @@ from controllers.history.feed import HistoryFeed
 from controllers.history.jobs import QueueReading
 from controllers.history.store import HistoryStore, queue_readings
 from controllers.jobs.batchjob import JobReconciler, job_key_of_workload
+from controllers.jobs.orphans import OrphanSweeper
 from controllers.manager.integrations import Integrations
 from controllers.manager.options import Options
 from controllers.metrics.collector import Sources, StateCollector
@@ -129,6 +130,7 @@ class Manager:
         self.jobs = JobReconciler(self.ctx)
         # JobSet, TrainJob: reconciled only where their CRDs are served.
         self.integrations = Integrations(self.ctx, self.kube, self.is_leader, self.stop_event)
+        self.orphans = OrphanSweeper(self.ctx, self.is_leader)
         self.queue: WorkQueue[str] = WorkQueue("jobs")
         self.workers = WorkerPool(
             "job", self.queue, self.jobs.reconcile, self.is_leader, self.stop_event
@@ -355,6 +357,7 @@ class Manager:
                 lambda: intake.workers.resync(self.options.resync_period, intake.group_ids),
             )
         self._spawn("admission-loop", lambda: self.loop.run(self.stop_event, self.is_leader))
+        self._spawn("orphaned-workloads", lambda: self.orphans.run(self.stop_event))
         scheduler = self.scheduler
         if scheduler is not None:
             scheduler.start_writers(self.is_leader)

@@ -3,6 +3,8 @@ cluster, one controller for the module): what is admitted always counts, and no 
 more pods than Muster admitted.
 
 - deleting a running Job holds its quota until its pods are gone (the Workload finalizer);
+- deleting it with `--cascade=orphan` too: the orphaned pods hold the quota while they run,
+  and it is released once they finish;
 - a running non-elastic Job cannot grow (refused, pointing to the elastic annotation);
 - removing the queue label lets go of the Job's Workload, so it never holds quota later;
 - the elastic annotation cannot be added or removed;
@@ -125,6 +127,49 @@ def test_deleting_a_running_job_holds_its_quota_until_its_pods_are_gone(
         raise AssertionError(f"{error}; second says {waiting}") from None
     assert not pods_of(cluster, namespace, "first")
     assert not workloads_of(cluster, namespace, "first")
+
+
+def test_a_job_deleted_with_cascade_orphan_holds_quota_only_while_its_pods_run(
+    cluster: ClusterHandle,
+    namespace: str,
+    controller: Controller,  # noqa: F811
+) -> None:
+    cq = _queue(cluster, namespace, cpu="4")
+    first = job("first", namespace, "q", parallelism=4, cpu="1")
+    # Its pods finish 25 s after they start, whatever happens to the Job.
+    first["spec"]["template"]["metadata"] = {
+        "annotations": {"pod-complete.stage.kwok.x-k8s.io/delay": "25s"}
+    }
+    create(cluster, first)
+    cluster.wait_for("4 pods of first bound", lambda: _bound(cluster, namespace, "first") == 4)
+    apply(cluster, job("second", namespace, "q", parallelism=4, cpu="1"))
+    cluster.wait_for(
+        "second to wait for quota", lambda: _pending_with_reason(cluster, namespace, "second")
+    )
+    cluster.kubectl("delete", "job", "first", "-n", namespace, "--cascade=orphan")
+    # The Job is gone, its pods run on unowned; they still use the cpu the quota stands for.
+    deadline = time.monotonic() + 8
+    while time.monotonic() < deadline:
+        running = [
+            p
+            for p in pods_of(cluster, namespace, "first")
+            if (p.get("status") or {}).get("phase") == "Running"
+        ]
+        if not running:
+            break
+        assert not admitted(_wl(cluster, namespace, "second")), "admitted onto cpu still in use"
+        time.sleep(0.5)
+    # Once they have finished, the orphaned Workload goes and the quota passes on.
+    cluster.wait_for(
+        "second to be admitted after first's orphaned pods finished",
+        lambda: admitted(_wl(cluster, namespace, "second")),
+        timeout=90,
+    )
+    assert not workloads_of(cluster, namespace, "first")
+    cluster.wait_for(
+        "the queue to count one admitted Workload",
+        lambda: cq_status(cluster, cq).get("admittedWorkloads") == 1,
+    )
 
 
 def test_a_running_job_cannot_grow_past_what_was_admitted(
