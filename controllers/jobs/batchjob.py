@@ -271,6 +271,9 @@ class BatchJob:
     def is_elastic(self) -> bool:
         return is_elastic(self._job)
 
+    def first_pod_sets(self) -> list[str] | None:
+        return None  # one pod set
+
     def elastic_size(self) -> tuple[str, int]:
         return JOB_POD_SET, pod_count(self._job)
 

@@ -89,6 +89,12 @@ class GenericJob(Protocol):
         """Whether it resizes through WorkloadSlices rather than by suspension."""
         ...
 
+    def first_pod_sets(self) -> list[str] | None:
+        """For a kind that starts some pod sets only after others (a JobSet's dependsOn or
+        InOrder start-up): the pod sets whose pods come first, which the scheduler places
+        whole before the rest; None when all come at once."""
+        ...
+
     def elastic_size(self) -> tuple[str, int]:
         """For an elastic object: the pod set that grows and shrinks, and how many pods it
         asks for now."""

@@ -172,6 +172,20 @@ def as_written(obj: Mapping[str, Any], replicated_jobs: Sequence[Mapping[str, An
     return out
 
 
+def first_started(
+    spec: Mapping[str, Any], replicated_jobs: Sequence[Mapping[str, Any]]
+) -> list[str] | None:
+    """The replicated jobs a JobSet-shaped spec starts first: with `startupPolicy` InOrder
+    only the first, else those that depend on no other (`dependsOn`); None if all start at
+    once."""
+    names = [str(rj.get("name")) for rj in replicated_jobs]
+    order = (spec.get("startupPolicy") or {}).get("startupPolicyOrder") or "AnyOrder"
+    if order == "InOrder":
+        return names[:1] if len(names) > 1 else None
+    first = [str(rj.get("name")) for rj in replicated_jobs if not rj.get("dependsOn")]
+    return first if len(first) < len(names) else None
+
+
 def jobset_finished(obj: Mapping[str, Any], what: str) -> tuple[str, str] | None:
     """(reason, message) once a JobSet-shaped object's Completed or Failed condition is True."""
     for cond in (obj.get("status") or {}).get("conditions") or []:
@@ -258,6 +272,9 @@ class JobSet:
 
     def elastic_size(self) -> tuple[str, int]:
         raise NotImplementedError("a JobSet is never elastic")
+
+    def first_pod_sets(self) -> list[str] | None:
+        return first_started(self._obj.get("spec") or {}, self._replicated_jobs())
 
 
 def _cache(caches: Caches) -> Informer:

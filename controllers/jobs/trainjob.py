@@ -25,7 +25,13 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from controllers.jobs.framework import GenericJob, Integration, register
-from controllers.jobs.jobset import jobset_finished, pod_spec_of, pods_of, workload_spec_of
+from controllers.jobs.jobset import (
+    first_started,
+    jobset_finished,
+    pod_spec_of,
+    pods_of,
+    workload_spec_of,
+)
 from controllers.runtime.informer import Informer
 from controllers.runtime.resources import Kind, Obj
 from controllers.state.caches import Caches
@@ -213,6 +219,12 @@ class TrainJob:
 
     def elastic_size(self) -> tuple[str, int]:
         raise NotImplementedError("a TrainJob is never elastic")
+
+    def first_pod_sets(self) -> list[str] | None:
+        # Initializers before the trainer nodes, as the runtime's dependsOn says.
+        runtime = runtime_of(self._obj, self._lookup)
+        template = ((runtime.get("spec") or {}).get("template") or {}).get("spec") or {}
+        return first_started(template, self._jobs())
 
 
 def _extra(kind: Kind) -> str:

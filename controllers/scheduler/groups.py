@@ -50,6 +50,8 @@ class Group:
     # Every pod set: (name, pods admitted, what one pod requests); `pod_set`, `admitted` and
     # `per_pod` speak of the first and of the whole.
     pod_sets: tuple[tuple[str, int, dict[str, int]], ...] = ()
+    # Pods of the pod sets started first, when the kind starts them in stages (else 0).
+    first_stage: int = 0
     # Node labels its pods must land on beyond their own spec: the assigned flavors' labels
     # for a foreign PodGroup, whose existing pods Muster cannot rewrite (a Job's template
     # carries them already).
@@ -70,8 +72,10 @@ class Group:
     @property
     def min_count(self) -> int:
         """The gang's minimum: every admitted pod (a partial admission admitted its minimum
-        or more, and lowered the Job to that many)."""
-        return self.admitted
+        or more, and lowered the Job to that many), or, for a kind that starts some pod sets
+        only after others finish or are ready, every pod of those it starts first (placed
+        whole; the later ones as they come, in the room the admission planned for them)."""
+        return self.first_stage or self.admitted
 
     @property
     def ready(self) -> bool:
@@ -171,6 +175,7 @@ def collect(
     for wl in admitted_workloads(caches):
         key = object_key(wl)
         owner = foreign_owner(wl)
+        first: list[str] | None = None  # every pod set starts at once
         if owner is not None:
             # A foreign PodGroup's pods (controllers/podgroups): they name the scheduler
             # themselves, and `_sort_pods` takes only those that name this one. The owner
@@ -201,6 +206,11 @@ def collect(
                 template = ((job.get("spec") or {}).get("template") or {}).get("spec") or {}
                 if template.get("schedulerName") != scheduler_name:
                     continue  # kube-scheduler's (or another's) to place
+            else:
+                try:
+                    first = integration.wrapper(caches)(job).first_pod_sets()
+                except ValueError:  # its runtime is gone: placed as one gang
+                    first = None
         assert job is not None
         # Every pod set of the Workload is one gang: placed whole, all sets together.
         sets: list[tuple[str, int, dict[str, int]]] = []
@@ -218,6 +228,7 @@ def collect(
         if not sets:
             continue
         pod_set, _, per_pod = sets[0]
+        first_stage = sum(n for name, n, _ in sets if name in first) if first else 0
         status = wl.get("status") or {}
         since = wls.parse_time(
             (wls.condition(wl, wls.QUOTA_RESERVED) or {}).get("lastTransitionTime")
@@ -237,6 +248,7 @@ def collect(
             pods_key=wls.owner_job_uid(wl) or "",
             node_labels=_flavor_labels(caches, wl, pod_set) if owner is not None else {},
             pod_sets=tuple(sets),
+            first_stage=first_stage,
         )
         _sort_pods(group, caches, scheduler_name, bound_by_us)
         groups.append(group)

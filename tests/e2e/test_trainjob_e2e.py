@@ -199,3 +199,51 @@ def test_trainjob_is_admitted_whole_placed_all_or_nothing_and_releases_quota(
         timeout=90,
     )
     assert len(pods_of_trainjob(cluster, namespace, "second")) == 3
+
+
+def test_a_trainjob_whose_nodes_wait_for_an_initializer_runs_in_stages(
+    cluster: ClusterHandle,
+    namespace: str,
+    controller: Controller,
+) -> None:
+    pool = unique("tji")
+    pool_nodes = cluster.nodes(1, cpu="4", memory="16Gi", labels={"muster-e2e/pool": pool})
+    cq = unique("cq")
+    rt = runtime(unique("rt-init"), "3s")
+    initializer = role("dataset-initializer", "dataset-initializer", "2s")
+    initializer_pod = initializer["template"]["spec"]["template"]["spec"]
+    initializer_pod["containers"][0]["name"] = "dataset-initializer"
+    nodes = rt["spec"]["template"]["spec"]["replicatedJobs"][1]
+    nodes["dependsOn"] = [{"name": "dataset-initializer", "status": "Complete"}]
+    rt["spec"]["template"]["spec"]["replicatedJobs"] = [initializer, nodes]
+    apply(
+        cluster,
+        rt,
+        flavor(pool, pool),
+        cq_manifest(cq, [{"name": pool, "quota": {"cpu": "4"}, "limit": {"cpu": "4"}}]),
+        local_queue("team", namespace, cq),
+    )
+    create(cluster, trainjob("staged", namespace, "team", rt["metadata"]["name"], nodes=2))
+
+    # Admitted whole (quota for every role at once); the initializer's pod is placed first,
+    # the nodes' pods (created by JobSet only once it completed) after it, all by Muster.
+    cluster.wait_for(
+        "the staged TrainJob's Workload to finish",
+        lambda: (
+            bool(workloads_of(cluster, namespace, "staged"))
+            and finished(workloads_of(cluster, namespace, "staged")[0])
+        ),
+        timeout=120,
+    )
+    [wl] = workloads_of(cluster, namespace, "staged")
+    assert [(ps["name"], ps["count"]) for ps in wl["spec"]["podSets"]] == [
+        ("dataset-initializer", 1),
+        ("node", 2),
+    ]
+    pods = pods_of_trainjob(cluster, namespace, "staged")
+    roles = sorted(p["metadata"]["labels"]["jobset.sigs.k8s.io/replicatedjob-name"] for p in pods)
+    assert roles == ["dataset-initializer", "node", "node"]
+    assert {p["spec"]["schedulerName"] for p in pods} == {"muster-scheduler"}
+    assert {p["spec"]["nodeName"] for p in pods} <= set(pool_nodes)
+    done = condition(get(cluster, "trainjob", "staged", "-n", namespace), "Complete")
+    assert done.get("status") == "True", done

@@ -186,3 +186,14 @@ def test_webhook_creates_labelled_jobsets_suspended_and_hands_their_pods_to_must
     ]
     assert webhooks.mutate_pod({"spec": {"schedulerName": "volcano"}}) == []
     assert webhooks.mutate_pod(pod, scheduler_name="") == []
+
+
+def test_pod_sets_started_in_stages_name_those_that_come_first() -> None:
+    obj = a_jobset()
+    assert JobSet(obj).first_pod_sets() is None  # all start at once
+    obj["spec"]["replicatedJobs"][1]["dependsOn"] = [{"name": "leader", "status": "Ready"}]
+    assert JobSet(obj).first_pod_sets() == ["leader"]
+    del obj["spec"]["replicatedJobs"][1]["dependsOn"]
+    obj["spec"]["startupPolicy"] = {"startupPolicyOrder": "InOrder"}
+    assert JobSet(obj).first_pod_sets() == ["leader"]
+    assert TrainJob(a_trainjob(), lookup).first_pod_sets() is None
