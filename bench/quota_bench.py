@@ -5,6 +5,9 @@ Shapes (the issue's targets, and Kueue's large-scale test):
 - one admission cycle over 50,000 pending workloads in those 1,000 leaf queues;
 and the same at 10x (10 x 10 x 100 leaves; 500,000 workloads). Prints figures; never fails
 on time. Run with `muster bench quota` or `python bench/quota_bench.py [--scale 10]`.
+
+`--memory N` measures instead what the controller holds for N pending Workloads (see
+`memory`); `--memory-top` adds where it goes (tracemalloc, several times slower).
 """
 
 from __future__ import annotations
@@ -15,9 +18,12 @@ import random
 import statistics
 import sys
 import time
+import tracemalloc
 from collections.abc import Callable
 from dataclasses import replace
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 from controllers.runtime.gcpause import paused_collection
 
@@ -117,16 +123,19 @@ def _time(fn: Callable[[], object], repeat: int) -> list[float]:
 
 def _cycle(label: str, snapshot: Snapshot, out: Callable[[str], None]) -> tuple[float, object]:
     gc.collect()
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     with paused_collection():  # as the controller runs it
         result = admission_cycle(snapshot)  # fair share included, as in a real cycle
-    elapsed = time.perf_counter() - start
+    elapsed, cpu = time.perf_counter() - start, time.process_time() - cpu
     decisions = len(result.admit) + len(result.pending)
     victims = sum(len(p.victims) for p in result.preempt)
+    # On a shared machine the wall clock includes time other processes had the core; the
+    # process's CPU time is what the cycle itself cost.
     out(
         f"admission cycle ({label}), {len(snapshot.pending):,} pending, "
         f"{len(snapshot.admitted):,} admitted: {elapsed:.2f} s, "
-        f"{decisions / elapsed:,.0f} decisions/s ({len(result.admit):,} admitted, "
+        f"{decisions / elapsed:,.0f} decisions/s (CPU {cpu:.2f} s, "
+        f"{decisions / cpu:,.0f}/s of CPU; {len(result.admit):,} admitted, "
         f"{len(result.preempt):,} preempting with {victims:,} victims, "
         f"{len(result.pending):,} pending)"
     )
@@ -196,6 +205,241 @@ def bench(scale: int, per_leaf: int, repeat: int, out: Callable[[str], None]) ->
     return figures
 
 
+def _rss_mib() -> tuple[float, float]:
+    """(current, peak) resident set size of this process, MiB (Linux)."""
+    figures: dict[str, float] = {}
+    with open("/proc/self/status") as status:
+        for line in status:
+            name, _, value = line.partition(":")
+            if name in ("VmRSS", "VmHWM"):
+                figures[name] = int(value.split()[0]) / 1024
+    return figures["VmRSS"], figures["VmHWM"]
+
+
+def _job(
+    namespace: str, name: str, uid: str, shape: dict[str, int], count: int, when: str
+) -> dict[str, Any]:
+    """A labelled, suspended batch Job as the apiserver returns it (defaults filled in)."""
+    requests = {r: str(v) for r, v in shape.items() if v}
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "uid": uid,
+            "resourceVersion": str(random.randrange(1, 10**9)),
+            "generation": 1,
+            "creationTimestamp": when,
+            "labels": {"muster.dev/queue-name": "default"},
+            "annotations": {},
+            "managedFields": [
+                {
+                    "manager": "kubectl-create",
+                    "operation": "Update",
+                    "apiVersion": "batch/v1",
+                    "time": when,
+                    "fieldsType": "FieldsV1",
+                    "fieldsV1": {
+                        "f:metadata": {"f:labels": {".": {}, "f:muster.dev/queue-name": {}}}
+                    },
+                }
+            ],
+        },
+        "spec": {
+            "parallelism": count,
+            "completions": count,
+            "backoffLimit": 6,
+            "suspend": True,
+            "completionMode": "NonIndexed",
+            "podReplacementPolicy": "TerminatingOrFailed",
+            "manualSelector": False,
+            "selector": {"matchLabels": {"batch.kubernetes.io/controller-uid": uid}},
+            "template": {
+                "metadata": {
+                    "labels": {
+                        "batch.kubernetes.io/controller-uid": uid,
+                        "batch.kubernetes.io/job-name": name,
+                        "controller-uid": uid,
+                        "job-name": name,
+                    }
+                },
+                "spec": {
+                    "containers": [
+                        {
+                            "name": "main",
+                            "image": "registry.example/train:v1",
+                            "command": ["python", "train.py"],
+                            "resources": {"requests": requests, "limits": dict(requests)},
+                            "terminationMessagePath": "/dev/termination-log",
+                            "terminationMessagePolicy": "File",
+                            "imagePullPolicy": "IfNotPresent",
+                        }
+                    ],
+                    "restartPolicy": "Never",
+                    "terminationGracePeriodSeconds": 30,
+                    "dnsPolicy": "ClusterFirst",
+                    "securityContext": {},
+                    "schedulerName": "default-scheduler",
+                },
+            },
+        },
+        "status": {},
+    }
+
+
+def memory(pending: int, out: Callable[[str], None], top: bool = False) -> dict[str, float]:
+    """What the controller holds for `pending` pending Workloads, without an apiserver.
+
+    The controller's own caches are fed the objects the apiserver would send (a suspended
+    Job and its pending Workload each, with the spec the Job integration writes and the
+    Pending condition the admission loop writes), over the 1x queue tree (1,110
+    ClusterQueues, 1,000 LocalQueues); then the admission loop's view is built from them
+    (each Workload parsed and converted, kept for the next cycle) and one cycle runs. Peak
+    RSS is the process's high-water mark (VmHWM), which includes the interpreter and the
+    imports (the baseline printed first).
+    """
+    # The controller's modules, imported here so that the quota benchmark alone stays lean.
+    from controllers.admission.view import ViewBuilder
+    from controllers.jobs.batchjob import workload_spec
+    from controllers.runtime.events import EventRecorder
+    from controllers.state import workloads as wls
+    from controllers.state.caches import Caches, Context
+    from quota.fairness.fairshare import fair_share as compute_fair_share
+
+    if top:
+        tracemalloc.start(1)
+    figures: dict[str, float] = {}
+    gc.collect()
+    figures["baseline_rss_mib"], _ = _rss_mib()
+    out(f"memory: baseline (interpreter and imports) {figures['baseline_rss_mib']:.0f} MiB RSS")
+    queues = build_queues(10, 10, 10)
+    tree = queue_tree(queues)
+    leaves = [n for n in queues if tree.is_leaf(n)]
+    caches = Caches.create(None)  # type: ignore[arg-type]  # fed directly, never listed
+    for name, spec in queues.items():
+        cq = {
+            "apiVersion": "muster.dev/v1alpha1",
+            "kind": "ClusterQueue",
+            "metadata": {"name": name, "resourceVersion": "1", "uid": f"cq-{name}"},
+            "spec": {
+                "flavors": [
+                    {
+                        "name": FLAVOR,
+                        "quota": {r: str(v) for r, v in spec.flavors[0].quota.items()},
+                    }
+                ],
+                "overQuotaWeight": max(1, int(spec.over_quota_weight)),  # whole in the API
+                "priority": spec.priority,
+                **({"parent": spec.parent} if spec.parent else {}),
+            },
+        }
+        caches.cluster_queues.write_through(cq)
+    caches.flavors.write_through(
+        {
+            "apiVersion": "muster.dev/v1alpha1",
+            "kind": "ResourceFlavor",
+            "metadata": {"name": FLAVOR, "resourceVersion": "1", "uid": "rf"},
+            "spec": {},
+        }
+    )
+    for i, leaf in enumerate(leaves):
+        caches.local_queues.write_through(
+            {
+                "apiVersion": "muster.dev/v1alpha1",
+                "kind": "LocalQueue",
+                "metadata": {
+                    "name": "default",
+                    "namespace": f"ns-{i}",
+                    "resourceVersion": "1",
+                    "uid": f"lq-{i}",
+                },
+                "spec": {"clusterQueue": leaf},
+            }
+        )
+    rng = random.Random(5)
+    start = datetime(2026, 11, 24, tzinfo=UTC)
+    for n in range(pending):
+        namespace = f"ns-{n % len(leaves)}"
+        moment = start + timedelta(milliseconds=n)
+        when = moment.strftime("%Y-%m-%dT%H:%M:%SZ")
+        uid = f"{n:08x}-5e1f-4c6b-9a0e-{rng.getrandbits(48):012x}"
+        job = _job(namespace, f"job-{n}", uid, rng.choice(SHAPES), rng.choice((1, 2, 4)), when)
+        caches.jobs.write_through(job)
+        wl = wls.new_workload(
+            wls.workload_name(f"job-{n}", uid), namespace, job, workload_spec(job, {})
+        )
+        meta = wl["metadata"]
+        meta.update(
+            uid=f"wl-{uid}",
+            resourceVersion=str(10**9 + n),
+            generation=1,
+            creationTimestamp=when,
+            managedFields=[
+                {
+                    "manager": "muster",
+                    "operation": "Apply",
+                    "apiVersion": "muster.dev/v1alpha1",
+                    "time": when,
+                    "fieldsType": "FieldsV1",
+                    "fieldsV1": {"f:spec": {"f:podSets": {}, "f:queueName": {}}},
+                },
+                {
+                    "manager": "muster",
+                    "operation": "Update",
+                    "apiVersion": "muster.dev/v1alpha1",
+                    "subresource": "status",
+                    "time": when,
+                    "fieldsType": "FieldsV1",
+                    "fieldsV1": {"f:status": {"f:conditions": {}}},
+                },
+            ],
+        )
+        wls.mark_pending(
+            wl,
+            "Pending",
+            f"insufficient quota for nvidia.com/gpu in flavor {FLAVOR}: requested 8, "
+            "available 2, fair share 4",
+            moment,
+        )
+        caches.workloads.write_through(wl)
+    gc.collect()
+    figures["caches_rss_mib"], _ = _rss_mib()
+    out(
+        f"memory: caches of {pending:,} pending Workloads and their Jobs (and the queues): "
+        f"{figures['caches_rss_mib']:.0f} MiB RSS"
+    )
+    events = EventRecorder(None, "bench")
+    ctx = Context(kube=None, caches=caches, events=events, identity="bench")  # type: ignore[arg-type]
+    views = ViewBuilder(ctx, use_node_capacity=False)
+    started = time.perf_counter()
+    view = views.build()
+    built = time.perf_counter() - started
+    gc.collect()
+    figures["view_rss_mib"], _ = _rss_mib()
+    out(
+        f"memory: + the admission loop's view ({len(view.snapshot.pending):,} pending parsed "
+        f"and converted, kept for the next cycle; built in {built:.1f} s): "
+        f"{figures['view_rss_mib']:.0f} MiB RSS"
+    )
+    with paused_collection():
+        fair = compute_fair_share(view.snapshot)
+        result = admission_cycle(view.snapshot, fair)
+    _, figures["peak_rss_mib"] = _rss_mib()
+    out(
+        f"memory: peak during one cycle ({len(result.admit):,} admitted, "
+        f"{len(result.pending):,} pending): {figures['peak_rss_mib']:.0f} MiB peak RSS, "
+        f"{figures['peak_rss_mib'] - figures['baseline_rss_mib']:.0f} MiB above the baseline"
+    )
+    if top:
+        snapshot = tracemalloc.take_snapshot()
+        tracemalloc.stop()
+        for stat in snapshot.statistics("lineno")[:15]:
+            out(f"  {stat.size / 2**20:8.1f} MiB {stat.count:>9,} blocks  {stat.traceback[0]}")
+    del view, views, caches, result, fair
+    return figures
+
+
 def run(scales: list[int], per_leaf: int, repeat: int, out: Callable[[str], None]) -> None:
     """Run the benchmark at each scale and print how the figures grow."""
     results = {}
@@ -221,7 +465,19 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--scale", type=int, action="append", help="1 and/or 10 (default both)")
     parser.add_argument("--per-leaf", type=int, default=50, help="pending workloads per leaf")
     parser.add_argument("--repeat", type=int, default=20, help="fair share repetitions")
+    parser.add_argument(
+        "--memory",
+        type=int,
+        metavar="N",
+        help="instead: the controller's memory for N pending Workloads (50000: the issue's)",
+    )
+    parser.add_argument(
+        "--memory-top", action="store_true", help="with --memory: the largest allocation sites"
+    )
     args = parser.parse_args(argv)
+    if args.memory:
+        memory(args.memory, print, args.memory_top)
+        return
     run(args.scale or [1, 10], args.per_leaf, args.repeat, print)
 
 

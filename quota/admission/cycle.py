@@ -44,9 +44,12 @@ from quota.model.decisions import Admit, CycleResult, Pending, Preempt, Victim
 from quota.model.flavorassign import (
     Fit,
     FitFailure,
+    FlavorSignature,
     PodSetPlan,
+    PodSetSignature,
     SliceBase,
     assign_flavors,
+    flavor_signature,
     plan_pod_set,
     pod_set_signature,
     slice_base,
@@ -203,8 +206,10 @@ class _Cycle:
         self.released: dict[str, list[BoundPod]] = {}
         self.all_victims: list[Candidate] | None = None
         self.node_victims: list[Candidate] | None = None
+        self.young_victims: list[Candidate] | None = None
         self.plans: dict[tuple[str, tuple[object, ...]], PodSetPlan] = {}
-        self.signatures: dict[int, tuple[object, ...]] = {}
+        self.signatures: dict[int, PodSetSignature] = {}
+        self.flavor_signatures: dict[str, FlavorSignature] = {}
         self.memo: dict[tuple[object, ...], str] = {}
         self.never: set[tuple[object, ...]] = set()  # memo keys no node could ever host
         self.homeless: dict[str, str] = {}  # flavor -> why no node carries it ("" if one does)
@@ -427,7 +432,11 @@ class _Cycle:
         key = (spec.name, signature)
         plan = self.plans.get(key)
         if plan is None:
-            plan = plan_pod_set(spec, self.snapshot.flavors, ps)
+            queue_signature = self.flavor_signatures.get(spec.name)
+            if queue_signature is None:
+                queue_signature = flavor_signature(spec, self.snapshot.flavors)
+                self.flavor_signatures[spec.name] = queue_signature
+            plan = plan_pod_set(spec, self.snapshot.flavors, ps, (queue_signature, signature))
             self.plans[key] = plan
         return plan
 
@@ -1130,9 +1139,10 @@ class _Cycle:
     ) -> Unplaceable | bool:
         """When no victims could be found, whether some were spared only by their
         minRuntime: the words say until when (False when none were)."""
-        found = node_candidates(
-            w, spec, self.queues, self._all_victims(), self.taken, self.snapshot.now
-        )
+        young = self._young_victims()
+        if not young:
+            return False
+        found = node_candidates(w, spec, self.queues, young, self.taken, self.snapshot.now)
         protected = [p for p in found.protected if contended & set(p.candidate.usage)]
         if not protected:
             return False
@@ -1247,6 +1257,28 @@ class _Cycle:
             )
         return self.all_victims
 
+    def _young_victims(self) -> list[Candidate]:
+        """Admitted workloads some minRuntime still protects (in their own queue or from
+        reclaim), in victim order: the only ones a failed search may have spared for it.
+
+        A failed search asks after them; walking every admitted workload instead made each
+        failure cost as much as the cluster is large."""
+        if self.young_victims is None:
+            now = self.snapshot.now
+            young: list[Candidate] = []
+            for name in self.admitted_by_queue:
+                queue = self.queues[name]
+                preempt, reclaim = queue.min_runtime_preempt_s, queue.min_runtime_reclaim_s
+                if not preempt and not reclaim:
+                    continue
+                for c in self._victim_list(name):
+                    start = started_at(c.workload)
+                    if (preempt and now < start + preempt) or (reclaim and now < start + reclaim):
+                        young.append(c)
+            young.sort(key=victim_order)
+            self.young_victims = young
+        return self.young_victims
+
     def _node_victims(self) -> list[Candidate]:
         """Admitted workloads with pods on nodes, in victim order."""
         if self.node_victims is None:
@@ -1271,7 +1303,8 @@ class _Cycle:
         """Every admitted workload as a reclaim candidate, per leaf in victim order."""
         if self.reclaim_index is None:
             self.reclaim_index = ReclaimIndex(
-                {name: self._victim_list(name) for name in self.admitted_by_queue},
+                self.admitted_by_queue,
+                self._victim_list,
                 self.planned,
                 self.tree,
                 self.fair.shares,

@@ -15,7 +15,15 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 
 from quota.fairness.usage import adjust_weights
-from quota.model.flavorassign import PodSetPlan, plan_pod_set, pod_set_signature, slice_base
+from quota.model.flavorassign import (
+    FlavorSignature,
+    PodSetPlan,
+    PodSetSignature,
+    flavor_signature,
+    plan_pod_set,
+    pod_set_signature,
+    slice_base,
+)
 from quota.model.resources import FlavorResource, add_into
 from quota.model.snapshot import (
     PodSet,
@@ -102,7 +110,9 @@ def usage_and_demand(
         held = pod_set_usage(w)
         if per_workload is not None:
             per_workload[w.key] = (w, held)
-        add_into(usage[w.queue], held)
+        target = usage[w.queue]
+        for key, amount in held.items():  # add_into, inlined: once per admitted workload
+            target[key] = target.get(key, 0) + amount
     for name, vector in usage.items():
         add_into(demand[name], vector)
     # Pending pod sets of one shape in one queue share one plan: sum their pod counts first,
@@ -138,12 +148,23 @@ def usage_and_demand(
             pods[shape] = pods.get(shape, 0) + count
             shapes[id(ps)] = ps
     plans: dict[tuple[str, tuple[object, ...]], PodSetPlan] = {}
+    # Signatures worked out once per queue and per pod set, not once per plan.
+    queue_signatures: dict[str, FlavorSignature] = {}
+    pod_signatures: dict[int, PodSetSignature] = {}
     for (queue, shape_id), count in pods.items():
         ps = shapes[shape_id]
-        plan_key = (queue, pod_set_signature(ps))
+        pod_signature = pod_signatures.get(shape_id)
+        if pod_signature is None:
+            pod_signature = pod_signatures[shape_id] = pod_set_signature(ps)
+        plan_key = (queue, pod_signature)
         plan = plans.get(plan_key)
         if plan is None:
-            plan = plan_pod_set(snapshot.queues[queue], snapshot.flavors, ps)
+            spec = snapshot.queues[queue]
+            queue_signature = queue_signatures.get(queue)
+            if queue_signature is None:
+                queue_signature = flavor_signature(spec, snapshot.flavors)
+                queue_signatures[queue] = queue_signature
+            plan = plan_pod_set(spec, snapshot.flavors, ps, (queue_signature, pod_signature))
             plans[plan_key] = plan
         target = demand[queue]
         for group in plan.groups:
@@ -230,48 +251,54 @@ def _split_group(
     weights: Mapping[str, int] | None,
     shares: dict[str, Vector],
 ) -> None:
+    # Every sibling, per key: the hot loop of fair share. What only the over-quota phase
+    # needs (weights, priority buckets) is worked out on first use: in many groups the
+    # guarantees alone take all there is.
     empty: Mapping[FlavorResource, int] = {}
-    names = list(group)
-    demands = [demand.get(name, empty) for name in names]
-    keys: set[FlavorResource] = set()
-    for d in demands:
-        keys.update(d)
+    demands = [demand.get(name, empty) for name in group]
+    keys = sorted(k for k in set().union(*demands) if available.get(k, 0) > 0)
     if not keys:
         return
-    specs = [queues[name] for name in names]
-    members = [(d, s.quotas, s.limits) for d, s in zip(demands, specs, strict=True)]
-    priorities = sorted({s.priority for s in specs}, reverse=True)
-    buckets = [[i for i, s in enumerate(specs) if s.priority == p] for p in priorities]
-    w = (
-        [weight_units(s.over_quota_weight) for s in specs]
-        if weights is None
-        else [weights.get(name, 0) for name in names]
-    )
-    outs = [shares[name] for name in names]
-    for key in sorted(keys):
-        total = available.get(key, 0)
-        if total <= 0:
-            continue
+    specs = [queues[name] for name in group]
+    members = [(d, s.quotas, s.limits or None) for d, s in zip(demands, specs, strict=True)]
+    names = list(group)
+    outs = [shares[name] for name in group]
+    w: list[int] = []
+    buckets: list[list[int]] = []
+    for key in keys:
+        total = available[key]
         caps: list[int] = []
         grants: list[int] = []
+        claimed = 0
         for d, quotas, limits in members:
             want = d.get(key, 0)
             if want <= 0:
                 caps.append(0)
                 grants.append(0)
                 continue
-            limit = limits.get(key)
-            cap = want if limit is None or limit > want else limit
-            caps.append(cap)
+            if limits is not None:
+                limit = limits.get(key)
+                if limit is not None and limit <= want:
+                    want = limit
+            caps.append(want)
             quota = quotas.get(key, 0)
-            grants.append(quota if quota < cap else cap)
-        claimed = sum(grants)
+            grant = quota if quota < want else want
+            grants.append(grant)
+            claimed += grant
         if claimed >= total:
             if claimed > total:
                 # Guarantees add up to more than there is (overcommitted quota, or nodes
                 # missing): the in-quota claims are scaled down in proportion.
                 grants = _largest_remainder(total, grants, names)
         else:
+            if not w:
+                w = (
+                    [weight_units(s.over_quota_weight) for s in specs]
+                    if weights is None
+                    else [weights.get(name, 0) for name in group]
+                )
+                priorities = sorted({s.priority for s in specs}, reverse=True)
+                buckets = [[i for i, s in enumerate(specs) if s.priority == p] for p in priorities]
             # Weight 0 means never more than quota, even when everything would fit.
             wants = [c if w[i] > 0 else grants[i] for i, c in enumerate(caps)]
             if sum(wants) <= total:
@@ -297,17 +324,21 @@ def _largest_remainder(total: int, claims: list[int], names: list[str]) -> list[
     fractional remainders, ties to the alphabetically first name.
     """
     whole = sum(claims)
-    out: list[int] = []
-    remainders: list[tuple[int, str, int]] = []
-    for i, claim in enumerate(claims):
-        share, rem = divmod(total * claim, whole)
-        out.append(share)
-        if rem:
-            remainders.append((-rem, names[i], i))
+    # Siblings often claim the same (teams with equal quotas): each distinct claim is
+    # divided once, the big-integer products being the costly part.
+    divided: dict[int, tuple[int, int]] = {}
+    split = []
+    for claim in claims:
+        parts = divided.get(claim)
+        if parts is None:
+            parts = divided[claim] = divmod(total * claim, whole)
+        split.append(parts)
+    out = [share for share, _ in split]
     leftover = total - sum(out)
-    remainders.sort()
-    for _, _, i in remainders[:leftover]:
-        out[i] += 1
+    if leftover:
+        remainders = sorted((-rem, names[i], i) for i, (_, rem) in enumerate(split) if rem)
+        for _, _, i in remainders[:leftover]:
+            out[i] += 1
     return out
 
 

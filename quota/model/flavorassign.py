@@ -171,9 +171,19 @@ def _plan_shape(flavor_sig: FlavorSignature, pod_sig: PodSetSignature) -> _Shape
     return _Shape(tuple(groups), tuple(skipped), (), (), "")
 
 
-def plan_pod_set(spec: QueueSpec, flavors: Mapping[str, Flavor], pod_set: PodSet) -> PodSetPlan:
-    """Work out which flavors may serve each requested resource group of `pod_set`."""
-    shape = _plan_shape(flavor_signature(spec, flavors), pod_set_signature(pod_set))
+def plan_pod_set(
+    spec: QueueSpec,
+    flavors: Mapping[str, Flavor],
+    pod_set: PodSet,
+    signatures: tuple[FlavorSignature, PodSetSignature] | None = None,
+) -> PodSetPlan:
+    """Work out which flavors may serve each requested resource group of `pod_set`.
+
+    `signatures`, when the caller already has them: the queue's `flavor_signature` and the
+    pod set's `pod_set_signature` (a cycle plans thousands of pod sets in a few queues)."""
+    if signatures is None:
+        signatures = (flavor_signature(spec, flavors), pod_set_signature(pod_set))
+    shape = _plan_shape(*signatures)
     if shape.uncovered:
         return PodSetPlan(
             pod_set,

@@ -235,10 +235,25 @@ def queue_tree(queues: Mapping[str, QueueSpec]) -> QueueTree:
 def pod_set_usage(workload: Workload) -> dict[FlavorResource, int]:
     """Quota an admitted workload holds, per (flavor, resource), from its admission."""
     out: dict[FlavorResource, int] = {}
-    if workload.admission is None:
+    admission = workload.admission
+    if admission is None:
         return out
-    per_pod = {ps.name: ps.per_pod for ps in workload.pod_sets}
-    for assignment in workload.admission:
+    pod_sets = workload.pod_sets
+    if len(admission) == 1 and len(pod_sets) == 1:
+        # The usual shape, worked out for every admitted workload of every cycle: one pod
+        # set, one assignment, so each resource is one key and nothing is added up.
+        assignment, ps = admission[0], pod_sets[0]
+        if ps.name != assignment.pod_set:
+            return out
+        flavors, count = assignment.flavors, assignment.count
+        for resource, amount in ps.per_pod.items():
+            if amount:
+                flavor = flavors.get(resource)
+                if flavor is not None:
+                    out[(flavor, resource)] = amount * count
+        return out
+    per_pod = {ps.name: ps.per_pod for ps in pod_sets}
+    for assignment in admission:
         requests = per_pod.get(assignment.pod_set, {})
         for resource, amount in requests.items():
             flavor = assignment.flavors.get(resource)
@@ -255,8 +270,11 @@ def superseded_slices(admitted: tuple[Workload, ...]) -> frozenset[str]:
     The shell retires the old slice a little after the new one is admitted; until then both
     are in the snapshot and only the successor's usage counts.
     """
+    replacing = [w for w in admitted if w.replaces is not None]
+    if not replacing:
+        return frozenset()  # the usual case, and every cycle asks
     keys = {w.key for w in admitted}
-    gone = (superseded_slice(w.key, w.replaces, keys) for w in admitted)
+    gone = (superseded_slice(w.key, w.replaces, keys) for w in replacing)
     return frozenset(key for key in gone if key is not None)
 
 

@@ -236,33 +236,35 @@ class ReclaimIndex:
 
     __slots__ = (
         "_avail",
+        "_candidates",
         "_holding",
+        "_keys",
         "_kids",
+        "_leaves",
         "_ledger",
         "_levels",
         "_seen",
         "_top",
         "_tree",
-        "by_leaf",
         "giving",
         "giving_below",
-        "order_keys",
     )
 
     def __init__(
         self,
-        by_leaf: Mapping[str, Sequence[Candidate]],
+        leaves: Iterable[str],
+        candidates: Callable[[str], Sequence[Candidate]],
         ledger: Ledger,
         tree: QueueTree,
         shares: Mapping[str, Vector],
         quotas: Mapping[str, Vector],
     ) -> None:
-        """`by_leaf`: each leaf's admitted workloads as candidates, in victim order."""
-        self.by_leaf = by_leaf
-        # The merge in `_walk` compares these keys again and again: computed once per cycle.
-        self.order_keys = {
-            leaf: [victim_order(c) for c in found] for leaf, found in by_leaf.items()
-        }
+        """`leaves`: the leaves with admitted workloads; `candidates(leaf)`: a leaf's admitted
+        workloads as candidates, in victim order (asked only for leaves a search walks)."""
+        self._leaves = frozenset(leaves)
+        self._candidates = candidates
+        # Per leaf, built on first use: most searches look at a few leaves, or none.
+        self._keys: dict[str, list[tuple[int, bool, float, str]]] = {}
         self._holding: dict[str, dict[FlavorResource, list[int]]] = {}
         self._ledger = ledger
         self._tree = tree
@@ -280,8 +282,59 @@ class ReclaimIndex:
         if ledger.touched is None:
             ledger.touched = []
         self._seen = dict.fromkeys(_RULES, len(ledger.touched))
-        for leaf in sorted(by_leaf):
-            self._refresh(leaf)
+        self._build()
+
+    def _build(self) -> None:
+        """Every figure at once, children before parents: each queue is worked out once,
+        where refreshing leaf by leaf would work out each ancestor once per leaf below it.
+        The result is the same as refreshing every leaf in `_leaves` (see `_refresh`)."""
+        tree = self._tree
+        paths = tree.paths
+        included: set[str] = set()
+        for leaf in self._leaves:
+            for name in paths[leaf]:
+                if name in included:
+                    break  # and so are its ancestors
+                included.add(name)
+        # Deepest first: every queue comes after all its included children.
+        order = sorted(included, key=lambda name: len(paths[name]), reverse=True)
+        used_of = self._ledger.used
+        for rule in _RULES:
+            floor = self._levels[rule].floor
+            avail, kids, top = self._avail[rule], self._kids[rule], self._top[rule]
+            for name in order:
+                path = paths[name]
+                inner = bool(tree.children.get(name))
+                below_kids = kids.get(name) if inner else None
+                new: dict[FlavorResource, int] = {}
+                for key, held in used_of[name].items():
+                    give = held - floor(name, key)
+                    if inner:
+                        give = min(give, below_kids.get(key, 0) if below_kids else 0)
+                    if give > 0:
+                        new[key] = give
+                avail[name] = new
+                target = top if len(path) == 1 else kids.setdefault(path[1], {})
+                for key, give in new.items():
+                    target[key] = target.get(key, 0) + give
+            below_ = self.giving_below[rule]
+            for leaf in self._leaves:
+                if avail.get(leaf):
+                    self.giving[rule].add(leaf)
+                    for name in paths[leaf][1:]:
+                        below_.setdefault(name, set()).add(leaf)
+
+    def candidates(self, leaf: str) -> Sequence[Candidate]:
+        """`leaf`'s admitted workloads as candidates, in victim order."""
+        return self._candidates(leaf) if leaf in self._leaves else ()
+
+    def order_keys(self, leaf: str) -> list[tuple[int, bool, float, str]]:
+        """The victim order of `leaf`'s candidates: the merge in `_walk` compares them again
+        and again, so they are worked out once per leaf and cycle."""
+        found = self._keys.get(leaf)
+        if found is None:
+            found = self._keys[leaf] = [victim_order(c) for c in self.candidates(leaf)]
+        return found
 
     def _refresh(self, leaf: str, rules: Iterable[Rule] = _RULES) -> None:
         tree = self._tree
@@ -356,14 +409,14 @@ class ReclaimIndex:
         return out
 
     def holding(self, leaf: str, key: FlavorResource) -> Sequence[int]:
-        """Positions in `by_leaf[leaf]` of the workloads that hold `key`, in victim order.
+        """Positions in `candidates(leaf)` of the workloads that hold `key`, in victim order.
 
         Built per leaf on first use: most cycles reclaim in a few departments only.
         """
         per_key = self._holding.get(leaf)
         if per_key is None:
             per_key = {}
-            for position, candidate in enumerate(self.by_leaf.get(leaf, ())):
+            for position, candidate in enumerate(self.candidates(leaf)):
                 for k, amount in candidate.usage.items():
                     if amount > 0:
                         per_key.setdefault(k, []).append(position)
@@ -421,7 +474,6 @@ def _walk(
     floor = levels.floor
     used_of = ledger.used
     paths = tree.paths
-    by_leaf = index.by_leaf
     budgets: dict[str, dict[FlavorResource, int]] = {}
 
     def budget(name: str) -> dict[FlavorResource, int]:
@@ -436,7 +488,6 @@ def _walk(
     # of its chain). With one contended pair (the usual case: GPUs) a leaf's sequence is only
     # its workloads holding that pair, so workloads that could not help are never looked at.
     heap: list[tuple[tuple[int, bool, float, str], int, str, int]] = []
-    order_keys = index.order_keys
     avail = index.available(levels.rule)
     single = next(iter(contended)) if len(contended) == 1 else None
     steps: dict[str, Sequence[int]] = {}
@@ -447,18 +498,18 @@ def _walk(
         if not any(k in mine and k in top for k in contended):
             continue
         # (A leaf may hold only this cycle's admissions or reservations: nothing to take.)
-        found = by_leaf.get(leaf, ())
+        found = index.candidates(leaf)
         seq = index.holding(leaf, single) if single is not None else range(len(found))
         if seq:
             steps[leaf] = seq
-            heap.append((order_keys[leaf][seq[0]], 0, leaf, length))
+            heap.append((index.order_keys(leaf)[seq[0]], 0, leaf, length))
     heapq.heapify(heap)
     freed: dict[FlavorResource, int] = {}
     out: list[Candidate] = []
     while heap:
         _, step, leaf, length = heapq.heappop(heap)
         seq = steps[leaf]
-        candidate = by_leaf[leaf][seq[step]]
+        candidate = index.candidates(leaf)[seq[step]]
         w = candidate.workload
         if lower_only and w.priority >= preemptor.priority:
             continue  # sorted by priority: the rest of this leaf is no less important
@@ -483,7 +534,7 @@ def _walk(
         # The leaf stays in the merge while it holds anything above its floor.
         step += 1
         if step < len(seq) and any(v > 0 for v in budget(leaf).values()):
-            heapq.heappush(heap, (order_keys[leaf][seq[step]], step, leaf, length))
+            heapq.heappush(heap, (index.order_keys(leaf)[seq[step]], step, leaf, length))
     return []
 
 

@@ -1,0 +1,153 @@
+"""The admission cycle's shortcuts decide exactly what the plain search decides.
+
+Each shortcut taken for speed (issue 14) has a plain counterpart here, the behaviour before
+it: a reference cycle uses the plain ones, and on random contended snapshots (full
+clusters, preemption and reclaim on, minimum runtimes, zero weights and quotas, empty
+trees) both cycles must return the same decisions, reasons included.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import replace
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from quota.admission.cycle import _Cycle, admission_cycle
+from quota.fairness.fairshare import fair_share
+from quota.model.ledger import Ledger
+from quota.model.snapshot import Snapshot, Workload, queue_tree
+from quota.preemption.reclaim import ReclaimIndex
+from quota.preemption.victims import Candidate
+from tests.unit.strategies import CPU, GPU, apply_cycle, snapshots
+
+checked = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+class _PlainIndex(ReclaimIndex):
+    """The reclaim figures built leaf by leaf, every ancestor again for each leaf below it."""
+
+    def _build(self) -> None:
+        for leaf in sorted(self._leaves):
+            self._refresh(leaf)
+
+
+class _PlainCycle(_Cycle):
+    """The cycle before its shortcuts: every admitted workload is asked whether minRuntime
+    protects it, and the reclaim figures are built leaf by leaf."""
+
+    def _young_victims(self) -> list[Candidate]:
+        return self._all_victims()
+
+    def _reclaim_index(self) -> ReclaimIndex:
+        if self.reclaim_index is None:
+            self.reclaim_index = _PlainIndex(
+                self.admitted_by_queue,
+                self._victim_list,
+                self.planned,
+                self.tree,
+                self.fair.shares,
+                self.quotas,
+            )
+        return self.reclaim_index
+
+
+@st.composite
+def contended(draw: st.DrawFn) -> Snapshot:
+    """A cluster filled by one cycle, then more important work arriving in queues that may
+    preempt and reclaim, with minimum runtimes some of the running work has not reached."""
+    resources = draw(st.sampled_from(((GPU,), (GPU, CPU))))
+    first = draw(
+        snapshots(
+            flavors=draw(st.sampled_from((("h100",), ("h100", "a100")))),
+            resources=resources,
+            policies=True,
+            max_workloads=16,
+            min_queues=0,
+        )
+    )
+    running = apply_cycle(first, admission_cycle(first))
+    admitted = tuple(
+        replace(w, admitted_at=draw(st.sampled_from((400.0, 900.0, 990.0, 1_000.0))))
+        for w in running.admitted
+    )
+    queues = {
+        name: replace(
+            spec,
+            min_runtime_preempt_s=draw(st.sampled_from((0.0, 0.0, 60.0, 300.0))),
+            min_runtime_reclaim_s=draw(st.sampled_from((0.0, 0.0, 60.0, 300.0))),
+        )
+        for name, spec in running.queues.items()
+    }
+    arrivals: list[Workload] = []
+    for i, w in enumerate(running.pending + admitted):
+        if draw(st.booleans()):
+            arrivals.append(
+                replace(
+                    w,
+                    key=f"{w.key}-late{i}",
+                    priority=w.priority + draw(st.integers(min_value=0, max_value=3)),
+                    arrival=w.arrival + 500.0,
+                    admission=None,
+                    admitted_at=None,
+                )
+            )
+    return replace(
+        running,
+        queues=queues,
+        admitted=admitted,
+        pending=running.pending + tuple(arrivals),
+    )
+
+
+@checked
+@given(contended())
+def test_the_cycle_decides_as_the_plain_search_does(snapshot: Snapshot) -> None:
+    fair = fair_share(snapshot)
+    assert _Cycle(snapshot, fair).run() == _PlainCycle(snapshot, fair).run()
+
+
+def _ledger_after(snapshot: Snapshot, charges: Sequence[int]) -> tuple[Ledger, list[str]]:
+    """The planned ledger of a cycle over `snapshot`, with some admitted workloads released
+    (as victims would be) by the `charges` drawn."""
+    fair = fair_share(snapshot)
+    cycle = _Cycle(snapshot, fair)
+    ledger = cycle.planned
+    running = list(cycle.running.values())
+    for i in charges:
+        if running:
+            w = running[i % len(running)]
+            ledger.charge(w.queue, cycle.usage_of[w.key], -1)
+    return ledger, sorted(cycle.admitted_by_queue)
+
+
+@checked
+@given(contended(), st.lists(st.integers(min_value=0, max_value=50), max_size=6))
+def test_reclaim_figures_built_at_once_equal_those_built_leaf_by_leaf(
+    snapshot: Snapshot, charges: list[int]
+) -> None:
+    fair = fair_share(snapshot)
+    tree = queue_tree(snapshot.queues)
+    quotas = {name: spec.quotas for name, spec in snapshot.queues.items()}
+    built: list[ReclaimIndex] = []
+    for kind in (ReclaimIndex, _PlainIndex):
+        ledger, leaves = _ledger_after(snapshot, charges)
+        built.append(kind(leaves, lambda leaf: (), ledger, tree, fair.shares, quotas))
+    fast, plain = built
+
+    def nonzero(figures: dict[tuple[str, str], int]) -> dict[tuple[str, str], int]:
+        return {k: v for k, v in figures.items() if v}
+
+    for rule in ("fair share", "quota"):
+        assert fast.available(rule) == plain.available(rule)
+        assert fast.giving[rule] == plain.giving[rule]
+        assert {q: s for q, s in fast.giving_below[rule].items() if s} == {
+            q: s for q, s in plain.giving_below[rule].items() if s
+        }
+        for name in snapshot.queues:
+            for key in {k for q in quotas.values() for k in q}:
+                assert fast.freeable(rule, name, [key], len(tree.paths[name])) == (
+                    plain.freeable(rule, name, [key], len(tree.paths[name]))
+                )
+        assert nonzero(fast._top[rule]) == nonzero(plain._top[rule])
