@@ -201,10 +201,13 @@ class DecisionWriter:
             log.warning("decision write failed", extra={"workload": key, "error": str(error)})
             self.poke()
             return None
-        self.assumed.forget(key)  # the cache holds the outcome now
         if written is None or not made or not made[0]:
+            self.assumed.forget(key)
             self.poke()  # gone, or it changed so that the decision no longer applies
             return None
+        # Not forgotten here: the written version is in the cache now, which ends the
+        # assumption the next time a view looks (a view that listed the cache just before
+        # the write-through still sees the assumption, not the version before the write).
         return written
 
     # -------------------------------------------------------------------- admissions

@@ -100,4 +100,6 @@ def test_a_write_of_unknown_outcome_keeps_its_room_until_the_cache_tells(applied
         h.loop.writer.assumed.max_age_s = 0.0  # nothing came: the write did not happen
         admitted = {a.workload for a in h.cycle().admit}
         assert len(admitted) == 1, "decided again, once"
+    h.cycle()  # a view of the cache as it is now ends what was assumed
     assert len(h.loop.writer.assumed) == 0
+    assert sum(wls.has_quota(h.get(name)) for name in ("first", "second")) == 1
