@@ -19,7 +19,7 @@ from controllers.localcluster.peers import PEERS, PeerError, parse_names
 from controllers.localcluster.peers import build as build_peer
 from controllers.localcluster.peers import start_all as start_peers
 
-_dir_option = click.option(
+dir_option = click.option(
     "--dir",
     "directory",
     type=click.Path(path_type=Path),
@@ -74,7 +74,7 @@ def build(peers: str) -> None:
 
 
 @local_cluster.command()
-@_dir_option
+@dir_option
 @click.option("--timeout", default=120.0, show_default=True, help="Seconds to wait per component.")
 @click.option(
     "--with",
@@ -103,7 +103,7 @@ def up(directory: Path | None, timeout: float, with_peers: str) -> None:
 
 
 @local_cluster.command()
-@_dir_option
+@dir_option
 def down(directory: Path | None) -> None:
     """Stop every process the cluster started."""
     stopped = LocalCluster(directory).down()
@@ -111,7 +111,7 @@ def down(directory: Path | None) -> None:
 
 
 @local_cluster.command()
-@_dir_option
+@dir_option
 def status(directory: Path | None) -> None:
     """Show each component's state; exit 1 unless all are healthy."""
     states = LocalCluster(directory).status()
@@ -125,14 +125,14 @@ def status(directory: Path | None) -> None:
 
 
 @local_cluster.command()
-@_dir_option
+@dir_option
 def env(directory: Path | None) -> None:
     """Print `export KUBECONFIG=...` for this cluster (use with eval)."""
     click.echo(LocalCluster(directory).env())
 
 
 @local_cluster.command()
-@_dir_option
+@dir_option
 @click.option("--count", default=1, show_default=True, type=click.IntRange(min=1))
 @click.option("--cpu", default="32", show_default=True)
 @click.option("--memory", default="256Gi", show_default=True)

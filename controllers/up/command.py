@@ -17,6 +17,7 @@ from rich.console import Console
 from rich.live import Live
 
 from controllers.cli.fairshare import load_documents
+from controllers.cli.localcluster import dir_option
 from controllers.history.engine import make_engine
 from controllers.localcluster.binaries import BinariesError
 from controllers.localcluster.cluster import ClusterError, LocalCluster
@@ -29,19 +30,10 @@ from quota.api import ManifestError
 
 DEMO = REPO / "examples" / "demo.yaml"
 
-_dir_option = click.option(
-    "--dir",
-    "directory",
-    type=click.Path(path_type=Path),
-    default=None,
-    help="State directory of the local cluster (default: $MUSTER_LOCAL_CLUSTER_DIR or "
-    "~/.cache/muster/local-cluster/default, the one `muster local-cluster env` points at).",
-)
-
 
 @click.command("up")
 @click.argument("scenario", required=False, type=click.Path(path_type=Path, dir_okay=False))
-@_dir_option
+@dir_option
 @click.option(
     "--database-url",
     default=None,
@@ -186,7 +178,7 @@ def _watch(view: LiveView, player: Player | None, duration: float | None, plain:
 
 
 @click.command("down")
-@_dir_option
+@dir_option
 def down(directory: Path | None) -> None:
     """Stop everything `muster up` started (the controller and the local cluster), by pid."""
     stopped = stop(LocalCluster(directory).directory)

@@ -103,7 +103,8 @@ def test_a_scenario_the_simulator_refuses_is_refused_the_same_way() -> None:
 def test_muster_up_names_the_broken_file_and_starts_nothing(tmp_path: Path) -> None:
     broken = tmp_path / "broken.yaml"
     broken.write_text(
-        "apiVersion: muster.dev/v1alpha1\nkind: ClusterQueue\nmetadata: {name: a}\nspec: {flavors: 5}\n"
+        "apiVersion: muster.dev/v1alpha1\nkind: ClusterQueue\n"
+        "metadata: {name: a}\nspec: {flavors: 5}\n"
     )
     result = subprocess.run(
         [
