@@ -62,19 +62,10 @@ class OrphanSweeper:
                 apply.delete(self.ctx.kube, WORKLOAD, wl)
                 writes += 1
             elif wls.holds_finalizer(wl) and not self.ctx.caches.live_pods_of_job(uid):
-                # Not written through: without its finalizer it is gone at once (see the
-                # reconciler's release of leaving Workloads).
-                apply.update(
-                    self.ctx.kube,
-                    WORKLOAD,
-                    object_key(wl),
-                    lambda w: wls.set_finalizer(w, False),
-                    current=wl,
-                )
-                log.info("orphaned workload released", extra={"workload": object_key(wl)})
+                self.ctx.release_workload(wl, "orphaned workload")
                 writes += 1
         if writes:
-            self.ctx.poke_admission()
+            self.ctx.poke_admission()  # deleting an orphan changes nothing it counts yet
         return writes
 
     def run(self, stop: threading.Event) -> None:

@@ -174,18 +174,7 @@ class Reconciler:
             if job is not None and wls.has_quota(wl) and job.is_suspended():
                 # It ran under this Workload: take the flavors out before it queues again.
                 self._update_object(job, lambda j: j.restore() if j.is_suspended() else False)
-            # Not written through to the cache: without its finalizer the object is deleted
-            # at once, and a write-through racing the watch's DELETED event would bring it
-            # back into the cache for good, holding its quota there.
-            apply.update(
-                self.ctx.kube,
-                WORKLOAD,
-                object_key(wl),
-                lambda w: wls.set_finalizer(w, False),
-                current=wl,
-            )
-            log.info("workload released", extra={"workload": object_key(wl)})
-            self.ctx.poke_admission()
+            self.ctx.release_workload(wl, "workload")
         return retry, waiting
 
     def _let_go(self, wl: Obj, unlabelled: Obj | None) -> None:

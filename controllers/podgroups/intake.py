@@ -357,15 +357,7 @@ class PodGroupIntake:
             if wls.has_quota(wl) and any(p.node_of(x) for x in pods):
                 retry = RETRY_SECONDS
                 continue
-            apply.update(
-                self.ctx.kube,
-                WORKLOAD,
-                object_key(wl),
-                lambda w: wls.set_finalizer(w, False),
-                current=wl,
-            )
-            log.info("podgroup workload released", extra={"workload": object_key(wl)})
-            self.ctx.poke_admission()
+            self.ctx.release_workload(wl, "podgroup workload")
         return retry
 
     def _queued_by_owner(self, pg: Obj) -> bool:

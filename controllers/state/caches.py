@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Protocol
 
+from controllers.runtime import apply
 from controllers.runtime.events import EventRecorder
 from controllers.runtime.informer import Informer, wait_all_synced
 from controllers.runtime.resources import (
@@ -31,7 +32,9 @@ from controllers.runtime.resources import (
     WORKLOAD,
     Kube,
     Obj,
+    object_key,
 )
+from controllers.state import workloads as wls
 from controllers.state.foreigngroups import group_id_of_pod
 from controllers.state.workloads import now_utc, owner_job_key, owner_job_uid
 from quota.api.names import (
@@ -236,6 +239,17 @@ class Context:
     recorder: Recorder | None = None
     # Called when something the admission loop decides from has changed.
     poke_admission: Callable[[], None] = field(default=lambda: None)
+
+    def release_workload(self, wl: Obj, what: str) -> None:
+        """Take the resource-in-use finalizer off a leaving Workload whose pods are gone: it is
+        deleted at once, and its quota with it.
+
+        Not written through to the cache: a write-through racing the watch's DELETED event
+        would bring it back into the cache, holding its quota there."""
+        key = object_key(wl)
+        apply.update(self.kube, WORKLOAD, key, lambda w: wls.set_finalizer(w, False), current=wl)
+        logging.getLogger(__name__).info(f"{what} released", extra={"workload": key})
+        self.poke_admission()
 
     def record_later(self, make: Callable[[], Iterable[Any]]) -> None:
         """Tell the history store, if one is attached; it must never break a reconcile."""
