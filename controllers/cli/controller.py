@@ -150,7 +150,13 @@ def lease_timing(lease_duration: float, renew_deadline: float, retry_period: flo
 @click.option("--renew-deadline", type=float, default=10.0, show_default=True)
 @click.option("--retry-period", type=float, default=2.0, show_default=True)
 @click.option("--identity", default=None, help="Leader-election identity (default: host_random).")
-@click.option("--workers", type=int, default=4, show_default=True, help="Job reconciler threads.")
+@click.option(
+    "--workers",
+    type=int,
+    default=16,
+    show_default=True,
+    help="Job reconciler threads (each waits on the apiserver for its writes).",
+)
 @click.option(
     "--status-interval",
     type=float,

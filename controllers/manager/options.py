@@ -25,7 +25,7 @@ class Options:
     renew_deadline: float = 10.0
     retry_period: float = 2.0
     identity: str | None = None
-    workers: int = 4
+    workers: int = 16
     status_interval: float = 1.0
     resync_period: float = 300.0
     cert_secret: str = "muster-webhook-tls"
