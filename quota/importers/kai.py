@@ -30,7 +30,7 @@ from quota.importers.workloads import (
     QueuedWork,
     finished,
     owned_by,
-    pod_group_sets,
+    pod_group_work,
     queue_work,
     skipped,
 )
@@ -46,6 +46,11 @@ RESOURCES = (
     ("cpu", "cpu", Fraction(1)),  # millicpus are Muster's base unit for cpu
     ("memory", "memory", Fraction(10**6)),  # megabytes of 10^6 bytes
 )
+
+
+def _queue_of_group(group: SourceObject) -> str:
+    """The queue a PodGroup names."""
+    return group.ref(group.spec().get("queue"), "spec.queue", required=True)
 
 
 def _amount(
@@ -255,43 +260,7 @@ def import_kai(objects: Sequence[SourceObject]) -> ImportResult:
                 class_name=obj.text(spec.get("priorityClassName"), "spec.priorityClassName"),
             )
         )
-    for key, group_obj in groups.items():
-        spec = group_obj.spec()
-        queue = group_obj.ref(spec.get("queue"), "spec.queue", required=True)
-        group_pods = members.pop(key, [])
-        if not group_pods:
-            skipped(
-                group_obj,
-                "",
-                "no pods of this PodGroup are in the files, so it asks for nothing: left out",
-                unmapped,
-            )
-            continue
-        min_member = group_obj.integer(spec.get("minMember"), "spec.minMember", low=0)
-        if min_member is not None and 0 < min_member < len(group_pods):
-            skipped(
-                group_obj,
-                "spec.minMember",
-                f"{min_member} of {len(group_pods)} pods: Muster admits the group whole",
-                unmapped,
-            )
-        class_name = group_obj.text(spec.get("priorityClassName"), "spec.priorityClassName")
-        work.append(
-            QueuedWork(
-                group_obj,
-                queue,
-                "spec.queue",
-                pod_sets=pod_group_sets(group_pods),
-                class_name=class_name,
-            )
-        )
-    for (namespace, group), orphans in members.items():
-        skipped(
-            orphans[0],
-            f"metadata.annotations[{GROUP_ANNOTATION}]",
-            f"PodGroup {namespace}/{group} is not in the files: its pods are left out",
-            unmapped,
-        )
+    work += pod_group_work(groups, members, _queue_of_group, GROUP_ANNOTATION, unmapped)
     local, imported = queue_work(work, leaves, parents, state, unmapped)
     manifests = [*state.class_docs, *([flavor] if flavor else []), *queues, *local, *state.nodes]
     return ImportResult(tuple(manifests), tuple(imported), tuple(unmapped))

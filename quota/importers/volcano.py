@@ -30,7 +30,7 @@ from quota.importers.workloads import (
     QueuedWork,
     finished,
     owned_by,
-    pod_group_sets,
+    pod_group_work,
     queue_work,
     skipped,
 )
@@ -47,6 +47,11 @@ _QUEUE_UNMAPPED = {
     "extendClusters": "Muster manages one cluster",
     "type": "Muster has no queue types",
 }
+
+
+def _queue_of_group(group: SourceObject) -> str:
+    """The queue a PodGroup names."""
+    return group.ref(group.spec().get("queue"), "spec.queue") or DEFAULT_QUEUE
 
 
 def _queue(
@@ -283,45 +288,9 @@ def import_volcano(objects: Sequence[SourceObject]) -> ImportResult:
                 class_name=obj.text(spec.get("priorityClassName"), "spec.priorityClassName"),
             )
         )
-    for key, group_obj in groups.items():
-        if owned_by(group_obj, {"Job"}):
-            continue  # a Volcano Job's own PodGroup: the Job is the workload
-        spec = group_obj.spec()
-        queue = group_obj.ref(spec.get("queue"), "spec.queue") or DEFAULT_QUEUE
-        group_pods = members.pop(key, [])
-        if not group_pods:
-            skipped(
-                group_obj,
-                "",
-                "no pods of this PodGroup are in the files, so it asks for nothing: left out",
-                unmapped,
-            )
-            continue
-        min_member = group_obj.integer(spec.get("minMember"), "spec.minMember", low=0)
-        if min_member is not None and 0 < min_member < len(group_pods):
-            skipped(
-                group_obj,
-                "spec.minMember",
-                f"{min_member} of {len(group_pods)} pods: Muster admits the group whole",
-                unmapped,
-            )
-        class_name = group_obj.text(spec.get("priorityClassName"), "spec.priorityClassName")
-        work.append(
-            QueuedWork(
-                group_obj,
-                queue,
-                "spec.queue",
-                pod_sets=pod_group_sets(group_pods),
-                class_name=class_name,
-            )
-        )
-    for (namespace, group), orphans in members.items():
-        skipped(
-            orphans[0],
-            f"metadata.annotations[{GROUP_ANNOTATION}]",
-            f"PodGroup {namespace}/{group} is not in the files: its pods are left out",
-            unmapped,
-        )
+    # A Volcano Job's own PodGroup is not work of its own: the Job is the workload.
+    own = {k: g for k, g in groups.items() if not owned_by(g, {"Job"})}
+    work += pod_group_work(own, members, _queue_of_group, GROUP_ANNOTATION, unmapped)
     local, imported = queue_work(work, leaves, parents, state, unmapped)
     manifests = [*state.class_docs, *([flavor] if flavor else []), *queues, *local, *state.nodes]
     return ImportResult(tuple(manifests), tuple(imported), tuple(unmapped))

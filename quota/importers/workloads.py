@@ -9,7 +9,7 @@ LocalQueue the source's queue maps to, with the priority of its class.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -237,6 +237,57 @@ class QueuedWork:
     job: bool = False
     pod_sets: Sequence[PodSetSource] = ()
     class_name: str = ""
+
+
+def pod_group_work(
+    groups: Mapping[Any, SourceObject],
+    members: dict[Any, list[SourceObject]],
+    queue_of: Callable[[SourceObject], str],
+    group_annotation: str,
+    unmapped: list[Unmapped],
+) -> list[QueuedWork]:
+    """Each PodGroup with its member pods (taken out of `members`) as one piece of work on
+    the queue `queue_of` names; groups without pods in the files and pods whose group is
+    not in them are reported and left out."""
+    work: list[QueuedWork] = []
+    for key, group_obj in groups.items():
+        spec = group_obj.spec()
+        queue = queue_of(group_obj)
+        group_pods = members.pop(key, [])
+        if not group_pods:
+            skipped(
+                group_obj,
+                "",
+                "no pods of this PodGroup are in the files, so it asks for nothing: left out",
+                unmapped,
+            )
+            continue
+        min_member = group_obj.integer(spec.get("minMember"), "spec.minMember", low=0)
+        if min_member is not None and 0 < min_member < len(group_pods):
+            skipped(
+                group_obj,
+                "spec.minMember",
+                f"{min_member} of {len(group_pods)} pods: Muster admits the group whole",
+                unmapped,
+            )
+        class_name = group_obj.text(spec.get("priorityClassName"), "spec.priorityClassName")
+        work.append(
+            QueuedWork(
+                group_obj,
+                queue,
+                "spec.queue",
+                pod_sets=pod_group_sets(group_pods),
+                class_name=class_name,
+            )
+        )
+    for (namespace, group), orphans in members.items():
+        skipped(
+            orphans[0],
+            f"metadata.annotations[{group_annotation}]",
+            f"PodGroup {namespace}/{group} is not in the files: its pods are left out",
+            unmapped,
+        )
+    return work
 
 
 def queue_work(
