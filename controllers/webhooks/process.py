@@ -95,12 +95,10 @@ class WebhookProcess:
         *,
         scheduler_name: str,
         queue_warnings: Callable[[Mapping[str, Any]], list[str]] | None = None,
-        ready_timeout_s: float = 60.0,
     ) -> None:
         self.bind_host = host
         self.scheduler_name = scheduler_name
         self.queue_warnings = queue_warnings
-        self.ready_timeout_s = ready_timeout_s
         self._listener = listening_socket(host, port)
         self.port: int = self._listener.getsockname()[1]
         self._serving: KeyPair | None = None
@@ -123,20 +121,17 @@ class WebhookProcess:
             self._send_certs(control, bundle.serving)
 
     def start(self) -> None:
-        """Start the child and wait until it serves; raises if it cannot."""
+        """Start the child and return; it serves once its imports are done (seconds on a busy
+        machine). The socket listens already: until then, connections wait in its backlog
+        rather than being refused."""
         assert self._serving is not None, "reload() with certificates before start()"
         self._spawn()
         self._thread = threading.Thread(target=self._supervise, name="webhook-process", daemon=True)
         self._thread.start()
-        if not self._ready.wait(self.ready_timeout_s):
-            raise RuntimeError(
-                f"the webhook process did not start serving on port {self.port} within "
-                f"{self.ready_timeout_s:.0f}s"
-            )
-        log.info(
-            "webhook server listening",
-            extra={"port": self.port, "host": self.bind_host, "pid": self.pid},
-        )
+
+    def wait_ready(self, timeout: float | None = None) -> bool:
+        """Wait until a child serves; False on timeout."""
+        return self._ready.wait(timeout)
 
     def stop(self) -> None:
         """Stop the child (closing its control socket tells it to exit) and stop listening."""
@@ -244,6 +239,10 @@ class WebhookProcess:
                 control.send({"id": message["id"], "warnings": warnings})
             elif message.get("ready"):
                 self._ready.set()
+                log.info(
+                    "webhook server listening",
+                    extra={"port": self.port, "host": self.bind_host, "pid": self.pid},
+                )
 
 
 # --------------------------------------------------------------------- the child's side

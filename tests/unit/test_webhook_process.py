@@ -72,6 +72,7 @@ def served() -> Iterator[tuple[WebhookProcess, certs.KeyPair, list[Any]]]:
     process = WebhookProcess("127.0.0.1", 0, scheduler_name="", queue_warnings=warnings)
     process.reload(bundle_for(ca))
     process.start()
+    assert process.wait_ready(60), "the webhook process never served"
     try:
         yield process, ca, asked
     finally:
@@ -143,6 +144,7 @@ def test_the_child_exits_with_the_controllers_side() -> None:
     process = WebhookProcess("127.0.0.1", 0, scheduler_name="")
     process.reload(bundle_for(ca))
     process.start()
+    assert process.wait_ready(60)
     pid = process.pid
     assert pid is not None
     process.stop()
