@@ -123,6 +123,15 @@ class _Request:
     running: Workload | None  # that slice
 
 
+@dataclass(frozen=True, slots=True)
+class _GroupOptions:
+    """One resource group of one pod set of a request: per flavor it may take, the (key,
+    need) pairs of the whole group there."""
+
+    counted: bool  # the pod set has pods to charge (a scale-up may add none)
+    flavors: list[list[tuple[FlavorResource, int]]]
+
+
 class _Cycle:
     def __init__(self, snapshot: Snapshot, fair: FairShare) -> None:
         self.snapshot = snapshot
@@ -768,9 +777,29 @@ class _Cycle:
 
     # -- preemption and reclaim -------------------------------------------------------------
 
-    def _contended_keys(
-        self, queue: str, request: _Request, counts: Sequence[int]
-    ) -> set[FlavorResource]:
+    def _options(self, request: _Request, counts: Sequence[int]) -> list[_GroupOptions]:
+        """Per pod set and resource group, the flavors it may take, each as the (key, need)
+        pairs of the whole group there: what every check before a victim search reads, laid
+        out once per search instead of once per check and level."""
+        out: list[_GroupOptions] = []
+        for i, plan in enumerate(request.plans):
+            pinned = request.base.flavors[i] if request.base is not None else None
+            per_pod = plan.pod_set.per_pod
+            count = counts[i]
+            for group in plan.groups:
+                if pinned is not None and group.resources[0] in pinned:
+                    flavors: Sequence[str] = (pinned[group.resources[0]],)
+                else:
+                    flavors = group.flavors
+                out.append(
+                    _GroupOptions(
+                        count > 0,
+                        [[((f, r), per_pod[r] * count) for r in group.resources] for f in flavors],
+                    )
+                )
+        return out
+
+    def _contended_keys(self, queue: str, options: Sequence[_GroupOptions]) -> set[FlavorResource]:
         """The (flavor, resource) pairs the request is short of in the planned ledger, on any
         flavor it could take.
 
@@ -781,20 +810,12 @@ class _Cycle:
         would share is not missed.
         """
         need: dict[FlavorResource, int] = {}
-        for i, plan in enumerate(request.plans):
-            if not counts[i]:
+        for group in options:
+            if not group.counted:
                 continue
-            pinned = request.base.flavors[i] if request.base is not None else None
-            per_pod = plan.pod_set.per_pod
-            for group in plan.groups:
-                if pinned is not None and group.resources[0] in pinned:
-                    options: Sequence[str] = (pinned[group.resources[0]],)
-                else:
-                    options = group.flavors
-                for flavor in options:
-                    for r in group.resources:
-                        key = (flavor, r)
-                        need[key] = need.get(key, 0) + per_pod[r] * counts[i]
+            for needs in group.flavors:
+                for key, amount in needs:
+                    need[key] = need.get(key, 0) + amount
         headroom = self.planned.headroom
         return {key for key, amount in need.items() if amount > headroom(queue, key)}
 
@@ -809,13 +830,14 @@ class _Cycle:
             return False
         w = request.workload
         sticky = request.base.flavors if request.base is not None else None
-        contended = self._contended_keys(spec.name, request, counts)
+        options = self._options(request, counts)
+        contended = self._contended_keys(spec.name, options)
         if not contended:
             return False  # nothing is short in the planned ledger: evicting cannot help
         last: list[Fit] = []
         # Valid for the whole call: each search below leaves the ledger as it found it or
         # succeeds and ends the call.
-        covered = self._covering(spec.name, request, counts)
+        covered = self._covering(spec.name, options)
 
         def try_fit() -> Fit | None:
             fit = assign_flavors(spec.name, request.plans, counts, (self.planned,), sticky)
@@ -867,7 +889,7 @@ class _Cycle:
                 self.planned,
                 self.snapshot.now,
                 try_fit,
-                partial(self._could_stay_under, request, counts),
+                partial(self._could_stay_under, options),
                 covered,
             )
             if plan is not None:
@@ -1313,7 +1335,7 @@ class _Cycle:
         return self.reclaim_index
 
     def _covering(
-        self, queue: str, request: _Request, counts: Sequence[int]
+        self, queue: str, options: Sequence[_GroupOptions]
     ) -> Callable[[Mapping[FlavorResource, int]], bool]:
         """`covered(freed)`: whether room free now plus `freed` could hold the request on some
         flavor choice (each pod set judged alone: a necessary condition).
@@ -1322,25 +1344,11 @@ class _Cycle:
         stays as it is (or is restored), so the room free now is looked up once.
         """
         # Per pod set and resource group, per flavor option: (key, need, room free now).
-        options_per_group: list[list[list[tuple[FlavorResource, int, int]]]] = []
         headroom = self.planned.headroom
-        for i, plan in enumerate(request.plans):
-            pinned = request.base.flavors[i] if request.base is not None else None
-            per_pod = plan.pod_set.per_pod
-            for group in plan.groups:
-                if pinned is not None and group.resources[0] in pinned:
-                    flavors: Sequence[str] = (pinned[group.resources[0]],)
-                else:
-                    flavors = group.flavors
-                options = []
-                for f in flavors:
-                    needs = []
-                    for r in group.resources:
-                        key = (f, r)
-                        need = per_pod[r] * counts[i]
-                        needs.append((key, need, headroom(queue, key)))
-                    options.append(needs)
-                options_per_group.append(options)
+        options_per_group = [
+            [[(key, need, headroom(queue, key)) for key, need in needs] for needs in g.flavors]
+            for g in options
+        ]
 
         def covered(freed: Mapping[FlavorResource, int]) -> bool:
             get = freed.get
@@ -1356,42 +1364,22 @@ class _Cycle:
 
     def _could_stay_under(
         self,
-        request: _Request,
-        counts: Sequence[int],
+        options: Sequence[_GroupOptions],
         queue: str,
         bound: Callable[[FlavorResource], int],
     ) -> bool:
         """Whether some flavor per group keeps `queue`'s planned usage plus the request within
-        `bound` (`queue` is the request's leaf or an ancestor).
+        `bound` (`queue` is the request's leaf or an ancestor; pod sets judged one by one).
 
         A necessary condition for reclaim, checked before looking at any victim.
         """
-        used = self.planned.used[queue]
-        return self._each_group_has_flavor(
-            request, counts, lambda key, need: used.get(key, 0) + need <= bound(key)
-        )
-
-    def _each_group_has_flavor(
-        self,
-        request: _Request,
-        counts: Sequence[int],
-        ok: Callable[[FlavorResource, int], bool],
-    ) -> bool:
-        """Whether every resource group of every pod set has a flavor where `ok` holds for
-        the group's whole request (pod sets judged one by one: a necessary condition)."""
-        for i, plan in enumerate(request.plans):
-            pinned = request.base.flavors[i] if request.base is not None else None
-            per_pod = plan.pod_set.per_pod
-            for group in plan.groups:
-                if pinned is not None and group.resources[0] in pinned:
-                    options: Sequence[str] = (pinned[group.resources[0]],)
-                else:
-                    options = group.flavors
-                if not any(
-                    all(ok((f, r), per_pod[r] * counts[i]) for r in group.resources)
-                    for f in options
-                ):
-                    return False
+        get = self.planned.used[queue].get
+        for group in options:
+            for needs in group.flavors:
+                if all(get(key, 0) + need <= bound(key) for key, need in needs):
+                    break
+            else:
+                return False
         return True
 
     # -- reasons ----------------------------------------------------------------------------

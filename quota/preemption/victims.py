@@ -10,7 +10,7 @@ guards.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from quota.model.ledger import Ledger
 from quota.model.resources import FlavorResource
@@ -18,9 +18,12 @@ from quota.model.snapshot import WithinQueuePolicy, Workload
 from quota.model.transaction import Transaction
 
 
-@dataclass(frozen=True, slots=True)
-class Candidate:
-    """An admitted workload that could be evicted, with the quota it would release."""
+class Candidate(NamedTuple):
+    """An admitted workload that could be evicted, with the quota it would release.
+
+    A named tuple rather than a frozen dataclass: a cycle makes one per admitted workload of
+    every queue it searches (tens of thousands), and a tuple is made several times faster.
+    """
 
     workload: Workload
     queue: str
