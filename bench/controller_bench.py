@@ -492,6 +492,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         manager.start()
         if manager.elector is not None:
             manager.elector.wait_leader(threading.Event())
+        if manager.webhooks.server is not None:
+            manager.webhooks.server.wait_ready(120)
         time.sleep(1.5)  # webhooks registered, caches warm
         reader = Kube(api_client(kubeconfig, pool_size=4))
         names = ["stream", "backlog"] if args.scenario == "both" else [args.scenario]
