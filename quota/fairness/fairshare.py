@@ -103,7 +103,12 @@ def usage_and_demand(
     usage: dict[str, Vector] = {name: {} for name in snapshot.queues}
     demand: dict[str, Vector] = {name: {} for name in snapshot.queues}
     gone = superseded_slices(snapshot.admitted)
-    by_key = {w.key: w for w in snapshot.admitted if w.key not in gone}
+    # Only a pending scale-up slice looks up the slice it replaces: most cycles have none.
+    by_key = (
+        {w.key: w for w in snapshot.admitted if w.key not in gone}
+        if any(w.replaces is not None for w in snapshot.pending)
+        else {}
+    )
     for w in snapshot.admitted:
         if w.key in gone or w.queue not in usage:
             continue
