@@ -66,7 +66,21 @@ class WebhookServing:
         return f"https://{self.options.host}:{self.server.port if self.server else 0}"
 
     def register(self) -> None:
-        """Create or update the webhook configurations (the leader does this)."""
+        """Create or update the webhook configurations (the leader does this), once this
+        replica's server answers: registered earlier, the apiserver's calls would wait on
+        the webhook process's start and could time out."""
+        server = self.server
+        if server is not None and not server.wait_ready(0):
+
+            def when_ready() -> None:
+                if server.wait_ready() and self.is_leader():
+                    self._register()
+
+            threading.Thread(target=when_ready, name="webhook-register", daemon=True).start()
+            return
+        self._register()
+
+    def _register(self) -> None:
         if not self.options.enabled or self.certs is None or self.certs.current is None:
             return
         service = None
