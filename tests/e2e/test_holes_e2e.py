@@ -9,7 +9,9 @@ more pods than Muster admitted.
 - removing the queue label lets go of the Job's Workload, so it never holds quota later;
 - the elastic annotation cannot be added or removed;
 - a ClusterQueue the model rejects (written while the webhook was away) still counts what
-  it admitted under its parent's limit.
+  it admitted under its parent's limit;
+- a queue with over-quota weight 0 has a fair share of its quota, however much more it asks
+  for while capacity is idle (the share the controller writes into its status).
 """
 
 from __future__ import annotations
@@ -340,3 +342,29 @@ def test_a_queue_the_model_rejects_still_counts_what_it_admitted(
     assert admitted(_wl(cluster, namespace, "a-main"))
     message = condition(_wl(cluster, namespace, "b-main"), "QuotaReserved")["message"]
     assert "limit" in message, message
+
+
+def test_a_queue_with_weight_zero_has_a_fair_share_of_its_quota(
+    cluster: ClusterHandle,
+    namespace: str,
+    controller: Controller,  # noqa: F811
+) -> None:
+    # Capacity 7, quota 3 at weight 0, demand 5: the share used to be 5 (all demand fits).
+    pool = unique("w0")
+    cluster.nodes(1, cpu="7", memory="32Gi", labels={"muster-e2e/pool": pool})
+    zero, other = unique("cq"), unique("cq")
+    apply(
+        cluster,
+        flavor(pool, pool),
+        cq_manifest(zero, [{"name": pool, "quota": {"cpu": "3"}}], overQuotaWeight=0),
+        cq_manifest(other, [{"name": pool, "quota": {"cpu": "4"}}]),
+        local_queue("q", namespace, zero),
+    )
+    create(cluster, job("wants-five", namespace, "q", parallelism=5, cpu="1"))
+
+    def share() -> str | None:
+        return ((cq_status(cluster, zero).get("fairShare") or {}).get(pool) or {}).get("cpu")
+
+    cluster.wait_for("a fair share in the queue's status", lambda: share() is not None)
+    time.sleep(3)  # a later cycle with the demand counted must not raise it
+    assert share() == "3", cq_status(cluster, zero)
