@@ -21,6 +21,7 @@ from quota.model.snapshot import Snapshot, Workload, queue_tree
 from quota.preemption.reclaim import ReclaimIndex
 from quota.preemption.victims import Candidate
 from tests.unit.strategies import CPU, GPU, apply_cycle, snapshots
+from tests.unit.test_reclaim_properties import contended as reclaim_cases
 
 checked = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -80,6 +81,9 @@ def contended(draw: st.DrawFn) -> Snapshot:
         )
         for name, spec in running.queues.items()
     }
+    # Late work in its own queue or another leaf (an idle queue's arrivals reclaim).
+    tree = queue_tree(queues)
+    leaves = sorted(name for name in queues if tree.is_leaf(name))
     arrivals: list[Workload] = []
     for i, w in enumerate(running.pending + admitted):
         if draw(st.booleans()):
@@ -87,6 +91,7 @@ def contended(draw: st.DrawFn) -> Snapshot:
                 replace(
                     w,
                     key=f"{w.key}-late{i}",
+                    queue=draw(st.sampled_from((w.queue, *leaves))),
                     priority=w.priority + draw(st.integers(min_value=0, max_value=3)),
                     arrival=w.arrival + 500.0,
                     admission=None,
@@ -101,8 +106,30 @@ def contended(draw: st.DrawFn) -> Snapshot:
     )
 
 
+@st.composite
+def reclaiming(draw: st.DrawFn) -> Snapshot:
+    """Sibling queues that borrowed an idle queue's quota, and that queue's work arriving:
+    reclaim under both rules, with minimum runtimes some borrowers have not reached."""
+    snapshot, late = draw(reclaim_cases(with_cpu=draw(st.booleans())))
+    early = replace(snapshot, pending=tuple(w for w in snapshot.pending if w.queue not in late))
+    running = apply_cycle(early, admission_cycle(early))
+    queues = {
+        name: replace(
+            spec,
+            min_runtime_reclaim_s=draw(st.sampled_from((0.0, 0.0, 300.0))),
+            within_queue=draw(st.sampled_from(("Never", "LowerPriority"))),
+        )
+        for name, spec in running.queues.items()
+    }
+    admitted = tuple(
+        replace(w, admitted_at=draw(st.sampled_from((400.0, 900.0)))) for w in running.admitted
+    )
+    arrivals = tuple(w for w in snapshot.pending if w.queue in late)
+    return replace(running, queues=queues, admitted=admitted, pending=running.pending + arrivals)
+
+
 @checked
-@given(contended())
+@given(st.one_of(contended(), reclaiming()))
 def test_the_cycle_decides_as_the_plain_search_does(snapshot: Snapshot) -> None:
     fair = fair_share(snapshot)
     assert _Cycle(snapshot, fair).run() == _PlainCycle(snapshot, fair).run()
@@ -123,7 +150,10 @@ def _ledger_after(snapshot: Snapshot, charges: Sequence[int]) -> tuple[Ledger, l
 
 
 @checked
-@given(contended(), st.lists(st.integers(min_value=0, max_value=50), max_size=6))
+@given(
+    st.one_of(contended(), reclaiming()),
+    st.lists(st.integers(min_value=0, max_value=50), max_size=6),
+)
 def test_reclaim_figures_built_at_once_equal_those_built_leaf_by_leaf(
     snapshot: Snapshot, charges: list[int]
 ) -> None:
