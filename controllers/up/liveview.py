@@ -24,8 +24,8 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from controllers.history.queries import TimelineEntry, recent_timeline
 from controllers.plugin.explain import state_of
-from controllers.plugin.queues import queue_tree
 from controllers.runtime.resources import CLUSTER_QUEUE, LOCAL_QUEUE, WORKLOAD, Kube, Obj
+from quota.api.quantity import QuantityError, format_quantity, parse_quantity
 
 _WORDS = {
     "created": "queued",
@@ -114,16 +114,79 @@ class LiveView:
 
     def render(self, picture: Picture, footer: str) -> RenderableType:
         parts: list[RenderableType] = [
-            queue_tree(picture.cluster_queues, picture.local_queues),
+            queue_table(picture.cluster_queues),
             _pending_table(picture.workloads),
-            _decisions_table(picture.decisions[-12:], list(self.activity)[-6:]),
+            _decisions_table(picture.decisions[-12:], list(self.activity)[-4:]),
         ]
         parts += [Text(p, style="yellow") for p in picture.problems]
         parts.append(Text(footer, style="dim"))
         return Panel(Group(*parts), title=self._title, border_style="blue")
 
 
-def _pending_table(workloads: list[Obj]) -> Table:
+def _main_resource(quota: Mapping[str, Any], used: Mapping[str, Any]) -> str:
+    """What a flavor is about: its GPUs when it has any, else cpu."""
+    gpus = sorted(r for r in {*quota, *used} if "gpu" in r)
+    return gpus[0] if gpus else "cpu"
+
+
+def _amount(value: Any, resource: str) -> str:
+    try:
+        return format_quantity(parse_quantity(value, resource), resource)
+    except QuantityError:
+        return "?"
+
+
+def queue_table(cluster_queues: list[Obj]) -> Table:
+    """One row per ClusterQueue, children under their parent: per flavor, its main resource
+    (GPUs, else cpu) used / quota, and the fair share the last cycle computed. Compact, so
+    that the view fits a terminal; `kubectl muster queues` shows every resource."""
+    table = Table(title="Queues", title_justify="left", expand=True, show_edge=False)
+    table.add_column("ClusterQueue", no_wrap=True)
+    table.add_column("Admitted", justify="right")
+    table.add_column("Pending", justify="right")
+    table.add_column("Used / quota (fair share), per flavor", ratio=1)
+    by_name = {str(cq["metadata"]["name"]): cq for cq in cluster_queues}
+    children: dict[str | None, list[str]] = {}
+    for name, cq in sorted(by_name.items()):
+        parent = (cq.get("spec") or {}).get("parent")
+        children.setdefault(parent if parent in by_name else None, []).append(name)
+    seen: set[str] = set()
+
+    def add(name: str, depth: int) -> None:
+        if name in seen:
+            return
+        seen.add(name)
+        cq = by_name[name]
+        status = cq.get("status") or {}
+        usage, share = status.get("usage") or {}, status.get("fairShare") or {}
+        cells = []
+        for entry in (cq.get("spec") or {}).get("flavors") or []:
+            flavor = str(entry.get("name"))
+            quota, used = entry.get("quota") or {}, usage.get(flavor) or {}
+            resource = _main_resource(quota, used)
+            in_use = _amount(used.get(resource, 0), resource)
+            text = f"{flavor} {resource.rsplit('/', 1)[-1]} {in_use}/"
+            text += _amount(quota.get(resource, 0), resource)
+            fair = (share.get(flavor) or {}).get(resource)
+            if fair is not None:
+                text += f" ({_amount(fair, resource)})"
+            cells.append(text)
+        pending = int(status.get("pendingWorkloads") or 0)
+        table.add_row(
+            "  " * depth + name,
+            str(int(status.get("admittedWorkloads") or 0)),
+            Text(str(pending), style="magenta" if pending else ""),
+            " · ".join(cells),
+        )
+        for child in children.get(name, []):
+            add(child, depth + 1)
+
+    for root in children.get(None, []):
+        add(root, 0)
+    return table
+
+
+def _pending_table(workloads: list[Obj], shown: int = 8) -> Table:
     table = Table(title="Waiting", title_justify="left", expand=True, show_edge=False)
     table.add_column("Workload", no_wrap=True)
     table.add_column("Queue", no_wrap=True)
@@ -136,8 +199,10 @@ def _pending_table(workloads: list[Obj]) -> Table:
         meta: Mapping[str, Any] = wl.get("metadata") or {}
         queue = str((wl.get("spec") or {}).get("queueName") or "")
         waiting.append((str(meta.get("creationTimestamp") or ""), meta, queue, state, reason))
-    for _, meta, queue, state, reason in sorted(waiting, key=lambda w: w[0]):
+    for _, meta, queue, state, reason in sorted(waiting, key=lambda w: w[0])[:shown]:
         table.add_row(f"{meta.get('namespace')}/{meta.get('name')}", queue, f"{state}: {reason}")
+    if len(waiting) > shown:
+        table.add_row("", "", f"and {len(waiting) - shown} more (kubectl get workloads -A)")
     if not waiting:
         table.add_row("-", "", "nothing waits")
     return table
