@@ -1,7 +1,8 @@
 """The chaos run's checker catches what it is there to catch: over-admission (a), a Job
-running without an admitted Workload past the grace (b), an elastic Job ungated past its
-admission (c), and transitions the apiserver showed (e), from objects as the apiserver
-serves them. A checker that could not report a violation would make the chaos run vacuous."""
+running without an admitted Workload (b), an elastic Job ungated past its admission (c), at
+the instant it observes them, and transitions the apiserver showed (e), from objects as the
+apiserver serves them; and it does not judge a Job that changed while it read the Workloads.
+A checker that could not report a violation would make the chaos run vacuous."""
 
 from __future__ import annotations
 
@@ -100,40 +101,55 @@ def kube() -> FakeKube:
 def test_usage_over_a_queue_limit_or_a_flavor_capacity_is_a_violation(kube: FakeKube) -> None:
     kube.put(WORKLOAD, workload("w1", "j1", "3", 3))
     kube.put(WORKLOAD, workload("w2", "j2", "2", 2))
-    checker = chaos.Checker(kube, NS, {"pool": 4000}, grace=10)
+    checker = chaos.Checker(kube, NS, {"pool": 4000})
     checker.poll()
     assert checker.violations["a"] == 2, checker.examples  # the queue's limit and the flavor's
 
 
-def test_a_job_running_without_admission_is_a_violation_only_past_the_grace(
-    kube: FakeKube, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_a_job_running_without_admission_is_a_violation_at_once(kube: FakeKube) -> None:
     kube.put(JOB, job("j1", suspend=False))
     kube.put(WORKLOAD, workload("w1", "j1", "1", 1, admitted=False))
-    clock = [100.0]
-    monkeypatch.setattr(chaos.time, "monotonic", lambda: clock[0])
-    checker = chaos.Checker(kube, NS, {"pool": 4000}, grace=10)
-    checker.poll()
-    clock[0] += 5
-    checker.poll()
-    assert not checker.violations
-    clock[0] += 6
+    checker = chaos.Checker(kube, NS, {"pool": 4000})
     checker.poll()
     assert checker.violations["b"] == 1, checker.examples
+    checker.poll()
+    assert checker.violations["b"] == 1, "one violation while it lasts, not one per poll"
+
+
+def test_a_job_that_changes_while_the_workloads_are_read_is_judged_at_the_next_poll(
+    kube: FakeKube, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Read before the Workloads: suspended, waiting. Admitted and unsuspended in between, and
+    # the Workload read shows it not admitted yet: not a violation, only not judged.
+    kube.put(JOB, job("j1", suspend=True))
+    kube.put(WORKLOAD, workload("w1", "j1", "1", 1, admitted=False))
+    real_list = kube.list
+    reads: list[str] = []
+
+    def list_then_admit(kind: Any, *args: Any, **kwargs: Any) -> Any:
+        result = real_list(kind, *args, **kwargs)
+        reads.append(kind.name)
+        if kind is WORKLOAD and reads.count("Workload") == 1:
+            kube.put(WORKLOAD, workload("w1", "j1", "1", 1))
+            kube.put(JOB, job("j1", suspend=False))
+        return result
+
+    monkeypatch.setattr(kube, "list", list_then_admit)
+    checker = chaos.Checker(kube, NS, {"pool": 4000})
+    checker.poll()
+    assert not checker.violations and checker.inconclusive == 1, checker.examples
+    checker.poll()  # now all reads agree: admitted and running
+    assert not checker.violations, checker.examples
 
 
 def test_an_elastic_job_with_more_ungated_pods_than_admitted_is_a_violation(
-    kube: FakeKube, monkeypatch: pytest.MonkeyPatch
+    kube: FakeKube,
 ) -> None:
     kube.put(JOB, job("e1", suspend=False, elastic=True))
     kube.put(WORKLOAD, workload("w1", "e1", "2", 2))
     for i in range(3):
         kube.put(POD, pod(f"e1-{i}", "e1"))
-    clock = [100.0]
-    monkeypatch.setattr(chaos.time, "monotonic", lambda: clock[0])
-    checker = chaos.Checker(kube, NS, {"pool": 4000}, grace=10)
-    checker.poll()
-    clock[0] += 11
+    checker = chaos.Checker(kube, NS, {"pool": 4000})
     checker.poll()
     assert checker.violations["c"] == 1, checker.examples
     assert not checker.violations["b"]
@@ -141,7 +157,7 @@ def test_an_elastic_job_with_more_ungated_pods_than_admitted_is_a_violation(
 
 def test_transitions_the_apiserver_shows_are_expected_in_the_store(kube: FakeKube) -> None:
     kube.put(WORKLOAD, workload("w1", "j1", "1", 1))
-    checker = chaos.Checker(kube, NS, {"pool": 4000}, grace=10)
+    checker = chaos.Checker(kube, NS, {"pool": 4000})
     checker.poll()
     kinds = {kind for (_uid, kind, _seq) in checker.expected}
     assert {"created", "admitted"} <= kinds
