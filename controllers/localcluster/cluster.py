@@ -349,23 +349,29 @@ class LocalCluster:
         return self.state
 
     def down(self, grace: float = 10.0) -> list[str]:
-        """Stop every process this cluster started; return the names that were running."""
-        if not self.state:
-            return []
+        """Stop every process this cluster started; return the names that were running.
+
+        The state file is read again first: another process may have restarted a component
+        (the chaos run restarts the apiserver) or added one (a peer controller) since this
+        object loaded it, and those must stop too."""
+        components = list(self.state.components) if self.state else []
+        on_disk = ClusterState.load(self.directory)
+        known = {c.pid for c in components}
+        components += [c for c in (on_disk.components if on_disk else []) if c.pid not in known]
         stopped: list[str] = []
-        for component in reversed(self.state.components):
+        for component in reversed(components):
             if pid_alive(component.pid):
                 stopped.append(component.name)
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(component.pid, signal.SIGTERM)
         deadline = time.monotonic() + grace
-        for component in self.state.components:
+        for component in components:
             while pid_alive(component.pid) and time.monotonic() < deadline:
                 time.sleep(0.1)
             if pid_alive(component.pid):
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(component.pid, signal.SIGKILL)
-        for component in self.state.components:
+        for component in components:
             while pid_alive(component.pid) and time.monotonic() < deadline + 5:
                 time.sleep(0.05)
         return stopped
