@@ -1526,6 +1526,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     parts = [p.strip() for p in args.parts.split(",") if p.strip()]
     scenarios = [s.strip() for s in args.scenarios.split(",") if s.strip()]
     workdir = Path(tempfile.mkdtemp(prefix="kueue-bench-"))
+    commit = _commit()  # what the controller process will load, before anyone commits more
     kueue_build: tuple[Path, Path] | None = None
     if "kueue" in parts:
         kueue_build = ensure_kueue(workdir / "kueue-build.log")
@@ -1595,7 +1596,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         return {
             "jobs": args.jobs,
             "trace_scale": args.trace_scale,
-            "commit": _commit(),
+            "commit": commit,
             "results": results,
         }
     finally:
@@ -1646,8 +1647,10 @@ def tables(report: dict[str, Any]) -> str:
             continue
         share = None
         if raw and r["scenario"] == "backlog" and r["all_unsuspended_seconds"]:
-            # Both times end when every Job's last write (unsuspend) is done.
-            share = f"{100 * raw['all_admitted_seconds'] / r['all_unsuspended_seconds']:.0f} %"
+            # Both times end when every Job's last write (unsuspend) is done; in the backlog
+            # window the Workloads exist already, so two of the raw loop's three writes count.
+            raw_two = raw["all_admitted_seconds"] * 2 / 3
+            share = f"{100 * raw_two / r['all_unsuspended_seconds']:.0f} %"
         rows.append(
             [
                 r["system"],
