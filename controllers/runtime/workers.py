@@ -54,6 +54,12 @@ class WorkerPool(Generic[K]):
                 if delay:
                     self.queue.add_after(key, delay)
             except Exception as error:
+                if namespace_terminating(error):
+                    # Nothing can be created there any more, and the namespace's deletion
+                    # takes the object with it: retrying would only fill the log.
+                    self.queue.forget(key)
+                    log.debug("namespace terminating; not retried", extra={self.name: key})
+                    continue
                 backoff = self.queue.add_rate_limited(key)
                 level = logging.INFO if is_conflict(error) else logging.WARNING
                 log.log(
@@ -73,6 +79,15 @@ class WorkerPool(Generic[K]):
         while not self.stop.wait(period):
             for key in keys():
                 self.queue.add(key)
+
+
+def namespace_terminating(error: BaseException) -> bool:
+    """A create refused because its namespace is being deleted (403, NamespaceTerminating)."""
+    return (
+        isinstance(error, ApiException)
+        and error.status == 403
+        and "NamespaceTerminating" in str(error.body or "")
+    )
 
 
 def is_conflict(error: BaseException) -> bool:

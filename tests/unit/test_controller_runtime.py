@@ -262,6 +262,22 @@ def test_a_late_answer_to_our_own_write_does_not_bring_a_deleted_object_back() -
     assert informer.get("ns/b") is not None
 
 
+def test_a_create_refused_in_a_terminating_namespace_is_not_retried() -> None:
+    from kubernetes.client.exceptions import ApiException
+
+    from controllers.runtime.workers import namespace_terminating
+
+    refused = ApiException(status=403, reason="Forbidden")
+    refused.body = (
+        '{"kind":"Status","reason":"Forbidden","details":{"causes":[{"type":'
+        '"NamespaceTerminating","message":"namespace ns is being terminated"}]}}'
+    )
+    assert namespace_terminating(refused)
+    other = ApiException(status=403, reason="Forbidden")
+    other.body = '{"kind":"Status","reason":"Forbidden","message":"no RBAC"}'
+    assert not namespace_terminating(other) and not namespace_terminating(ValueError())
+
+
 # ----------------------------------------------------------- leader election
 
 
