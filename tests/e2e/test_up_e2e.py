@@ -56,6 +56,9 @@ def test_one_command_shows_muster_admitting_placing_and_preempting_then_down_sto
         stderr=subprocess.STDOUT,
         text=True,
         start_new_session=True,  # its own process group, as a terminal's foreground job
+        # A terminal's job takes Ctrl-C; a runner started in the background (`cmd &` in a
+        # script) ignores SIGINT, and an ignored signal would be inherited down to `muster up`.
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     lines: list[str] = []
     reader = threading.Thread(target=lambda: lines.extend(iter(proc.stdout.readline, "")))  # type: ignore[union-attr]
