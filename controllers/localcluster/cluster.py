@@ -132,6 +132,21 @@ class LocalCluster:
             self._binaries = ensure_binaries()
         return self._binaries
 
+    def _refresh(self) -> None:
+        """Take in what another process recorded since this object loaded the state (the chaos
+        run restarts the apiserver under a new pid), so that saving does not forget it."""
+        on_disk = ClusterState.load(self.directory)
+        if self.state is None or on_disk is None:
+            self.state = self.state or on_disk
+            return
+        mine = {c.name: c for c in self.state.components}
+        for theirs in on_disk.components:
+            ours = mine.get(theirs.name)
+            if ours is None:
+                self.state.components.append(theirs)
+            elif ours.pid != theirs.pid and pid_alive(theirs.pid) and not pid_alive(ours.pid):
+                ours.pid = theirs.pid
+
     # ----------------------------------------------------------------- lifecycle
     def running(self) -> list[Component]:
         if not self.state:
@@ -354,10 +369,8 @@ class LocalCluster:
         The state file is read again first: another process may have restarted a component
         (the chaos run restarts the apiserver) or added one (a peer controller) since this
         object loaded it, and those must stop too."""
+        self._refresh()
         components = list(self.state.components) if self.state else []
-        on_disk = ClusterState.load(self.directory)
-        known = {c.pid for c in components}
-        components += [c for c in (on_disk.components if on_disk else []) if c.pid not in known]
         stopped: list[str] = []
         for component in reversed(components):
             if pid_alive(component.pid):
@@ -406,6 +419,7 @@ class LocalCluster:
     ) -> None:
         """Run one more process as part of this cluster (a peer controller): `down` stops
         it with the rest."""
+        self._refresh()
         if self.state is None:
             raise ClusterError("the local cluster is not running; run `muster local-cluster up`")
         self._start(name, argv, health_url, env)
@@ -416,6 +430,7 @@ class LocalCluster:
 
     def stop_component(self, name: str, grace: float = 10.0) -> bool:
         """Stop one component by its pid and forget it; False if it was not running."""
+        self._refresh()
         if self.state is None:
             return False
         found = [c for c in self.state.components if c.name == name]

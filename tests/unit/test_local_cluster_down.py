@@ -37,3 +37,32 @@ def test_down_stops_a_component_another_process_restarted(tmp_path: Path) -> Non
         proc.wait(timeout=10)
     assert not pid_alive(kept.pid) and not pid_alive(restarted.pid)
     assert sorted(stopped) == ["etcd", "kube-apiserver"]
+
+
+def test_a_component_started_later_keeps_a_restart_another_process_recorded(
+    tmp_path: Path,
+) -> None:
+    first = _sleeper()
+    ClusterState(
+        directory=str(tmp_path),
+        api_port=1,
+        components=[Component("kube-apiserver", first.pid, "a.log")],
+    ).save()
+    cluster = LocalCluster(tmp_path)
+    first.terminate()
+    first.wait()
+    restarted = _sleeper()
+    ClusterState(
+        directory=str(tmp_path),
+        api_port=1,
+        components=[Component("kube-apiserver", restarted.pid, "a.log")],
+    ).save()
+    # This object saves its state when it starts a peer: the restart must survive that.
+    (tmp_path / "logs").mkdir()  # made by `up`
+    cluster.start_component("peer", ["sleep", "300"], None, {})
+    on_disk = ClusterState.load(tmp_path)
+    assert on_disk is not None
+    assert {c.name: c.pid for c in on_disk.components}["kube-apiserver"] == restarted.pid
+    assert sorted(cluster.down(grace=5)) == ["kube-apiserver", "peer"]
+    restarted.wait(timeout=10)
+    assert not pid_alive(restarted.pid)
