@@ -722,7 +722,7 @@ class Muster(System):
             process.check()
             url = self.bench.kubectl(
                 "get",
-                "mutatingwebhookconfiguration",
+                "validatingwebhookconfiguration",
                 "muster-webhooks",
                 "-o",
                 "jsonpath={.webhooks[0].clientConfig.url}",

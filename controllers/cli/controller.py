@@ -134,6 +134,16 @@ def lease_timing(lease_duration: float, renew_deadline: float, retry_period: flo
     "ca.crt in that Secret, and the controller only reads it.",
 )
 @click.option(
+    "--job-admission",
+    type=click.Choice(["auto", "policies", "webhooks"]),
+    default="auto",
+    show_default=True,
+    help="How labelled Jobs (and JobSets, TrainJobs, their pods) are created suspended and "
+    "checked: policies: admission policies the apiserver evaluates itself (Kubernetes 1.36 "
+    "and later; nothing leaves the apiserver); webhooks: calls to this controller; auto: "
+    "policies where the apiserver serves MutatingAdmissionPolicy.",
+)
+@click.option(
     "--webhooks/--no-webhooks",
     default=True,
     show_default=True,
@@ -269,6 +279,7 @@ def controller(
     webhook_service: str | None,
     webhook_certs: str,
     webhook_service_port: int,
+    job_admission: str,
     webhooks: bool,
     leader_elect: bool,
     lease_name: str,
@@ -316,6 +327,7 @@ def controller(
         webhook_service=webhook_service,
         webhook_certs=webhook_certs,
         webhook_service_port=webhook_service_port,
+        job_admission=job_admission,
         webhooks=webhooks,
         leader_elect=leader_elect,
         lease_name=lease_name,

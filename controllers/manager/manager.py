@@ -147,6 +147,7 @@ class Manager:
             certs=options.webhook_certs,
             enabled=options.webhooks,
             scheduler_name=options.scheduler_name,
+            job_admission=options.job_admission,
         )
         self.webhooks = WebhookServing(self.kube, settings, self.caches, self.is_leader)
         self._threads: list[threading.Thread] = []

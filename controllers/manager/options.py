@@ -19,6 +19,8 @@ class Options:
     webhook_service: str | None = None
     webhook_service_port: int = 443
     webhooks: bool = True
+    # "policies", "webhooks" or "auto" (policies where the apiserver serves them).
+    job_admission: str = "auto"
     leader_elect: bool = True
     lease_name: str = "muster-controller"
     lease_duration: float = 15.0

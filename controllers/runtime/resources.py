@@ -65,6 +65,27 @@ VALIDATING_WEBHOOK = Kind(
     client.AdmissionregistrationV1Api,
     "validating_webhook_configuration",
 )
+MUTATING_POLICY = Kind(
+    "MutatingAdmissionPolicy", False, client.AdmissionregistrationV1Api, "mutating_admission_policy"
+)
+MUTATING_POLICY_BINDING = Kind(
+    "MutatingAdmissionPolicyBinding",
+    False,
+    client.AdmissionregistrationV1Api,
+    "mutating_admission_policy_binding",
+)
+VALIDATING_POLICY = Kind(
+    "ValidatingAdmissionPolicy",
+    False,
+    client.AdmissionregistrationV1Api,
+    "validating_admission_policy",
+)
+VALIDATING_POLICY_BINDING = Kind(
+    "ValidatingAdmissionPolicyBinding",
+    False,
+    client.AdmissionregistrationV1Api,
+    "validating_admission_policy_binding",
+)
 
 
 def muster_kind(name: str, plural: str, namespaced: bool) -> Kind:
@@ -171,6 +192,19 @@ class Kube:
         return self._json(fn(**kwargs))
 
     # ------------------------------------------------------------------ reads
+    def serves(self, group_version: str, plural: str) -> bool:
+        """Whether the apiserver serves resource `plural` of `group_version` (discovery)."""
+        path = f"/apis/{group_version}" if "/" in group_version else f"/api/{group_version}"
+        response = self.api_client.call_api(
+            path,
+            "GET",
+            auth_settings=["BearerToken"],
+            _preload_content=False,
+            _request_timeout=self._timeout,
+        )
+        data = json.loads(response[0].data)
+        return any(r.get("name") == plural for r in data.get("resources") or [])
+
     def get(self, kind: Kind, namespace: str | None, name: str) -> Obj | None:
         """The object as the apiserver has it now (a quorum read), or None if absent."""
         verb = "get" if kind.custom else "read"

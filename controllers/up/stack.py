@@ -151,7 +151,7 @@ def _wait_for_controller(
             cluster.binaries["kubectl"],
             cluster.kubeconfig,
             "get",
-            "mutatingwebhookconfiguration",
+            "validatingwebhookconfiguration",
             "muster-webhooks",
             "-o",
             "jsonpath={.webhooks[0].clientConfig.url}",

@@ -1,6 +1,11 @@
 """Admission webhooks, served by the controller over TLS, and the configurations that
 register them with the apiserver.
 
+Where the apiserver serves MutatingAdmissionPolicy (Kubernetes 1.36+), the Job, JobSet,
+TrainJob and pod rules below are registered as admission policies instead (`policies.py`,
+the same decisions in CEL, evaluated inside the apiserver) and only the queue objects'
+webhook is called; the handlers here then serve clusters without policies.
+
 - Mutating, Jobs with the queue-name label, on CREATE: set `spec.suspend: true` (users need
   not), hand the pods to Muster's scheduler (`spec.template.spec.schedulerName`, unless
   the user chose a scheduler of their own or Muster's scheduler is off), and for elastic
@@ -36,6 +41,7 @@ import base64
 import copy
 import json
 import logging
+import re
 import socket
 import ssl
 import tempfile
@@ -193,17 +199,18 @@ def validate_job(job: Mapping[str, Any], old: Mapping[str, Any] | None) -> str |
     if minimum is not None:
         parallelism = (job.get("spec") or {}).get("parallelism")
         parallelism = 1 if parallelism is None else int(parallelism)
-        if not minimum.isdigit() or not 1 <= int(minimum) <= parallelism:
+        # At most 9 ASCII digits, as the admission policy's CEL rule reads them.
+        if not re.fullmatch("[0-9]{1,9}", minimum) or not 1 <= int(minimum) <= parallelism:
             return (
                 f"Job {name}: annotation {MIN_PARALLELISM_ANNOTATION} must be a whole number "
-                f"between 1 and spec.parallelism ({parallelism}), got {minimum!r}"
+                f'between 1 and spec.parallelism ({parallelism}), got "{minimum}"'
             )
     if old is not None:
         running = not (old.get("spec") or {}).get("suspend")
         if running and queue_name(old) != queue_name(job):
             return (
                 f"Job {name}: label {QUEUE_LABEL} cannot change while the Job runs "
-                f"({queue_name(old)!r} -> {queue_name(job)!r}); suspend the Job first"
+                f'("{queue_name(old) or ""}" -> "{queue_name(job) or ""}"); suspend the Job first'
             )
         if is_elastic(old) != is_elastic(job):
             # Its pods and its Workloads were made for one path or the other (gated pods
@@ -560,8 +567,13 @@ def configurations(
     *,
     url_base: str | None = None,
     service: tuple[str, str, int] | None = None,
-) -> tuple[Obj, Obj]:
-    """The MutatingWebhookConfiguration and ValidatingWebhookConfiguration to register."""
+    policies: bool = True,
+) -> tuple[Obj | None, Obj]:
+    """The MutatingWebhookConfiguration and ValidatingWebhookConfiguration to register.
+
+    With `policies` (the apiserver evaluates Muster's admission policies, `policies.py`),
+    Jobs, JobSets, TrainJobs and pods are left to those and only the queue objects' webhook
+    remains: there is then no MutatingWebhookConfiguration (None)."""
     labelled = {"matchExpressions": [{"key": QUEUE_LABEL, "operator": "Exists"}]}
     # The controller's own machinery is never subject to its webhooks.
     not_system = {
@@ -692,15 +704,29 @@ def configurations(
             },
         ],
     }
+    if policies:
+        validating["webhooks"] = [
+            w for w in validating["webhooks"] if w["name"] != "vjob.muster.dev"
+        ]
+        return None, validating
     return mutating, validating
 
 
-def register(kube: Kube, mutating: Obj, validating: Obj) -> None:
+def register(kube: Kube, mutating: Obj | None, validating: Obj) -> None:
     """Create or update both configurations (with the resourceVersion read, retrying on
-    conflict)."""
+    conflict); with no mutating one (policies do its work), remove one left by an earlier
+    version."""
     from controllers.runtime import apply
 
+    if mutating is None:
+        old = kube.get(MUTATING_WEBHOOK, None, CONFIGURATION_NAME)
+        labels = ((old or {}).get("metadata") or {}).get("labels") or {}
+        if old is not None and labels.get("app.kubernetes.io/part-of") == "muster":
+            apply.delete(kube, MUTATING_WEBHOOK, old)
+            log.info("removed the Job webhooks: admission policies do their work")
     for kind, desired in ((MUTATING_WEBHOOK, mutating), (VALIDATING_WEBHOOK, validating)):
+        if desired is None:
+            continue
         name = desired["metadata"]["name"]
         _, created = apply.create(kube, kind, desired)
         if created:
@@ -723,16 +749,19 @@ def register(kube: Kube, mutating: Obj, validating: Obj) -> None:
         apply.update(kube, kind, name, mutate)
 
 
-def unregister(kube: Kube, url_base: str) -> None:
+def unregister(kube: Kube, url_base: str) -> bool:
     """Remove the configurations if they still point at this process (local mode, on a
     graceful shutdown: a stopped developer controller must not leave labelled Jobs
-    failing to create)."""
+    failing to create). Whether one of them was this process's (another replica's were
+    left alone)."""
+    from controllers.runtime import apply
+
+    removed = False
     for kind in (MUTATING_WEBHOOK, VALIDATING_WEBHOOK):
         obj = kube.get(kind, None, CONFIGURATION_NAME)
         if obj is None:
             continue
         urls = {(w.get("clientConfig") or {}).get("url", "") for w in obj.get("webhooks") or []}
         if all(u.startswith(url_base) for u in urls):
-            from controllers.runtime import apply
-
-            apply.delete(kube, kind, obj, unchanged=True)
+            removed = apply.delete(kube, kind, obj, unchanged=True) or removed
+    return removed

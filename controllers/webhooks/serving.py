@@ -17,6 +17,7 @@ from typing import Any
 
 from controllers.runtime.resources import Kube
 from controllers.state.caches import Caches
+from controllers.webhooks import policies
 from controllers.webhooks import server as webhooks
 from controllers.webhooks.certs import CertBundle, CertManager
 from controllers.webhooks.process import WebhookProcess
@@ -42,6 +43,10 @@ class WebhookSettings:
     certs: str = "self"
     # Written into the pods of every labelled Job created ("": kube-scheduler places them).
     scheduler_name: str = SCHEDULER_NAME
+    # "policies": labelled Jobs are mutated and checked by admission policies the apiserver
+    # evaluates (policies.py); "webhooks": by calls to this replica; "auto": policies where
+    # the apiserver serves them.
+    job_admission: str = "auto"
 
 
 class WebhookServing:
@@ -60,6 +65,8 @@ class WebhookServing:
         self.is_leader = is_leader
         self.certs: CertManager | None = None
         self.server: WebhookProcess | None = None
+        # Whether the apiserver evaluates Muster's admission policies (asked once).
+        self._policies: bool | None = None
 
     def url_base(self) -> str:
         """Where the apiserver reaches this replica's server directly (local clusters)."""
@@ -90,15 +97,32 @@ class WebhookServing:
                 self.options.service,
                 self.options.service_port,
             )
-        mutating, validating = webhooks.configurations(
-            self.certs.current.ca_bundle,
-            url_base=None if service else self.url_base(),
-            service=service,
-        )
         try:
+            if self._policies is None:
+                mode = self.options.job_admission
+                self._policies = mode == "policies" or (
+                    mode == "auto" and policies.served(self.kube)
+                )
+                if mode == "auto" and not self._policies:
+                    log.warning(
+                        "the apiserver does not serve MutatingAdmissionPolicy "
+                        "(Kubernetes before 1.36): Jobs are admitted through the webhooks"
+                    )
+            if self._policies:
+                # Before the webhooks go: a labelled Job is never created unsuspended.
+                policies.register(self.kube, policies.policies(self.options.scheduler_name))
+            else:
+                # Told to use the webhooks where policies of an earlier run may remain.
+                policies.unregister(self.kube)
+            mutating, validating = webhooks.configurations(
+                self.certs.current.ca_bundle,
+                url_base=None if service else self.url_base(),
+                service=service,
+                policies=self._policies,
+            )
             webhooks.register(self.kube, mutating, validating)
         except Exception:
-            log.exception("could not register the webhook configurations")
+            log.exception("could not register the admission policies and webhook configurations")
 
     def _cert_changed(self, bundle: CertBundle) -> None:
         if self.server is not None:
@@ -165,7 +189,8 @@ class WebhookServing:
             return
         if registered and not self.options.service:
             try:
-                webhooks.unregister(self.kube, self.url_base())
+                if webhooks.unregister(self.kube, self.url_base()) and self._policies:
+                    policies.unregister(self.kube)
             except Exception:
                 log.exception("could not remove the webhook configurations")
         self.server.stop()

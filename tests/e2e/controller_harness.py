@@ -91,7 +91,7 @@ class Controller:
                 str(self.port)
                 in self.cluster.kubectl(
                     "get",
-                    "mutatingwebhookconfiguration",
+                    "validatingwebhookconfiguration",
                     "muster-webhooks",
                     "-o",
                     "jsonpath={.webhooks[0].clientConfig.url}",

@@ -70,6 +70,15 @@ def release(cluster: ClusterHandle, crds: None) -> Iterator[str]:  # noqa: F811
         "muster-webhooks",
         "--ignore-not-found",
     )
+    # And its admission policies (the release owns them too).
+    cluster.kubectl(
+        "delete",
+        "mutatingadmissionpolicy,mutatingadmissionpolicybinding,"
+        "validatingadmissionpolicy,validatingadmissionpolicybinding",
+        "-l",
+        "app.kubernetes.io/part-of=muster",
+        "--ignore-not-found",
+    )
     helm(cluster, "install", RELEASE, str(CHART), "--namespace", namespace, "--create-namespace")
     try:
         yield namespace

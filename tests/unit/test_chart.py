@@ -18,6 +18,7 @@ import yaml
 
 from controllers.cli.controller import controller
 from controllers.cli.crds import generated_files
+from controllers.webhooks import policies
 from controllers.webhooks.server import configurations
 
 REPO = Path(__file__).resolve().parents[2]
@@ -65,15 +66,59 @@ def test_chart_crds_never_drift_from_the_models(tmp_path: Path) -> None:
     assert packaged == generated_files(), "the chart's CRDs differ from `muster crds`; run it"
 
 
-def test_webhook_configurations_are_the_ones_the_controller_registers() -> None:
-    docs = render()
+POLICY_KINDS = {
+    "MutatingAdmissionPolicy",
+    "MutatingAdmissionPolicyBinding",
+    "ValidatingAdmissionPolicy",
+    "ValidatingAdmissionPolicyBinding",
+}
+
+
+@pytest.mark.parametrize("mode", ["policies", "webhooks"])
+def test_webhook_configurations_are_the_ones_the_controller_registers(mode: str) -> None:
+    docs = render(f"webhook.jobAdmission={mode}")
     service = ("muster-system", "muster-webhook", 443)
-    for want in configurations(b"CA", service=service):
+    mutating, validating = configurations(b"CA", service=service, policies=mode == "policies")
+    wanted = [c for c in (mutating, validating) if c is not None]
+    for want in wanted:
         got = one(docs, want["kind"], "muster-webhooks")
         for hook in want["webhooks"]:
             assert base64.b64decode(hook["clientConfig"].pop("caBundle")) == b"CA"
         # The chart leaves caBundle to the leader, which issues and rotates the CA.
         assert got["webhooks"] == want["webhooks"]
+    rendered_kinds = {d["kind"] for d in docs}
+    assert ("MutatingWebhookConfiguration" in rendered_kinds) == (mode == "webhooks")
+    args = one(docs, "Deployment")["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert f"--job-admission={mode}" in args
+
+
+@pytest.mark.parametrize("scheduler", ["muster-scheduler", "other-scheduler", ""])
+def test_admission_policies_are_the_ones_the_controller_registers(scheduler: str) -> None:
+    docs = render("webhook.jobAdmission=policies", f"schedulerName={scheduler}")
+    got = [d for d in docs if d["kind"] in POLICY_KINDS]
+    for doc in got:
+        assert doc["metadata"]["labels"]["app.kubernetes.io/part-of"] == "muster"
+    want = policies.policies(scheduler)
+    # Helm orders objects by kind; compare them by kind and name.
+    assert sorted((d["kind"], d["metadata"]["name"], json.dumps(d["spec"])) for d in got) == sorted(
+        (d["kind"], d["metadata"]["name"], json.dumps(d["spec"])) for d in want
+    )
+    assert not [d for d in render("webhook.jobAdmission=webhooks") if d["kind"] in POLICY_KINDS]
+
+
+def test_auto_picks_policies_where_the_cluster_serves_them() -> None:
+    def kinds(*argv: str) -> set[str]:
+        out = helm("template", "muster", str(CHART), "-n", "muster-system", *argv).stdout
+        return {d["kind"] for d in yaml.safe_load_all(out) if d}
+
+    served = kinds("--api-versions", "admissionregistration.k8s.io/v1/MutatingAdmissionPolicy")
+    assert "MutatingAdmissionPolicy" in served and "MutatingWebhookConfiguration" not in served
+
+
+def test_the_charts_policies_are_generated_from_the_controllers() -> None:
+    assert (CHART / "templates" / "policies.yaml").read_text() == policies.chart_template(), (
+        "run `python -m controllers.webhooks.policies > charts/muster/templates/policies.yaml`"
+    )
 
 
 def test_every_controller_argument_is_one_muster_controller_accepts() -> None:

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from controllers.runtime.resources import SECRET
-from controllers.webhooks import certs
+from controllers.webhooks import certs, policies
 from controllers.webhooks import server as webhooks
 from tests.unit.controller_fakes import FakeKube
 
@@ -211,7 +211,10 @@ def test_certificates_rotate_before_expiry_and_keep_the_old_ca_trusted() -> None
 
 
 def test_configurations_scope_job_webhooks_to_labelled_jobs(bundle: certs.CertBundle) -> None:
-    mutating, validating = webhooks.configurations(bundle.ca_bundle, url_base="https://h:1")
+    mutating, validating = webhooks.configurations(
+        bundle.ca_bundle, url_base="https://h:1", policies=False
+    )
+    assert mutating is not None
     mjob = next(w for w in mutating["webhooks"] if w["name"] == "mjob.muster.dev")
     assert mjob["objectSelector"]["matchExpressions"] == [
         {"key": "muster.dev/queue-name", "operator": "Exists"}
@@ -221,9 +224,45 @@ def test_configurations_scope_job_webhooks_to_labelled_jobs(bundle: certs.CertBu
     queues = next(w for w in validating["webhooks"] if w["name"] == "vqueues.muster.dev")
     assert queues["failurePolicy"] == "Ignore"
     service_config, _ = webhooks.configurations(
-        bundle.ca_bundle, service=("muster-system", "muster-webhooks", 443)
+        bundle.ca_bundle, service=("muster-system", "muster-webhooks", 443), policies=False
     )
+    assert service_config is not None
     assert service_config["webhooks"][0]["clientConfig"]["service"]["name"] == "muster-webhooks"
+
+
+def test_with_admission_policies_only_the_queue_objects_webhook_is_called(
+    bundle: certs.CertBundle,
+) -> None:
+    mutating, validating = webhooks.configurations(bundle.ca_bundle, url_base="https://h:1")
+    assert mutating is None
+    assert [w["name"] for w in validating["webhooks"]] == ["vqueues.muster.dev"]
+    docs = policies.policies("muster-scheduler")
+    assert [(d["kind"], d["metadata"]["name"]) for d in docs] == [
+        ("MutatingAdmissionPolicy", "muster-jobs"),
+        ("MutatingAdmissionPolicyBinding", "muster-jobs"),
+        ("MutatingAdmissionPolicy", "muster-suspend"),
+        ("MutatingAdmissionPolicyBinding", "muster-suspend"),
+        ("MutatingAdmissionPolicy", "muster-pods"),
+        ("MutatingAdmissionPolicyBinding", "muster-pods"),
+        ("ValidatingAdmissionPolicy", "muster-jobs"),
+        ("ValidatingAdmissionPolicyBinding", "muster-jobs"),
+    ]
+    for doc in docs:
+        if doc["kind"].endswith("Binding"):
+            assert doc["spec"]["policyName"] == doc["metadata"]["name"]
+            continue
+        # Scoped like the webhooks they replace: labelled objects (or, for pods, those of
+        # an admitted JobSet or TrainJob), never kube-system, and refused on a CEL error.
+        constraints = doc["spec"]["matchConstraints"]
+        assert constraints["namespaceSelector"] == policies.NOT_SYSTEM
+        assert constraints["objectSelector"]["matchExpressions"][0]["key"] in (
+            "muster.dev/queue-name",
+            "muster.dev/owner-uid",
+        )
+        assert doc["spec"]["failurePolicy"] == "Fail"
+    # The scheduler's name is written in one place per policy (the chart templates it).
+    text = json.dumps(policies.policies("sched-x"))
+    assert text.count("'sched-x'") == 2
 
 
 def test_creation_is_validated_by_the_mutating_webhook_in_the_same_call() -> None:

@@ -42,3 +42,16 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 
 {{/* The webhook certificate Secret the controller keeps (controllers/webhooks/certs.py). */}}
 {{- define "muster.certSecret" -}}muster-webhook-tls{{- end -}}
+
+{{/* "policies" or "webhooks": what creates labelled Jobs suspended and checks them
+(controllers/webhooks/policies.py, `--job-admission`); "" with the webhooks feature off. */}}
+{{- define "muster.jobAdmission" -}}
+{{- if not .Values.features.webhooks -}}
+{{- else if ne .Values.webhook.jobAdmission "auto" -}}
+{{- .Values.webhook.jobAdmission -}}
+{{- else if .Capabilities.APIVersions.Has "admissionregistration.k8s.io/v1/MutatingAdmissionPolicy" -}}
+policies
+{{- else -}}
+webhooks
+{{- end -}}
+{{- end -}}

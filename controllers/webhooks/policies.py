@@ -1,0 +1,445 @@
+"""Job admission as CEL policies the apiserver evaluates itself: a MutatingAdmissionPolicy
+that creates labelled Jobs suspended (their pods for Muster's scheduler, elastic ones gated)
+and a ValidatingAdmissionPolicy with the rules of `server.validate_job`.
+
+Why policies and not the webhook: a webhook call leaves the apiserver for another process on
+every labelled Job created and every Job patched. On a loaded control plane that call, not
+the review (0.5 ms), is what creation waits for: 1,000 Jobs took 9x as long to create
+through the webhook as without it (docs/benchmarks.md). A policy is evaluated in the
+apiserver's own request, so it also never fails because the controller is away: a labelled
+Job created while no replica serves is still created suspended and waits for its quota.
+
+They need `admissionregistration.k8s.io/v1` MutatingAdmissionPolicy (GA and on by default
+since Kubernetes 1.36). Where the apiserver does not serve it, the controller registers the
+webhooks that make the same decisions instead (`server.configurations(policies=False)`);
+`tests/unit/test_controller_webhooks.py` holds both to the same cases, and the end-to-end
+tests hold the policies to them on the real apiserver.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import yaml
+from kubernetes.client.exceptions import ApiException
+
+from controllers.runtime import apply
+from controllers.runtime.resources import (
+    MUTATING_POLICY,
+    MUTATING_POLICY_BINDING,
+    VALIDATING_POLICY,
+    VALIDATING_POLICY_BINDING,
+    Kind,
+    Kube,
+    Obj,
+)
+from quota.api.names import (
+    ADMISSION_GATE,
+    ELASTIC_ANNOTATION,
+    ELASTIC_POD_LABEL,
+    MIN_PARALLELISM_ANNOTATION,
+    OWNER_UID_POD_LABEL,
+    QUEUE_LABEL,
+    SCHEDULER_NAME,
+)
+
+log = logging.getLogger(__name__)
+
+GROUP_VERSION = "admissionregistration.k8s.io/v1"
+JOBS_POLICY = "muster-jobs"
+SUSPEND_POLICY = "muster-suspend"
+PODS_POLICY = "muster-pods"
+VALIDATE_JOBS_POLICY = "muster-jobs"
+LABELS = {"app.kubernetes.io/part-of": "muster"}
+
+LABELLED = {"matchExpressions": [{"key": QUEUE_LABEL, "operator": "Exists"}]}
+# The controller's own machinery is never subject to Muster's admission.
+NOT_SYSTEM = {
+    "matchExpressions": [
+        {"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": ["kube-system"]}
+    ]
+}
+
+
+def _cel(value: str) -> str:
+    """A CEL string literal (single-quoted; the names used here hold no quote)."""
+    assert "'" not in value and "\\" not in value, value
+    return f"'{value}'"
+
+
+def _label(obj: str, key: str) -> str:
+    """CEL: the value of label `key` of `obj`, '' when absent (an empty queue name is no queue
+    name, as in `convert.job_queue_name`)."""
+    return (
+        f"{obj} != null && has({obj}.metadata.labels) && {_cel(key)} in {obj}.metadata.labels"
+        f" ? {obj}.metadata.labels[{_cel(key)}] : ''"
+    )
+
+
+def _annotation(obj: str, key: str) -> str:
+    return (
+        f"{obj} != null && has({obj}.metadata.annotations)"
+        f" && {_cel(key)} in {obj}.metadata.annotations"
+        f" ? {obj}.metadata.annotations[{_cel(key)}] : ''"
+    )
+
+
+def _pods_at_once(obj: str) -> str:
+    """CEL: min(parallelism, completions) of a Job (parallelism defaults to 1)."""
+    parallelism = f"(has({obj}.spec.parallelism) ? {obj}.spec.parallelism : 1)"
+    return (
+        f"has({obj}.spec.completions) && {obj}.spec.completions < {parallelism}"
+        f" ? {obj}.spec.completions : {parallelism}"
+    )
+
+
+def _unset_scheduler(pod_spec: str) -> str:
+    """CEL: the pod spec leaves the choice of scheduler to kube-scheduler."""
+    return (
+        f"!has({pod_spec}.schedulerName) || {pod_spec}.schedulerName == ''"
+        f" || {pod_spec}.schedulerName == 'default-scheduler'"
+    )
+
+
+def _policy(name: str, kind: str, spec: dict[str, Any]) -> Obj:
+    return {
+        "apiVersion": GROUP_VERSION,
+        "kind": kind,
+        "metadata": {"name": name, "labels": dict(LABELS)},
+        "spec": spec,
+    }
+
+
+def _binding(name: str, kind: str, extra: dict[str, Any] | None = None) -> Obj:
+    return _policy(name, f"{kind}Binding", {"policyName": name, **(extra or {})})
+
+
+def _match(
+    rules: list[dict[str, Any]], operations: list[str], selector: dict[str, Any]
+) -> dict[str, Any]:
+    return {
+        "resourceRules": [{**rule, "operations": operations} for rule in rules],
+        "objectSelector": selector,
+        "namespaceSelector": NOT_SYSTEM,
+        "matchPolicy": "Equivalent",
+    }
+
+
+JOB_RULE = {"apiGroups": ["batch"], "apiVersions": ["v1"], "resources": ["jobs"]}
+SUSPEND_RULES = [
+    {"apiGroups": ["jobset.x-k8s.io"], "apiVersions": ["v1alpha2"], "resources": ["jobsets"]},
+    {
+        "apiGroups": ["trainer.kubeflow.org"],
+        "apiVersions": ["v1alpha1"],
+        "resources": ["trainjobs"],
+    },
+]
+POD_RULE = {"apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods"]}
+
+
+def _scheduler_variable(scheduler_name: str) -> dict[str, str]:
+    """The scheduler Muster gives its pods ('' leaves them to kube-scheduler): the one place
+    the name is written, so the chart can template it (`chart_template`)."""
+    return {"name": "scheduler", "expression": _cel(scheduler_name)}
+
+
+def _apply(expression: str) -> dict[str, Any]:
+    return {"patchType": "ApplyConfiguration", "applyConfiguration": {"expression": expression}}
+
+
+def mutating_policies(scheduler_name: str = SCHEDULER_NAME) -> list[Obj]:
+    """The MutatingAdmissionPolicies and their bindings: what `server.mutate_job`,
+    `mutate_suspend` and `mutate_pod` do, evaluated by the apiserver."""
+    # One mutation, one merge: each field is set only where its condition holds (CEL's
+    # optional fields), so a plain Job gets suspend and schedulerName and nothing else.
+    template_spec = "object.spec.template.spec"
+    scheduler = (
+        f"?schedulerName: variables.scheduler != '' && ({_unset_scheduler(template_spec)})"
+        " ? optional.of(variables.scheduler) : optional.none(), "
+    )
+    gate = (
+        "?schedulingGates: variables.elastic ? optional.of("
+        f"[Object.spec.template.spec.schedulingGates{{name: {_cel(ADMISSION_GATE)}}}])"
+        " : optional.none()"
+    )
+    label = (
+        "?metadata: variables.elastic ? optional.of(Object.spec.template.metadata{labels:"
+        f" {{{_cel(ELASTIC_POD_LABEL)}: 'true'}}}}) : optional.none(), "
+    )
+    job_mutations = [
+        _apply(
+            "Object{spec: Object.spec{suspend: true, template: Object.spec.template{"
+            + label
+            + "spec: Object.spec.template.spec{"
+            + scheduler
+            + gate
+            + "}}}}"
+        )
+    ]
+    queue_set = [
+        {"name": "queue-name-set", "expression": f"({_label('object', QUEUE_LABEL)}) != ''"}
+    ]
+    jobs = _policy(
+        JOBS_POLICY,
+        "MutatingAdmissionPolicy",
+        {
+            "matchConstraints": _match([JOB_RULE], ["CREATE"], LABELLED),
+            "matchConditions": queue_set,
+            "variables": [
+                _scheduler_variable(scheduler_name),
+                {
+                    "name": "elastic",
+                    "expression": f"({_annotation('object', ELASTIC_ANNOTATION)})"
+                    ".lowerAscii() == 'true'",
+                },
+            ],
+            "mutations": job_mutations,
+            "failurePolicy": "Fail",
+            # Another mutation after ours (a second policy or webhook) may reset what we set.
+            "reinvocationPolicy": "IfNeeded",
+        },
+    )
+    # JobSets and TrainJobs with the queue label: created suspended. Their pods reach
+    # Muster's scheduler at admission, through the owner label and the pods policy.
+    suspend = _policy(
+        SUSPEND_POLICY,
+        "MutatingAdmissionPolicy",
+        {
+            "matchConstraints": _match(SUSPEND_RULES, ["CREATE"], LABELLED),
+            "matchConditions": queue_set,
+            "mutations": [
+                _apply(
+                    "has(object.spec.suspend) && object.spec.suspend"
+                    " ? Object{} : Object{spec: Object.spec{suspend: true}}"
+                )
+            ],
+            "failurePolicy": "Fail",
+            "reinvocationPolicy": "Never",
+        },
+    )
+    docs = [jobs, _binding(JOBS_POLICY, "MutatingAdmissionPolicy")]
+    docs += [suspend, _binding(SUSPEND_POLICY, "MutatingAdmissionPolicy")]
+    # Pods of admitted JobSets and TrainJobs (the owner label Muster put on their templates
+    # at admission): to Muster's scheduler. No other pod matches.
+    owned = {"matchExpressions": [{"key": OWNER_UID_POD_LABEL, "operator": "Exists"}]}
+    pods = _policy(
+        PODS_POLICY,
+        "MutatingAdmissionPolicy",
+        {
+            "matchConstraints": _match([POD_RULE], ["CREATE"], owned),
+            "matchConditions": [
+                {"name": "default-scheduler", "expression": _unset_scheduler("object.spec")}
+            ],
+            "variables": [_scheduler_variable(scheduler_name)],
+            "mutations": [
+                _apply(
+                    "variables.scheduler == '' ? Object{}"
+                    " : Object{spec: Object.spec{schedulerName: variables.scheduler}}"
+                )
+            ],
+            "failurePolicy": "Fail",
+            "reinvocationPolicy": "Never",
+        },
+    )
+    docs += [pods, _binding(PODS_POLICY, "MutatingAdmissionPolicy")]
+    return docs
+
+
+def validating_policies() -> list[Obj]:
+    """The ValidatingAdmissionPolicy of labelled Jobs and its binding: `server.validate_job`,
+    evaluated by the apiserver, with the same words."""
+    name = (
+        "(has(object.metadata.name) && object.metadata.name != ''"
+        " ? object.metadata.name : '(generated)')"
+    )
+    variables = [
+        {"name": "queue", "expression": _label("object", QUEUE_LABEL)},
+        {"name": "oldQueue", "expression": _label("oldObject", QUEUE_LABEL)},
+        {"name": "job", "expression": f"'Job ' + {name}"},
+        {
+            "name": "elastic",
+            "expression": f"({_annotation('object', ELASTIC_ANNOTATION)}).lowerAscii() == 'true'",
+        },
+        {
+            "name": "oldElastic",
+            "expression": f"({_annotation('oldObject', ELASTIC_ANNOTATION)}).lowerAscii()"
+            " == 'true'",
+        },
+        {
+            "name": "hasMin",
+            "expression": f"has(object.metadata.annotations)"
+            f" && {_cel(MIN_PARALLELISM_ANNOTATION)} in object.metadata.annotations",
+        },
+        {"name": "minimum", "expression": _annotation("object", MIN_PARALLELISM_ANNOTATION)},
+        {
+            "name": "parallelism",
+            "expression": "has(object.spec.parallelism) ? object.spec.parallelism : 1",
+        },
+        {
+            "name": "running",
+            "expression": "oldObject != null"
+            " && !(has(oldObject.spec.suspend) && oldObject.spec.suspend)",
+        },
+        {"name": "pods", "expression": _pods_at_once("object")},
+        {
+            "name": "oldPods",
+            "expression": f"oldObject == null ? 0 : ({_pods_at_once('oldObject')})",
+        },
+    ]
+    validations = [
+        {
+            "expression": "!(variables.elastic && variables.hasMin)",
+            "messageExpression": "variables.job + ': annotations "
+            f"{ELASTIC_ANNOTATION} and {MIN_PARALLELISM_ANNOTATION} cannot be combined: an "
+            "elastic Job changes size by scaling its parallelism, while partial admission "
+            "fixes the size when the Job is admitted; remove one of the two annotations'",
+            "reason": "Invalid",
+        },
+        {
+            # At most 9 digits: int() of a longer one could overflow, and no Job runs that
+            # many pods at once anyway.
+            "expression": "!variables.hasMin || (variables.minimum.matches('^[0-9]{1,9}$')"
+            " && int(variables.minimum) >= 1 && int(variables.minimum) <= variables.parallelism)",
+            "messageExpression": f"variables.job + ': annotation {MIN_PARALLELISM_ANNOTATION} "
+            "must be a whole number between 1 and spec.parallelism (' "
+            "+ string(variables.parallelism) + '), got \"' + variables.minimum + '\"'",
+            "reason": "Invalid",
+        },
+        {
+            "expression": "!variables.running || variables.queue == variables.oldQueue",
+            "messageExpression": f"variables.job + ': label {QUEUE_LABEL} cannot change while "
+            "the Job runs (\"' + variables.oldQueue + '\" -> \"' + variables.queue + '\"); "
+            "suspend the Job first'",
+            "reason": "Forbidden",
+        },
+        {
+            # Its pods and its Workloads were made for one path or the other (gated pods and
+            # slices, or suspension): switching would strand one or the other.
+            "expression": "oldObject == null || variables.elastic == variables.oldElastic",
+            "messageExpression": f"variables.job + ': annotation {ELASTIC_ANNOTATION} cannot be "
+            "added or removed once the Job exists; create a new Job to change it'",
+            "reason": "Forbidden",
+        },
+        {
+            "expression": "!variables.running || variables.elastic"
+            " || variables.pods <= variables.oldPods",
+            "messageExpression": "variables.job + ': spec.parallelism cannot grow while the Job "
+            "runs (' + string(variables.oldPods) + ' -> ' + string(variables.pods) + ' pods): "
+            "Muster admitted ' + string(variables.oldPods) + ' and never runs more than it "
+            f'admitted. Create the Job with annotation {ELASTIC_ANNOTATION}: "true" to resize '
+            "it while it runs, or delete it and create it again at the new size'",
+            "reason": "Forbidden",
+        },
+    ]
+    policy = _policy(
+        VALIDATE_JOBS_POLICY,
+        "ValidatingAdmissionPolicy",
+        {
+            "matchConstraints": _match([JOB_RULE], ["CREATE", "UPDATE"], LABELLED),
+            # Labelled now or before (a label removed from a running Job is refused).
+            "matchConditions": [
+                {
+                    "name": "queue-name-set",
+                    "expression": f"({_label('object', QUEUE_LABEL)}) != ''"
+                    f" || ({_label('oldObject', QUEUE_LABEL)}) != ''",
+                }
+            ],
+            "variables": variables,
+            "validations": validations,
+            "failurePolicy": "Fail",
+        },
+    )
+    return [
+        policy,
+        _binding(
+            VALIDATE_JOBS_POLICY, "ValidatingAdmissionPolicy", {"validationActions": ["Deny"]}
+        ),
+    ]
+
+
+def policies(scheduler_name: str = SCHEDULER_NAME) -> list[Obj]:
+    """Every policy and binding Muster registers, in the order to create them (a binding
+    after its policy)."""
+    return mutating_policies(scheduler_name) + validating_policies()
+
+
+KINDS: dict[str, Kind] = {
+    "MutatingAdmissionPolicy": MUTATING_POLICY,
+    "MutatingAdmissionPolicyBinding": MUTATING_POLICY_BINDING,
+    "ValidatingAdmissionPolicy": VALIDATING_POLICY,
+    "ValidatingAdmissionPolicyBinding": VALIDATING_POLICY_BINDING,
+}
+
+
+def served(kube: Kube) -> bool:
+    """Whether the apiserver serves admissionregistration.k8s.io/v1 MutatingAdmissionPolicy
+    (Kubernetes 1.36 and later, unless its feature gate is turned off)."""
+    try:
+        return kube.serves(GROUP_VERSION, "mutatingadmissionpolicies")
+    except ApiException as error:
+        if error.status == 404:
+            return False
+        raise
+
+
+def register(kube: Kube, docs: list[Obj]) -> None:
+    """Create or update the policies and bindings (retrying on conflict)."""
+    for desired in docs:
+        kind = KINDS[desired["kind"]]
+        name = desired["metadata"]["name"]
+        _, created = apply.create(kube, kind, desired)
+        if created:
+            log.info("registered admission policy", extra={"kind": kind.name, "name": name})
+            continue
+
+        def mutate(obj: Obj, want: Obj = desired) -> bool:
+            changed = obj.get("spec") != want["spec"]
+            if changed:
+                obj["spec"] = want["spec"]
+            labels = obj["metadata"].setdefault("labels", {})
+            for k, v in want["metadata"]["labels"].items():
+                if labels.get(k) != v:
+                    labels[k] = v
+                    changed = True
+            return changed
+
+        apply.update(kube, kind, name, mutate)
+
+
+def unregister(kube: Kube) -> None:
+    """Remove every policy and binding of Muster's (bindings first); those not labelled
+    part-of muster are someone else's and stay."""
+    for doc in reversed(policies()):
+        kind = KINDS[doc["kind"]]
+        obj = kube.get(kind, None, doc["metadata"]["name"])
+        labels = (obj or {}).get("metadata", {}).get("labels") or {}
+        if obj is not None and labels.get("app.kubernetes.io/part-of") == "muster":
+            apply.delete(kube, kind, obj, unchanged=True)
+
+
+# The scheduler name in the chart's copy: replaced by the Helm value.
+_CHART_SCHEDULER = "CHART-SCHEDULER-NAME"
+
+
+def chart_template() -> str:
+    """charts/muster/templates/policies.yaml: these policies as Helm renders them, the
+    scheduler name from `.Values.schedulerName`. Regenerate with
+    `python -m controllers.webhooks.policies > charts/muster/templates/policies.yaml`;
+    tests/unit/test_chart.py checks that the file is current."""
+    body = yaml.safe_dump_all(policies(_CHART_SCHEDULER), sort_keys=False, width=1000)
+    body = body.replace(_cel(_CHART_SCHEDULER), "'{{ .Values.schedulerName }}'")
+    body = body.replace(
+        "labels:\n    app.kubernetes.io/part-of: muster\n",
+        "labels:\n    app.kubernetes.io/part-of: muster\n"
+        '    {{- include "muster.labels" . | nindent 4 }}\n',
+    )
+    return (
+        "# Generated by `python -m controllers.webhooks.policies` from controllers/webhooks/\n"
+        "# policies.py: Job admission evaluated by the apiserver itself (Kubernetes 1.36+).\n"
+        '{{- if eq (include "muster.jobAdmission" .) "policies" }}\n' + body + "{{- end }}\n"
+    )
+
+
+if __name__ == "__main__":
+    print(chart_template(), end="")
