@@ -192,18 +192,13 @@ class Kube:
         return self._json(fn(**kwargs))
 
     # ------------------------------------------------------------------ reads
-    def serves(self, group_version: str, plural: str) -> bool:
-        """Whether the apiserver serves resource `plural` of `group_version` (discovery)."""
-        path = f"/apis/{group_version}" if "/" in group_version else f"/api/{group_version}"
-        response = self.api_client.call_api(
-            path,
-            "GET",
-            auth_settings=["BearerToken"],
-            _preload_content=False,
-            _request_timeout=self._timeout,
+    def serves(self, kind: Kind) -> bool:
+        """Whether the apiserver serves this built-in kind (its API group's discovery)."""
+        response = self._api(kind).get_api_resources(
+            _preload_content=False, _request_timeout=self._timeout
         )
-        data = json.loads(response[0].data)
-        return any(r.get("name") == plural for r in data.get("resources") or [])
+        resources = self._json(response).get("resources") or []
+        return any(r.get("kind") == kind.name for r in resources)
 
     def get(self, kind: Kind, namespace: str | None, name: str) -> Obj | None:
         """The object as the apiserver has it now (a quorum read), or None if absent."""

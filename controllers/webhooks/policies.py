@@ -376,7 +376,7 @@ def served(kube: Kube) -> bool:
     """Whether the apiserver serves admissionregistration.k8s.io/v1 MutatingAdmissionPolicy
     (Kubernetes 1.36 and later, unless its feature gate is turned off)."""
     try:
-        return kube.serves(GROUP_VERSION, "mutatingadmissionpolicies")
+        return kube.serves(MUTATING_POLICY)
     except ApiException as error:
         if error.status == 404:
             return False
@@ -390,7 +390,7 @@ def register(kube: Kube, docs: list[Obj]) -> None:
         name = desired["metadata"]["name"]
         _, created = apply.create(kube, kind, desired)
         if created:
-            log.info("registered admission policy", extra={"kind": kind.name, "name": name})
+            log.info("registered admission policy", extra={"kind": kind.name, "policy": name})
             continue
 
         def mutate(obj: Obj, want: Obj = desired) -> bool:
