@@ -314,8 +314,11 @@ class Kube:
         return response, events()
 
     # ----------------------------------------------------------------- writes
-    def create(self, kind: Kind, namespace: str | None, body: Obj) -> Obj:
-        """Create an object; raises ApiException 409 if it exists."""
+    def create(self, kind: Kind, namespace: str | None, body: Obj, *, dry_run: bool = False) -> Obj:
+        """Create an object; raises ApiException 409 if it exists. With `dry_run`, the
+        apiserver admits and validates it and stores nothing."""
+        if dry_run:
+            return self._call("create", kind, namespace, body=body, dry_run="All")
         return self._call("create", kind, namespace, body=body)
 
     def patch(

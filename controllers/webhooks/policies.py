@@ -18,7 +18,10 @@ tests hold the policies to them on the real apiserver.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
+import time
 from typing import Any
 
 import yaml
@@ -30,6 +33,7 @@ from controllers.runtime.resources import (
     MUTATING_POLICY_BINDING,
     VALIDATING_POLICY,
     VALIDATING_POLICY_BINDING,
+    WORKLOAD,
     Kind,
     Kube,
     Obj,
@@ -52,6 +56,8 @@ SUSPEND_POLICY = "muster-suspend"
 PODS_POLICY = "muster-pods"
 VALIDATE_JOBS_POLICY = "muster-jobs"
 LABELS = {"app.kubernetes.io/part-of": "muster"}
+# The scheduler name in the chart's copy: replaced by the Helm value.
+_CHART_SCHEDULER = "CHART-SCHEDULER-NAME"
 
 LABELLED = {"matchExpressions": [{"key": QUEUE_LABEL, "operator": "Exists"}]}
 # The controller's own machinery is never subject to Muster's admission.
@@ -358,10 +364,115 @@ def validating_policies() -> list[Obj]:
     ]
 
 
+PROBE_POLICY = "muster-probe"
+PROBE_LABEL = "muster.dev/admission-probe"
+WORKLOAD_RULE = {
+    "apiGroups": ["muster.dev"],
+    "apiVersions": ["v1alpha1"],
+    "resources": ["workloads"],
+}
+
+
+def _version() -> str:
+    """A digest of the Job policies as written (the scheduler's name left out): the probe
+    answers with it, so a controller knows the apiserver acts on this version."""
+    docs = mutating_policies(_CHART_SCHEDULER) + validating_policies()
+    return hashlib.sha256(json.dumps(docs, sort_keys=True).encode()).hexdigest()[:12]
+
+
+def _probe_policies(scheduler_name: str) -> list[Obj]:
+    """A policy pair that answers a dry-run Workload labelled `PROBE_LABEL` (never stored):
+    the mutating one stamps the version and scheduler into an annotation, the validating
+    one refuses it naming what it saw. Registered after the Job policies, it answers only
+    once the apiserver's policy caches hold those too (a cache's watch delivers changes in
+    order), so a controller can tell when labelled Jobs are really created suspended."""
+    probed = {"matchExpressions": [{"key": PROBE_LABEL, "operator": "Exists"}]}
+    variables = [
+        {"name": "version", "expression": _cel(_version())},
+        _scheduler_variable(scheduler_name),
+    ]
+    stamp = _policy(
+        PROBE_POLICY,
+        "MutatingAdmissionPolicy",
+        {
+            "matchConstraints": _match([WORKLOAD_RULE], ["CREATE"], probed),
+            "variables": variables,
+            "mutations": [
+                _apply(
+                    "Object{metadata: Object.metadata{annotations: {"
+                    + _cel(PROBE_LABEL)
+                    + ": variables.version + '/' + variables.scheduler}}}"
+                )
+            ],
+            "failurePolicy": "Fail",
+            "reinvocationPolicy": "Never",
+        },
+    )
+    answer = _policy(
+        PROBE_POLICY,
+        "ValidatingAdmissionPolicy",
+        {
+            "matchConstraints": _match([WORKLOAD_RULE], ["CREATE"], probed),
+            "variables": variables[:1],
+            "validations": [
+                {
+                    "expression": "false",
+                    "messageExpression": "'muster admission policies ' + variables.version"
+                    f" + ' stamped ' + ({_annotation('object', PROBE_LABEL)})",
+                }
+            ],
+            "failurePolicy": "Fail",
+        },
+    )
+    return [
+        stamp,
+        _binding(PROBE_POLICY, "MutatingAdmissionPolicy"),
+        answer,
+        _binding(PROBE_POLICY, "ValidatingAdmissionPolicy", {"validationActions": ["Deny"]}),
+    ]
+
+
 def policies(scheduler_name: str = SCHEDULER_NAME) -> list[Obj]:
     """Every policy and binding Muster registers, in the order to create them (a binding
-    after its policy)."""
-    return mutating_policies(scheduler_name) + validating_policies()
+    after its policy, the probe last)."""
+    return (
+        mutating_policies(scheduler_name) + validating_policies() + _probe_policies(scheduler_name)
+    )
+
+
+def probe_answer(scheduler_name: str) -> str:
+    """What the probe's refusal says once the apiserver acts on these policies."""
+    version = _version()
+    return f"muster admission policies {version} stamped {version}/{scheduler_name}"
+
+
+def wait_active(kube: Kube, namespace: str, scheduler_name: str, timeout: float = 30.0) -> bool:
+    """Whether the apiserver acts on the policies just registered, probing (dry runs) for up
+    to `timeout` seconds: it takes new policies in through a watch, and a Job created before
+    it has would not be suspended."""
+    body = {
+        "apiVersion": "muster.dev/v1alpha1",
+        "kind": "Workload",
+        "metadata": {"generateName": "muster-probe-", "labels": {PROBE_LABEL: "true"}},
+        "spec": {"queueName": "muster-probe", "podSets": [{"count": 1}]},
+    }
+    want = probe_answer(scheduler_name)
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            kube.create(WORKLOAD, namespace, body, dry_run=True)
+            said = "accepted"
+        except ApiException as error:
+            said = str(error.body or error)
+        if want in said:
+            return True
+        if time.monotonic() >= deadline:
+            log.warning(
+                "the apiserver does not act on Muster's admission policies yet",
+                extra={"timeout_s": timeout, "answer": said[-300:]},
+            )
+            return False
+        time.sleep(0.2)
 
 
 KINDS: dict[str, Kind] = {
@@ -416,10 +527,6 @@ def unregister(kube: Kube) -> None:
         labels = (obj or {}).get("metadata", {}).get("labels") or {}
         if obj is not None and labels.get("app.kubernetes.io/part-of") == "muster":
             apply.delete(kube, kind, obj, unchanged=True)
-
-
-# The scheduler name in the chart's copy: replaced by the Helm value.
-_CHART_SCHEDULER = "CHART-SCHEDULER-NAME"
 
 
 def chart_template() -> str:

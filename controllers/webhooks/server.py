@@ -749,19 +749,16 @@ def register(kube: Kube, mutating: Obj | None, validating: Obj) -> None:
         apply.update(kube, kind, name, mutate)
 
 
-def unregister(kube: Kube, url_base: str) -> bool:
+def unregister(kube: Kube, url_base: str) -> None:
     """Remove the configurations if they still point at this process (local mode, on a
     graceful shutdown: a stopped developer controller must not leave labelled Jobs
-    failing to create). Whether one of them was this process's (another replica's were
-    left alone)."""
+    failing to create)."""
     from controllers.runtime import apply
 
-    removed = False
     for kind in (MUTATING_WEBHOOK, VALIDATING_WEBHOOK):
         obj = kube.get(kind, None, CONFIGURATION_NAME)
         if obj is None:
             continue
         urls = {(w.get("clientConfig") or {}).get("url", "") for w in obj.get("webhooks") or []}
         if all(u.startswith(url_base) for u in urls):
-            removed = apply.delete(kube, kind, obj, unchanged=True) or removed
-    return removed
+            apply.delete(kube, kind, obj, unchanged=True)

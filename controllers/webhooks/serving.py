@@ -109,8 +109,11 @@ class WebhookServing:
                         "(Kubernetes before 1.36): Jobs are admitted through the webhooks"
                     )
             if self._policies:
-                # Before the webhooks go: a labelled Job is never created unsuspended.
-                policies.register(self.kube, policies.policies(self.options.scheduler_name))
+                # Before the webhook configurations, which say "Muster is up": a labelled Job
+                # created once they exist is created suspended.
+                scheduler = self.options.scheduler_name
+                policies.register(self.kube, policies.policies(scheduler))
+                policies.wait_active(self.kube, self.options.namespace, scheduler)
             else:
                 # Told to use the webhooks where policies of an earlier run may remain.
                 policies.unregister(self.kube)
@@ -189,8 +192,9 @@ class WebhookServing:
             return
         if registered and not self.options.service:
             try:
-                if webhooks.unregister(self.kube, self.url_base()) and self._policies:
-                    policies.unregister(self.kube)
+                # The admission policies stay: they need no controller, and a labelled Job
+                # created while none runs is created suspended and waits for the next one.
+                webhooks.unregister(self.kube, self.url_base())
             except Exception:
                 log.exception("could not remove the webhook configurations")
         self.server.stop()

@@ -246,6 +246,10 @@ def test_with_admission_policies_only_the_queue_objects_webhook_is_called(
         ("MutatingAdmissionPolicyBinding", "muster-pods"),
         ("ValidatingAdmissionPolicy", "muster-jobs"),
         ("ValidatingAdmissionPolicyBinding", "muster-jobs"),
+        ("MutatingAdmissionPolicy", "muster-probe"),
+        ("MutatingAdmissionPolicyBinding", "muster-probe"),
+        ("ValidatingAdmissionPolicy", "muster-probe"),
+        ("ValidatingAdmissionPolicyBinding", "muster-probe"),
     ]
     for doc in docs:
         if doc["kind"].endswith("Binding"):
@@ -258,11 +262,12 @@ def test_with_admission_policies_only_the_queue_objects_webhook_is_called(
         assert constraints["objectSelector"]["matchExpressions"][0]["key"] in (
             "muster.dev/queue-name",
             "muster.dev/owner-uid",
+            "muster.dev/admission-probe",
         )
         assert doc["spec"]["failurePolicy"] == "Fail"
     # The scheduler's name is written in one place per policy (the chart templates it).
     text = json.dumps(policies.policies("sched-x"))
-    assert text.count("'sched-x'") == 2
+    assert text.count("'sched-x'") == 3
 
 
 def test_creation_is_validated_by_the_mutating_webhook_in_the_same_call() -> None:
