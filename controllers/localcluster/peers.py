@@ -31,6 +31,7 @@ import yaml
 from controllers.localcluster.binaries import cache_root
 from controllers.localcluster.cluster import ClusterError, LocalCluster, free_port
 from controllers.webhooks.certs import issue_serving, new_ca
+from quota.api.names import QUEUE_LABEL
 
 BUILD_SCRIPT = Path(__file__).with_name("build_peer.sh")
 HOST = "127.0.0.1"
@@ -379,6 +380,7 @@ def start(
     crds = _documents(_yaml_files(peer.manifest_dir, peer.crds))
     _apply(cluster, crds, f"muster-peer-{peer.name}")
     _wait_established(cluster, [crd["metadata"]["name"] for crd in crds], timeout)
+    _wait_admissible(cluster, crds, timeout)
 
     home = cluster.directory / "peers" / peer.name
     certs = home / "k8s-webhook-server" / "serving-certs"
@@ -430,6 +432,43 @@ def _wait_established(cluster: LocalCluster, names: list[str], timeout: float) -
             if time.monotonic() > deadline:
                 raise PeerError(f"CRD {name} was not established within {timeout:.0f}s")
             time.sleep(0.25)
+
+
+def _wait_admissible(cluster: LocalCluster, crds: list[dict[str, Any]], timeout: float) -> None:
+    """Wait until a labelled object of each new kind can be created. Where Muster's admission
+    policies match the kind (JobSets, TrainJobs), the apiserver needs the kind's schema, which
+    it reads every 5 s: until then it answers such creates with 503 "Resource kind ... not
+    found". Probed with dry runs of a bare object; any other answer (it is invalid) means the
+    policies got past that point."""
+    deadline = time.monotonic() + timeout
+    for crd in crds:
+        spec = crd["spec"]
+        version = next(v["name"] for v in spec["versions"] if v.get("served", True))
+        probe = {
+            "apiVersion": f"{spec['group']}/{version}",
+            "kind": spec["names"]["kind"],
+            "metadata": {
+                "generateName": "muster-probe-",
+                "namespace": "default",
+                "labels": {QUEUE_LABEL: "muster-probe"},
+            },
+            "spec": {},
+        }
+        if spec.get("scope") != "Namespaced":
+            del probe["metadata"]["namespace"]
+        while True:
+            try:
+                _kubectl(cluster, ["create", "--dry-run=server", "-f", "-"], json.dumps(probe))
+                break
+            except PeerError as error:
+                if "There can be a delay" not in str(error):
+                    break
+                if time.monotonic() > deadline:
+                    raise PeerError(
+                        f"{spec['names']['kind']}: the apiserver did not take in its schema "
+                        f"within {timeout:.0f}s ({error})"
+                    ) from None
+            time.sleep(0.5)
 
 
 def _apply_when_served(

@@ -214,11 +214,17 @@ def mutating_policies(scheduler_name: str = SCHEDULER_NAME) -> list[Obj]:
         {
             "matchConstraints": _match(SUSPEND_RULES, ["CREATE"], LABELLED),
             "matchConditions": queue_set,
+            # A JSON patch, not an apply configuration: that would need the kind's schema,
+            # which the apiserver takes in some time after a CRD is created (creates of
+            # the kind would fail meanwhile).
             "mutations": [
-                _apply(
-                    "has(object.spec.suspend) && object.spec.suspend"
-                    " ? Object{} : Object{spec: Object.spec{suspend: true}}"
-                )
+                {
+                    "patchType": "JSONPatch",
+                    "jsonPatch": {
+                        "expression": "has(object.spec.suspend) && object.spec.suspend ? []"
+                        " : [JSONPatch{op: 'add', path: '/spec/suspend', value: true}]"
+                    },
+                }
             ],
             "failurePolicy": "Fail",
             "reinvocationPolicy": "Never",
