@@ -256,46 +256,47 @@ def _split_group(
     weights: Mapping[str, int] | None,
     shares: dict[str, Vector],
 ) -> None:
-    # Every sibling, per key: the hot loop of fair share. What only the over-quota phase
-    # needs (weights, priority buckets) is worked out on first use: in many groups the
-    # guarantees alone take all there is.
+    # Every sibling, per key: the hot loop of fair share, some 4,400 (sibling, key) steps
+    # for a tree of 1,110 queues, each two dictionary reads and a min. What only the
+    # over-quota phase needs (wants capped by limits, weights, priority buckets) is worked
+    # out on first use: in many groups the guarantees alone take all there is.
     empty: Mapping[FlavorResource, int] = {}
     demands = [demand.get(name, empty) for name in group]
     keys = sorted(k for k in set().union(*demands) if available.get(k, 0) > 0)
     if not keys:
         return
     specs = [queues[name] for name in group]
-    members = [(d, s.quotas, s.limits or None) for d, s in zip(demands, specs, strict=True)]
+    pairs = [(d, s.quotas) for d, s in zip(demands, specs, strict=True)]
+    # Few queues have limits: their grants are corrected after the plain min(quota, demand)
+    # rather than a limit being looked for on every sibling's step.
+    limited = [(i, s.limits) for i, s in enumerate(specs) if s.limits]
     names = list(group)
-    outs = [shares[name] for name in group]
     w: list[int] = []
     buckets: list[list[int]] = []
+    outs = [shares[name] for name in group]
     for key in keys:
         total = available[key]
-        caps: list[int] = []
-        grants: list[int] = []
-        claimed = 0
-        for d, quotas, limits in members:
-            want = d.get(key, 0)
-            if want <= 0:
-                caps.append(0)
-                grants.append(0)
-                continue
-            if limits is not None:
-                limit = limits.get(key)
-                if limit is not None and limit <= want:
-                    want = limit
-            caps.append(want)
-            quota = quotas.get(key, 0)
-            grant = quota if quota < want else want
-            grants.append(grant)
-            claimed += grant
-        if claimed >= total:
-            if claimed > total:
-                # Guarantees add up to more than there is (overcommitted quota, or nodes
-                # missing): the in-quota claims are scaled down in proportion.
-                grants = _largest_remainder(total, grants, names)
-        else:
+        # min(quota, demand) per sibling, as one comprehension (a loop of appends, with a
+        # limit looked for on every step, took about half as long again). Amounts are never
+        # negative (quantities are refused negative), so no demand means a grant of
+        # min(quota, 0) = 0 without a case of its own.
+        grants = [
+            q if q < want else want
+            for d, quotas in pairs
+            for want in (d.get(key, 0),)
+            for q in (quotas.get(key, 0),)
+        ]
+        for i, limits in limited:
+            limit = limits.get(key)
+            if limit is not None and limit < grants[i]:
+                # The grant was min(quota, demand): capping demand at the limit caps it too.
+                grants[i] = limit
+        claimed = sum(grants)
+        if claimed > total:
+            # Guarantees add up to more than there is (overcommitted quota, or nodes
+            # missing): the in-quota claims are scaled down in proportion.
+            grants = _largest_remainder(total, grants, names)
+        elif claimed < total:
             if not w:
                 w = (
                     [weight_units(s.over_quota_weight) for s in specs]
@@ -303,7 +304,17 @@ def _split_group(
                     else [weights.get(name, 0) for name in group]
                 )
                 priorities = sorted({s.priority for s in specs}, reverse=True)
-                buckets = [[i for i, s in enumerate(specs) if s.priority == p] for p in priorities]
+                buckets = (
+                    [[i for i, s in enumerate(specs) if s.priority == p] for p in priorities]
+                    if len(priorities) > 1
+                    else [list(range(len(specs)))]
+                )
+            # What each sibling could take at most: its demand, capped by its limit.
+            caps = [d.get(key, 0) for d in demands]
+            for i, limits in limited:
+                limit = limits.get(key)
+                if limit is not None and limit < caps[i]:
+                    caps[i] = limit
             # Weight 0 means never more than quota, even when everything would fit.
             wants = [c if w[i] > 0 else grants[i] for i, c in enumerate(caps)]
             if sum(wants) <= total:
@@ -328,9 +339,20 @@ def _largest_remainder(total: int, claims: list[int], names: list[str]) -> list[
     Each gets the floor of its exact share; the units left over go one each to the largest
     fractional remainders, ties to the alphabetically first name.
     """
+    count = len(claims)
+    if claims.count(claims[0]) == count:
+        # Siblings often claim the same (teams with equal quotas, all asking for more):
+        # each exact share is total / count, and every remainder is the same, so the units
+        # left over go to the alphabetically first names.
+        share, leftover = divmod(total, count)
+        out = [share] * count
+        if leftover:
+            for i in sorted(range(count), key=names.__getitem__)[:leftover]:
+                out[i] += 1
+        return out
     whole = sum(claims)
-    # Siblings often claim the same (teams with equal quotas): each distinct claim is
-    # divided once, the big-integer products being the costly part.
+    # Equal claims among unequal ones are still divided once, the big-integer products
+    # being the costly part.
     divided: dict[int, tuple[int, int]] = {}
     split = []
     for claim in claims:
