@@ -151,23 +151,18 @@ class _Cycle:
         self.running: dict[str, Workload] = {}
         self.usage_of: dict[str, Mapping[FlavorResource, int]] = {}  # never changed
         self.admitted_by_queue: dict[str, list[Workload]] = {}
-        # Summed per leaf first: one charge per leaf instead of one per workload up the tree.
-        per_leaf: dict[str, Vector] = {}
         known = fair.workload_usage
-        for w in snapshot.admitted:
-            if w.key in gone or w.queue not in self.tree.paths:
-                continue
-            # Fair share already worked this out, if it was computed for this snapshot.
-            counted = known.get(w.key)
-            usage = counted[1] if counted and counted[0] is w else pod_set_usage(w)
-            self.running[w.key] = w
-            self.usage_of[w.key] = usage
-            total = per_leaf.get(w.queue)
-            if total is None:
-                per_leaf[w.queue] = dict(usage)
-            else:
-                for key, held in usage.items():
-                    total[key] = total.get(key, 0) + held
+        per_leaf: Mapping[str, Mapping[FlavorResource, int]]
+        if fair.snapshot is snapshot:
+            # Fair share counted these very workloads (the same ones: not superseded, in a
+            # known queue) and summed them per queue: taken as they are.
+            for key, (w, usage) in known.items():
+                self.running[key] = w
+                self.usage_of[key] = usage
+            per_leaf = fair.queue_usage
+        else:
+            per_leaf = self._count_admitted(gone, known)
+        # Summed per leaf first: one charge per leaf instead of one per workload up the tree.
         for queue in sorted(per_leaf):
             self.held.charge(queue, per_leaf[queue])
         self.planned = self.held.copy()
@@ -227,6 +222,30 @@ class _Cycle:
         self.reclaim_index: ReclaimIndex | None = None
         self.victim_lists: dict[str, list[Candidate]] = {}
         self.order = QueueOrder(self.tree, self._order)
+
+    def _count_admitted(
+        self,
+        gone: frozenset[str],
+        known: Mapping[str, tuple[Workload, Mapping[FlavorResource, int]]],
+    ) -> dict[str, Vector]:
+        """Record the admitted workloads that hold quota and their usage; return their usage
+        summed per queue."""
+        per_leaf: dict[str, Vector] = {}
+        for w in self.snapshot.admitted:
+            if w.key in gone or w.queue not in self.tree.paths:
+                continue
+            # Fair share may have worked this out, if it was computed with this workload.
+            counted = known.get(w.key)
+            usage = counted[1] if counted and counted[0] is w else pod_set_usage(w)
+            self.running[w.key] = w
+            self.usage_of[w.key] = usage
+            total = per_leaf.get(w.queue)
+            if total is None:
+                per_leaf[w.queue] = dict(usage)
+            else:
+                for key, held in usage.items():
+                    total[key] = total.get(key, 0) + held
+        return per_leaf
 
     # -- the loop ---------------------------------------------------------------------------
 

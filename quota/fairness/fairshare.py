@@ -63,6 +63,13 @@ class FairShare(Mapping[str, Mapping[FlavorResource, int]]):
     workload_usage: Mapping[str, tuple[Workload, Mapping[FlavorResource, int]]] = field(
         default_factory=dict, compare=False, repr=False
     )
+    # Per queue with admitted workloads of its own, their usage summed (not rolled up), and
+    # the snapshot they were counted from: a cycle on that very snapshot charges its ledger
+    # from these instead of summing every workload again. Ignored by comparisons too.
+    queue_usage: Mapping[str, Mapping[FlavorResource, int]] = field(
+        default_factory=dict, compare=False, repr=False
+    )
+    snapshot: Snapshot | None = field(default=None, compare=False, repr=False)
 
     def __getitem__(self, queue: str) -> Mapping[FlavorResource, int]:
         return self.shares[queue]
@@ -91,6 +98,7 @@ def usage_and_demand(
     snapshot: Snapshot,
     tree: QueueTree,
     per_workload: dict[str, tuple[Workload, Mapping[FlavorResource, int]]] | None = None,
+    own_usage: dict[str, Vector] | None = None,
 ) -> tuple[dict[str, Vector], dict[str, Vector]]:
     """Usage of admitted workloads and demand (usage + pending requests), per queue subtree.
 
@@ -98,7 +106,8 @@ def usage_and_demand(
     take its request from any of them: demand is an upper bound per flavor. Pending
     workloads of queues that cannot admit (inactive, held, unknown) add no demand. A
     scale-up slice adds only its extra pods, on the flavors of the slice it replaces.
-    `per_workload`, when given, receives each counted admitted workload and its usage.
+    `per_workload`, when given, receives each counted admitted workload and its usage;
+    `own_usage`, per queue with any, the usage of its own admitted workloads (not rolled up).
     """
     usage: dict[str, Vector] = {name: {} for name in snapshot.queues}
     demand: dict[str, Vector] = {name: {} for name in snapshot.queues}
@@ -177,30 +186,33 @@ def usage_and_demand(
                 for resource in group.resources:
                     key = (flavor, resource)
                     target[key] = target.get(key, 0) + ps.per_pod[resource] * count
-    _roll_up(tree, usage)
+    own = _roll_up(tree, usage)
+    if own_usage is not None:
+        own_usage.update(own)
     _roll_up(tree, demand)
     return usage, demand
 
 
-def _roll_up(tree: QueueTree, vectors: dict[str, Vector]) -> None:
-    """Add every queue's own amounts into all its ancestors (children before parents)."""
-    own = {name: dict(v) for name, v in vectors.items()}
+def _roll_up(tree: QueueTree, vectors: dict[str, Vector]) -> dict[str, Vector]:
+    """Add every queue's own amounts into all its ancestors (children before parents);
+    return the own amounts of the queues that have any, as they were."""
+    own = {name: dict(v) for name, v in vectors.items() if v}
     for name, vector in own.items():
-        if not vector:
-            continue
         for ancestor in tree.paths[name][1:]:
             add_into(vectors[ancestor], vector)
+    return own
 
 
 def fair_share(snapshot: Snapshot) -> FairShare:
     """Compute every queue's fair share, usage and demand for one snapshot."""
     tree = queue_tree(snapshot.queues)
     per_workload: dict[str, tuple[Workload, Mapping[FlavorResource, int]]] = {}
-    usage, demand = usage_and_demand(snapshot, tree, per_workload)
+    own: dict[str, Vector] = {}
+    usage, demand = usage_and_demand(snapshot, tree, per_workload, own)
     amount = root_amount(snapshot, tree)
     weights = _weights(snapshot, tree)
     shares = distribute(snapshot.queues, tree, demand, amount, weights)
-    return FairShare(shares, usage, demand, amount, per_workload)
+    return FairShare(shares, usage, demand, amount, per_workload, own, snapshot)
 
 
 def _weights(snapshot: Snapshot, tree: QueueTree) -> dict[str, int]:
