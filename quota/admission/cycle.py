@@ -818,9 +818,11 @@ class _Cycle:
                 )
         return out
 
-    def _contended_keys(self, queue: str, options: Sequence[_GroupOptions]) -> set[FlavorResource]:
-        """The (flavor, resource) pairs the request is short of in the planned ledger, on any
-        flavor it could take.
+    def _contended_keys(
+        self, options: Sequence[_GroupOptions], room: Mapping[FlavorResource, int]
+    ) -> set[FlavorResource]:
+        """The (flavor, resource) pairs the request is short of in the planned ledger (`room`
+        per pair, from `_room`), on any flavor it could take.
 
         Only these are worth freeing, so victims must hold some of them and their queues'
         floors are judged on them alone: a queue's in-quota cpu must not shield the GPUs it
@@ -835,8 +837,19 @@ class _Cycle:
             for needs in group.flavors:
                 for key, amount in needs:
                     need[key] = need.get(key, 0) + amount
+        return {key for key, amount in need.items() if amount > room[key]}
+
+    def _room(self, queue: str, options: Sequence[_GroupOptions]) -> dict[FlavorResource, int]:
+        """Headroom in the planned ledger of every pair `options` name, looked up once for
+        both `_contended_keys` and `_covering` (the ledger does not change in between)."""
         headroom = self.planned.headroom
-        return {key for key, amount in need.items() if amount > headroom(queue, key)}
+        room: dict[FlavorResource, int] = {}
+        for group in options:
+            for needs in group.flavors:
+                for key, _ in needs:
+                    if key not in room:
+                        room[key] = headroom(queue, key)
+        return room
 
     def _preempt(
         self, spec: QueueSpec, request: _Request, counts: tuple[int, ...]
@@ -850,13 +863,14 @@ class _Cycle:
         w = request.workload
         sticky = request.base.flavors if request.base is not None else None
         options = self._options(request, counts)
-        contended = self._contended_keys(spec.name, options)
+        room = self._room(spec.name, options)
+        contended = self._contended_keys(options, room)
         if not contended:
             return False  # nothing is short in the planned ledger: evicting cannot help
         last: list[Fit] = []
         # Valid for the whole call: each search below leaves the ledger as it found it or
         # succeeds and ends the call.
-        covered = self._covering(spec.name, options)
+        covered = self._covering(options, room)
 
         def try_fit() -> Fit | None:
             fit = assign_flavors(spec.name, request.plans, counts, (self.planned,), sticky)
@@ -1354,18 +1368,18 @@ class _Cycle:
         return self.reclaim_index
 
     def _covering(
-        self, queue: str, options: Sequence[_GroupOptions]
+        self, options: Sequence[_GroupOptions], room: Mapping[FlavorResource, int]
     ) -> Callable[[Mapping[FlavorResource, int]], bool]:
-        """`covered(freed)`: whether room free now plus `freed` could hold the request on some
-        flavor choice (each pod set judged alone: a necessary condition).
+        """`covered(freed)`: whether room free now (`room`, from `_room`) plus `freed` could
+        hold the request on some flavor choice (each pod set judged alone: a necessary
+        condition).
 
         Victim searches ask this after every candidate they count, while the planned ledger
         stays as it is (or is restored), so the room free now is looked up once.
         """
         # Per pod set and resource group, per flavor option: (key, need, room free now).
-        headroom = self.planned.headroom
         options_per_group = [
-            [[(key, need, headroom(queue, key)) for key, need in needs] for needs in g.flavors]
+            [[(key, need, room[key]) for key, need in needs] for needs in g.flavors]
             for g in options
         ]
 

@@ -18,7 +18,7 @@ _LimitedQueue = tuple[str, Mapping[FlavorResource, int], dict[FlavorResource, in
 class Ledger:
     """Mutable usage per queue subtree and in total, for the duration of one cycle."""
 
-    __slots__ = ("_limited", "amount", "limits", "paths", "root_used", "touched", "used")
+    __slots__ = ("_free", "_limited", "amount", "limits", "paths", "root_used", "touched", "used")
 
     def __init__(
         self,
@@ -31,6 +31,9 @@ class Ledger:
         self.amount = amount
         self.used: dict[str, dict[FlavorResource, int]] = {name: {} for name in paths}
         self.root_used: dict[FlavorResource, int] = {}
+        # amount - root_used, kept as charges come: what headroom starts from, read tens of
+        # thousands of times a cycle for a few thousand charges.
+        self._free: dict[FlavorResource, int] = dict(amount)
         # Per queue, the (name, limits, usage) of the queues on its path that have any limit;
         # most trees limit few queues, so the walk is usually empty.
         self._limited: dict[str, tuple[_LimitedQueue, ...]] = {}
@@ -43,6 +46,7 @@ class Ledger:
         twin = Ledger(self.paths, self.limits, self.amount)
         twin.used = {name: dict(usage) for name, usage in self.used.items()}
         twin.root_used = dict(self.root_used)
+        twin._free = dict(self._free)
         return twin
 
     def _limited_path(self, queue: str) -> tuple[_LimitedQueue, ...]:
@@ -61,9 +65,11 @@ class Ledger:
         if self.touched is not None:
             self.touched.append(queue)
         root = self.root_used
+        free = self._free
         for key, amount in usage.items():
             delta = amount * sign
             root[key] = root.get(key, 0) + delta
+            free[key] = free.get(key, 0) - delta
         for name in self.paths[queue]:
             used = self.used[name]
             for key, amount in usage.items():
@@ -71,7 +77,7 @@ class Ledger:
 
     def headroom(self, queue: str, key: FlavorResource) -> int:
         """How much more of `key` a workload in `queue` may take right now."""
-        room = self.amount.get(key, 0) - self.root_used.get(key, 0)
+        room = self._free.get(key, 0)
         # Asked for every flavor and resource a workload tries: the path is looked up here
         # rather than through _limited_path, a call saved on the hottest line of a cycle.
         limited = self._limited.get(queue)
