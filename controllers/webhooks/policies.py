@@ -355,7 +355,15 @@ def validating_policies() -> list[Obj]:
                     "name": "queue-name-set",
                     "expression": f"({_label('object', QUEUE_LABEL)}) != ''"
                     f" || ({_label('oldObject', QUEUE_LABEL)}) != ''",
-                }
+                },
+                {
+                    # A new Job can only break the partial-admission rules: most creates
+                    # skip the policy altogether.
+                    "name": "update-or-partial-admission",
+                    "expression": "request.operation == 'UPDATE' || (has(object.metadata."
+                    f"annotations) && {_cel(MIN_PARALLELISM_ANNOTATION)} in "
+                    "object.metadata.annotations)",
+                },
             ],
             "variables": variables,
             "validations": validations,
