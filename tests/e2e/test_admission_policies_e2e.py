@@ -18,6 +18,7 @@ import yaml
 from controllers.webhooks import policies
 from controllers.webhooks import server as webhooks
 from tests.conftest import ClusterHandle
+from tests.unit.test_controller_webhooks import apply_json_patch
 
 pytestmark = pytest.mark.e2e
 
@@ -104,19 +105,8 @@ def dry_run_create(cluster: ClusterHandle, obj: dict[str, Any]) -> tuple[dict[st
 
 
 def json_patch(doc: dict[str, Any], ops: list[dict[str, Any]]) -> dict[str, Any]:
-    """Apply the webhook's JSON patch (only "add", as mutate_job writes)."""
-    doc = copy.deepcopy(doc)
-    for op in ops:
-        assert op["op"] == "add"
-        parts = [p.replace("~1", "/").replace("~0", "~") for p in op["path"].split("/")[1:]]
-        target = doc
-        for part in parts[:-1]:
-            target = target[part]
-        if parts[-1] == "-":
-            target.append(op["value"])
-        else:
-            target[parts[-1]] = op["value"]
-    return doc
+    """The webhook's JSON patch applied to a copy of `doc`."""
+    return apply_json_patch(copy.deepcopy(doc), ops)
 
 
 def what_muster_sets(obj: dict[str, Any]) -> dict[str, Any]:
