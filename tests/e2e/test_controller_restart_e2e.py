@@ -207,6 +207,13 @@ def test_two_replicas_never_both_admit(
     batch1 = [f"one-{i}" for i in range(5)]
     apply(cluster, *(job(n, namespace, "q", cpu="1") for n in batch1))
     cluster.wait_for("batch 1 admitted", lambda: _state(cluster, namespace, batch1) == (5, 5))
+    # An admission is logged once its write has returned, which may be just after the
+    # apiserver shows it: killed in between, the leader would never log it.
+    cluster.wait_for(
+        "the leader to log batch 1's admissions",
+        lambda: len(leader.logged("admitted workload")) >= 5,
+        timeout=30,
+    )
     assert not standby.leading()
     assert not standby.logged("admitted workload")
 
