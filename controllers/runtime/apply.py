@@ -154,3 +154,28 @@ def delete(
     if cache is not None:
         cache.forget(object_key(obj))  # deleted now, or already gone (404)
     return gone
+
+
+def converge(kube: Kube, kind: Kind, desired: Obj, fields: tuple[str, ...]) -> bool:
+    """Create a cluster-scoped object of ours, or bring an existing one's `fields` and
+    labels to what `desired` has (other labels and fields are left alone). Whether this
+    call created it."""
+    _, created = create(kube, kind, desired)
+    if created:
+        return True
+
+    def mutate(obj: Obj) -> bool:
+        changed = False
+        for field in fields:
+            if obj.get(field) != desired[field]:
+                obj[field] = copy.deepcopy(desired[field])
+                changed = True
+        labels = obj["metadata"].setdefault("labels", {})
+        for k, v in desired["metadata"].get("labels", {}).items():
+            if labels.get(k) != v:
+                labels[k] = v
+                changed = True
+        return changed
+
+    update(kube, kind, desired["metadata"]["name"], mutate)
+    return False

@@ -58,7 +58,9 @@ from controllers.jobs.batchjob import (
     queue_name,
 )
 from controllers.metrics import definitions as metrics
+from controllers.runtime import apply
 from controllers.runtime.resources import MUTATING_WEBHOOK, VALIDATING_WEBHOOK, Kube, Obj
+from controllers.webhooks import policies as admission_policies
 from controllers.webhooks.certs import CertBundle, KeyPair
 from quota.api import ManifestError, parse_manifest
 from quota.api.names import (
@@ -574,13 +576,8 @@ def configurations(
     With `policies` (the apiserver evaluates Muster's admission policies, `policies.py`),
     Jobs, JobSets, TrainJobs and pods are left to those and only the queue objects' webhook
     remains: there is then no MutatingWebhookConfiguration (None)."""
-    labelled = {"matchExpressions": [{"key": QUEUE_LABEL, "operator": "Exists"}]}
-    # The controller's own machinery is never subject to its webhooks.
-    not_system = {
-        "matchExpressions": [
-            {"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": ["kube-system"]}
-        ]
-    }
+    # The same scope as the admission policies: labelled objects, never kube-system.
+    labelled, not_system = admission_policies.LABELLED, admission_policies.NOT_SYSTEM
 
     def cc(path: str) -> dict[str, Any]:
         return _client_config(path, ca_bundle, url_base=url_base, service=service)
@@ -716,45 +713,19 @@ def register(kube: Kube, mutating: Obj | None, validating: Obj) -> None:
     """Create or update both configurations (with the resourceVersion read, retrying on
     conflict); with no mutating one (policies do its work), remove one left by an earlier
     version."""
-    from controllers.runtime import apply
-
-    if mutating is None:
-        old = kube.get(MUTATING_WEBHOOK, None, CONFIGURATION_NAME)
-        labels = ((old or {}).get("metadata") or {}).get("labels") or {}
-        if old is not None and labels.get("app.kubernetes.io/part-of") == "muster":
-            apply.delete(kube, MUTATING_WEBHOOK, old)
-            log.info("removed the Job webhooks: admission policies do their work")
+    if mutating is None and admission_policies.remove_ours(
+        kube, MUTATING_WEBHOOK, CONFIGURATION_NAME
+    ):
+        log.info("removed the Job webhooks: admission policies do their work")
     for kind, desired in ((MUTATING_WEBHOOK, mutating), (VALIDATING_WEBHOOK, validating)):
-        if desired is None:
-            continue
-        name = desired["metadata"]["name"]
-        _, created = apply.create(kube, kind, desired)
-        if created:
+        if desired is not None and apply.converge(kube, kind, desired, ("webhooks",)):
             log.info("registered webhook configuration", extra={"kind": kind.name})
-            continue
-
-        def mutate(obj: Obj, want: Obj = desired) -> bool:
-            changed = False
-            for field in ("webhooks",):
-                if obj.get(field) != want[field]:
-                    obj[field] = copy.deepcopy(want[field])
-                    changed = True
-            labels = obj["metadata"].setdefault("labels", {})
-            for k, v in want["metadata"]["labels"].items():
-                if labels.get(k) != v:
-                    labels[k] = v
-                    changed = True
-            return changed
-
-        apply.update(kube, kind, name, mutate)
 
 
 def unregister(kube: Kube, url_base: str) -> None:
     """Remove the configurations if they still point at this process (local mode, on a
     graceful shutdown: a stopped developer controller must not leave labelled Jobs
     failing to create)."""
-    from controllers.runtime import apply
-
     for kind in (MUTATING_WEBHOOK, VALIDATING_WEBHOOK):
         obj = kube.get(kind, None, CONFIGURATION_NAME)
         if obj is None:

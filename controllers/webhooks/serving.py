@@ -73,19 +73,18 @@ class WebhookServing:
         return f"https://{self.options.host}:{self.server.port if self.server else 0}"
 
     def register(self) -> None:
-        """Create or update the webhook configurations (the leader does this), once this
-        replica's server answers: registered earlier, the apiserver's calls would wait on
-        the webhook process's start and could time out."""
+        """Create or update the admission policies and webhook configurations (the leader
+        does this), in a thread of its own: once this replica's server answers (registered
+        earlier, the apiserver's calls would wait on the webhook process's start and could
+        time out), and the probe of the policies can take seconds, which the leader's start
+        must not wait for."""
         server = self.server
-        if server is not None and not server.wait_ready(0):
 
-            def when_ready() -> None:
-                if server.wait_ready() and self.is_leader():
-                    self._register()
+        def when_ready() -> None:
+            if (server is None or server.wait_ready()) and self.is_leader():
+                self._register()
 
-            threading.Thread(target=when_ready, name="webhook-register", daemon=True).start()
-            return
-        self._register()
+        threading.Thread(target=when_ready, name="webhook-register", daemon=True).start()
 
     def _register(self) -> None:
         if not self.options.enabled or self.certs is None or self.certs.current is None:
