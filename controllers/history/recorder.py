@@ -216,6 +216,7 @@ class HistoryRecorder:
         self._active_lines = 0
         self._next_segment = 0
         self._accepted = 0  # records on disk since start (with those found there on start)
+        self._replayed = 0  # records an earlier run left in the spool, found on start
         self._unsynced = False
         self._closed = False
 
@@ -325,6 +326,12 @@ class HistoryRecorder:
         return self.backlog
 
     @property
+    def replayed(self) -> int:
+        """Records an earlier run left in the spool, found when this recorder started (the
+        writer may already have stored some of them: `backlog` falls from here)."""
+        return self._replayed
+
+    @property
     def spool_dir(self) -> Path:
         """Where records are written ahead, and wait while the database is down."""
         return self._spool_dir
@@ -351,7 +358,7 @@ class HistoryRecorder:
                 "give each controller replica its own spool directory"
             ) from None
         segments = self._segments()
-        self._accepted = sum(_count_lines(p) for p in segments)
+        self._accepted = self._replayed = sum(_count_lines(p) for p in segments)
         if segments:
             self._next_segment = int(segments[-1].stem.split("-")[1]) + 1
             log.info("history: %d records from an earlier run to replay", self._accepted)

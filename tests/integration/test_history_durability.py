@@ -85,7 +85,8 @@ def test_records_survive_a_kill_9_and_are_replayed_once(
         assert before < count, "killed before it had written everything"
 
     with HistoryRecorder(migrated.engine, spool) as restarted:
-        assert restarted.backlog >= count - before
+        # Counted on start; the writer may have stored a batch already, so not the backlog.
+        assert restarted.replayed >= count - before
         assert restarted.flush(120), f"backlog stuck at {restarted.backlog}"
     keys = stored_keys(migrated.engine)
     assert len(keys) == len(set(keys)) == count

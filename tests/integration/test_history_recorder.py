@@ -186,7 +186,8 @@ def test_spooled_records_survive_a_recorder_restart_and_are_stored_once(
 
     # The next run replays the spool, and its controller reports some of the same steps again.
     with HistoryRecorder(outage.engine, spool) as second:
-        assert second.backlog == 600
+        # Counted on start; the writer may have stored a batch already, so not the backlog.
+        assert second.replayed == 600
         for record in records[:300]:
             second.record(record)
         assert second.flush(60)
