@@ -80,6 +80,9 @@ class Reconciler:
             lambda obj: mutate(wrap(obj)),
             cache=self.integration.cache(self.ctx.caches),
             current=job.object,
+            # Suspending, starting and restoring change the spec: conditional on the spec
+            # read, so the Job controller's status writes do not make them conflict.
+            spec_guarded=True,
         )
 
     def _suspended(self, written: Obj) -> bool:

@@ -2,11 +2,19 @@
 merge patch that is conditional on the resourceVersion the change was computed from, and on
 409 Conflict read the object again and recompute. Nothing is ever written blind over a
 version the writer did not see.
+
+A write that changes only an object's spec (and single labels or annotations) can instead be
+conditional on the spec alone (`spec_guarded`): a JSON patch whose `test` operations require
+the same uid and metadata.generation, which moves only when the spec does. Another
+controller's status write then no longer fails it: the Job controller records a suspended
+Job's condition just as Muster unsuspends it, and with a resourceVersion precondition one
+admission in eight paid a refused write, a read and a second write.
 """
 
 from __future__ import annotations
 
 import copy
+import json
 import logging
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -55,6 +63,88 @@ def _part(obj: Obj, status: bool) -> Obj:
     return {k: v for k, v in obj.items() if k != "status"}
 
 
+def _pointer(path: str, key: str) -> str:
+    """`path` extended by one RFC 6901 reference token."""
+    return f"{path}/{key.replace('~', '~0').replace('/', '~1')}"
+
+
+def _diff_ops(path: str, old: Any, new: Any) -> list[Obj]:
+    """Operations turning `old` into `new` at `path`, where `old` is known to be there
+    (lists are replaced whole)."""
+    if not isinstance(old, Mapping) or not isinstance(new, Mapping):
+        return [{"op": "replace", "path": path, "value": copy.deepcopy(new)}]
+    ops: list[Obj] = [{"op": "remove", "path": _pointer(path, k)} for k in old if k not in new]
+    for k, value in new.items():
+        if k not in old:
+            ops.append({"op": "add", "path": _pointer(path, k), "value": copy.deepcopy(value)})
+        elif old[k] != value:
+            ops.extend(_diff_ops(_pointer(path, k), old[k], value))
+    return ops
+
+
+def _map_ops(path: str, old: Mapping[str, Any] | None, new: Mapping[str, Any] | None) -> list[Obj]:
+    """Operations for a labels or annotations map, key by key, so a key another writer set
+    meanwhile is kept; a map that was absent must still be absent (or empty) to be added."""
+    old_map, new_map = old or {}, new or {}
+    if old_map == new_map:
+        return []
+    if not old_map:
+        return [
+            {"op": "test", "path": path, "value": old},
+            {"op": "add", "path": path, "value": copy.deepcopy(dict(new_map))},
+        ]
+    ops: list[Obj] = [
+        {"op": "remove", "path": _pointer(path, k)} for k in old_map if k not in new_map
+    ]
+    ops.extend(
+        {"op": "add", "path": _pointer(path, k), "value": v}
+        for k, v in new_map.items()
+        if old_map.get(k) != v or k not in old_map
+    )
+    return ops
+
+
+def spec_ops(old: Obj, new: Obj) -> list[Obj] | None:
+    """The JSON patch turning `old` into `new` on condition that the object still has the
+    uid and generation `old` was read at; None if the change reaches beyond the spec and
+    single labels and annotations (then only a resourceVersion precondition will do)."""
+    old_meta, new_meta = old.get("metadata") or {}, new.get("metadata") or {}
+    uid, generation = old_meta.get("uid"), old_meta.get("generation")
+    if uid is None or generation is None:
+        return None
+    for key in old.keys() | new.keys():
+        if key not in ("spec", "metadata", "status") and old.get(key) != new.get(key):
+            return None
+    for key in old_meta.keys() | new_meta.keys():
+        if key not in ("labels", "annotations") and old_meta.get(key) != new_meta.get(key):
+            return None
+    if ("spec" in old) != ("spec" in new):
+        return None
+    ops: list[Obj] = [
+        {"op": "test", "path": "/metadata/uid", "value": uid},
+        {"op": "test", "path": "/metadata/generation", "value": generation},
+    ]
+    for field in ("labels", "annotations"):
+        ops.extend(_map_ops(f"/metadata/{field}", old_meta.get(field), new_meta.get(field)))
+    if old.get("spec") != new.get("spec"):
+        ops.extend(_diff_ops("/spec", old["spec"], new["spec"]))
+    return ops if len(ops) > 2 else []
+
+
+def _failed_test(error: ApiException) -> bool:
+    """A JSON patch that no longer applies to the object: a `test` precondition failed, or
+    a member it removes is gone. The apiserver says only "the server rejected our request
+    due to an error in our request" (422, no details), where a refusal by validation names
+    the object and its fields."""
+    if error.status != 422:
+        return False
+    try:
+        details = json.loads(error.body or "{}").get("details") or {}
+    except (ValueError, AttributeError):
+        return False
+    return not details.get("name") and not details.get("causes")
+
+
 def update(
     kube: Kube,
     kind: Kind,
@@ -64,13 +154,16 @@ def update(
     cache: Informer | None = None,
     current: Obj | None = None,
     status: bool = False,
+    spec_guarded: bool = False,
     attempts: int = 5,
 ) -> Obj | None:
     """Apply `mutate` to the object and write the result, retrying on conflict.
 
     Starts from `current` (or the cache, or a live read), so the common case costs one
     request. Returns the object as written, the unchanged object if `mutate` returned False,
-    or None if the object does not exist. The written object is fed back into `cache`."""
+    or None if the object does not exist. The written object is fed back into `cache`.
+    With `spec_guarded`, a change within the spec (and single labels and annotations) is
+    conditional on the spec it was computed from, not on the whole object's version."""
     namespace, name = split_key(key)
     obj = current if current is not None else (cache.get(key) if cache else None)
     if obj is None:
@@ -81,14 +174,25 @@ def update(
         desired = copy.deepcopy(obj)
         if not mutate(desired):
             return obj
-        patch = merge_patch(_part(obj, status), _part(desired, status))
-        if not patch:
+        ops = (
+            spec_ops(_part(obj, False), _part(desired, False))
+            if spec_guarded and not status
+            else None
+        )
+        patch = None if ops is not None else merge_patch(_part(obj, status), _part(desired, status))
+        if not (ops or patch):
             return obj
-        patch.setdefault("metadata", {})["resourceVersion"] = obj["metadata"]["resourceVersion"]
         try:
-            written = kube.patch(kind, namespace, name, patch, status=status)
+            if ops:
+                written = kube.patch_ops(kind, namespace, name, ops)
+            else:
+                assert patch is not None
+                patch.setdefault("metadata", {})["resourceVersion"] = obj["metadata"][
+                    "resourceVersion"
+                ]
+                written = kube.patch(kind, namespace, name, patch, status=status)
         except ApiException as error:
-            if error.status == 409:
+            if error.status == 409 or (ops and _failed_test(error)):
                 log.debug("conflict; re-reading", extra={"object": f"{kind.name}/{key}"})
                 obj = kube.get(kind, namespace, name)
                 if obj is not None and cache is not None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import threading
 from collections import Counter
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,6 +21,7 @@ from kubernetes.client.exceptions import ApiException
 from kubernetes.watch.watch import iter_resp_lines
 
 MERGE_PATCH = "application/merge-patch+json"
+JSON_PATCH = "application/json-patch+json"
 
 Obj = dict[str, Any]
 
@@ -343,6 +344,11 @@ class Kube:
             body=patch,
             _content_type=MERGE_PATCH,
         )
+
+    def patch_ops(self, kind: Kind, namespace: str | None, name: str, ops: Sequence[Obj]) -> Obj:
+        """Apply an RFC 6902 JSON patch to the main resource. Its `test` operations are
+        preconditions: the server answers 422 and changes nothing if one fails."""
+        return self._call("patch", kind, namespace, name=name, body=ops, _content_type=JSON_PATCH)
 
     def delete(
         self,

@@ -1,13 +1,16 @@
 """An in-memory stand-in for the apiserver, for unit tests of one reconciler or one runtime
 piece at a time. It keeps what the real one guarantees and the controller relies on:
 resourceVersions that grow with every write, 409 on a stale resourceVersion, 409 on
-creating an existing name, merge-patch semantics, and uid/resourceVersion preconditions on
-delete. The end-to-end tests are the proof against the real apiserver."""
+creating an existing name, merge-patch semantics, JSON patches whose failed `test` is a
+422 (a missing member tests equal to null, as the apiserver's patch library has it), and
+uid/resourceVersion preconditions on delete. The end-to-end tests are the proof against the
+real apiserver."""
 
 from __future__ import annotations
 
 import copy
 import itertools
+import json
 import threading
 import uuid
 from collections.abc import Callable
@@ -32,7 +35,34 @@ def apply_merge_patch(target: Any, patch: Any) -> Any:
 
 
 def _error(status: int, reason: str) -> ApiException:
-    return ApiException(status=status, reason=reason)
+    error = ApiException(status=status, reason=reason)
+    # What the apiserver answers a JSON patch that does not apply: no details.
+    error.body = json.dumps({"kind": "Status", "code": status, "message": reason, "details": {}})
+    return error
+
+
+def apply_json_patch(target: Obj, ops: Any) -> Obj:
+    """RFC 6902 over plain dicts (paths through objects only, as Muster writes them)."""
+    doc = copy.deepcopy(target)
+    for op in ops:
+        *parents, last = [
+            t.replace("~1", "/").replace("~0", "~") for t in op["path"].split("/")[1:]
+        ]
+        node: Any = doc
+        for token in parents:
+            if not isinstance(node, dict) or token not in node:
+                raise _error(422, f"jsonpatch {op['op']}: missing {op['path']}")
+            node = node[token]
+        if op["op"] == "test":
+            if node.get(last) != op["value"]:
+                raise _error(422, f"testing value {op['path']} failed: test failed")
+        elif op["op"] == "remove" or (op["op"] == "replace" and last not in node):
+            if last not in node:
+                raise _error(422, f"jsonpatch remove: missing {op['path']}")
+            del node[last]
+        if op["op"] in ("add", "replace"):
+            node[last] = copy.deepcopy(op["value"])
+    return doc
 
 
 class FakeKube(Kube):
@@ -114,6 +144,25 @@ class FakeKube(Kube):
             updated["metadata"]["resourceVersion"] = str(next(self._rv))
             self.objects[key] = updated
             self.writes.append(("patch" + ("/status" if status else ""), kind.name, name))
+            return copy.deepcopy(updated)
+
+    def patch_ops(self, kind: Kind, namespace: str | None, name: str, ops: Any) -> Obj:
+        with self._lock:
+            if self.before_write:
+                self.before_write("patch", kind, name)
+            key = self._key(kind, namespace, name)
+            current = self.objects.get(key)
+            if current is None:
+                raise _error(404, "NotFound")
+            updated = apply_json_patch(current, ops)
+            updated["status"] = current.get("status")
+            if current.get("status") is None:
+                updated.pop("status")
+            if updated.get("spec") != current.get("spec"):
+                updated["metadata"]["generation"] = current["metadata"].get("generation", 1) + 1
+            updated["metadata"]["resourceVersion"] = str(next(self._rv))
+            self.objects[key] = updated
+            self.writes.append(("patch", kind.name, name))
             return copy.deepcopy(updated)
 
     def delete(

@@ -10,6 +10,8 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from kubernetes.client.exceptions import ApiException
 
 from controllers.runtime import apply
@@ -18,7 +20,7 @@ from controllers.runtime.informer import Informer, is_newer
 from controllers.runtime.leader import LeaderElector
 from controllers.runtime.resources import JOB, LEASE, WORKLOAD, Kind
 from controllers.runtime.workqueue import WorkQueue
-from tests.unit.controller_fakes import FakeKube, apply_merge_patch
+from tests.unit.controller_fakes import FakeKube, apply_json_patch, apply_merge_patch
 
 
 class Clock:
@@ -111,6 +113,124 @@ def test_update_rereads_on_conflict_and_reapplies_the_change_to_the_new_version(
     assert written["spec"]["suspend"] is False
     assert written["metadata"]["labels"] == {"team": "a"}, "the other writer's change survives"
     assert [w[0] for w in kube.writes] == ["patch", "patch"]
+
+
+def _unsuspend(j: dict[str, Any]) -> bool:
+    j["spec"]["suspend"] = False
+    j["metadata"].setdefault("annotations", {})["muster.dev/original"] = "{}"
+    return True
+
+
+def test_a_spec_guarded_update_is_not_refused_for_another_writers_status() -> None:
+    kube = FakeKube()
+    stale = kube.put(JOB, _job())
+    # The Job controller records the Suspended condition after we read.
+    kube.patch(JOB, "ns", "j", {"status": {"conditions": [{"type": "Suspended"}]}}, status=True)
+    written = apply.update(kube, JOB, "ns/j", _unsuspend, current=stale, spec_guarded=True)
+    assert written is not None and written["spec"]["suspend"] is False
+    assert written["status"]["conditions"] == [{"type": "Suspended"}]
+    assert [w[0] for w in kube.writes] == ["patch/status", "patch"], "one write, no retry"
+    # Without the guard the same stale read costs a refused write and a second one.
+    kube.writes.clear()
+    stale = kube.patch(JOB, "ns", "j", {"spec": {"suspend": True}})
+    kube.patch(JOB, "ns", "j", {"status": {"active": 0}}, status=True)
+    apply.update(kube, JOB, "ns/j", _unsuspend, current=stale)
+    assert [w[0] for w in kube.writes] == ["patch", "patch/status", "patch"]
+    assert kube.get(JOB, "ns", "j")["spec"]["suspend"] is False  # type: ignore[index]
+
+
+def test_a_spec_guarded_update_recomputes_over_a_spec_changed_meanwhile() -> None:
+    kube = FakeKube()
+    stale = kube.put(JOB, _job())
+    kube.patch(JOB, "ns", "j", {"spec": {"parallelism": 3}})
+    seen: list[Any] = []
+
+    def unsuspend(j: dict[str, Any]) -> bool:
+        seen.append(j["spec"].get("parallelism"))
+        return _unsuspend(j)
+
+    written = apply.update(kube, JOB, "ns/j", unsuspend, current=stale, spec_guarded=True)
+    assert written is not None
+    assert seen == [None, 3], "the change was worked out again over the new spec"
+    assert written["spec"] == {"suspend": False, "parallelism": 3}
+
+
+def test_a_spec_guarded_update_keeps_annotations_another_writer_added() -> None:
+    kube = FakeKube()
+    stale = kube.put(JOB, _job())
+    kube.patch(JOB, "ns", "j", {"metadata": {"annotations": {"team": "a"}}})
+    written = apply.update(kube, JOB, "ns/j", _unsuspend, current=stale, spec_guarded=True)
+    assert written is not None
+    assert written["metadata"]["annotations"] == {"team": "a", "muster.dev/original": "{}"}
+    # The map exists now: keys are written one by one, a key added meanwhile survives.
+    stale = kube.patch(JOB, "ns", "j", {"spec": {"suspend": True}})
+    kube.patch(JOB, "ns", "j", {"metadata": {"annotations": {"owner": "b"}}})
+    kube.writes.clear()
+
+    def relabel(j: dict[str, Any]) -> bool:
+        del j["metadata"]["annotations"]["team"]
+        j["metadata"]["annotations"]["x/y~z"] = "1"
+        return True
+
+    written = apply.update(kube, JOB, "ns/j", relabel, current=stale, spec_guarded=True)
+    assert written is not None
+    assert written["metadata"]["annotations"] == {
+        "muster.dev/original": "{}",
+        "owner": "b",
+        "x/y~z": "1",
+    }
+    assert [w[0] for w in kube.writes] == ["patch"]
+
+
+def test_spec_ops_fall_back_when_the_change_reaches_beyond_the_spec() -> None:
+    old = {"metadata": {"uid": "u", "generation": 2, "finalizers": []}, "spec": {"a": 1}}
+    assert apply.spec_ops(old, old) == []
+    finalized = {**old, "metadata": {**old["metadata"], "finalizers": ["f"]}}
+    assert apply.spec_ops(old, finalized) is None
+    assert apply.spec_ops(old, {**old, "other": 1}) is None
+    assert apply.spec_ops({"spec": {}}, {"spec": {"a": 1}}) is None, "no generation read"
+    ops = apply.spec_ops(old, {**old, "spec": {"a": 2}})
+    assert ops is not None and ops[:2] == [
+        {"op": "test", "path": "/metadata/uid", "value": "u"},
+        {"op": "test", "path": "/metadata/generation", "value": 2},
+    ]
+
+
+_keys = st.text(alphabet="ab/~", min_size=1, max_size=3)
+_trees = st.recursive(
+    st.none() | st.integers(-2, 2) | st.lists(st.integers(0, 2), max_size=2),
+    lambda inner: st.dictionaries(_keys, inner, max_size=3),
+    max_leaves=8,
+)
+
+
+@given(
+    st.dictionaries(_keys, _trees, max_size=4),
+    st.dictionaries(_keys, _trees, max_size=4),
+    st.none() | st.dictionaries(_keys, st.text(max_size=2), max_size=3),
+    st.none() | st.dictionaries(_keys, st.text(max_size=2), max_size=3),
+)
+def test_spec_ops_turn_the_old_object_into_the_new_one(
+    old_spec: dict[str, Any],
+    new_spec: dict[str, Any],
+    old_notes: dict[str, str] | None,
+    new_notes: dict[str, str] | None,
+) -> None:
+    def obj(spec: dict[str, Any], notes: dict[str, str] | None) -> dict[str, Any]:
+        meta: dict[str, Any] = {"uid": "u", "generation": 1}
+        if notes is not None:
+            meta["annotations"] = notes
+        return {"metadata": meta, "spec": spec}
+
+    old, new = obj(old_spec, old_notes), obj(new_spec, new_notes)
+    ops = apply.spec_ops(old, new)
+    assert ops is not None
+    result = apply_json_patch(old, ops)
+    # An emptied map may stay as {}: the apiserver treats it as absent.
+    for o in (result, new):
+        if not o["metadata"].get("annotations"):
+            o["metadata"].pop("annotations", None)
+    assert result == new
 
 
 def test_update_writes_nothing_when_the_mutation_says_so() -> None:
