@@ -152,6 +152,11 @@ def _scheduler_variable(scheduler_name: str) -> dict[str, str]:
     return {"name": "scheduler", "expression": _cel(scheduler_name)}
 
 
+def _add(path: str, value: str) -> str:
+    """CEL: a JSON patch "add" operation (both arguments are CEL expressions)."""
+    return f"JSONPatch{{op: 'add', path: {path}, value: {value}}}"
+
+
 def _apply(expression: str) -> dict[str, Any]:
     return {"patchType": "ApplyConfiguration", "applyConfiguration": {"expression": expression}}
 
@@ -159,32 +164,39 @@ def _apply(expression: str) -> dict[str, Any]:
 def mutating_policies(scheduler_name: str = SCHEDULER_NAME) -> list[Obj]:
     """The MutatingAdmissionPolicies and their bindings: what `server.mutate_job`,
     `mutate_suspend` and `mutate_pod` do, evaluated by the apiserver."""
-    # One mutation, one merge: each field is set only where its condition holds (CEL's
-    # optional fields), so a plain Job gets suspend and schedulerName and nothing else.
-    template_spec = "object.spec.template.spec"
-    scheduler = (
-        f"?schedulerName: variables.scheduler != '' && ({_unset_scheduler(template_spec)})"
-        " ? optional.of(variables.scheduler) : optional.none(), "
+    # A JSON patch, not an apply configuration: the apiserver evaluates it in about two
+    # thirds of the time (0.38 - 0.60 ms against 0.49 - 0.72 ms per create, its own
+    # admission metrics, docs/benchmarks.md), as it skips the typed merge of the whole Job.
+    # Each operation is there only where its condition holds, so a plain Job gets suspend
+    # and schedulerName and nothing else; "add" replaces a member that is already there.
+    template = "object.spec.template"
+    pod_spec = f"{template}.spec"
+    gate = f"{{'name': {_cel(ADMISSION_GATE)}}}"
+    has_gate = (
+        f"has({pod_spec}.schedulingGates)"
+        f" && {pod_spec}.schedulingGates.exists(g, g.name == {_cel(ADMISSION_GATE)})"
     )
-    gate = (
-        "?schedulingGates: variables.elastic ? optional.of("
-        f"[Object.spec.template.spec.schedulingGates{{name: {_cel(ADMISSION_GATE)}}}])"
-        " : optional.none()"
+    pod_label = f"{{{_cel(ELASTIC_POD_LABEL)}: 'true'}}"
+    add_suspend = _add(_cel("/spec/suspend"), "true")
+    add_scheduler = _add(_cel("/spec/template/spec/schedulerName"), "variables.scheduler")
+    add_metadata = _add(_cel("/spec/template/metadata"), f"{{'labels': {pod_label}}}")
+    add_labels = _add(_cel("/spec/template/metadata/labels"), pod_label)
+    label_path = (
+        f"'/spec/template/metadata/labels/' + jsonpatch.escapeKey({_cel(ELASTIC_POD_LABEL)})"
     )
-    label = (
-        "?metadata: variables.elastic ? optional.of(Object.spec.template.metadata{labels:"
-        f" {{{_cel(ELASTIC_POD_LABEL)}: 'true'}}}}) : optional.none(), "
+    add_label = _add(label_path, "'true'")
+    append_gate = _add(_cel("/spec/template/spec/schedulingGates/-"), gate)
+    add_gates = _add(_cel("/spec/template/spec/schedulingGates"), f"[{gate}]")
+    job_patch = (
+        f"[{add_suspend}]"
+        f" + (variables.scheduler != '' && ({_unset_scheduler(pod_spec)}) ? [{add_scheduler}] : [])"
+        # Elastic: the pod label (into whichever of metadata and labels exists) and the gate.
+        f" + (!variables.elastic ? [] : !has({template}.metadata) ? [{add_metadata}]"
+        f" : !has({template}.metadata.labels) ? [{add_labels}] : [{add_label}])"
+        f" + (!variables.elastic || ({has_gate}) ? []"
+        f" : has({pod_spec}.schedulingGates) ? [{append_gate}] : [{add_gates}])"
     )
-    job_mutations = [
-        _apply(
-            "Object{spec: Object.spec{suspend: true, template: Object.spec.template{"
-            + label
-            + "spec: Object.spec.template.spec{"
-            + scheduler
-            + gate
-            + "}}}}"
-        )
-    ]
+    job_mutations = [{"patchType": "JSONPatch", "jsonPatch": {"expression": job_patch}}]
     queue_set = [
         {"name": "queue-name-set", "expression": f"({_label('object', QUEUE_LABEL)}) != ''"}
     ]

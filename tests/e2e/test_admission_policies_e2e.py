@@ -62,11 +62,12 @@ def job(
     gates: list[str] | None = None,
     scheduler: str | None = None,
     suspend: bool | None = None,
+    template_metadata: bool = True,
 ) -> dict[str, Any]:
     spec: dict[str, Any] = {
         "parallelism": parallelism,
         "template": {
-            "metadata": {"labels": dict(template_labels or {})},
+            "metadata": {"labels": dict(template_labels or {})} if template_metadata else {},
             "spec": {
                 "restartPolicy": "Never",
                 "containers": [{"name": "c", "image": "registry.invalid/none"}],
@@ -130,6 +131,14 @@ CREATE_CASES: dict[str, dict[str, Any]] = {
         "annotations": {"muster.dev/elastic-job": "true"},
         "template_labels": {"app": "x"},
         "gates": ["example.com/other"],
+    },
+    "elastic, template without metadata": {
+        "annotations": {"muster.dev/elastic-job": "true"},
+        "template_metadata": False,
+    },
+    "elastic, gate already there": {
+        "annotations": {"muster.dev/elastic-job": "true"},
+        "gates": ["muster.dev/admission", "example.com/other"],
     },
     "elastic annotation false": {"annotations": {"muster.dev/elastic-job": "false"}},
     "own scheduler": {"scheduler": "my-scheduler"},
