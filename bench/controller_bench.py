@@ -21,7 +21,8 @@ the apiserver's own `apiserver_admission_webhook_admission_duration_seconds` saw
 (PodGroup, its status, pods/binding), counted apart. Prints figures; never fails on time.
 
     python bench/controller_bench.py [--jobs 1000] [--scenario stream|backlog|both]
-        [--baseline] [--no-events] [--scheduler kube|muster] [--kubeconfig PATH]
+        [--baseline [--baseline-rounds 3]] [--no-events] [--scheduler kube|muster]
+        [--kubeconfig PATH]
 
 Without --kubeconfig a fresh local cluster is started in a temporary directory.
 """
@@ -44,6 +45,7 @@ if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import yaml
+from prometheus_client.parser import text_string_to_metric_families
 
 from controllers.localcluster.binaries import ensure_binaries
 from controllers.localcluster.cluster import LocalCluster, free_port
@@ -191,11 +193,14 @@ def create_all(kc: str, kubeconfig: str, docs: list[dict[str, Any]]) -> None:
         t.join()
 
 
-def create_baseline(kc: str, kubeconfig: str, n: int, tag: str, labelled: bool = False) -> float:
+def create_baseline(
+    kc: str, kubeconfig: str, n: int, tag: str, labelled: bool = False
+) -> tuple[float, dict[str, float]]:
     """Seconds to create the same number of Jobs with no controller running: unlabelled and
     suspended (no admission hook of Muster's sees them), what the apiserver alone costs on
     this machine; or `labelled`, through Muster's admission (its policies, or its webhooks
-    where those are registered) and nothing else: the cost the hook itself adds."""
+    where those are registered) and nothing else: the cost the hook itself adds. With it,
+    what the apiserver's own metrics say each create cost (`admission_costs`)."""
     ns = f"bench-{tag}-{'labelled' if labelled else 'baseline'}"
     kubectl(kc, kubeconfig, "create", "namespace", ns)
     docs = jobs(n, [ns])
@@ -203,15 +208,105 @@ def create_baseline(kc: str, kubeconfig: str, n: int, tag: str, labelled: bool =
         if not labelled:
             del doc["metadata"]["labels"]
             doc["spec"]["suspend"] = True
+    before = admission_seconds(kc, kubeconfig)
     started = time.monotonic()
     create_all(kc, kubeconfig, docs)
     elapsed = round(time.monotonic() - started, 2)
+    costs = admission_costs(before, admission_seconds(kc, kubeconfig))
     if labelled:
         created = json.loads(kubectl(kc, kubeconfig, "get", "jobs", "-n", ns, "-o", "json").stdout)
         assert all(j["spec"].get("suspend") for j in created["items"]), "not suspended"
     # Gone before the controller starts (labelled ones would be queued by it).
     kubectl(kc, kubeconfig, "delete", "namespace", ns, f"--wait={str(labelled).lower()}")
-    return elapsed
+    return elapsed, costs
+
+
+# The apiserver's admission plugins that evaluate Muster's policies, and its webhook plugin.
+_PLUGINS = (
+    "MutatingAdmissionPolicy",
+    "ValidatingAdmissionPolicy",
+    "MutatingAdmissionWebhook",
+    "ValidatingAdmissionWebhook",
+)
+
+
+def creation_baseline(kc: str, kubeconfig: str, n: int, rounds: int) -> dict[str, Any]:
+    """Unlabelled and labelled creation alternated `rounds` times (this machine's noise
+    between two runs of the same thing is as large as the difference looked for), then the
+    median of each and what the labelled creates cost in the apiserver's admission."""
+    unlabelled: list[float] = []
+    labelled: list[float] = []
+    costs: dict[str, list[dict[str, float]]] = {"unlabelled": [], "labelled": []}
+    for i in range(rounds):
+        tag = f"{uuid.uuid4().hex[:4]}{i}"
+        for kind, times in (("unlabelled", unlabelled), ("labelled", labelled)):
+            seconds, cost = create_baseline(kc, kubeconfig, n, tag, labelled=kind == "labelled")
+            times.append(seconds)
+            costs[kind].append(cost)
+    plain, hooked = statistics.median(unlabelled), statistics.median(labelled)
+    per_create = {
+        kind: {
+            key: round(statistics.median(c.get(key, 0.0) for c in runs), 3)
+            for key in sorted({k for c in runs for k in c})
+        }
+        for kind, runs in costs.items()
+    }
+    hooked_costs = per_create["labelled"]
+    hook_ms = sum(v for k, v in hooked_costs.items() if not k.startswith("job create"))
+    request_ms = hooked_costs.get("job create request ms")
+    return {
+        "unlabelled_seconds": unlabelled,
+        "labelled_seconds": labelled,
+        "median_unlabelled_seconds": plain,
+        "median_labelled_seconds": hooked,
+        "labelled_over_unlabelled_percent": round(100 * (hooked / plain - 1), 1),
+        # Per create, medians over the rounds: the admission plugins and the whole request
+        # as the apiserver timed them.
+        "create_ms_median": per_create,
+        "admission_share_of_labelled_create_request_percent": (
+            round(100 * hook_ms / request_ms, 1) if request_ms else None
+        ),
+    }
+
+
+def admission_seconds(kc: str, kubeconfig: str) -> dict[tuple[str, str], float]:
+    """From the apiserver's /metrics: seconds and counts of its admission plugins on CREATE
+    (`apiserver_admission_controller_admission_duration_seconds`), and of Job create
+    requests (`apiserver_request_duration_seconds`), as {(what, "sum"|"count"): value}."""
+    text = kubectl(kc, kubeconfig, "get", "--raw", "/metrics").stdout
+    out: dict[tuple[str, str], float] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            base, _, part = sample.name.rpartition("_")
+            if part not in ("sum", "count"):
+                continue
+            labels = sample.labels
+            if base == "apiserver_admission_controller_admission_duration_seconds":
+                if labels.get("operation") != "CREATE" or labels.get("name") not in _PLUGINS:
+                    continue
+                what = labels["name"]
+            elif base == "apiserver_request_duration_seconds":
+                if labels.get("verb") != "POST" or labels.get("resource") != "jobs":
+                    continue
+                what = "job create request"
+            else:
+                continue
+            out[(what, part)] = out.get((what, part), 0.0) + sample.value
+    return out
+
+
+def admission_costs(
+    before: dict[tuple[str, str], float], after: dict[tuple[str, str], float]
+) -> dict[str, float]:
+    """Mean milliseconds per call between two `admission_seconds` readings. The plugins run
+    for every create (objects their policies do not match cost a few microseconds)."""
+    costs: dict[str, float] = {}
+    for what in sorted({w for w, _ in after}):
+        calls = after.get((what, "count"), 0.0) - before.get((what, "count"), 0.0)
+        if calls:
+            spent = after.get((what, "sum"), 0.0) - before.get((what, "sum"), 0.0)
+            costs[f"{what} ms"] = round(1000 * spent / calls, 3)
+    return costs
 
 
 def wait_admitted(
@@ -482,7 +577,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         kubectl(kc, kubeconfig, "wait", "--for", "condition=Established", "crd", "--all")
         setup_logging("warning")
         client = api_client(kubeconfig)
-        baseline: dict[str, float] | None = None
+        baseline: dict[str, Any] | None = None
         if args.baseline:
             # Muster's admission policies as the controller registers them, with no
             # controller: creating labelled Jobs then costs only what the hook adds.
@@ -491,14 +586,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 kubectl(kc, kubeconfig, "create", "namespace", "muster-system")
                 policies.register(admin, policies.policies(""))
                 assert policies.wait_active(admin, "muster-system", ""), "policies not active"
-            tag = uuid.uuid4().hex[:6]
-            baseline = {
-                "unlabelled": create_baseline(kc, kubeconfig, args.jobs, tag),
-                "labelled_admission_only": create_baseline(
-                    kc, kubeconfig, args.jobs, tag, labelled=True
-                ),
-                "unlabelled_again": create_baseline(kc, kubeconfig, args.jobs, tag + "b"),
-            }
+            baseline = creation_baseline(kc, kubeconfig, args.jobs, args.baseline_rounds)
         counter = PathCounter(client)
         options = Options(
             webhook_port=free_port(),
@@ -550,6 +638,12 @@ def main() -> None:
         help="who places the pods: kube-scheduler (as for Kueue) or Muster's scheduler loop",
     )
     parser.add_argument("--scenario", choices=("stream", "backlog", "both"), default="both")
+    parser.add_argument(
+        "--baseline-rounds",
+        type=int,
+        default=3,
+        help="unlabelled and labelled creation alternated this many times (with --baseline)",
+    )
     parser.add_argument(
         "--baseline",
         action="store_true",
