@@ -124,6 +124,41 @@ class FakeKube(Kube):
     def patch(
         self, kind: Kind, namespace: str | None, name: str, patch: Obj, *, status: bool = False
     ) -> Obj:
+        def change(current: Obj) -> Obj:
+            wanted = (patch.get("metadata") or {}).get("resourceVersion")
+            if wanted is not None and wanted != current["metadata"]["resourceVersion"]:
+                raise _error(409, "Conflict")
+            part = (
+                {"status": patch.get("status")}
+                if status
+                else {k: v for k, v in patch.items() if k != "status"}
+            )
+            return apply_merge_patch(current, part)
+
+        return self._change(kind, namespace, name, change, status=status)
+
+    def patch_ops(self, kind: Kind, namespace: str | None, name: str, ops: Any) -> Obj:
+        def change(current: Obj) -> Obj:
+            updated = apply_json_patch(current, ops)
+            # The main resource ignores status.
+            updated.pop("status", None)
+            if "status" in current:
+                updated["status"] = current["status"]
+            return updated
+
+        return self._change(kind, namespace, name, change, status=False)
+
+    def _change(
+        self,
+        kind: Kind,
+        namespace: str | None,
+        name: str,
+        change: Callable[[Obj], Obj],
+        *,
+        status: bool,
+    ) -> Obj:
+        """Write `change(current)` as the object's next version (a spec change moves the
+        generation), or raise what `change` raises."""
         with self._lock:
             if self.before_write:
                 self.before_write("patch", kind, name)
@@ -131,38 +166,12 @@ class FakeKube(Kube):
             current = self.objects.get(key)
             if current is None:
                 raise _error(404, "NotFound")
-            wanted = (patch.get("metadata") or {}).get("resourceVersion")
-            if wanted is not None and wanted != current["metadata"]["resourceVersion"]:
-                raise _error(409, "Conflict")
-            if status:
-                patch = {"status": patch.get("status")}
-            else:
-                patch = {k: v for k, v in patch.items() if k != "status"}
-            updated = apply_merge_patch(current, patch)
+            updated = change(current)
             if not status and updated.get("spec") != current.get("spec"):
                 updated["metadata"]["generation"] = current["metadata"].get("generation", 1) + 1
             updated["metadata"]["resourceVersion"] = str(next(self._rv))
             self.objects[key] = updated
             self.writes.append(("patch" + ("/status" if status else ""), kind.name, name))
-            return copy.deepcopy(updated)
-
-    def patch_ops(self, kind: Kind, namespace: str | None, name: str, ops: Any) -> Obj:
-        with self._lock:
-            if self.before_write:
-                self.before_write("patch", kind, name)
-            key = self._key(kind, namespace, name)
-            current = self.objects.get(key)
-            if current is None:
-                raise _error(404, "NotFound")
-            updated = apply_json_patch(current, ops)
-            updated["status"] = current.get("status")
-            if current.get("status") is None:
-                updated.pop("status")
-            if updated.get("spec") != current.get("spec"):
-                updated["metadata"]["generation"] = current["metadata"].get("generation", 1) + 1
-            updated["metadata"]["resourceVersion"] = str(next(self._rv))
-            self.objects[key] = updated
-            self.writes.append(("patch", kind.name, name))
             return copy.deepcopy(updated)
 
     def delete(
