@@ -32,7 +32,7 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from functools import partial
 
-from quota.fairness.fairshare import FairShare, fair_share, root_amount
+from quota.fairness.fairshare import Counted, FairShare, fair_share, root_amount
 from quota.fairness.ordering import (
     QueueKey,
     QueueOrder,
@@ -85,6 +85,8 @@ from quota.preemption.nodes import (
 from quota.preemption.reclaim import ReclaimIndex, plan_reclaim
 from quota.preemption.victims import (
     Candidate,
+    VictimKey,
+    in_victim_order,
     preemption_reason,
     select_victims,
     started_at,
@@ -146,54 +148,59 @@ class _Cycle:
         self.preempt: list[Preempt] = []
         self.pending: list[Pending] = []
         self.drain: list[Victim] = []
-        # Admitted workloads that hold quota (an old slice whose successor is admitted does not).
+        # Admitted workloads that hold quota (an old slice whose successor is admitted does
+        # not), per queue, each with its usage (never changed).
         gone = superseded_slices(snapshot.admitted)
-        self.running: dict[str, Workload] = {}
-        self.usage_of: dict[str, Mapping[FlavorResource, int]] = {}  # never changed
-        self.admitted_by_queue: dict[str, list[Workload]] = {}
-        known = fair.workload_usage
+        holding: Mapping[str, Sequence[Counted]]
         per_leaf: Mapping[str, Mapping[FlavorResource, int]]
         if fair.snapshot is snapshot:
             # Fair share counted these very workloads (the same ones: not superseded, in a
             # known queue) and summed them per queue: taken as they are.
-            for key, (w, usage) in known.items():
-                self.running[key] = w
-                self.usage_of[key] = usage
-            per_leaf = fair.queue_usage
+            holding, per_leaf = fair.queue_workloads, fair.queue_usage
         else:
-            per_leaf = self._count_admitted(gone, known)
+            holding, per_leaf = self._count_admitted(gone, fair)
+        self.holding = holding
+        self.holders: dict[str, Counted] | None = None  # by key, see _running
         # Summed per leaf first: one charge per leaf instead of one per workload up the tree.
         for queue in sorted(per_leaf):
             self.held.charge(queue, per_leaf[queue])
         self.planned = self.held.copy()
         # Workloads already leaving, or chosen as victims this cycle: never chosen again.
         self.taken: set[str] = set()
-        drains: dict[str, str | None] = {}  # per queue: the draining queue on its path
-        for w in self.running.values():
-            if w.queue not in drains:
-                drains[w.queue] = draining(self.queues, self.tree, w.queue)
-            drained_by = drains[w.queue]
-            if w.evicting or drained_by is not None:
-                self.taken.add(w.key)
-                self.planned.charge(w.queue, self.usage_of[w.key], -1)
-                if drained_by is not None and not w.evicting:
-                    self.drain.append(
-                        Victim(
-                            w.key,
-                            w.queue,
-                            "Preempted",
-                            f"queue {drained_by} is draining (stopPolicy HoldAndDrain); "
-                            "set stopPolicy to None to keep workloads running",
+        # Per queue, its admitted workloads that may still be chosen as victims.
+        self.admitted_by_queue: Mapping[str, Sequence[Counted]] = holding
+        # Per queue, the draining queue on its path.
+        drains = {name: draining(self.queues, self.tree, name) for name in holding}
+        if any(d is not None for d in drains.values()) or any(
+            w.evicting for counted in holding.values() for w, _ in counted
+        ):
+            # Some are leaving already: walked in the snapshot's order (that of the drain
+            # decisions). Most cycles have none, and keep the lists as fair share made them.
+            by_queue: dict[str, list[Counted]] = {}
+            for w, usage in self._running().values():
+                drained_by = drains[w.queue]
+                if w.evicting or drained_by is not None:
+                    self.taken.add(w.key)
+                    self.planned.charge(w.queue, usage, -1)
+                    if drained_by is not None and not w.evicting:
+                        self.drain.append(
+                            Victim(
+                                w.key,
+                                w.queue,
+                                "Preempted",
+                                f"queue {drained_by} is draining (stopPolicy HoldAndDrain); "
+                                "set stopPolicy to None to keep workloads running",
+                            )
                         )
-                    )
-            else:
-                self.admitted_by_queue.setdefault(w.queue, []).append(w)
+                else:
+                    by_queue.setdefault(w.queue, []).append((w, usage))
+            self.admitted_by_queue = by_queue
         self.diverged = bool(self.taken)
         # Placement: free room on every node, less bound pods and planned, unbound room.
         self.nodes: NodeView | None = None
         if snapshot.nodes is not None:
-            holding = [w for w in snapshot.admitted if w.key not in gone]
-            pods = list(snapshot.pods) + planned_pods(holding, snapshot.pods)
+            kept = [w for w in snapshot.admitted if w.key not in gone]
+            pods = list(snapshot.pods) + planned_pods(kept, snapshot.pods)
             # Room held for preemptors whose victims are leaving: taken for everyone else,
             # whichever queue comes first, until the preemptor's own turn (`_release_hold`).
             holders = [*snapshot.pending, *(w for w in snapshot.admitted if w.hold is not None)]
@@ -211,8 +218,13 @@ class _Cycle:
         self.all_victims: list[Candidate] | None = None
         self.node_victims: list[Candidate] | None = None
         self.young_victims: list[Candidate] | None = None
-        self.plans: dict[tuple[str, tuple[object, ...]], PodSetPlan] = {}
-        self.signatures: dict[int, PodSetSignature] = {}
+        self.plans: dict[tuple[str, int], PodSetPlan] = {}  # by queue and shape number
+        # Per pod set (by id: the snapshot keeps them alive), the number of its signature
+        # (equal signatures, equal numbers): plans and memo keys hash that small number
+        # rather than the nested signature, thousands of times a cycle.
+        self.shapes: dict[int, int] = {}
+        self.signatures: dict[PodSetSignature, int] = {}
+        self.shape_signatures: list[PodSetSignature] = []  # by number
         self.flavor_signatures: dict[str, FlavorSignature] = {}
         self.memo: dict[tuple[object, ...], str] = {}
         self.never: set[tuple[object, ...]] = set()  # memo keys no node could ever host
@@ -221,31 +233,44 @@ class _Cycle:
         self.room: dict[FlavorResource, int] = {}  # see _could_stay_within_share
         self.reclaim_index: ReclaimIndex | None = None
         self.victim_lists: dict[str, list[Candidate]] = {}
+        self.victim_keys: dict[str, list[VictimKey]] = {}
         self.order = QueueOrder(self.tree, self._order)
 
     def _count_admitted(
-        self,
-        gone: frozenset[str],
-        known: Mapping[str, tuple[Workload, Mapping[FlavorResource, int]]],
-    ) -> dict[str, Vector]:
-        """Record the admitted workloads that hold quota and their usage; return their usage
-        summed per queue."""
+        self, gone: frozenset[str], fair: FairShare
+    ) -> tuple[dict[str, list[Counted]], dict[str, Vector]]:
+        """The admitted workloads that hold quota with their usage, per queue, and their usage
+        summed per queue (for a fair share computed from another snapshot)."""
+        # Fair share may have worked a workload's usage out, if computed with that workload.
+        known = {id(w): usage for counted in fair.queue_workloads.values() for w, usage in counted}
+        holding: dict[str, list[Counted]] = {}
         per_leaf: dict[str, Vector] = {}
         for w in self.snapshot.admitted:
             if w.key in gone or w.queue not in self.tree.paths:
                 continue
-            # Fair share may have worked this out, if it was computed with this workload.
-            counted = known.get(w.key)
-            usage = counted[1] if counted and counted[0] is w else pod_set_usage(w)
-            self.running[w.key] = w
-            self.usage_of[w.key] = usage
+            usage = known.get(id(w))
+            if usage is None:
+                usage = pod_set_usage(w)
+            holding.setdefault(w.queue, []).append((w, usage))
             total = per_leaf.get(w.queue)
             if total is None:
                 per_leaf[w.queue] = dict(usage)
             else:
                 for key, held in usage.items():
                     total[key] = total.get(key, 0) + held
-        return per_leaf
+        return holding, per_leaf
+
+    def _running(self) -> dict[str, Counted]:
+        """The admitted workloads that hold quota by key, in the snapshot's order, with their
+        usage: made on first use (a scale-up slice, a drain), most cycles need none."""
+        if self.holders is None:
+            usage_of = {id(w): usage for counted in self.holding.values() for w, usage in counted}
+            self.holders = {}
+            for w in self.snapshot.admitted:
+                usage = usage_of.get(id(w))
+                if usage is not None:
+                    self.holders[w.key] = (w, usage)
+        return self.holders
 
     # -- the loop ---------------------------------------------------------------------------
 
@@ -286,9 +311,7 @@ class _Cycle:
         there, in order, with whatever `_held_back` keeps behind it.
         """
         order = self.order = QueueOrder(self.tree, self._order)
-        for name in by_queue:
-            if by_queue[name]:
-                order.push(name)
+        order.push_all(name for name in by_queue if by_queue[name])
         cursor = dict.fromkeys(by_queue, 0)
         while (picked := order.pop()) is not None:
             name = picked
@@ -432,7 +455,8 @@ class _Cycle:
         base: SliceBase | None = None
         running: Workload | None = None
         if w.replaces is not None:
-            running = self.running.get(w.replaces)
+            found = self._running().get(w.replaces)
+            running = found[0] if found is not None else None
             if running is not None:
                 if w.replaces in self.taken:
                     return (
@@ -453,20 +477,30 @@ class _Cycle:
         return _Request(w, tuple(plans), counts, base, running)
 
     def _plan(self, spec: QueueSpec, ps: PodSet) -> PodSetPlan:
-        signature = self.signatures.get(id(ps))
-        if signature is None:
-            signature = pod_set_signature(ps)
-            self.signatures[id(ps)] = signature
-        key = (spec.name, signature)
+        shape = self._shape(ps)
+        key = (spec.name, shape)
         plan = self.plans.get(key)
         if plan is None:
             queue_signature = self.flavor_signatures.get(spec.name)
             if queue_signature is None:
                 queue_signature = flavor_signature(spec, self.snapshot.flavors)
                 self.flavor_signatures[spec.name] = queue_signature
+            signature = self.shape_signatures[shape]
             plan = plan_pod_set(spec, self.snapshot.flavors, ps, (queue_signature, signature))
             self.plans[key] = plan
         return plan
+
+    def _shape(self, ps: PodSet) -> int:
+        """The number of `ps`'s `pod_set_signature` in this cycle."""
+        shape = self.shapes.get(id(ps))
+        if shape is None:
+            signature = pod_set_signature(ps)
+            shape = self.signatures.get(signature)
+            if shape is None:
+                shape = self.signatures[signature] = len(self.shape_signatures)
+                self.shape_signatures.append(signature)
+            self.shapes[id(ps)] = shape
+        return shape
 
     def _set_aside(self, request: _Request) -> str:
         """Keep `request` for the second pass; a slice's depends on what is being evicted by
@@ -488,15 +522,9 @@ class _Cycle:
             if not count:
                 continue
             pinned = request.base.flavors[i] if request.base is not None else None
-            per_pod = plan.pod_set.per_pod
             for group in plan.groups:
-                if pinned is not None and group.resources[0] in pinned:
-                    options: Sequence[str] = (pinned[group.resources[0]],)
-                else:
-                    options = group.flavors
-                for flavor in options:
-                    for r in group.resources:
-                        key = (flavor, r)
+                for _, pairs in group.choices(pinned, plan.pod_set.per_pod):
+                    for key, amount in pairs:
                         left = room.get(key)
                         if left is None:
                             if not levels:
@@ -509,7 +537,7 @@ class _Cycle:
                                 share.get(key, 0) - used.get(key, 0) for used, share in levels
                             )
                             room[key] = left
-                        if per_pod[r] * count > left:
+                        if amount * count > left:
                             break
                     else:
                         break  # this flavor keeps every level within its share
@@ -537,7 +565,7 @@ class _Cycle:
         w = request.workload
         shape: list[object] = [spec.name]
         for ps in w.pod_sets:
-            shape.append((self.signatures[id(ps)], ps.count, ps.min_count))
+            shape.append((self.shapes[id(ps)], ps.count, ps.min_count))
         if spec.within_queue != "Never" or spec.reclaim != "Never":
             shape.append(w.priority)
             if spec.within_queue == "LowerOrNewerEqualPriority":
@@ -718,7 +746,7 @@ class _Cycle:
                     total[key] = total.get(key, 0) + amount * full
         charge = dict(total)
         if request.running is not None:
-            for key, amount in self.usage_of[request.running.key].items():
+            for key, amount in self._running()[request.running.key][1].items():
                 charge[key] = charge.get(key, 0) - amount
             # The old slice is now part of this one: it must not be picked as a victim.
             self.taken.add(request.running.key)
@@ -750,10 +778,11 @@ class _Cycle:
 
     def _borrowing(self, queue: str, usage: Mapping[FlavorResource, int]) -> str | None:
         """Describe the first queue on the path now above its quota, if any."""
+        keys = sorted(usage)
         for name in self.tree.paths[queue]:
             used = self.held.used[name]
             quota = self.quotas[name]
-            for key in sorted(usage):
+            for key in keys:
                 if used.get(key, 0) > quota.get(key, 0):
                     flavor, resource = key
                     return (
@@ -803,19 +832,13 @@ class _Cycle:
         out: list[_GroupOptions] = []
         for i, plan in enumerate(request.plans):
             pinned = request.base.flavors[i] if request.base is not None else None
-            per_pod = plan.pod_set.per_pod
             count = counts[i]
             for group in plan.groups:
-                if pinned is not None and group.resources[0] in pinned:
-                    flavors: Sequence[str] = (pinned[group.resources[0]],)
-                else:
-                    flavors = group.flavors
-                out.append(
-                    _GroupOptions(
-                        count > 0,
-                        [[((f, r), per_pod[r] * count) for r in group.resources] for f in flavors],
-                    )
-                )
+                needs = [
+                    [(key, amount * count) for key, amount in pairs]
+                    for _, pairs in group.choices(pinned, plan.pod_set.per_pod)
+                ]
+                out.append(_GroupOptions(count > 0, needs))
         return out
 
     def _contended_keys(
@@ -1346,13 +1369,18 @@ class _Cycle:
         cycle and shared by preemption and reclaim (taken ones are filtered when used)."""
         found = self.victim_lists.get(queue)
         if found is None:
-            found = [
-                Candidate(w, queue, self.usage_of[w.key])
-                for w in self.admitted_by_queue.get(queue, ())
-            ]
-            found.sort(key=victim_order)
+            found, keys = in_victim_order(self.admitted_by_queue.get(queue, ()), queue)
             self.victim_lists[queue] = found
+            self.victim_keys[queue] = keys
         return found
+
+    def _victim_keys(self, queue: str) -> list[VictimKey]:
+        """`victim_order` of each of `_victim_list(queue)`, for the reclaim search's merge."""
+        keys = self.victim_keys.get(queue)
+        if keys is None:
+            self._victim_list(queue)
+            keys = self.victim_keys[queue]
+        return keys
 
     def _reclaim_index(self) -> ReclaimIndex:
         """Every admitted workload as a reclaim candidate, per leaf in victim order."""
@@ -1360,6 +1388,7 @@ class _Cycle:
             self.reclaim_index = ReclaimIndex(
                 self.admitted_by_queue,
                 self._victim_list,
+                self._victim_keys,
                 self.planned,
                 self.tree,
                 self.fair.shares,
@@ -1399,18 +1428,28 @@ class _Cycle:
         self,
         options: Sequence[_GroupOptions],
         queue: str,
-        bound: Callable[[FlavorResource], int],
+        ceiling: Mapping[FlavorResource, int],
+        limits: Mapping[FlavorResource, int] | None,
     ) -> bool:
         """Whether some flavor per group keeps `queue`'s planned usage plus the request within
-        `bound` (`queue` is the request's leaf or an ancestor; pod sets judged one by one).
+        `ceiling` (a missing key: 0) and `limits` (a missing key: no limit); `queue` is the
+        request's leaf or an ancestor, pod sets are judged one by one.
 
         A necessary condition for reclaim, checked before looking at any victim.
         """
         get = self.planned.used[queue].get
         for group in options:
             for needs in group.flavors:
-                if all(get(key, 0) + need <= bound(key) for key, need in needs):
-                    break
+                for key, need in needs:
+                    bound = ceiling.get(key, 0)
+                    if limits:
+                        cap = limits.get(key)
+                        if cap is not None and cap < bound:
+                            bound = cap
+                    if get(key, 0) + need > bound:
+                        break
+                else:
+                    break  # this flavor stays within bounds
             else:
                 return False
         return True

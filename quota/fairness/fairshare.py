@@ -11,7 +11,7 @@ docs/fairness.md and implemented by `_largest_remainder`.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from quota.fairness.usage import adjust_weights
@@ -42,6 +42,8 @@ from quota.model.snapshot import (
 WEIGHT_SCALE = 1_000_000
 
 Vector = dict[FlavorResource, int]
+# An admitted workload that holds quota, with the usage it holds.
+Counted = tuple[Workload, Mapping[FlavorResource, int]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,10 +59,11 @@ class FairShare(Mapping[str, Mapping[FlavorResource, int]]):
     usage: Mapping[str, Mapping[FlavorResource, int]] = field(default_factory=dict)
     demand: Mapping[str, Mapping[FlavorResource, int]] = field(default_factory=dict)
     amount: Mapping[FlavorResource, int] = field(default_factory=dict)
-    # Per admitted workload key: the workload and the usage it was counted with, so that an
-    # admission cycle on the same snapshot need not work it out again (a large share of a
-    # big cycle's fixed cost). Not part of the result proper: ignored by comparisons.
-    workload_usage: Mapping[str, tuple[Workload, Mapping[FlavorResource, int]]] = field(
+    # Per queue, its admitted workloads that were counted (in the snapshot's order) with the
+    # usage each was counted with, so that an admission cycle need not work it out again (a
+    # large share of a big cycle's fixed cost). Not part of the result proper: ignored by
+    # comparisons.
+    queue_workloads: Mapping[str, Sequence[Counted]] = field(
         default_factory=dict, compare=False, repr=False
     )
     # Per queue with admitted workloads of its own, their usage summed (not rolled up), and
@@ -97,7 +100,7 @@ def root_amount(snapshot: Snapshot, tree: QueueTree) -> Vector:
 def usage_and_demand(
     snapshot: Snapshot,
     tree: QueueTree,
-    per_workload: dict[str, tuple[Workload, Mapping[FlavorResource, int]]] | None = None,
+    per_queue: dict[str, list[Counted]] | None = None,
     own_usage: dict[str, Vector] | None = None,
 ) -> tuple[dict[str, Vector], dict[str, Vector]]:
     """Usage of admitted workloads and demand (usage + pending requests), per queue subtree.
@@ -106,8 +109,9 @@ def usage_and_demand(
     take its request from any of them: demand is an upper bound per flavor. Pending
     workloads of queues that cannot admit (inactive, held, unknown) add no demand. A
     scale-up slice adds only its extra pods, on the flavors of the slice it replaces.
-    `per_workload`, when given, receives each counted admitted workload and its usage;
-    `own_usage`, per queue with any, the usage of its own admitted workloads (not rolled up).
+    `per_queue`, when given, receives per queue each counted admitted workload and its usage
+    (queues in the order their first workload comes in the snapshot); `own_usage`, per queue
+    with any, the usage of its own admitted workloads (not rolled up).
     """
     usage: dict[str, Vector] = {name: {} for name in snapshot.queues}
     demand: dict[str, Vector] = {name: {} for name in snapshot.queues}
@@ -118,13 +122,20 @@ def usage_and_demand(
         if any(w.replaces is not None for w in snapshot.pending)
         else {}
     )
+    # One (flavor, resource) key object per pair for all the usage kept, not one per
+    # workload and resource: less to allocate, and lookups find them by identity.
+    keys: dict[str, dict[str, FlavorResource]] = {}
     for w in snapshot.admitted:
-        if w.key in gone or w.queue not in usage:
+        target = usage.get(w.queue)
+        if target is None or (gone and w.key in gone):
             continue
-        held = pod_set_usage(w)
-        if per_workload is not None:
-            per_workload[w.key] = (w, held)
-        target = usage[w.queue]
+        held = pod_set_usage(w, keys)
+        if per_queue is not None:
+            counted = per_queue.get(w.queue)
+            if counted is None:
+                per_queue[w.queue] = [(w, held)]
+            else:
+                counted.append((w, held))
         for key, amount in held.items():  # add_into, inlined: once per admitted workload
             target[key] = target.get(key, 0) + amount
     for name, vector in usage.items():
@@ -206,13 +217,13 @@ def _roll_up(tree: QueueTree, vectors: dict[str, Vector]) -> dict[str, Vector]:
 def fair_share(snapshot: Snapshot) -> FairShare:
     """Compute every queue's fair share, usage and demand for one snapshot."""
     tree = queue_tree(snapshot.queues)
-    per_workload: dict[str, tuple[Workload, Mapping[FlavorResource, int]]] = {}
+    per_queue: dict[str, list[Counted]] = {}
     own: dict[str, Vector] = {}
-    usage, demand = usage_and_demand(snapshot, tree, per_workload, own)
+    usage, demand = usage_and_demand(snapshot, tree, per_queue, own)
     amount = root_amount(snapshot, tree)
     weights = _weights(snapshot, tree)
     shares = distribute(snapshot.queues, tree, demand, amount, weights)
-    return FairShare(shares, usage, demand, amount, per_workload, own, snapshot)
+    return FairShare(shares, usage, demand, amount, per_queue, own, snapshot)
 
 
 def _weights(snapshot: Snapshot, tree: QueueTree) -> dict[str, int]:

@@ -51,6 +51,20 @@ class GroupPlan:
 
     resources: tuple[str, ...]
     flavors: tuple[str, ...]
+    # Per flavor in `flavors`: the flavor and the ((flavor, resource), amount per pod) pair
+    # of each resource, in `resources` order; made once per plan rather than once per
+    # flavor tried (a cycle tries tens of thousands).
+    options: tuple[tuple[str, tuple[tuple[FlavorResource, int], ...]], ...]
+
+    def choices(
+        self, pinned: Mapping[str, str] | None, per_pod: Mapping[str, int]
+    ) -> tuple[tuple[str, tuple[tuple[FlavorResource, int], ...]], ...]:
+        """`options`, or only the flavor `pinned` gives the group (a scale-up slice stays on
+        the flavors its running slice holds); `per_pod`: the pod set's requests."""
+        if pinned is not None and self.resources[0] in pinned:
+            f = pinned[self.resources[0]]
+            return ((f, tuple(((f, r), per_pod[r]) for r in self.resources)),)
+        return self.options
 
 
 @dataclass(frozen=True, slots=True)
@@ -167,7 +181,9 @@ def _plan_shape(flavor_sig: FlavorSignature, pod_sig: PodSetSignature) -> _Shape
         if not candidates:
             why = "; ".join(skipped) if skipped else "no flavor covers them together"
             return _Shape((), tuple(skipped), (), tuple(resources), why)
-        groups.append(GroupPlan(tuple(resources), tuple(candidates)))
+        amounts = dict(per_pod)
+        options = tuple((f, tuple(((f, r), amounts[r]) for r in resources)) for f in candidates)
+        groups.append(GroupPlan(tuple(resources), tuple(candidates), options))
     return _Shape(tuple(groups), tuple(skipped), (), (), "")
 
 
@@ -252,32 +268,32 @@ def assign_flavors(
         pinned = sticky[index] if sticky is not None else None
         picked: dict[str, str] = {}
         for group in plan.groups:
-            options = group.flavors
-            if pinned is not None and group.resources[0] in pinned:
-                options = (pinned[group.resources[0]],)
-            elif excluded:
-                options = tuple(f for f in options if f not in excluded)
+            resources = group.resources
+            options = group.choices(pinned, per_pod)
+            if excluded and options is group.options:
+                options = tuple(o for o in options if o[0] not in excluded)
             shortfalls: list[Shortfall] = []
-            for flavor in options:
-                short: Shortfall | None = None
+            for flavor, pairs in options:
                 if count:
-                    for r in group.resources:
-                        key = (flavor, r)
-                        need = per_pod[r] * count + usage.get(key, 0)
-                        for ledger in ledgers:
-                            if ledger.headroom(queue, key) < need:
-                                short = Shortfall(plan.pod_set.name, flavor, r, need)
-                                break
-                        if short is not None:
-                            break
-                if short is None:
-                    for r in group.resources:
-                        picked[r] = flavor
-                        if count:
-                            key = (flavor, r)
-                            usage[key] = usage.get(key, 0) + per_pod[r] * count
-                    break
-                shortfalls.append(short)
+                    # The first resource short in any ledger, as asking each resource of
+                    # every ledger in turn would find it.
+                    short = -1
+                    for ledger in ledgers:
+                        at = ledger.first_short(queue, pairs, count, usage)
+                        if at >= 0 and (short < 0 or at < short):
+                            short = at
+                    if short >= 0:
+                        key, amount = pairs[short]
+                        need = amount * count + usage.get(key, 0)
+                        shortfalls.append(
+                            Shortfall(plan.pod_set.name, flavor, resources[short], need)
+                        )
+                        continue
+                    for key, amount in pairs:
+                        usage[key] = usage.get(key, 0) + amount * count
+                for r in resources:
+                    picked[r] = flavor
+                break
             else:
                 return FitFailure(plan.pod_set.name, tuple(shortfalls), plan.skipped)
         chosen.append(picked)

@@ -7,7 +7,7 @@ sum of the root queues' quotas) are checked by walking at most the depth of the 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from quota.model.resources import FlavorResource
 
@@ -18,7 +18,17 @@ _LimitedQueue = tuple[str, Mapping[FlavorResource, int], dict[FlavorResource, in
 class Ledger:
     """Mutable usage per queue subtree and in total, for the duration of one cycle."""
 
-    __slots__ = ("_free", "_limited", "amount", "limits", "paths", "root_used", "touched", "used")
+    __slots__ = (
+        "_free",
+        "_limited",
+        "_path_used",
+        "amount",
+        "limits",
+        "paths",
+        "root_used",
+        "touched",
+        "used",
+    )
 
     def __init__(
         self,
@@ -37,6 +47,8 @@ class Ledger:
         # Per queue, the (name, limits, usage) of the queues on its path that have any limit;
         # most trees limit few queues, so the walk is usually empty.
         self._limited: dict[str, tuple[_LimitedQueue, ...]] = {}
+        # Per queue, the usage dicts of its path (itself first): what every charge updates.
+        self._path_used: dict[str, tuple[dict[FlavorResource, int], ...]] = {}
         # When set, every charged queue is appended here, so that figures derived from
         # usage (see quota/preemption/reclaim.py) can be refreshed for just those queues.
         self.touched: list[str] | None = None
@@ -64,16 +76,19 @@ class Ledger:
         """Add (sign=1) or release (sign=-1) `usage` on `queue` and all its ancestors."""
         if self.touched is not None:
             self.touched.append(queue)
+        # The signed amounts once, not once per level of the path.
+        deltas = list(usage.items()) if sign == 1 else [(k, a * sign) for k, a in usage.items()]
         root = self.root_used
         free = self._free
-        for key, amount in usage.items():
-            delta = amount * sign
+        for key, delta in deltas:
             root[key] = root.get(key, 0) + delta
             free[key] = free.get(key, 0) - delta
-        for name in self.paths[queue]:
-            used = self.used[name]
-            for key, amount in usage.items():
-                used[key] = used.get(key, 0) + amount * sign
+        path = self._path_used.get(queue)
+        if path is None:
+            path = self._path_used[queue] = tuple(self.used[name] for name in self.paths[queue])
+        for used in path:
+            for key, delta in deltas:
+                used[key] = used.get(key, 0) + delta
 
     def headroom(self, queue: str, key: FlavorResource) -> int:
         """How much more of `key` a workload in `queue` may take right now."""
@@ -90,6 +105,33 @@ class Ledger:
                 if left < room:
                     room = left
         return room
+
+    def first_short(
+        self,
+        queue: str,
+        pairs: Sequence[tuple[FlavorResource, int]],
+        count: int,
+        base: Mapping[FlavorResource, int],
+    ) -> int:
+        """The index of the first (key, amount per pod) pair of `pairs` for which `count` pods
+        plus what `base` already takes of the key need more than `headroom` allows in
+        `queue`, or -1 when all fit. Flavor assignment asks this for every flavor it tries:
+        one call per group instead of one per resource."""
+        free = self._free
+        limited = self._limited.get(queue)
+        if limited is None:
+            limited = self._limited_path(queue)
+        for index, (key, amount) in enumerate(pairs):
+            need = amount * count
+            if base:
+                need += base.get(key, 0)
+            if need > free.get(key, 0):
+                return index
+            for _, limits, used in limited:
+                cap = limits.get(key)
+                if cap is not None and need > cap - used.get(key, 0):
+                    return index
+        return -1
 
     def binding(self, queue: str, key: FlavorResource) -> tuple[int, str | None, int]:
         """(available, queue whose limit binds or None for the root amount, that bound)."""

@@ -38,7 +38,7 @@ from quota.model.flavorassign import Fit
 from quota.model.ledger import Ledger
 from quota.model.resources import FlavorResource, format_amount
 from quota.model.snapshot import QueueSpec, QueueTree, Workload
-from quota.preemption.victims import Candidate, select_victims, started_at, victim_order
+from quota.preemption.victims import Candidate, VictimKey, select_victims, started_at
 
 Rule = Literal["fair share", "quota"]
 _RULES: tuple[Rule, ...] = ("fair share", "quota")
@@ -91,8 +91,12 @@ class _Levels:
         return share if share > quota else quota
 
     def ceiling(self, queue: str, key: FlavorResource) -> int:
+        return self.ceilings(queue).get(key, 0)
+
+    def ceilings(self, queue: str) -> Vector:
+        """`ceiling(queue, key)` for every key (a missing key: 0)."""
         source = self.shares if self.rule == "fair share" else self.quotas
-        return source.get(queue, {}).get(key, 0)
+        return source.get(queue, _NOTHING)
 
 
 def plan_reclaim(
@@ -108,7 +112,7 @@ def plan_reclaim(
     ledger: Ledger,
     now: float,
     try_fit: Callable[[], Fit | None],
-    could_stay_under: Callable[[str, Callable[[FlavorResource], int]], bool],
+    could_stay_under: Callable[[str, Vector, Vector | None], bool],
     covered: Callable[[Mapping[FlavorResource, int]], bool],
 ) -> ReclaimPlan | None:
     """Find workloads of other queues whose eviction lets `preemptor` fit, or None.
@@ -119,8 +123,9 @@ def plan_reclaim(
     would only make it the next queue to be reclaimed from.
     `ledger` is the cycle's planned usage; on success the victims stay released in it.
     `try_fit` assigns flavors to the preemptor against that ledger;
-    `could_stay_under(queue, bound)` tells whether some flavor choice keeps the planned usage
-    of `queue` (the preemptor's leaf or an ancestor) plus the request within `bound`;
+    `could_stay_under(queue, ceiling, limits)` tells whether some flavor choice keeps the
+    planned usage of `queue` (the preemptor's leaf or an ancestor) plus the request within
+    `ceiling` (a missing key: 0) and `limits` (a missing key: no limit);
     `covered(freed)` whether freeing `freed` could be enough room for some flavor choice.
     """
     if queue.reclaim == "Never":
@@ -196,7 +201,7 @@ def _reach(
     own_path: Sequence[str],
     levels: _Levels,
     ledger: Ledger,
-    could_stay_under: Callable[[str, Callable[[FlavorResource], int]], bool],
+    could_stay_under: Callable[[str, Vector, Vector | None], bool],
 ) -> int:
     """How far up the reclaimer's path victims may be sought: victims must meet it at
     `own_path[d]` with d <= the result (len(own_path) for anywhere, 0 for nowhere).
@@ -210,14 +215,7 @@ def _reach(
     """
     reach = 0
     for name in own_path:
-        limits = ledger.limits.get(name)
-
-        def bound(key: FlavorResource, name: str = name, limits: Vector | None = limits) -> int:
-            ceiling = levels.ceiling(name, key)
-            cap = limits.get(key) if limits else None
-            return ceiling if cap is None or cap > ceiling else cap
-
-        if not could_stay_under(name, bound):
+        if not could_stay_under(name, levels.ceilings(name), ledger.limits.get(name)):
             break
         reach += 1
     return reach
@@ -254,17 +252,19 @@ class ReclaimIndex:
         self,
         leaves: Iterable[str],
         candidates: Callable[[str], Sequence[Candidate]],
+        keys: Callable[[str], Sequence[VictimKey]],
         ledger: Ledger,
         tree: QueueTree,
         shares: Mapping[str, Vector],
         quotas: Mapping[str, Vector],
     ) -> None:
         """`leaves`: the leaves with admitted workloads; `candidates(leaf)`: a leaf's admitted
-        workloads as candidates, in victim order (asked only for leaves a search walks)."""
+        workloads as candidates, in victim order, and `keys(leaf)` their `victim_order`
+        (asked only for leaves a search walks)."""
         self._leaves = frozenset(leaves)
         self._candidates = candidates
+        self._keys = keys
         # Per leaf, built on first use: most searches look at a few leaves, or none.
-        self._keys: dict[str, list[tuple[int, bool, float, str]]] = {}
         self._holding: dict[str, dict[FlavorResource, list[int]]] = {}
         self._ledger = ledger
         self._tree = tree
@@ -328,13 +328,10 @@ class ReclaimIndex:
         """`leaf`'s admitted workloads as candidates, in victim order."""
         return self._candidates(leaf) if leaf in self._leaves else ()
 
-    def order_keys(self, leaf: str) -> list[tuple[int, bool, float, str]]:
+    def order_keys(self, leaf: str) -> Sequence[VictimKey]:
         """The victim order of `leaf`'s candidates: the merge in `_walk` compares them again
-        and again, so they are worked out once per leaf and cycle."""
-        found = self._keys.get(leaf)
-        if found is None:
-            found = self._keys[leaf] = [victim_order(c) for c in self.candidates(leaf)]
-        return found
+        and again, so they are worked out once per leaf and cycle (with the candidates)."""
+        return self._keys(leaf) if leaf in self._leaves else ()
 
     def _refresh(self, leaf: str, rules: Iterable[Rule] = _RULES) -> None:
         tree = self._tree
@@ -487,7 +484,7 @@ def _walk(
     # (victim order of the leaf's next candidate, step in the leaf's sequence, leaf, length
     # of its chain). With one contended pair (the usual case: GPUs) a leaf's sequence is only
     # its workloads holding that pair, so workloads that could not help are never looked at.
-    heap: list[tuple[tuple[int, bool, float, str], int, str, int]] = []
+    heap: list[tuple[VictimKey, int, str, int]] = []
     avail = index.available(levels.rule)
     single = next(iter(contended)) if len(contended) == 1 else None
     steps: dict[str, Sequence[int]] = {}
