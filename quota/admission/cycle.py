@@ -171,9 +171,12 @@ class _Cycle:
         self.admitted_by_queue: Mapping[str, Sequence[Counted]] = holding
         # Per queue, the draining queue on its path.
         drains = {name: draining(self.queues, self.tree, name) for name in holding}
-        if any(d is not None for d in drains.values()) or any(
-            w.evicting for counted in holding.values() for w, _ in counted
-        ):
+        evicting = (
+            fair.evicting
+            if fair.snapshot is snapshot
+            else {w.queue for counted in holding.values() for w, _ in counted if w.evicting}
+        )
+        if evicting or any(d is not None for d in drains.values()):
             # Some are leaving already: walked in the snapshot's order (that of the drain
             # decisions). Most cycles have none, and keep the lists as fair share made them.
             by_queue: dict[str, list[Counted]] = {}
@@ -219,6 +222,7 @@ class _Cycle:
         self.node_victims: list[Candidate] | None = None
         self.young_victims: list[Candidate] | None = None
         self.plans: dict[tuple[str, int], PodSetPlan] = {}  # by queue and shape number
+        self.fair_plans = fair.plans if fair.snapshot is snapshot else {}
         # Per pod set (by id: the snapshot keeps them alive), the number of its signature
         # (equal signatures, equal numbers): plans and memo keys hash that small number
         # rather than the nested signature, thousands of times a cycle.
@@ -481,12 +485,15 @@ class _Cycle:
         key = (spec.name, shape)
         plan = self.plans.get(key)
         if plan is None:
-            queue_signature = self.flavor_signatures.get(spec.name)
-            if queue_signature is None:
-                queue_signature = flavor_signature(spec, self.snapshot.flavors)
-                self.flavor_signatures[spec.name] = queue_signature
             signature = self.shape_signatures[shape]
-            plan = plan_pod_set(spec, self.snapshot.flavors, ps, (queue_signature, signature))
+            # Fair share planned the pending pod sets of this snapshot already.
+            plan = self.fair_plans.get((spec.name, signature))
+            if plan is None:
+                queue_signature = self.flavor_signatures.get(spec.name)
+                if queue_signature is None:
+                    queue_signature = flavor_signature(spec, self.snapshot.flavors)
+                    self.flavor_signatures[spec.name] = queue_signature
+                plan = plan_pod_set(spec, self.snapshot.flavors, ps, (queue_signature, signature))
             self.plans[key] = plan
         return plan
 

@@ -73,6 +73,13 @@ class FairShare(Mapping[str, Mapping[FlavorResource, int]]):
         default_factory=dict, compare=False, repr=False
     )
     snapshot: Snapshot | None = field(default=None, compare=False, repr=False)
+    # The plans fair share made for the pending pod sets, per queue and pod set signature,
+    # and the queues with an admitted workload already being evicted: what a cycle on the
+    # same snapshot would work out again. Ignored by comparisons too.
+    plans: Mapping[tuple[str, PodSetSignature], PodSetPlan] = field(
+        default_factory=dict, compare=False, repr=False
+    )
+    evicting: frozenset[str] = field(default=frozenset(), compare=False, repr=False)
 
     def __getitem__(self, queue: str) -> Mapping[FlavorResource, int]:
         return self.shares[queue]
@@ -102,6 +109,8 @@ def usage_and_demand(
     tree: QueueTree,
     per_queue: dict[str, list[Counted]] | None = None,
     own_usage: dict[str, Vector] | None = None,
+    plans: dict[tuple[str, PodSetSignature], PodSetPlan] | None = None,
+    evicting: set[str] | None = None,
 ) -> tuple[dict[str, Vector], dict[str, Vector]]:
     """Usage of admitted workloads and demand (usage + pending requests), per queue subtree.
 
@@ -111,7 +120,9 @@ def usage_and_demand(
     scale-up slice adds only its extra pods, on the flavors of the slice it replaces.
     `per_queue`, when given, receives per queue each counted admitted workload and its usage
     (queues in the order their first workload comes in the snapshot); `own_usage`, per queue
-    with any, the usage of its own admitted workloads (not rolled up).
+    with any, the usage of its own admitted workloads (not rolled up); `plans`, the plan of
+    each pending pod set shape per queue (by `pod_set_signature`); `evicting`, the queues
+    with a counted workload already being evicted.
     """
     usage: dict[str, Vector] = {name: {} for name in snapshot.queues}
     demand: dict[str, Vector] = {name: {} for name in snapshot.queues}
@@ -125,19 +136,24 @@ def usage_and_demand(
     # One (flavor, resource) key object per pair for all the usage kept, not one per
     # workload and resource: less to allocate, and lookups find them by identity.
     keys: dict[str, dict[str, FlavorResource]] = {}
+    # Per queue met so far: its usage and its counted workloads (one lookup per workload).
+    slots: dict[str, tuple[Vector, list[Counted]]] = {}
     for w in snapshot.admitted:
-        target = usage.get(w.queue)
-        if target is None or (gone and w.key in gone):
+        if gone and w.key in gone:
             continue
-        held = pod_set_usage(w, keys)
+        slot = slots.get(w.queue)
+        if slot is None:
+            target = usage.get(w.queue)
+            if target is None:
+                continue  # not a known queue
+            slot = slots[w.queue] = (target, [])
+        held = pod_set_usage(w, keys, slot[0])
         if per_queue is not None:
-            counted = per_queue.get(w.queue)
-            if counted is None:
-                per_queue[w.queue] = [(w, held)]
-            else:
-                counted.append((w, held))
-        for key, amount in held.items():  # add_into, inlined: once per admitted workload
-            target[key] = target.get(key, 0) + amount
+            slot[1].append((w, held))
+        if w.evicting and evicting is not None:
+            evicting.add(w.queue)
+    if per_queue is not None:
+        per_queue.update((name, counted) for name, (_, counted) in slots.items())
     for name, vector in usage.items():
         add_into(demand[name], vector)
     # Pending pod sets of one shape in one queue share one plan: sum their pod counts first,
@@ -172,7 +188,8 @@ def usage_and_demand(
             shape = (queue, id(ps))
             pods[shape] = pods.get(shape, 0) + count
             shapes[id(ps)] = ps
-    plans: dict[tuple[str, tuple[object, ...]], PodSetPlan] = {}
+    if plans is None:
+        plans = {}
     # Signatures worked out once per queue and per pod set, not once per plan.
     queue_signatures: dict[str, FlavorSignature] = {}
     pod_signatures: dict[int, PodSetSignature] = {}
@@ -193,10 +210,9 @@ def usage_and_demand(
             plans[plan_key] = plan
         target = demand[queue]
         for group in plan.groups:
-            for flavor in group.flavors:
-                for resource in group.resources:
-                    key = (flavor, resource)
-                    target[key] = target.get(key, 0) + ps.per_pod[resource] * count
+            for _, pairs in group.options:
+                for key, amount in pairs:
+                    target[key] = target.get(key, 0) + amount * count
     own = _roll_up(tree, usage)
     if own_usage is not None:
         own_usage.update(own)
@@ -219,11 +235,23 @@ def fair_share(snapshot: Snapshot) -> FairShare:
     tree = queue_tree(snapshot.queues)
     per_queue: dict[str, list[Counted]] = {}
     own: dict[str, Vector] = {}
-    usage, demand = usage_and_demand(snapshot, tree, per_queue, own)
+    plans: dict[tuple[str, PodSetSignature], PodSetPlan] = {}
+    evicting: set[str] = set()
+    usage, demand = usage_and_demand(snapshot, tree, per_queue, own, plans, evicting)
     amount = root_amount(snapshot, tree)
     weights = _weights(snapshot, tree)
     shares = distribute(snapshot.queues, tree, demand, amount, weights)
-    return FairShare(shares, usage, demand, amount, per_queue, own, snapshot)
+    return FairShare(
+        shares,
+        usage,
+        demand,
+        amount,
+        queue_workloads=per_queue,
+        queue_usage=own,
+        snapshot=snapshot,
+        plans=plans,
+        evicting=frozenset(evicting),
+    )
 
 
 def _weights(snapshot: Snapshot, tree: QueueTree) -> dict[str, int]:

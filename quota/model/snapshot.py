@@ -233,13 +233,16 @@ def queue_tree(queues: Mapping[str, QueueSpec]) -> QueueTree:
 
 
 def pod_set_usage(
-    workload: Workload, keys: dict[str, dict[str, FlavorResource]] | None = None
+    workload: Workload,
+    keys: dict[str, dict[str, FlavorResource]] | None = None,
+    into: dict[FlavorResource, int] | None = None,
 ) -> dict[FlavorResource, int]:
     """Quota an admitted workload holds, per (flavor, resource), from its admission.
 
     `keys`, when given, interns the (flavor, resource) keys (per flavor, per resource): a
     caller that keeps the usage of every admitted workload of a cluster then keeps a few
-    keys instead of one tuple per workload and resource.
+    keys instead of one tuple per workload and resource. The usage is also added into
+    `into` when given (a sum over many workloads, without walking each result again).
     """
     out: dict[FlavorResource, int] = {}
     admission = workload.admission
@@ -266,7 +269,9 @@ def pod_set_usage(
                     key = per_flavor.get(resource)
                     if key is None:
                         key = per_flavor[resource] = (flavor, resource)
-                    out[key] = amount * count
+                    out[key] = held = amount * count
+                    if into is not None:
+                        into[key] = into.get(key, 0) + held
         return out
     per_pod = {ps.name: ps.per_pod for ps in pod_sets}
     for assignment in admission:
@@ -277,6 +282,9 @@ def pod_set_usage(
                 continue
             key = _key(keys, flavor, resource)
             out[key] = out.get(key, 0) + amount * assignment.count
+    if into is not None:
+        for key, held in out.items():
+            into[key] = into.get(key, 0) + held
     return out
 
 
