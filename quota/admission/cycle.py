@@ -123,6 +123,7 @@ class _Request:
     counts: tuple[int, ...]  # pods to charge per pod set (the extra pods for a scale-up)
     base: SliceBase | None  # what the slice it replaces already runs
     running: Workload | None  # that slice
+    flexible: bool  # some pod set may start with fewer pods (minCount below count)
 
 
 @dataclass(frozen=True, slots=True)
@@ -409,7 +410,7 @@ class _Cycle:
         failure = result
         if self.diverged:
             reserved = assign_flavors(
-                spec.name, request.plans, request.counts, (self.planned,), sticky
+                spec.name, request.plans, request.counts, (self.planned,), sticky, explain=False
             )
             if isinstance(reserved, Fit) and self.nodes is not None:
                 # The quota exists once evictions in flight complete; so must room on nodes,
@@ -432,9 +433,7 @@ class _Cycle:
                 )
                 return "waiting"
         smallest = request.counts
-        if request.base is None and any(
-            ps.min_count is not None and ps.min_count < ps.count for ps in w.pod_sets
-        ):
+        if request.base is None and request.flexible:
             partial = self._partial(spec, request, ledgers)
             if partial is not None:
                 counts, fit = partial
@@ -469,16 +468,19 @@ class _Cycle:
                     )
                 base = slice_base(w, running)
         plans: list[PodSetPlan] = []
+        flexible = False
         for ps in w.pod_sets:
             plan = self._plan(spec, ps)
             if plan.impossible is not None:
                 return plan.impossible
             plans.append(plan)
+            if ps.min_count is not None and ps.min_count < ps.count:
+                flexible = True
         if base is None:
-            counts = tuple(ps.count for ps in w.pod_sets)
+            counts = tuple([ps.count for ps in w.pod_sets])
         else:
             counts = tuple(max(0, ps.count - base.counts[i]) for i, ps in enumerate(w.pod_sets))
-        return _Request(w, tuple(plans), counts, base, running)
+        return _Request(w, tuple(plans), counts, base, running, flexible)
 
     def _plan(self, spec: QueueSpec, ps: PodSet) -> PodSetPlan:
         shape = self._shape(ps)
@@ -540,9 +542,12 @@ class _Cycle:
                                     (self.planned.used[n], shares.get(n, _NO_SHARE))
                                     for n in self.tree.paths[queue]
                                 ]
-                            left = min(
-                                share.get(key, 0) - used.get(key, 0) for used, share in levels
-                            )
+                            left = None
+                            for used, share in levels:
+                                under = share.get(key, 0) - used.get(key, 0)
+                                if left is None or under < left:
+                                    left = under
+                            assert left is not None  # a path is never empty
                             room[key] = left
                         if amount * count > left:
                             break
@@ -596,7 +601,7 @@ class _Cycle:
         while lo <= hi:
             mid = (lo + hi) // 2
             counts = counts_at(mid)
-            fit = assign_flavors(spec.name, request.plans, counts, ledgers)
+            fit = assign_flavors(spec.name, request.plans, counts, ledgers, explain=False)
             if isinstance(fit, Fit):
                 best = (counts, fit)
                 lo = mid + 1
@@ -633,7 +638,9 @@ class _Cycle:
                 if tried <= excluded:
                     break
                 excluded |= tried
-                other = assign_flavors(spec.name, request.plans, counts, ledgers, None, excluded)
+                other = assign_flavors(
+                    spec.name, request.plans, counts, ledgers, None, excluded, explain=False
+                )
                 if not isinstance(other, Fit):
                     break
                 fit = other
@@ -661,7 +668,7 @@ class _Cycle:
         if got != counts:
             # Partial placement (minCount): charge quota for the pods that were placed.
             ledgers = (self.held, self.planned) if self.diverged else (self.held,)
-            refit = assign_flavors(spec.name, request.plans, got, ledgers, None)
+            refit = assign_flavors(spec.name, request.plans, got, ledgers, None, explain=False)
             if not isinstance(refit, Fit):  # fewer pods than already fitted: cannot happen
                 raise AssertionError(f"{request.workload.key}: {got} pods stopped fitting")
             counts, fit = got, refit
@@ -832,54 +839,43 @@ class _Cycle:
 
     # -- preemption and reclaim -------------------------------------------------------------
 
-    def _options(self, request: _Request, counts: Sequence[int]) -> list[_GroupOptions]:
-        """Per pod set and resource group, the flavors it may take, each as the (key, need)
-        pairs of the whole group there: what every check before a victim search reads, laid
-        out once per search instead of once per check and level."""
+    def _options(
+        self, queue: str, request: _Request, counts: Sequence[int]
+    ) -> tuple[list[_GroupOptions], dict[FlavorResource, int], set[FlavorResource]]:
+        """What every check before a victim search reads, laid out once per search instead of
+        once per check and level, in one walk:
+
+        - per pod set and resource group, the flavors it may take, each as the (key, need)
+          pairs of the whole group there;
+        - the headroom in the planned ledger of every pair they name (for `_covering` too:
+          the ledger does not change in between);
+        - the pairs the request is short of there, on any flavor it could take. Only these
+          are worth freeing, so victims must hold some of them and their queues' floors are
+          judged on them alone: a queue's in-quota cpu must not shield the GPUs it borrows.
+          Each pair's need sums every pod set that could land there, so a pair two pod sets
+          would share is not missed.
+        """
+        headroom = self.planned.headroom
         out: list[_GroupOptions] = []
+        room: dict[FlavorResource, int] = {}
+        need: dict[FlavorResource, int] = {}
         for i, plan in enumerate(request.plans):
             pinned = request.base.flavors[i] if request.base is not None else None
             count = counts[i]
             for group in plan.groups:
-                needs = [
-                    [(key, amount * count) for key, amount in pairs]
-                    for _, pairs in group.choices(pinned, plan.pod_set.per_pod)
-                ]
-                out.append(_GroupOptions(count > 0, needs))
-        return out
-
-    def _contended_keys(
-        self, options: Sequence[_GroupOptions], room: Mapping[FlavorResource, int]
-    ) -> set[FlavorResource]:
-        """The (flavor, resource) pairs the request is short of in the planned ledger (`room`
-        per pair, from `_room`), on any flavor it could take.
-
-        Only these are worth freeing, so victims must hold some of them and their queues'
-        floors are judged on them alone: a queue's in-quota cpu must not shield the GPUs it
-        borrows.
-        Each pair's need sums every pod set that could land there, so a pair two pod sets
-        would share is not missed.
-        """
-        need: dict[FlavorResource, int] = {}
-        for group in options:
-            if not group.counted:
-                continue
-            for needs in group.flavors:
-                for key, amount in needs:
-                    need[key] = need.get(key, 0) + amount
-        return {key for key, amount in need.items() if amount > room[key]}
-
-    def _room(self, queue: str, options: Sequence[_GroupOptions]) -> dict[FlavorResource, int]:
-        """Headroom in the planned ledger of every pair `options` name, looked up once for
-        both `_contended_keys` and `_covering` (the ledger does not change in between)."""
-        headroom = self.planned.headroom
-        room: dict[FlavorResource, int] = {}
-        for group in options:
-            for needs in group.flavors:
-                for key, _ in needs:
-                    if key not in room:
-                        room[key] = headroom(queue, key)
-        return room
+                flavors: list[list[tuple[FlavorResource, int]]] = []
+                for _, pairs in group.choices(pinned, plan.pod_set.per_pod):
+                    needs: list[tuple[FlavorResource, int]] = []
+                    for key, amount in pairs:
+                        needed = amount * count
+                        needs.append((key, needed))
+                        if key not in room:
+                            room[key] = headroom(queue, key)
+                        if count > 0:
+                            need[key] = need.get(key, 0) + needed
+                    flavors.append(needs)
+                out.append(_GroupOptions(count > 0, flavors))
+        return out, room, {key for key, amount in need.items() if amount > room[key]}
 
     def _preempt(
         self, spec: QueueSpec, request: _Request, counts: tuple[int, ...]
@@ -892,40 +888,27 @@ class _Cycle:
             return False
         w = request.workload
         sticky = request.base.flavors if request.base is not None else None
-        options = self._options(request, counts)
-        room = self._room(spec.name, options)
-        contended = self._contended_keys(options, room)
+        options, room, contended = self._options(spec.name, request, counts)
         if not contended:
             return False  # nothing is short in the planned ledger: evicting cannot help
-        last: list[Fit] = []
         # Valid for the whole call: each search below leaves the ledger as it found it or
         # succeeds and ends the call.
         covered = self._covering(options, room)
 
         def try_fit() -> Fit | None:
-            fit = assign_flavors(spec.name, request.plans, counts, (self.planned,), sticky)
+            fit = assign_flavors(
+                spec.name, request.plans, counts, (self.planned,), sticky, explain=False
+            )
             return fit if isinstance(fit, Fit) else None
 
         victims: list[Victim] = []
         chosen: list[Candidate] | None = None
         if spec.within_queue != "Never":
-            candidates = within_queue_candidates(
-                w,
-                spec.within_queue,
-                self._victim_list(spec.name),
-                self.taken,
-                contended,
-                self.snapshot.now,
-                spec.min_runtime_preempt_s,
-            )
+            candidates = self._within_queue(spec, w, contended)
             if candidates:
 
                 def fits(_: Sequence[Candidate]) -> bool:
-                    fit = try_fit()
-                    if fit is None:
-                        return False
-                    last[:] = [fit]
-                    return True
+                    return try_fit() is not None
 
                 chosen = select_victims(candidates, self.planned, fits, enough=covered)
                 if chosen is not None:
@@ -1332,6 +1315,21 @@ class _Cycle:
         queue = self.queues.get(c.queue)
         return place_gang(self.nodes, gang, queue.placement if queue else "BinPack")
 
+    def _within_queue(
+        self, spec: QueueSpec, w: Workload, contended: set[FlavorResource]
+    ) -> list[Candidate]:
+        """The workloads of `w`'s own queue it may preempt, in victim order."""
+        return within_queue_candidates(
+            w,
+            spec.within_queue,
+            spec.name,
+            self.admitted_by_queue.get(spec.name, ()),
+            self.taken,
+            contended,
+            self.snapshot.now,
+            spec.min_runtime_preempt_s,
+        )
+
     def _all_victims(self) -> list[Candidate]:
         """Every admitted workload as a candidate, in victim order, sorted once per cycle
         (taken ones are filtered when used)."""
@@ -1406,7 +1404,7 @@ class _Cycle:
     def _covering(
         self, options: Sequence[_GroupOptions], room: Mapping[FlavorResource, int]
     ) -> Callable[[Mapping[FlavorResource, int]], bool]:
-        """`covered(freed)`: whether room free now (`room`, from `_room`) plus `freed` could
+        """`covered(freed)`: whether room free now (`room`, from `_options`) plus `freed` could
         hold the request on some flavor choice (each pod set judged alone: a necessary
         condition).
 
@@ -1423,8 +1421,11 @@ class _Cycle:
             get = freed.get
             for options in options_per_group:
                 for needs in options:
-                    if all(need <= room + get(key, 0) for key, need, room in needs):
-                        break
+                    for key, need, room in needs:
+                        if need > room + get(key, 0):
+                            break
+                    else:
+                        break  # this flavor could hold it
                 else:
                     return False
             return True
@@ -1494,10 +1495,10 @@ class _Cycle:
         parts: list[str] = []
         for short in failure.shortfalls:
             key = (short.flavor, short.resource)
-            available, binder, bound = min(
-                (ledger.binding(spec.name, key) for ledger in (self.held, self.planned)),
-                key=lambda b: b[0],
-            )
+            # The tighter of the two ledgers (the held one when they are equal).
+            held = self.held.binding(spec.name, key)
+            planned = self.planned.binding(spec.name, key)
+            available, binder, bound = planned if planned[0] < held[0] else held
             r = short.resource
             requested = format_amount(r, short.requested)
             if binder is not None:

@@ -237,6 +237,10 @@ class FitFailure:
     skipped: tuple[str, ...]
 
 
+# What `assign_flavors` returns for a failure it was not asked to explain.
+UNEXPLAINED = FitFailure("", (), ())
+
+
 @dataclass(frozen=True, slots=True)
 class Fit:
     """A flavor per resource for every pod set, and the usage that admission charges."""
@@ -252,13 +256,16 @@ def assign_flavors(
     ledgers: Sequence[Ledger],
     sticky: Sequence[Mapping[str, str] | None] | None = None,
     excluded: frozenset[str] = frozenset(),
+    explain: bool = True,
 ) -> Fit | FitFailure:
     """Pick flavors for the pod sets at `counts` pods so the whole workload fits every ledger.
 
     `sticky` pins the flavors of pod sets that already run (an elastic scale-up stays on the
     flavors of its running slice). Flavors in `excluded` are not considered (their nodes
     could not take the pods). Pod sets are charged one after another, so two pod sets
-    asking for the same flavor see each other's requests.
+    asking for the same flavor see each other's requests. With `explain` False a failure
+    is `UNEXPLAINED`, for callers that only ask whether the workload fits (victim searches
+    ask thousands of times a cycle).
     """
     usage: dict[FlavorResource, int] = {}
     chosen: list[dict[str, str]] = []
@@ -283,11 +290,12 @@ def assign_flavors(
                         if at >= 0 and (short < 0 or at < short):
                             short = at
                     if short >= 0:
-                        key, amount = pairs[short]
-                        need = amount * count + usage.get(key, 0)
-                        shortfalls.append(
-                            Shortfall(plan.pod_set.name, flavor, resources[short], need)
-                        )
+                        if explain:
+                            key, amount = pairs[short]
+                            need = amount * count + usage.get(key, 0)
+                            shortfalls.append(
+                                Shortfall(plan.pod_set.name, flavor, resources[short], need)
+                            )
                         continue
                     for key, amount in pairs:
                         usage[key] = usage.get(key, 0) + amount * count
@@ -295,6 +303,8 @@ def assign_flavors(
                     picked[r] = flavor
                 break
             else:
+                if not explain:
+                    return UNEXPLAINED
                 return FitFailure(plan.pod_set.name, tuple(shortfalls), plan.skipped)
         chosen.append(picked)
     return Fit(tuple(chosen), usage)

@@ -25,7 +25,6 @@ class Ledger:
         "amount",
         "limits",
         "paths",
-        "root_used",
         "touched",
         "used",
     )
@@ -40,9 +39,8 @@ class Ledger:
         self.limits = limits
         self.amount = amount
         self.used: dict[str, dict[FlavorResource, int]] = {name: {} for name in paths}
-        self.root_used: dict[FlavorResource, int] = {}
-        # amount - root_used, kept as charges come: what headroom starts from, read tens of
-        # thousands of times a cycle for a few thousand charges.
+        # The amount less what is charged, kept as charges come: what headroom starts from,
+        # read tens of thousands of times a cycle for a few thousand charges.
         self._free: dict[FlavorResource, int] = dict(amount)
         # Per queue, the (name, limits, usage) of the queues on its path that have any limit;
         # most trees limit few queues, so the walk is usually empty.
@@ -57,7 +55,6 @@ class Ledger:
         """An independent ledger with the same usage."""
         twin = Ledger(self.paths, self.limits, self.amount)
         twin.used = {name: dict(usage) for name, usage in self.used.items()}
-        twin.root_used = dict(self.root_used)
         twin._free = dict(self._free)
         return twin
 
@@ -76,18 +73,14 @@ class Ledger:
         """Add (sign=1) or release (sign=-1) `usage` on `queue` and all its ancestors."""
         if self.touched is not None:
             self.touched.append(queue)
-        # The signed amounts once, not once per level of the path.
-        deltas = list(usage.items()) if sign == 1 else [(k, a * sign) for k, a in usage.items()]
-        root = self.root_used
-        free = self._free
-        for key, delta in deltas:
-            root[key] = root.get(key, 0) + delta
-            free[key] = free.get(key, 0) - delta
         path = self._path_used.get(queue)
         if path is None:
             path = self._path_used[queue] = tuple(self.used[name] for name in self.paths[queue])
-        for used in path:
-            for key, delta in deltas:
+        free = self._free
+        for key, amount in usage.items():
+            delta = amount * sign
+            free[key] = free.get(key, 0) - delta
+            for used in path:
                 used[key] = used.get(key, 0) + delta
 
     def headroom(self, queue: str, key: FlavorResource) -> int:
@@ -135,7 +128,7 @@ class Ledger:
 
     def binding(self, queue: str, key: FlavorResource) -> tuple[int, str | None, int]:
         """(available, queue whose limit binds or None for the root amount, that bound)."""
-        room = self.amount.get(key, 0) - self.root_used.get(key, 0)
+        room = self._free.get(key, 0)
         binder: str | None = None
         bound = self.amount.get(key, 0)
         for name, limits, used in self._limited_path(queue):

@@ -76,19 +76,36 @@ def below(tree: QueueTree, queue: str, ancestor: str | None) -> tuple[str, ...]:
 class _Levels:
     """Floors (what a victim's queue keeps) and ceilings (what the reclaimer may reach)."""
 
+    __slots__ = ("_floors", "quotas", "rule", "shares")
+
     def __init__(
         self, rule: Rule, shares: Mapping[str, Vector], quotas: Mapping[str, Vector]
     ) -> None:
         self.rule = rule
         self.shares = shares
         self.quotas = quotas
+        self._floors: dict[str, Vector] = {}
 
     def floor(self, queue: str, key: FlavorResource) -> int:
-        quota = self.quotas.get(queue, {}).get(key, 0)
-        if self.rule == "quota":
-            return quota
-        share = self.shares.get(queue, {}).get(key, 0)
-        return share if share > quota else quota
+        return self.floors(queue).get(key, 0)
+
+    def floors(self, queue: str) -> Vector:
+        """`floor(queue, key)` for every key (a missing key: 0): the queue's quota, or under
+        the fair-share rule the larger of quota and fair share. Worked out once per queue:
+        the reclaim index asks for every key a queue holds each time it is refreshed."""
+        found = self._floors.get(queue)
+        if found is None:
+            quota = self.quotas.get(queue, _NOTHING)
+            if self.rule == "quota":
+                found = quota
+            else:
+                larger = dict(quota)
+                for key, share in self.shares.get(queue, _NOTHING).items():
+                    if share > larger.get(key, 0):
+                        larger[key] = share
+                found = larger
+            self._floors[queue] = found
+        return found
 
     def ceiling(self, queue: str, key: FlavorResource) -> int:
         return self.ceilings(queue).get(key, 0)
@@ -300,15 +317,16 @@ class ReclaimIndex:
         order = sorted(included, key=lambda name: len(paths[name]), reverse=True)
         used_of = self._ledger.used
         for rule in _RULES:
-            floor = self._levels[rule].floor
+            floors = self._levels[rule].floors
             avail, kids, top = self._avail[rule], self._kids[rule], self._top[rule]
             for name in order:
                 path = paths[name]
                 inner = bool(tree.children.get(name))
                 below_kids = kids.get(name) if inner else None
                 new: dict[FlavorResource, int] = {}
+                floor = floors(name)
                 for key, held in used_of[name].items():
-                    give = held - floor(name, key)
+                    give = held - floor.get(key, 0)
                     if inner:
                         give = min(give, below_kids.get(key, 0) if below_kids else 0)
                     if give > 0:
@@ -343,8 +361,9 @@ class ReclaimIndex:
                 below_kids = kids.get(name)
                 inner = bool(tree.children.get(name))
                 new: dict[FlavorResource, int] = {}
+                floor = levels.floors(name)
                 for key, held in used.items():
-                    give = held - levels.floor(name, key)
+                    give = held - floor.get(key, 0)
                     if inner:
                         give = min(give, below_kids.get(key, 0) if below_kids else 0)
                     if give > 0:

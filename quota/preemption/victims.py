@@ -190,7 +190,8 @@ def _reprieve(
 def within_queue_candidates(
     preemptor: Workload,
     policy: WithinQueuePolicy,
-    ordered: Sequence[Candidate],
+    queue: str,
+    admitted: Sequence[tuple[Workload, Mapping[FlavorResource, int]]],
     excluded: set[str] | frozenset[str],
     contended: set[FlavorResource],
     now: float,
@@ -198,30 +199,30 @@ def within_queue_candidates(
 ) -> list[Candidate]:
     """Workloads of the preemptor's own queue it may preempt, least important first.
 
-    `ordered` holds the queue's admitted workloads in victim order. LowerPriority allows
-    strictly lower priorities; LowerOrNewerEqualPriority also allows equal priority when the
-    victim arrived after the preemptor. Workloads that started less than `min_runtime_s` ago,
-    and those holding none of the `contended` (flavor, resource) pairs the preemptor is short
-    of, are spared: evicting them could not make it fit.
+    `admitted` holds the queue's admitted workloads with their usage, in any order: only
+    those allowed are sorted (most searches find a few or none, and sorting the whole queue
+    for each was a large part of a contended cycle). LowerPriority allows strictly lower
+    priorities; LowerOrNewerEqualPriority also allows equal priority when the victim arrived
+    after the preemptor. Workloads that started less than `min_runtime_s` ago, and those
+    holding none of the `contended` (flavor, resource) pairs the preemptor is short of, are
+    spared: evicting them could not make it fit.
     """
     if policy == "Never":
         return []
-    out: list[Candidate] = []
+    allowed: list[tuple[Workload, Mapping[FlavorResource, int]]] = []
     priority = preemptor.priority
     equal_ok = policy == "LowerOrNewerEqualPriority"
-    for c in ordered:
-        w = c.workload
-        if w.priority >= priority:
-            if w.priority > priority or not equal_ok:
-                break  # victim order is by priority: nothing further is allowed
-            if w.arrival <= preemptor.arrival:
-                continue
-        if w.key in excluded or contended.isdisjoint(c.usage):
+    for w, usage in admitted:
+        if w.priority >= priority and (
+            w.priority > priority or not equal_ok or w.arrival <= preemptor.arrival
+        ):
+            continue  # equal priority only under LowerOrNewerEqualPriority, if it came later
+        if w.key in excluded or contended.isdisjoint(usage):
             continue
         if min_runtime_s and now - started_at(w) < min_runtime_s:
             continue
-        out.append(c)
-    return out
+        allowed.append((w, usage))
+    return in_victim_order(allowed, queue)[0]
 
 
 def preemption_reason(preemptor: Workload, victim: Workload, queue: str) -> str:

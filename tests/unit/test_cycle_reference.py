@@ -17,9 +17,9 @@ from hypothesis import strategies as st
 from quota.admission.cycle import _Cycle, admission_cycle
 from quota.fairness.fairshare import fair_share
 from quota.model.ledger import Ledger
-from quota.model.snapshot import Snapshot, Workload, queue_tree
+from quota.model.snapshot import QueueSpec, Snapshot, Workload, queue_tree
 from quota.preemption.reclaim import ReclaimIndex
-from quota.preemption.victims import Candidate, victim_order
+from quota.preemption.victims import Candidate, started_at, victim_order
 from tests.unit.strategies import CPU, GPU, apply_cycle, snapshots
 from tests.unit.test_reclaim_properties import contended as reclaim_cases
 
@@ -36,11 +36,34 @@ class _PlainIndex(ReclaimIndex):
 
 class _PlainCycle(_Cycle):
     """The cycle before its shortcuts: every admitted workload is asked whether minRuntime
-    protects it, the reclaim figures are built leaf by leaf, and a queue's victims are
-    sorted with `victim_order`, one call each."""
+    protects it, the reclaim figures are built leaf by leaf, a queue's victims are sorted
+    with `victim_order`, one call each, and within-queue candidates are picked from the
+    whole sorted queue."""
 
     def _young_victims(self) -> list[Candidate]:
         return self._all_victims()
+
+    def _within_queue(
+        self, spec: QueueSpec, w: Workload, contended: set[tuple[str, str]]
+    ) -> list[Candidate]:
+        if spec.within_queue == "Never":
+            return []
+        out: list[Candidate] = []
+        equal_ok = spec.within_queue == "LowerOrNewerEqualPriority"
+        for c in self._victim_list(spec.name):
+            v = c.workload
+            if v.priority >= w.priority:
+                if v.priority > w.priority or not equal_ok:
+                    break  # victim order is by priority: nothing further is allowed
+                if v.arrival <= w.arrival:
+                    continue
+            if v.key in self.taken or contended.isdisjoint(c.usage):
+                continue
+            runtime = spec.min_runtime_preempt_s
+            if runtime and self.snapshot.now - started_at(v) < runtime:
+                continue
+            out.append(c)
+        return out
 
     def _victim_list(self, queue: str) -> list[Candidate]:
         found = self.victim_lists.get(queue)
