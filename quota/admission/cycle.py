@@ -44,14 +44,10 @@ from quota.model.decisions import Admit, CycleResult, Pending, Preempt, Victim
 from quota.model.flavorassign import (
     Fit,
     FitFailure,
-    FlavorSignature,
+    Planner,
     PodSetPlan,
-    PodSetSignature,
     SliceBase,
     assign_flavors,
-    flavor_signature,
-    plan_pod_set,
-    pod_set_signature,
     slice_base,
 )
 from quota.model.ledger import Ledger
@@ -222,15 +218,9 @@ class _Cycle:
         self.all_victims: list[Candidate] | None = None
         self.node_victims: list[Candidate] | None = None
         self.young_victims: list[Candidate] | None = None
-        self.plans: dict[tuple[str, int], PodSetPlan] = {}  # by queue and shape number
-        self.fair_plans = fair.plans if fair.snapshot is snapshot else {}
-        # Per pod set (by id: the snapshot keeps them alive), the number of its signature
-        # (equal signatures, equal numbers): plans and memo keys hash that small number
-        # rather than the nested signature, thousands of times a cycle.
-        self.shapes: dict[int, int] = {}
-        self.signatures: dict[PodSetSignature, int] = {}
-        self.shape_signatures: list[PodSetSignature] = []  # by number
-        self.flavor_signatures: dict[str, FlavorSignature] = {}
+        # Fair share planned the pending pod sets of this snapshot already.
+        planner = fair.planner if fair.snapshot is snapshot else None
+        self.planner = planner if planner is not None else Planner(snapshot.flavors)
         self.memo: dict[tuple[object, ...], str] = {}
         self.never: set[tuple[object, ...]] = set()  # memo keys no node could ever host
         self.homeless: dict[str, str] = {}  # flavor -> why no node carries it ("" if one does)
@@ -470,7 +460,7 @@ class _Cycle:
         plans: list[PodSetPlan] = []
         flexible = False
         for ps in w.pod_sets:
-            plan = self._plan(spec, ps)
+            plan = self.planner.plan(spec, ps)
             if plan.impossible is not None:
                 return plan.impossible
             plans.append(plan)
@@ -481,35 +471,6 @@ class _Cycle:
         else:
             counts = tuple(max(0, ps.count - base.counts[i]) for i, ps in enumerate(w.pod_sets))
         return _Request(w, tuple(plans), counts, base, running, flexible)
-
-    def _plan(self, spec: QueueSpec, ps: PodSet) -> PodSetPlan:
-        shape = self._shape(ps)
-        key = (spec.name, shape)
-        plan = self.plans.get(key)
-        if plan is None:
-            signature = self.shape_signatures[shape]
-            # Fair share planned the pending pod sets of this snapshot already.
-            plan = self.fair_plans.get((spec.name, signature))
-            if plan is None:
-                queue_signature = self.flavor_signatures.get(spec.name)
-                if queue_signature is None:
-                    queue_signature = flavor_signature(spec, self.snapshot.flavors)
-                    self.flavor_signatures[spec.name] = queue_signature
-                plan = plan_pod_set(spec, self.snapshot.flavors, ps, (queue_signature, signature))
-            self.plans[key] = plan
-        return plan
-
-    def _shape(self, ps: PodSet) -> int:
-        """The number of `ps`'s `pod_set_signature` in this cycle."""
-        shape = self.shapes.get(id(ps))
-        if shape is None:
-            signature = pod_set_signature(ps)
-            shape = self.signatures.get(signature)
-            if shape is None:
-                shape = self.signatures[signature] = len(self.shape_signatures)
-                self.shape_signatures.append(signature)
-            self.shapes[id(ps)] = shape
-        return shape
 
     def _set_aside(self, request: _Request) -> str:
         """Keep `request` for the second pass; a slice's depends on what is being evicted by
@@ -577,7 +538,8 @@ class _Cycle:
         w = request.workload
         shape: list[object] = [spec.name]
         for ps in w.pod_sets:
-            shape.append((self.shapes[id(ps)], ps.count, ps.min_count))
+            # The planner's shape number: equal numbers, equal signatures.
+            shape.append((self.planner.shape(ps), ps.count, ps.min_count))
         if spec.within_queue != "Never" or spec.reclaim != "Never":
             shape.append(w.priority)
             if spec.within_queue == "LowerOrNewerEqualPriority":
@@ -980,8 +942,11 @@ class _Cycle:
             return True
         self.planned.charge(spec.name, fit.usage)
         self.taken.update(c.workload.key for c in chosen)
+        # Victims' subtrees are less saturated once they leave; the preemptor's own path is
+        # re-keyed when its turn ends (`_pass`), right after this.
+        mine = self.tree.paths[spec.name]
         for queue in sorted({c.queue for c in chosen}):
-            self.order.refresh(queue)  # victims' subtrees are less saturated once they leave
+            self.order.refresh(queue, mine)
         self.diverged = True
         self.preempt.append(Preempt(w.key, tuple(victims)))
         n = len(victims)

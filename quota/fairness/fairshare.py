@@ -15,15 +15,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from quota.fairness.usage import adjust_weights
-from quota.model.flavorassign import (
-    FlavorSignature,
-    PodSetPlan,
-    PodSetSignature,
-    flavor_signature,
-    plan_pod_set,
-    pod_set_signature,
-    slice_base,
-)
+from quota.model.flavorassign import Planner, slice_base
 from quota.model.resources import FlavorResource, add_into
 from quota.model.snapshot import (
     PodSet,
@@ -73,12 +65,10 @@ class FairShare(Mapping[str, Mapping[FlavorResource, int]]):
         default_factory=dict, compare=False, repr=False
     )
     snapshot: Snapshot | None = field(default=None, compare=False, repr=False)
-    # The plans fair share made for the pending pod sets, per queue and pod set signature,
-    # and the queues with an admitted workload already being evicted: what a cycle on the
-    # same snapshot would work out again. Ignored by comparisons too.
-    plans: Mapping[tuple[str, PodSetSignature], PodSetPlan] = field(
-        default_factory=dict, compare=False, repr=False
-    )
+    # The planner that planned the pending pod sets, and the queues with an admitted
+    # workload already being evicted: what a cycle on the same snapshot would work out
+    # again. Ignored by comparisons too.
+    planner: Planner | None = field(default=None, compare=False, repr=False)
     evicting: frozenset[str] = field(default=frozenset(), compare=False, repr=False)
 
     def __getitem__(self, queue: str) -> Mapping[FlavorResource, int]:
@@ -109,7 +99,7 @@ def usage_and_demand(
     tree: QueueTree,
     per_queue: dict[str, list[Counted]] | None = None,
     own_usage: dict[str, Vector] | None = None,
-    plans: dict[tuple[str, PodSetSignature], PodSetPlan] | None = None,
+    planner: Planner | None = None,
     evicting: set[str] | None = None,
 ) -> tuple[dict[str, Vector], dict[str, Vector]]:
     """Usage of admitted workloads and demand (usage + pending requests), per queue subtree.
@@ -120,9 +110,9 @@ def usage_and_demand(
     scale-up slice adds only its extra pods, on the flavors of the slice it replaces.
     `per_queue`, when given, receives per queue each counted admitted workload and its usage
     (queues in the order their first workload comes in the snapshot); `own_usage`, per queue
-    with any, the usage of its own admitted workloads (not rolled up); `plans`, the plan of
-    each pending pod set shape per queue (by `pod_set_signature`); `evicting`, the queues
-    with a counted workload already being evicted.
+    with any, the usage of its own admitted workloads (not rolled up); `planner` plans the
+    pending pod sets (and keeps the plans); `evicting` receives the queues with a counted
+    workload already being evicted.
     """
     usage: dict[str, Vector] = {name: {} for name in snapshot.queues}
     demand: dict[str, Vector] = {name: {} for name in snapshot.queues}
@@ -188,26 +178,11 @@ def usage_and_demand(
             shape = (queue, id(ps))
             pods[shape] = pods.get(shape, 0) + count
             shapes[id(ps)] = ps
-    if plans is None:
-        plans = {}
-    # Signatures worked out once per queue and per pod set, not once per plan.
-    queue_signatures: dict[str, FlavorSignature] = {}
-    pod_signatures: dict[int, PodSetSignature] = {}
+    if planner is None:
+        planner = Planner(snapshot.flavors)
     for (queue, shape_id), count in pods.items():
         ps = shapes[shape_id]
-        pod_signature = pod_signatures.get(shape_id)
-        if pod_signature is None:
-            pod_signature = pod_signatures[shape_id] = pod_set_signature(ps)
-        plan_key = (queue, pod_signature)
-        plan = plans.get(plan_key)
-        if plan is None:
-            spec = snapshot.queues[queue]
-            queue_signature = queue_signatures.get(queue)
-            if queue_signature is None:
-                queue_signature = flavor_signature(spec, snapshot.flavors)
-                queue_signatures[queue] = queue_signature
-            plan = plan_pod_set(spec, snapshot.flavors, ps, (queue_signature, pod_signature))
-            plans[plan_key] = plan
+        plan = planner.plan(snapshot.queues[queue], ps)
         target = demand[queue]
         for group in plan.groups:
             for _, pairs in group.options:
@@ -235,9 +210,9 @@ def fair_share(snapshot: Snapshot) -> FairShare:
     tree = queue_tree(snapshot.queues)
     per_queue: dict[str, list[Counted]] = {}
     own: dict[str, Vector] = {}
-    plans: dict[tuple[str, PodSetSignature], PodSetPlan] = {}
+    planner = Planner(snapshot.flavors)
     evicting: set[str] = set()
-    usage, demand = usage_and_demand(snapshot, tree, per_queue, own, plans, evicting)
+    usage, demand = usage_and_demand(snapshot, tree, per_queue, own, planner, evicting)
     amount = root_amount(snapshot, tree)
     weights = _weights(snapshot, tree)
     shares = distribute(snapshot.queues, tree, demand, amount, weights)
@@ -249,7 +224,7 @@ def fair_share(snapshot: Snapshot) -> FairShare:
         queue_workloads=per_queue,
         queue_usage=own,
         snapshot=snapshot,
-        plans=plans,
+        planner=planner,
         evicting=frozenset(evicting),
     )
 

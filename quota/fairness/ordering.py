@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 
 from quota.model.resources import FlavorResource
 from quota.model.snapshot import QueueTree, Workload
@@ -121,10 +121,11 @@ class QueueOrder:
                     self._kids[parent] = self._kids.get(parent, 0) + 1
                 self._enter(name)
 
-    def refresh(self, queue: str) -> None:
-        """Re-key the queues on `queue`'s path that are still to visit (usage changed)."""
+    def refresh(self, queue: str, later: Collection[str] = ()) -> None:
+        """Re-key the queues on `queue`'s path that are still to visit (usage changed), but
+        those in `later`, which the caller re-keys itself before the next `pop`."""
         for name in self._paths[queue]:
-            if name in self._active:
+            if name in self._active and name not in later:
                 self._enter(name)
 
     def pop(self) -> str | None:

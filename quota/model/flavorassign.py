@@ -218,6 +218,73 @@ def plan_pod_set(
     return PodSetPlan(pod_set, shape.groups, None, shape.skipped)
 
 
+class Planner:
+    """The plans of one snapshot's pod sets, per queue: worked out once and shared by fair
+    share and the admission cycle on that snapshot, which plan the same pending pod sets.
+
+    Pod sets are known by id (the snapshot keeps them alive while its planner is used) and
+    by the number of their `pod_set_signature` (equal signatures, equal numbers), so that
+    a lookup hashes small numbers rather than nested signatures. A plan that can be admitted
+    depends on the queue only through its flavor signature, so queues with equal ones share
+    it; one that cannot is made per queue (its reason names the queue).
+    """
+
+    __slots__ = (
+        "_by_number",
+        "_flavor_numbers",
+        "_flavors",
+        "_plans",
+        "_queues",
+        "_shapes",
+        "_shared",
+        "_sigs",
+    )
+
+    def __init__(self, flavors: Mapping[str, Flavor]) -> None:
+        self._flavors = flavors
+        self._shapes: dict[int, int] = {}  # id(pod set) -> its signature's number
+        self._sigs: dict[PodSetSignature, int] = {}
+        self._by_number: list[PodSetSignature] = []
+        self._queues: dict[str, tuple[int, FlavorSignature]] = {}  # number and signature
+        self._flavor_numbers: dict[FlavorSignature, int] = {}
+        self._plans: dict[tuple[str, int], PodSetPlan] = {}  # by queue and shape number
+        self._shared: dict[tuple[int, int], PodSetPlan] = {}  # by flavor and shape numbers
+
+    def shape(self, pod_set: PodSet) -> int:
+        """The number of `pod_set`'s signature: equal numbers, equal signatures."""
+        found = self._shapes.get(id(pod_set))
+        if found is None:
+            signature = pod_set_signature(pod_set)
+            found = self._sigs.get(signature)
+            if found is None:
+                found = self._sigs[signature] = len(self._by_number)
+                self._by_number.append(signature)
+            self._shapes[id(pod_set)] = found
+        return found
+
+    def plan(self, spec: QueueSpec, pod_set: PodSet) -> PodSetPlan:
+        """`plan_pod_set(spec, flavors, pod_set)`, worked out once per queue and shape."""
+        shape = self.shape(pod_set)
+        key = (spec.name, shape)
+        plan = self._plans.get(key)
+        if plan is None:
+            queue = self._queues.get(spec.name)
+            if queue is None:
+                signature = flavor_signature(spec, self._flavors)
+                number = self._flavor_numbers.setdefault(signature, len(self._flavor_numbers))
+                queue = self._queues[spec.name] = (number, signature)
+            shared = (queue[0], shape)
+            plan = self._shared.get(shared)
+            if plan is None:
+                plan = plan_pod_set(
+                    spec, self._flavors, pod_set, (queue[1], self._by_number[shape])
+                )
+                if plan.impossible is None:
+                    self._shared[shared] = plan
+            self._plans[key] = plan
+        return plan
+
+
 @dataclass(frozen=True, slots=True)
 class Shortfall:
     """One flavor that could not take one resource: what was asked and what was left."""

@@ -217,9 +217,12 @@ def within_queue_candidates(
             w.priority > priority or not equal_ok or w.arrival <= preemptor.arrival
         ):
             continue  # equal priority only under LowerOrNewerEqualPriority, if it came later
-        if w.key in excluded or contended.isdisjoint(usage):
+        # The key last: it is another object to read, for every workload of the queue.
+        if contended.isdisjoint(usage):
             continue
         if min_runtime_s and now - started_at(w) < min_runtime_s:
+            continue
+        if w.key in excluded:
             continue
         allowed.append((w, usage))
     return in_victim_order(allowed, queue)[0]
