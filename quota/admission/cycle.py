@@ -31,6 +31,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from functools import partial
+from typing import NamedTuple
 
 from quota.fairness.fairshare import Counted, FairShare, fair_share, root_amount
 from quota.fairness.ordering import (
@@ -122,10 +123,10 @@ class _Request:
     flexible: bool  # some pod set may start with fewer pods (minCount below count)
 
 
-@dataclass(frozen=True, slots=True)
-class _GroupOptions:
+class _GroupOptions(NamedTuple):
     """One resource group of one pod set of a request: per flavor it may take, the (key,
-    need) pairs of the whole group there."""
+    need) pairs of the whole group there. (A named tuple: one is made per group of every
+    victim search.)"""
 
     counted: bool  # the pod set has pods to charge (a scale-up may add none)
     flavors: list[list[tuple[FlavorResource, int]]]
@@ -872,7 +873,10 @@ class _Cycle:
                 def fits(_: Sequence[Candidate]) -> bool:
                     return try_fit() is not None
 
-                chosen = select_victims(candidates, self.planned, fits, enough=covered)
+                # It was just seen not to fit the planned ledger at these counts, unless
+                # they are the smallest of a partial admission tried against both ledgers.
+                short = counts is request.counts or not self.diverged
+                chosen = select_victims(candidates, self.planned, fits, enough=covered, short=short)
                 if chosen is not None:
                     victims = [
                         Victim(
@@ -892,8 +896,6 @@ class _Cycle:
                 self._reclaim_index(),
                 self.taken,
                 contended,
-                self.fair.shares,
-                self.quotas,
                 self.planned,
                 self.snapshot.now,
                 try_fit,

@@ -124,8 +124,6 @@ def plan_reclaim(
     index: ReclaimIndex,
     excluded: set[str],
     contended: set[FlavorResource],
-    shares: Mapping[str, Vector],
-    quotas: Mapping[str, Vector],
     ledger: Ledger,
     now: float,
     try_fit: Callable[[], Fit | None],
@@ -138,6 +136,7 @@ def plan_reclaim(
     hold some of them, and their queues' floors are judged on them alone. The reclaimer's
     ceiling is judged on everything it would use: ending above its level on any resource
     would only make it the next queue to be reclaimed from.
+    Floors and ceilings come from the fair shares and quotas `index` was built with.
     `ledger` is the cycle's planned usage; on success the victims stay released in it.
     `try_fit` assigns flavors to the preemptor against that ledger;
     `could_stay_under(queue, ceiling, limits)` tells whether some flavor choice keeps the
@@ -156,7 +155,7 @@ def plan_reclaim(
         return meet[victim_queue]
 
     for rule in _RULES:
-        levels = _Levels(rule, shares, quotas)
+        levels = index.levels(rule)
         reach = _reach(own_path, levels, ledger, could_stay_under)
         if not reach:
             continue  # the reclaimer's own queue has no room under its ceiling or limit
@@ -341,6 +340,11 @@ class ReclaimIndex:
                     self.giving[rule].add(leaf)
                     for name in paths[leaf][1:]:
                         below_.setdefault(name, set()).add(leaf)
+
+    def levels(self, rule: Rule) -> _Levels:
+        """Floors and ceilings under `rule`, shared by every search of the cycle (they keep
+        the floors they have worked out)."""
+        return self._levels[rule]
 
     def candidates(self, leaf: str) -> Sequence[Candidate]:
         """`leaf`'s admitted workloads as candidates, in victim order."""

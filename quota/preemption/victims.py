@@ -79,6 +79,7 @@ def select_victims(
     fits: Callable[[Sequence[Candidate]], bool],
     allowed: Callable[[Candidate], bool] | None = None,
     enough: Callable[[Mapping[FlavorResource, int]], bool] | None = None,
+    short: bool = False,
 ) -> list[Candidate] | None:
     """Release candidates from `ledger` in order until `fits(chosen)`; then reprieve.
 
@@ -87,7 +88,8 @@ def select_victims(
     with earlier victims already released, so guards see the state the removal would leave.
     `enough(freed)`, when given (and `allowed` is not), is a necessary condition for fitting
     once `freed` is released, judged without touching the ledger: candidates are then only
-    counted until it holds, and `fits` is asked from there on.
+    counted until it holds, and `fits` is asked from there on. `short` says the caller knows
+    that `fits([])` is False as the ledger is (the preemptor was just seen not to fit).
     """
     tx = Transaction()
     if enough is not None and allowed is None:
@@ -97,7 +99,7 @@ def select_victims(
     if chosen is None:
         tx.rollback()
         return None
-    needed = _reprieve(chosen, ledger, fits, tx)
+    needed = _reprieve(chosen, ledger, fits, tx, short)
     tx.commit()
     return needed
 
@@ -165,14 +167,16 @@ def _reprieve(
     ledger: Ledger,
     fits: Callable[[Sequence[Candidate]], bool],
     tx: Transaction,
+    short: bool = False,
 ) -> list[Candidate]:
     """Put back, most important first, every victim the preemptor fits without.
 
     With two or more chosen, the last one is needed by construction (the search saw the
     preemptor not fit, or not even come close, before releasing it), so it is kept without
-    asking; a lone victim is asked about like the others.
+    asking; a lone victim is asked about like the others, unless the caller knows the
+    preemptor does not fit without any (`short`).
     """
-    known = len(chosen) >= 2
+    known = len(chosen) >= 2 or short
     needed: list[Candidate] = [chosen[-1]] if known else []
     for index in range(len(chosen) - (2 if known else 1), -1, -1):
         candidate = chosen[index]
