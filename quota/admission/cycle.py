@@ -49,6 +49,7 @@ from quota.model.flavorassign import (
     PodSetPlan,
     SliceBase,
     assign_flavors,
+    assign_flavors_pair,
     slice_base,
 )
 from quota.model.ledger import Ledger
@@ -393,16 +394,17 @@ class _Cycle:
             return self._set_aside(request)  # decided in the second pass, fitting or not
         sticky = request.base.flavors if request.base is not None else None
         ledgers = (self.held, self.planned) if self.diverged else (self.held,)
-        result = assign_flavors(spec.name, request.plans, request.counts, ledgers, sticky)
+        reserved: Fit | FitFailure | None = None  # what the planned ledger alone gives
+        if self.diverged:
+            result, reserved = self._assign_both(spec.name, request, sticky)
+        else:
+            result = assign_flavors(spec.name, request.plans, request.counts, ledgers, sticky)
         if isinstance(result, Fit):
             if within_share and self._beyond_share(spec.name, result):
                 return self._set_aside(request)
             return self._place_and_admit(spec, request, request.counts, result, memo_key)
         failure = result
-        if self.diverged:
-            reserved = assign_flavors(
-                spec.name, request.plans, request.counts, (self.planned,), sticky, explain=False
-            )
+        if reserved is not None:
             if isinstance(reserved, Fit) and self.nodes is not None:
                 # The quota exists once evictions in flight complete; so must room on nodes,
                 # in what the leaving free or (lower priorities allowing) by evicting more.
@@ -444,6 +446,18 @@ class _Cycle:
             self.memo[memo_key] = reason
         self.pending.append(Pending(w.key, spec.name, reason))
         return ""
+
+    def _assign_both(
+        self,
+        queue: str,
+        request: _Request,
+        sticky: Sequence[Mapping[str, str] | None] | None,
+    ) -> tuple[Fit | FitFailure, Fit | FitFailure | None]:
+        """Flavors for `request` in the held and planned ledgers together and, when that
+        fails, in the planned one alone (the room once evictions in flight complete)."""
+        return assign_flavors_pair(
+            queue, request.plans, request.counts, self.held, self.planned, sticky
+        )
 
     def _request(self, spec: QueueSpec, w: Workload) -> _Request | str:
         base: SliceBase | None = None

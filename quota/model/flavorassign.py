@@ -380,6 +380,61 @@ def assign_flavors(
     return Fit(tuple(chosen), usage)
 
 
+def assign_flavors_pair(
+    queue: str,
+    plans: Sequence[PodSetPlan],
+    counts: Sequence[int],
+    first: Ledger,
+    second: Ledger,
+    sticky: Sequence[Mapping[str, str] | None] | None = None,
+) -> tuple[Fit | FitFailure, Fit | FitFailure | None]:
+    """`assign_flavors` against both ledgers and, when that fails, against `second` alone
+    (unexplained; None when both fit).
+
+    A cycle asks both for every workload that does not fit once evictions are under way
+    (the room may be promised to no one else yet: reserve it). For one pod set of one
+    resource group, the usual shape, both come from one walk over the flavors, which
+    checks each flavor against both ledgers anyway; otherwise from two calls.
+    """
+    if len(plans) != 1 or len(plans[0].groups) != 1 or not counts[0]:
+        both = assign_flavors(queue, plans, counts, (first, second), sticky)
+        if isinstance(both, Fit):
+            return both, None
+        return both, assign_flavors(queue, plans, counts, (second,), sticky, explain=False)
+    plan, count = plans[0], counts[0]
+    group = plan.groups[0]
+    resources = group.resources
+    options = group.choices(sticky[0] if sticky is not None else None, plan.pod_set.per_pod)
+    shortfalls: list[Shortfall] = []
+    alone: Fit | FitFailure = UNEXPLAINED
+    for flavor, pairs in options:
+        at = first.first_short(queue, pairs, count, _NO_USAGE)
+        alone_at = second.first_short(queue, pairs, count, _NO_USAGE)
+        fit = None
+        if alone_at < 0 and alone is UNEXPLAINED:
+            fit = alone = _fit_on(flavor, resources, pairs, count)
+        short = alone_at if at < 0 or (0 <= alone_at < at) else at
+        if short < 0:
+            return fit or _fit_on(flavor, resources, pairs, count), None
+        shortfalls.append(
+            Shortfall(plan.pod_set.name, flavor, resources[short], pairs[short][1] * count)
+        )
+    return FitFailure(plan.pod_set.name, tuple(shortfalls), plan.skipped), alone
+
+
+_NO_USAGE: Mapping[FlavorResource, int] = {}
+
+
+def _fit_on(
+    flavor: str,
+    resources: Sequence[str],
+    pairs: Sequence[tuple[FlavorResource, int]],
+    count: int,
+) -> Fit:
+    """One pod set of one group on `flavor`, as `assign_flavors` makes it."""
+    return Fit(({r: flavor for r in resources},), {key: amount * count for key, amount in pairs})
+
+
 PodSetSignature = tuple[
     str, tuple[tuple[str, int], ...], tuple[tuple[str, str], ...], tuple[Toleration, ...]
 ]
