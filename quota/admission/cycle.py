@@ -381,7 +381,8 @@ class _Cycle:
         With `within_share`, return "beyond" without deciding when `w` would take its queue
         or an ancestor beyond fair share (whether it would fit or not).
         """
-        self._release_hold(w)
+        if w.hold is not None:
+            self._release_hold(w)
         request = self.set_aside.pop(w.key, None) or self._request(spec, w)
         if isinstance(request, str):
             self.pending.append(Pending(w.key, spec.name, request))
@@ -735,8 +736,9 @@ class _Cycle:
                 if flavor is not None and amount:
                     key = (flavor, resource)
                     total[key] = total.get(key, 0) + amount * full
-        charge = dict(total)
+        charge = total
         if request.running is not None:
+            charge = dict(total)
             for key, amount in self._running()[request.running.key][1].items():
                 charge[key] = charge.get(key, 0) - amount
             # The old slice is now part of this one: it must not be picked as a victim.

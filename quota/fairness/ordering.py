@@ -134,7 +134,10 @@ class QueueOrder:
         parent: str | None = None
         while True:
             heap = heaps.get(parent)
-            while heap and (heap[0][1] not in active or heap[0][0] != current.get(heap[0][1])):
+            # An entry is live when its key is the very key object its queue holds now
+            # (queues not in line hold none); an equal key of an earlier stay is stale, and
+            # skipping it changes nothing: the live entry says the same.
+            while heap and heap[0][0] is not current.get(heap[0][1]):
                 heapq.heappop(heap)
             if not heap:
                 return None  # only possible at the top: inner queues stay while a leaf does
