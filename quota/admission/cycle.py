@@ -31,8 +31,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from functools import partial
+from typing import NamedTuple
 
-from quota.fairness.fairshare import FairShare, fair_share, root_amount
+from quota.fairness.fairshare import Counted, FairShare, fair_share, root_amount
 from quota.fairness.ordering import (
     QueueKey,
     QueueOrder,
@@ -44,14 +45,11 @@ from quota.model.decisions import Admit, CycleResult, Pending, Preempt, Victim
 from quota.model.flavorassign import (
     Fit,
     FitFailure,
-    FlavorSignature,
+    Planner,
     PodSetPlan,
-    PodSetSignature,
     SliceBase,
     assign_flavors,
-    flavor_signature,
-    plan_pod_set,
-    pod_set_signature,
+    assign_flavors_pair,
     slice_base,
 )
 from quota.model.ledger import Ledger
@@ -85,6 +83,8 @@ from quota.preemption.nodes import (
 from quota.preemption.reclaim import ReclaimIndex, plan_reclaim
 from quota.preemption.victims import (
     Candidate,
+    VictimKey,
+    in_victim_order,
     preemption_reason,
     select_victims,
     started_at,
@@ -121,12 +121,13 @@ class _Request:
     counts: tuple[int, ...]  # pods to charge per pod set (the extra pods for a scale-up)
     base: SliceBase | None  # what the slice it replaces already runs
     running: Workload | None  # that slice
+    flexible: bool  # some pod set may start with fewer pods (minCount below count)
 
 
-@dataclass(frozen=True, slots=True)
-class _GroupOptions:
+class _GroupOptions(NamedTuple):
     """One resource group of one pod set of a request: per flavor it may take, the (key,
-    need) pairs of the whole group there."""
+    need) pairs of the whole group there. (A named tuple: one is made per group of every
+    victim search.)"""
 
     counted: bool  # the pod set has pods to charge (a scale-up may add none)
     flavors: list[list[tuple[FlavorResource, int]]]
@@ -146,54 +147,62 @@ class _Cycle:
         self.preempt: list[Preempt] = []
         self.pending: list[Pending] = []
         self.drain: list[Victim] = []
-        # Admitted workloads that hold quota (an old slice whose successor is admitted does not).
+        # Admitted workloads that hold quota (an old slice whose successor is admitted does
+        # not), per queue, each with its usage (never changed).
         gone = superseded_slices(snapshot.admitted)
-        self.running: dict[str, Workload] = {}
-        self.usage_of: dict[str, Mapping[FlavorResource, int]] = {}  # never changed
-        self.admitted_by_queue: dict[str, list[Workload]] = {}
-        known = fair.workload_usage
+        holding: Mapping[str, Sequence[Counted]]
         per_leaf: Mapping[str, Mapping[FlavorResource, int]]
         if fair.snapshot is snapshot:
             # Fair share counted these very workloads (the same ones: not superseded, in a
             # known queue) and summed them per queue: taken as they are.
-            for key, (w, usage) in known.items():
-                self.running[key] = w
-                self.usage_of[key] = usage
-            per_leaf = fair.queue_usage
+            holding, per_leaf = fair.queue_workloads, fair.queue_usage
         else:
-            per_leaf = self._count_admitted(gone, known)
+            holding, per_leaf = self._count_admitted(gone, fair)
+        self.holding = holding
+        self.holders: dict[str, Counted] | None = None  # by key, see _running
         # Summed per leaf first: one charge per leaf instead of one per workload up the tree.
         for queue in sorted(per_leaf):
             self.held.charge(queue, per_leaf[queue])
         self.planned = self.held.copy()
         # Workloads already leaving, or chosen as victims this cycle: never chosen again.
         self.taken: set[str] = set()
-        drains: dict[str, str | None] = {}  # per queue: the draining queue on its path
-        for w in self.running.values():
-            if w.queue not in drains:
-                drains[w.queue] = draining(self.queues, self.tree, w.queue)
-            drained_by = drains[w.queue]
-            if w.evicting or drained_by is not None:
-                self.taken.add(w.key)
-                self.planned.charge(w.queue, self.usage_of[w.key], -1)
-                if drained_by is not None and not w.evicting:
-                    self.drain.append(
-                        Victim(
-                            w.key,
-                            w.queue,
-                            "Preempted",
-                            f"queue {drained_by} is draining (stopPolicy HoldAndDrain); "
-                            "set stopPolicy to None to keep workloads running",
+        # Per queue, its admitted workloads that may still be chosen as victims.
+        self.admitted_by_queue: Mapping[str, Sequence[Counted]] = holding
+        # Per queue, the draining queue on its path.
+        drains = {name: draining(self.queues, self.tree, name) for name in holding}
+        evicting = (
+            fair.evicting
+            if fair.snapshot is snapshot
+            else {w.queue for counted in holding.values() for w, _ in counted if w.evicting}
+        )
+        if evicting or any(d is not None for d in drains.values()):
+            # Some are leaving already: walked in the snapshot's order (that of the drain
+            # decisions). Most cycles have none, and keep the lists as fair share made them.
+            by_queue: dict[str, list[Counted]] = {}
+            for w, usage in self._running().values():
+                drained_by = drains[w.queue]
+                if w.evicting or drained_by is not None:
+                    self.taken.add(w.key)
+                    self.planned.charge(w.queue, usage, -1)
+                    if drained_by is not None and not w.evicting:
+                        self.drain.append(
+                            Victim(
+                                w.key,
+                                w.queue,
+                                "Preempted",
+                                f"queue {drained_by} is draining (stopPolicy HoldAndDrain); "
+                                "set stopPolicy to None to keep workloads running",
+                            )
                         )
-                    )
-            else:
-                self.admitted_by_queue.setdefault(w.queue, []).append(w)
+                else:
+                    by_queue.setdefault(w.queue, []).append((w, usage))
+            self.admitted_by_queue = by_queue
         self.diverged = bool(self.taken)
         # Placement: free room on every node, less bound pods and planned, unbound room.
         self.nodes: NodeView | None = None
         if snapshot.nodes is not None:
-            holding = [w for w in snapshot.admitted if w.key not in gone]
-            pods = list(snapshot.pods) + planned_pods(holding, snapshot.pods)
+            kept = [w for w in snapshot.admitted if w.key not in gone]
+            pods = list(snapshot.pods) + planned_pods(kept, snapshot.pods)
             # Room held for preemptors whose victims are leaving: taken for everyone else,
             # whichever queue comes first, until the preemptor's own turn (`_release_hold`).
             holders = [*snapshot.pending, *(w for w in snapshot.admitted if w.hold is not None)]
@@ -211,9 +220,9 @@ class _Cycle:
         self.all_victims: list[Candidate] | None = None
         self.node_victims: list[Candidate] | None = None
         self.young_victims: list[Candidate] | None = None
-        self.plans: dict[tuple[str, tuple[object, ...]], PodSetPlan] = {}
-        self.signatures: dict[int, PodSetSignature] = {}
-        self.flavor_signatures: dict[str, FlavorSignature] = {}
+        # Fair share planned the pending pod sets of this snapshot already.
+        planner = fair.planner if fair.snapshot is snapshot else None
+        self.planner = planner if planner is not None else Planner(snapshot.flavors)
         self.memo: dict[tuple[object, ...], str] = {}
         self.never: set[tuple[object, ...]] = set()  # memo keys no node could ever host
         self.homeless: dict[str, str] = {}  # flavor -> why no node carries it ("" if one does)
@@ -221,31 +230,45 @@ class _Cycle:
         self.room: dict[FlavorResource, int] = {}  # see _could_stay_within_share
         self.reclaim_index: ReclaimIndex | None = None
         self.victim_lists: dict[str, list[Candidate]] = {}
+        self.victim_keys: dict[str, list[VictimKey]] = {}
+        self.order_inputs: dict[str, tuple[Vector, Mapping[FlavorResource, int], int]] = {}
         self.order = QueueOrder(self.tree, self._order)
 
     def _count_admitted(
-        self,
-        gone: frozenset[str],
-        known: Mapping[str, tuple[Workload, Mapping[FlavorResource, int]]],
-    ) -> dict[str, Vector]:
-        """Record the admitted workloads that hold quota and their usage; return their usage
-        summed per queue."""
+        self, gone: frozenset[str], fair: FairShare
+    ) -> tuple[dict[str, list[Counted]], dict[str, Vector]]:
+        """The admitted workloads that hold quota with their usage, per queue, and their usage
+        summed per queue (for a fair share computed from another snapshot)."""
+        # Fair share may have worked a workload's usage out, if computed with that workload.
+        known = {id(w): usage for counted in fair.queue_workloads.values() for w, usage in counted}
+        holding: dict[str, list[Counted]] = {}
         per_leaf: dict[str, Vector] = {}
         for w in self.snapshot.admitted:
             if w.key in gone or w.queue not in self.tree.paths:
                 continue
-            # Fair share may have worked this out, if it was computed with this workload.
-            counted = known.get(w.key)
-            usage = counted[1] if counted and counted[0] is w else pod_set_usage(w)
-            self.running[w.key] = w
-            self.usage_of[w.key] = usage
+            usage = known.get(id(w))
+            if usage is None:
+                usage = pod_set_usage(w)
+            holding.setdefault(w.queue, []).append((w, usage))
             total = per_leaf.get(w.queue)
             if total is None:
                 per_leaf[w.queue] = dict(usage)
             else:
                 for key, held in usage.items():
                     total[key] = total.get(key, 0) + held
-        return per_leaf
+        return holding, per_leaf
+
+    def _running(self) -> dict[str, Counted]:
+        """The admitted workloads that hold quota by key, in the snapshot's order, with their
+        usage: made on first use (a scale-up slice, a drain), most cycles need none."""
+        if self.holders is None:
+            usage_of = {id(w): usage for counted in self.holding.values() for w, usage in counted}
+            self.holders = {}
+            for w in self.snapshot.admitted:
+                usage = usage_of.get(id(w))
+                if usage is not None:
+                    self.holders[w.key] = (w, usage)
+        return self.holders
 
     # -- the loop ---------------------------------------------------------------------------
 
@@ -270,6 +293,14 @@ class _Cycle:
         beyond: dict[str, list[Workload]] = {}
         self._pass(open_queues, beyond)
         self._pass(beyond, None)
+        # The queue order and the reclaim index hold bound methods of this cycle: dropped
+        # so that the cycle and all it made (fair share's per-workload usage, ledgers,
+        # victim lists: ~80,000 objects in the bench's contended cycle) are freed by
+        # reference counting as it returns, not left as cyclic garbage for the collector,
+        # whose next pass then walked them all (~30 ms there, usually as the caller turns
+        # the collector back on after the cycle).
+        del self.order
+        self.reclaim_index = None
         return CycleResult(
             admit=tuple(self.admit),
             preempt=tuple(self.preempt),
@@ -286,9 +317,7 @@ class _Cycle:
         there, in order, with whatever `_held_back` keeps behind it.
         """
         order = self.order = QueueOrder(self.tree, self._order)
-        for name in by_queue:
-            if by_queue[name]:
-                order.push(name)
+        order.push_all(name for name in by_queue if by_queue[name])
         cursor = dict.fromkeys(by_queue, 0)
         while (picked := order.pop()) is not None:
             name = picked
@@ -350,8 +379,16 @@ class _Cycle:
         return False
 
     def _order(self, name: str) -> QueueKey:
-        ratio = dominant_ratio(self.planned.used[name], self.fair.shares.get(name, _NO_SHARE))
-        return queue_order(ratio, self.queues[name].priority, name)
+        found = self.order_inputs.get(name)
+        if found is None:
+            # What a queue's key reads, looked up once: keys are worked out ~10,000 times.
+            found = self.order_inputs[name] = (
+                self.planned.used[name],
+                self.fair.shares.get(name, _NO_SHARE),
+                self.queues[name].priority,
+            )
+        used, share, priority = found
+        return queue_order(dominant_ratio(used, share), priority, name)
 
     # -- one workload -----------------------------------------------------------------------
 
@@ -361,7 +398,8 @@ class _Cycle:
         With `within_share`, return "beyond" without deciding when `w` would take its queue
         or an ancestor beyond fair share (whether it would fit or not).
         """
-        self._release_hold(w)
+        if w.hold is not None:
+            self._release_hold(w)
         request = self.set_aside.pop(w.key, None) or self._request(spec, w)
         if isinstance(request, str):
             self.pending.append(Pending(w.key, spec.name, request))
@@ -374,16 +412,17 @@ class _Cycle:
             return self._set_aside(request)  # decided in the second pass, fitting or not
         sticky = request.base.flavors if request.base is not None else None
         ledgers = (self.held, self.planned) if self.diverged else (self.held,)
-        result = assign_flavors(spec.name, request.plans, request.counts, ledgers, sticky)
+        reserved: Fit | FitFailure | None = None  # what the planned ledger alone gives
+        if self.diverged:
+            result, reserved = self._assign_both(spec.name, request, sticky)
+        else:
+            result = assign_flavors(spec.name, request.plans, request.counts, ledgers, sticky)
         if isinstance(result, Fit):
             if within_share and self._beyond_share(spec.name, result):
                 return self._set_aside(request)
             return self._place_and_admit(spec, request, request.counts, result, memo_key)
         failure = result
-        if self.diverged:
-            reserved = assign_flavors(
-                spec.name, request.plans, request.counts, (self.planned,), sticky
-            )
+        if reserved is not None:
             if isinstance(reserved, Fit) and self.nodes is not None:
                 # The quota exists once evictions in flight complete; so must room on nodes,
                 # in what the leaving free or (lower priorities allowing) by evicting more.
@@ -405,9 +444,7 @@ class _Cycle:
                 )
                 return "waiting"
         smallest = request.counts
-        if request.base is None and any(
-            ps.min_count is not None and ps.min_count < ps.count for ps in w.pod_sets
-        ):
+        if request.base is None and request.flexible:
             partial = self._partial(spec, request, ledgers)
             if partial is not None:
                 counts, fit = partial
@@ -428,11 +465,24 @@ class _Cycle:
         self.pending.append(Pending(w.key, spec.name, reason))
         return ""
 
+    def _assign_both(
+        self,
+        queue: str,
+        request: _Request,
+        sticky: Sequence[Mapping[str, str] | None] | None,
+    ) -> tuple[Fit | FitFailure, Fit | FitFailure | None]:
+        """Flavors for `request` in the held and planned ledgers together and, when that
+        fails, in the planned one alone (the room once evictions in flight complete)."""
+        return assign_flavors_pair(
+            queue, request.plans, request.counts, self.held, self.planned, sticky
+        )
+
     def _request(self, spec: QueueSpec, w: Workload) -> _Request | str:
         base: SliceBase | None = None
         running: Workload | None = None
         if w.replaces is not None:
-            running = self.running.get(w.replaces)
+            found = self._running().get(w.replaces)
+            running = found[0] if found is not None else None
             if running is not None:
                 if w.replaces in self.taken:
                     return (
@@ -441,32 +491,19 @@ class _Cycle:
                     )
                 base = slice_base(w, running)
         plans: list[PodSetPlan] = []
+        flexible = False
         for ps in w.pod_sets:
-            plan = self._plan(spec, ps)
+            plan = self.planner.plan(spec, ps)
             if plan.impossible is not None:
                 return plan.impossible
             plans.append(plan)
+            if ps.min_count is not None and ps.min_count < ps.count:
+                flexible = True
         if base is None:
-            counts = tuple(ps.count for ps in w.pod_sets)
+            counts = tuple([ps.count for ps in w.pod_sets])
         else:
             counts = tuple(max(0, ps.count - base.counts[i]) for i, ps in enumerate(w.pod_sets))
-        return _Request(w, tuple(plans), counts, base, running)
-
-    def _plan(self, spec: QueueSpec, ps: PodSet) -> PodSetPlan:
-        signature = self.signatures.get(id(ps))
-        if signature is None:
-            signature = pod_set_signature(ps)
-            self.signatures[id(ps)] = signature
-        key = (spec.name, signature)
-        plan = self.plans.get(key)
-        if plan is None:
-            queue_signature = self.flavor_signatures.get(spec.name)
-            if queue_signature is None:
-                queue_signature = flavor_signature(spec, self.snapshot.flavors)
-                self.flavor_signatures[spec.name] = queue_signature
-            plan = plan_pod_set(spec, self.snapshot.flavors, ps, (queue_signature, signature))
-            self.plans[key] = plan
-        return plan
+        return _Request(w, tuple(plans), counts, base, running, flexible)
 
     def _set_aside(self, request: _Request) -> str:
         """Keep `request` for the second pass; a slice's depends on what is being evicted by
@@ -488,15 +525,9 @@ class _Cycle:
             if not count:
                 continue
             pinned = request.base.flavors[i] if request.base is not None else None
-            per_pod = plan.pod_set.per_pod
             for group in plan.groups:
-                if pinned is not None and group.resources[0] in pinned:
-                    options: Sequence[str] = (pinned[group.resources[0]],)
-                else:
-                    options = group.flavors
-                for flavor in options:
-                    for r in group.resources:
-                        key = (flavor, r)
+                for _, pairs in group.choices(pinned, plan.pod_set.per_pod):
+                    for key, amount in pairs:
                         left = room.get(key)
                         if left is None:
                             if not levels:
@@ -505,11 +536,14 @@ class _Cycle:
                                     (self.planned.used[n], shares.get(n, _NO_SHARE))
                                     for n in self.tree.paths[queue]
                                 ]
-                            left = min(
-                                share.get(key, 0) - used.get(key, 0) for used, share in levels
-                            )
+                            left = None
+                            for used, share in levels:
+                                under = share.get(key, 0) - used.get(key, 0)
+                                if left is None or under < left:
+                                    left = under
+                            assert left is not None  # a path is never empty
                             room[key] = left
-                        if per_pod[r] * count > left:
+                        if amount * count > left:
                             break
                     else:
                         break  # this flavor keeps every level within its share
@@ -537,7 +571,8 @@ class _Cycle:
         w = request.workload
         shape: list[object] = [spec.name]
         for ps in w.pod_sets:
-            shape.append((self.signatures[id(ps)], ps.count, ps.min_count))
+            # The planner's shape number: equal numbers, equal signatures.
+            shape.append((self.planner.shape(ps), ps.count, ps.min_count))
         if spec.within_queue != "Never" or spec.reclaim != "Never":
             shape.append(w.priority)
             if spec.within_queue == "LowerOrNewerEqualPriority":
@@ -561,7 +596,7 @@ class _Cycle:
         while lo <= hi:
             mid = (lo + hi) // 2
             counts = counts_at(mid)
-            fit = assign_flavors(spec.name, request.plans, counts, ledgers)
+            fit = assign_flavors(spec.name, request.plans, counts, ledgers, explain=False)
             if isinstance(fit, Fit):
                 best = (counts, fit)
                 lo = mid + 1
@@ -598,7 +633,9 @@ class _Cycle:
                 if tried <= excluded:
                     break
                 excluded |= tried
-                other = assign_flavors(spec.name, request.plans, counts, ledgers, None, excluded)
+                other = assign_flavors(
+                    spec.name, request.plans, counts, ledgers, None, excluded, explain=False
+                )
                 if not isinstance(other, Fit):
                     break
                 fit = other
@@ -626,7 +663,7 @@ class _Cycle:
         if got != counts:
             # Partial placement (minCount): charge quota for the pods that were placed.
             ledgers = (self.held, self.planned) if self.diverged else (self.held,)
-            refit = assign_flavors(spec.name, request.plans, got, ledgers, None)
+            refit = assign_flavors(spec.name, request.plans, got, ledgers, None, explain=False)
             if not isinstance(refit, Fit):  # fewer pods than already fitted: cannot happen
                 raise AssertionError(f"{request.workload.key}: {got} pods stopped fitting")
             counts, fit = got, refit
@@ -716,9 +753,10 @@ class _Cycle:
                 if flavor is not None and amount:
                     key = (flavor, resource)
                     total[key] = total.get(key, 0) + amount * full
-        charge = dict(total)
+        charge = total
         if request.running is not None:
-            for key, amount in self.usage_of[request.running.key].items():
+            charge = dict(total)
+            for key, amount in self._running()[request.running.key][1].items():
                 charge[key] = charge.get(key, 0) - amount
             # The old slice is now part of this one: it must not be picked as a victim.
             self.taken.add(request.running.key)
@@ -750,10 +788,11 @@ class _Cycle:
 
     def _borrowing(self, queue: str, usage: Mapping[FlavorResource, int]) -> str | None:
         """Describe the first queue on the path now above its quota, if any."""
+        keys = sorted(usage)
         for name in self.tree.paths[queue]:
             used = self.held.used[name]
             quota = self.quotas[name]
-            for key in sorted(usage):
+            for key in keys:
                 if used.get(key, 0) > quota.get(key, 0):
                     flavor, resource = key
                     return (
@@ -796,60 +835,43 @@ class _Cycle:
 
     # -- preemption and reclaim -------------------------------------------------------------
 
-    def _options(self, request: _Request, counts: Sequence[int]) -> list[_GroupOptions]:
-        """Per pod set and resource group, the flavors it may take, each as the (key, need)
-        pairs of the whole group there: what every check before a victim search reads, laid
-        out once per search instead of once per check and level."""
+    def _options(
+        self, queue: str, request: _Request, counts: Sequence[int]
+    ) -> tuple[list[_GroupOptions], dict[FlavorResource, int], set[FlavorResource]]:
+        """What every check before a victim search reads, laid out once per search instead of
+        once per check and level, in one walk:
+
+        - per pod set and resource group, the flavors it may take, each as the (key, need)
+          pairs of the whole group there;
+        - the headroom in the planned ledger of every pair they name (for `_covering` too:
+          the ledger does not change in between);
+        - the pairs the request is short of there, on any flavor it could take. Only these
+          are worth freeing, so victims must hold some of them and their queues' floors are
+          judged on them alone: a queue's in-quota cpu must not shield the GPUs it borrows.
+          Each pair's need sums every pod set that could land there, so a pair two pod sets
+          would share is not missed.
+        """
+        headroom = self.planned.headroom
         out: list[_GroupOptions] = []
+        room: dict[FlavorResource, int] = {}
+        need: dict[FlavorResource, int] = {}
         for i, plan in enumerate(request.plans):
             pinned = request.base.flavors[i] if request.base is not None else None
-            per_pod = plan.pod_set.per_pod
             count = counts[i]
             for group in plan.groups:
-                if pinned is not None and group.resources[0] in pinned:
-                    flavors: Sequence[str] = (pinned[group.resources[0]],)
-                else:
-                    flavors = group.flavors
-                out.append(
-                    _GroupOptions(
-                        count > 0,
-                        [[((f, r), per_pod[r] * count) for r in group.resources] for f in flavors],
-                    )
-                )
-        return out
-
-    def _contended_keys(
-        self, options: Sequence[_GroupOptions], room: Mapping[FlavorResource, int]
-    ) -> set[FlavorResource]:
-        """The (flavor, resource) pairs the request is short of in the planned ledger (`room`
-        per pair, from `_room`), on any flavor it could take.
-
-        Only these are worth freeing, so victims must hold some of them and their queues'
-        floors are judged on them alone: a queue's in-quota cpu must not shield the GPUs it
-        borrows.
-        Each pair's need sums every pod set that could land there, so a pair two pod sets
-        would share is not missed.
-        """
-        need: dict[FlavorResource, int] = {}
-        for group in options:
-            if not group.counted:
-                continue
-            for needs in group.flavors:
-                for key, amount in needs:
-                    need[key] = need.get(key, 0) + amount
-        return {key for key, amount in need.items() if amount > room[key]}
-
-    def _room(self, queue: str, options: Sequence[_GroupOptions]) -> dict[FlavorResource, int]:
-        """Headroom in the planned ledger of every pair `options` name, looked up once for
-        both `_contended_keys` and `_covering` (the ledger does not change in between)."""
-        headroom = self.planned.headroom
-        room: dict[FlavorResource, int] = {}
-        for group in options:
-            for needs in group.flavors:
-                for key, _ in needs:
-                    if key not in room:
-                        room[key] = headroom(queue, key)
-        return room
+                flavors: list[list[tuple[FlavorResource, int]]] = []
+                for _, pairs in group.choices(pinned, plan.pod_set.per_pod):
+                    needs: list[tuple[FlavorResource, int]] = []
+                    for key, amount in pairs:
+                        needed = amount * count
+                        needs.append((key, needed))
+                        if key not in room:
+                            room[key] = headroom(queue, key)
+                        if count > 0:
+                            need[key] = need.get(key, 0) + needed
+                    flavors.append(needs)
+                out.append(_GroupOptions(count > 0, flavors))
+        return out, room, {key for key, amount in need.items() if amount > room[key]}
 
     def _preempt(
         self, spec: QueueSpec, request: _Request, counts: tuple[int, ...]
@@ -862,42 +884,32 @@ class _Cycle:
             return False
         w = request.workload
         sticky = request.base.flavors if request.base is not None else None
-        options = self._options(request, counts)
-        room = self._room(spec.name, options)
-        contended = self._contended_keys(options, room)
+        options, room, contended = self._options(spec.name, request, counts)
         if not contended:
             return False  # nothing is short in the planned ledger: evicting cannot help
-        last: list[Fit] = []
         # Valid for the whole call: each search below leaves the ledger as it found it or
         # succeeds and ends the call.
         covered = self._covering(options, room)
 
         def try_fit() -> Fit | None:
-            fit = assign_flavors(spec.name, request.plans, counts, (self.planned,), sticky)
+            fit = assign_flavors(
+                spec.name, request.plans, counts, (self.planned,), sticky, explain=False
+            )
             return fit if isinstance(fit, Fit) else None
 
         victims: list[Victim] = []
         chosen: list[Candidate] | None = None
         if spec.within_queue != "Never":
-            candidates = within_queue_candidates(
-                w,
-                spec.within_queue,
-                self._victim_list(spec.name),
-                self.taken,
-                contended,
-                self.snapshot.now,
-                spec.min_runtime_preempt_s,
-            )
+            candidates = self._within_queue(spec, w, contended)
             if candidates:
 
                 def fits(_: Sequence[Candidate]) -> bool:
-                    fit = try_fit()
-                    if fit is None:
-                        return False
-                    last[:] = [fit]
-                    return True
+                    return try_fit() is not None
 
-                chosen = select_victims(candidates, self.planned, fits, enough=covered)
+                # It was just seen not to fit the planned ledger at these counts, unless
+                # they are the smallest of a partial admission tried against both ledgers.
+                short = counts is request.counts or not self.diverged
+                chosen = select_victims(candidates, self.planned, fits, enough=covered, short=short)
                 if chosen is not None:
                     victims = [
                         Victim(
@@ -917,8 +929,6 @@ class _Cycle:
                 self._reclaim_index(),
                 self.taken,
                 contended,
-                self.fair.shares,
-                self.quotas,
                 self.planned,
                 self.snapshot.now,
                 try_fit,
@@ -967,8 +977,11 @@ class _Cycle:
             return True
         self.planned.charge(spec.name, fit.usage)
         self.taken.update(c.workload.key for c in chosen)
+        # Victims' subtrees are less saturated once they leave; the preemptor's own path is
+        # re-keyed when its turn ends (`_pass`), right after this.
+        mine = self.tree.paths[spec.name]
         for queue in sorted({c.queue for c in chosen}):
-            self.order.refresh(queue)  # victims' subtrees are less saturated once they leave
+            self.order.refresh(queue, mine)
         self.diverged = True
         self.preempt.append(Preempt(w.key, tuple(victims)))
         n = len(victims)
@@ -1302,6 +1315,21 @@ class _Cycle:
         queue = self.queues.get(c.queue)
         return place_gang(self.nodes, gang, queue.placement if queue else "BinPack")
 
+    def _within_queue(
+        self, spec: QueueSpec, w: Workload, contended: set[FlavorResource]
+    ) -> list[Candidate]:
+        """The workloads of `w`'s own queue it may preempt, in victim order."""
+        return within_queue_candidates(
+            w,
+            spec.within_queue,
+            spec.name,
+            self.admitted_by_queue.get(spec.name, ()),
+            self.taken,
+            contended,
+            self.snapshot.now,
+            spec.min_runtime_preempt_s,
+        )
+
     def _all_victims(self) -> list[Candidate]:
         """Every admitted workload as a candidate, in victim order, sorted once per cycle
         (taken ones are filtered when used)."""
@@ -1346,13 +1374,18 @@ class _Cycle:
         cycle and shared by preemption and reclaim (taken ones are filtered when used)."""
         found = self.victim_lists.get(queue)
         if found is None:
-            found = [
-                Candidate(w, queue, self.usage_of[w.key])
-                for w in self.admitted_by_queue.get(queue, ())
-            ]
-            found.sort(key=victim_order)
+            found, keys = in_victim_order(self.admitted_by_queue.get(queue, ()), queue)
             self.victim_lists[queue] = found
+            self.victim_keys[queue] = keys
         return found
+
+    def _victim_keys(self, queue: str) -> list[VictimKey]:
+        """`victim_order` of each of `_victim_list(queue)`, for the reclaim search's merge."""
+        keys = self.victim_keys.get(queue)
+        if keys is None:
+            self._victim_list(queue)
+            keys = self.victim_keys[queue]
+        return keys
 
     def _reclaim_index(self) -> ReclaimIndex:
         """Every admitted workload as a reclaim candidate, per leaf in victim order."""
@@ -1360,6 +1393,7 @@ class _Cycle:
             self.reclaim_index = ReclaimIndex(
                 self.admitted_by_queue,
                 self._victim_list,
+                self._victim_keys,
                 self.planned,
                 self.tree,
                 self.fair.shares,
@@ -1370,7 +1404,7 @@ class _Cycle:
     def _covering(
         self, options: Sequence[_GroupOptions], room: Mapping[FlavorResource, int]
     ) -> Callable[[Mapping[FlavorResource, int]], bool]:
-        """`covered(freed)`: whether room free now (`room`, from `_room`) plus `freed` could
+        """`covered(freed)`: whether room free now (`room`, from `_options`) plus `freed` could
         hold the request on some flavor choice (each pod set judged alone: a necessary
         condition).
 
@@ -1387,8 +1421,11 @@ class _Cycle:
             get = freed.get
             for options in options_per_group:
                 for needs in options:
-                    if all(need <= room + get(key, 0) for key, need, room in needs):
-                        break
+                    for key, need, room in needs:
+                        if need > room + get(key, 0):
+                            break
+                    else:
+                        break  # this flavor could hold it
                 else:
                     return False
             return True
@@ -1399,18 +1436,28 @@ class _Cycle:
         self,
         options: Sequence[_GroupOptions],
         queue: str,
-        bound: Callable[[FlavorResource], int],
+        ceiling: Mapping[FlavorResource, int],
+        limits: Mapping[FlavorResource, int] | None,
     ) -> bool:
         """Whether some flavor per group keeps `queue`'s planned usage plus the request within
-        `bound` (`queue` is the request's leaf or an ancestor; pod sets judged one by one).
+        `ceiling` (a missing key: 0) and `limits` (a missing key: no limit); `queue` is the
+        request's leaf or an ancestor, pod sets are judged one by one.
 
         A necessary condition for reclaim, checked before looking at any victim.
         """
         get = self.planned.used[queue].get
         for group in options:
             for needs in group.flavors:
-                if all(get(key, 0) + need <= bound(key) for key, need in needs):
-                    break
+                for key, need in needs:
+                    bound = ceiling.get(key, 0)
+                    if limits:
+                        cap = limits.get(key)
+                        if cap is not None and cap < bound:
+                            bound = cap
+                    if get(key, 0) + need > bound:
+                        break
+                else:
+                    break  # this flavor stays within bounds
             else:
                 return False
         return True
@@ -1448,10 +1495,10 @@ class _Cycle:
         parts: list[str] = []
         for short in failure.shortfalls:
             key = (short.flavor, short.resource)
-            available, binder, bound = min(
-                (ledger.binding(spec.name, key) for ledger in (self.held, self.planned)),
-                key=lambda b: b[0],
-            )
+            # The tighter of the two ledgers (the held one when they are equal).
+            held = self.held.binding(spec.name, key)
+            planned = self.planned.binding(spec.name, key)
+            available, binder, bound = planned if planned[0] < held[0] else held
             r = short.resource
             requested = format_amount(r, short.requested)
             if binder is not None:

@@ -11,19 +11,11 @@ docs/fairness.md and implemented by `_largest_remainder`.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from quota.fairness.usage import adjust_weights
-from quota.model.flavorassign import (
-    FlavorSignature,
-    PodSetPlan,
-    PodSetSignature,
-    flavor_signature,
-    plan_pod_set,
-    pod_set_signature,
-    slice_base,
-)
+from quota.model.flavorassign import Planner, slice_base
 from quota.model.resources import FlavorResource, add_into
 from quota.model.snapshot import (
     PodSet,
@@ -42,6 +34,8 @@ from quota.model.snapshot import (
 WEIGHT_SCALE = 1_000_000
 
 Vector = dict[FlavorResource, int]
+# An admitted workload that holds quota, with the usage it holds.
+Counted = tuple[Workload, Mapping[FlavorResource, int]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,10 +51,11 @@ class FairShare(Mapping[str, Mapping[FlavorResource, int]]):
     usage: Mapping[str, Mapping[FlavorResource, int]] = field(default_factory=dict)
     demand: Mapping[str, Mapping[FlavorResource, int]] = field(default_factory=dict)
     amount: Mapping[FlavorResource, int] = field(default_factory=dict)
-    # Per admitted workload key: the workload and the usage it was counted with, so that an
-    # admission cycle on the same snapshot need not work it out again (a large share of a
-    # big cycle's fixed cost). Not part of the result proper: ignored by comparisons.
-    workload_usage: Mapping[str, tuple[Workload, Mapping[FlavorResource, int]]] = field(
+    # Per queue, its admitted workloads that were counted (in the snapshot's order) with the
+    # usage each was counted with, so that an admission cycle need not work it out again (a
+    # large share of a big cycle's fixed cost). Not part of the result proper: ignored by
+    # comparisons.
+    queue_workloads: Mapping[str, Sequence[Counted]] = field(
         default_factory=dict, compare=False, repr=False
     )
     # Per queue with admitted workloads of its own, their usage summed (not rolled up), and
@@ -70,6 +65,11 @@ class FairShare(Mapping[str, Mapping[FlavorResource, int]]):
         default_factory=dict, compare=False, repr=False
     )
     snapshot: Snapshot | None = field(default=None, compare=False, repr=False)
+    # The planner that planned the pending pod sets, and the queues with an admitted
+    # workload already being evicted: what a cycle on the same snapshot would work out
+    # again. Ignored by comparisons too.
+    planner: Planner | None = field(default=None, compare=False, repr=False)
+    evicting: frozenset[str] = field(default=frozenset(), compare=False, repr=False)
 
     def __getitem__(self, queue: str) -> Mapping[FlavorResource, int]:
         return self.shares[queue]
@@ -97,8 +97,10 @@ def root_amount(snapshot: Snapshot, tree: QueueTree) -> Vector:
 def usage_and_demand(
     snapshot: Snapshot,
     tree: QueueTree,
-    per_workload: dict[str, tuple[Workload, Mapping[FlavorResource, int]]] | None = None,
+    per_queue: dict[str, list[Counted]] | None = None,
     own_usage: dict[str, Vector] | None = None,
+    planner: Planner | None = None,
+    evicting: set[str] | None = None,
 ) -> tuple[dict[str, Vector], dict[str, Vector]]:
     """Usage of admitted workloads and demand (usage + pending requests), per queue subtree.
 
@@ -106,8 +108,11 @@ def usage_and_demand(
     take its request from any of them: demand is an upper bound per flavor. Pending
     workloads of queues that cannot admit (inactive, held, unknown) add no demand. A
     scale-up slice adds only its extra pods, on the flavors of the slice it replaces.
-    `per_workload`, when given, receives each counted admitted workload and its usage;
-    `own_usage`, per queue with any, the usage of its own admitted workloads (not rolled up).
+    `per_queue`, when given, receives per queue each counted admitted workload and its usage
+    (queues in the order their first workload comes in the snapshot); `own_usage`, per queue
+    with any, the usage of its own admitted workloads (not rolled up); `planner` plans the
+    pending pod sets (and keeps the plans); `evicting` receives the queues with a counted
+    workload already being evicted.
     """
     usage: dict[str, Vector] = {name: {} for name in snapshot.queues}
     demand: dict[str, Vector] = {name: {} for name in snapshot.queues}
@@ -118,15 +123,27 @@ def usage_and_demand(
         if any(w.replaces is not None for w in snapshot.pending)
         else {}
     )
+    # One (flavor, resource) key object per pair for all the usage kept, not one per
+    # workload and resource: less to allocate, and lookups find them by identity.
+    keys: dict[str, dict[str, FlavorResource]] = {}
+    # Per queue met so far: its usage and its counted workloads (one lookup per workload).
+    slots: dict[str, tuple[Vector, list[Counted]]] = {}
     for w in snapshot.admitted:
-        if w.key in gone or w.queue not in usage:
+        if gone and w.key in gone:
             continue
-        held = pod_set_usage(w)
-        if per_workload is not None:
-            per_workload[w.key] = (w, held)
-        target = usage[w.queue]
-        for key, amount in held.items():  # add_into, inlined: once per admitted workload
-            target[key] = target.get(key, 0) + amount
+        slot = slots.get(w.queue)
+        if slot is None:
+            target = usage.get(w.queue)
+            if target is None:
+                continue  # not a known queue
+            slot = slots[w.queue] = (target, [])
+        held = pod_set_usage(w, keys, slot[0])
+        if per_queue is not None:
+            slot[1].append((w, held))
+        if w.evicting and evicting is not None:
+            evicting.add(w.queue)
+    if per_queue is not None:
+        per_queue.update((name, counted) for name, (_, counted) in slots.items())
     for name, vector in usage.items():
         add_into(demand[name], vector)
     # Pending pod sets of one shape in one queue share one plan: sum their pod counts first,
@@ -161,31 +178,16 @@ def usage_and_demand(
             shape = (queue, id(ps))
             pods[shape] = pods.get(shape, 0) + count
             shapes[id(ps)] = ps
-    plans: dict[tuple[str, tuple[object, ...]], PodSetPlan] = {}
-    # Signatures worked out once per queue and per pod set, not once per plan.
-    queue_signatures: dict[str, FlavorSignature] = {}
-    pod_signatures: dict[int, PodSetSignature] = {}
+    if planner is None:
+        planner = Planner(snapshot.flavors)
     for (queue, shape_id), count in pods.items():
         ps = shapes[shape_id]
-        pod_signature = pod_signatures.get(shape_id)
-        if pod_signature is None:
-            pod_signature = pod_signatures[shape_id] = pod_set_signature(ps)
-        plan_key = (queue, pod_signature)
-        plan = plans.get(plan_key)
-        if plan is None:
-            spec = snapshot.queues[queue]
-            queue_signature = queue_signatures.get(queue)
-            if queue_signature is None:
-                queue_signature = flavor_signature(spec, snapshot.flavors)
-                queue_signatures[queue] = queue_signature
-            plan = plan_pod_set(spec, snapshot.flavors, ps, (queue_signature, pod_signature))
-            plans[plan_key] = plan
+        plan = planner.plan(snapshot.queues[queue], ps)
         target = demand[queue]
         for group in plan.groups:
-            for flavor in group.flavors:
-                for resource in group.resources:
-                    key = (flavor, resource)
-                    target[key] = target.get(key, 0) + ps.per_pod[resource] * count
+            for _, pairs in group.options:
+                for key, amount in pairs:
+                    target[key] = target.get(key, 0) + amount * count
     own = _roll_up(tree, usage)
     if own_usage is not None:
         own_usage.update(own)
@@ -206,13 +208,25 @@ def _roll_up(tree: QueueTree, vectors: dict[str, Vector]) -> dict[str, Vector]:
 def fair_share(snapshot: Snapshot) -> FairShare:
     """Compute every queue's fair share, usage and demand for one snapshot."""
     tree = queue_tree(snapshot.queues)
-    per_workload: dict[str, tuple[Workload, Mapping[FlavorResource, int]]] = {}
+    per_queue: dict[str, list[Counted]] = {}
     own: dict[str, Vector] = {}
-    usage, demand = usage_and_demand(snapshot, tree, per_workload, own)
+    planner = Planner(snapshot.flavors)
+    evicting: set[str] = set()
+    usage, demand = usage_and_demand(snapshot, tree, per_queue, own, planner, evicting)
     amount = root_amount(snapshot, tree)
     weights = _weights(snapshot, tree)
     shares = distribute(snapshot.queues, tree, demand, amount, weights)
-    return FairShare(shares, usage, demand, amount, per_workload, own, snapshot)
+    return FairShare(
+        shares,
+        usage,
+        demand,
+        amount,
+        queue_workloads=per_queue,
+        queue_usage=own,
+        snapshot=snapshot,
+        planner=planner,
+        evicting=frozenset(evicting),
+    )
 
 
 def _weights(snapshot: Snapshot, tree: QueueTree) -> dict[str, int]:

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 
 from quota.model.resources import FlavorResource
 from quota.model.snapshot import QueueTree, Workload
@@ -104,10 +104,28 @@ class QueueOrder:
                     newly = False
             self._enter(name)
 
-    def refresh(self, queue: str) -> None:
-        """Re-key the queues on `queue`'s path that are still to visit (usage changed)."""
+    def push_all(self, leaves: Iterable[str]) -> None:
+        """`push` each of `leaves` in turn, usage staying as it is meanwhile: a queue already
+        in line when another leaf below it comes keeps the key it was given (pushing would
+        work it out again, the same, once per leaf: a thousand times for a root)."""
+        for leaf in leaves:
+            if leaf in self._active:
+                continue  # its path is in line with its current key
+            for name in self._paths[leaf]:
+                if name in self._active:
+                    break  # and so are its ancestors
+                self._active.add(name)
+                self._current.pop(name, None)
+                parent = self._parent[name]
+                if parent is not None:
+                    self._kids[parent] = self._kids.get(parent, 0) + 1
+                self._enter(name)
+
+    def refresh(self, queue: str, later: Collection[str] = ()) -> None:
+        """Re-key the queues on `queue`'s path that are still to visit (usage changed), but
+        those in `later`, which the caller re-keys itself before the next `pop`."""
         for name in self._paths[queue]:
-            if name in self._active:
+            if name in self._active and name not in later:
                 self._enter(name)
 
     def pop(self) -> str | None:
@@ -116,7 +134,10 @@ class QueueOrder:
         parent: str | None = None
         while True:
             heap = heaps.get(parent)
-            while heap and (heap[0][1] not in active or heap[0][0] != current.get(heap[0][1])):
+            # An entry is live when its key is the very key object its queue holds now
+            # (queues not in line hold none); an equal key of an earlier stay is stale, and
+            # skipping it changes nothing: the live entry says the same.
+            while heap and heap[0][0] is not current.get(heap[0][1]):
                 heapq.heappop(heap)
             if not heap:
                 return None  # only possible at the top: inner queues stay while a leaf does

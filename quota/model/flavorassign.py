@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import NamedTuple
 
 from quota.model.ledger import Ledger
 from quota.model.nodes import Taint, Toleration
@@ -51,6 +52,20 @@ class GroupPlan:
 
     resources: tuple[str, ...]
     flavors: tuple[str, ...]
+    # Per flavor in `flavors`: the flavor and the ((flavor, resource), amount per pod) pair
+    # of each resource, in `resources` order; made once per plan rather than once per
+    # flavor tried (a cycle tries tens of thousands).
+    options: tuple[tuple[str, tuple[tuple[FlavorResource, int], ...]], ...]
+
+    def choices(
+        self, pinned: Mapping[str, str] | None, per_pod: Mapping[str, int]
+    ) -> tuple[tuple[str, tuple[tuple[FlavorResource, int], ...]], ...]:
+        """`options`, or only the flavor `pinned` gives the group (a scale-up slice stays on
+        the flavors its running slice holds); `per_pod`: the pod set's requests."""
+        if pinned is not None and self.resources[0] in pinned:
+            f = pinned[self.resources[0]]
+            return ((f, tuple(((f, r), per_pod[r]) for r in self.resources)),)
+        return self.options
 
 
 @dataclass(frozen=True, slots=True)
@@ -167,7 +182,9 @@ def _plan_shape(flavor_sig: FlavorSignature, pod_sig: PodSetSignature) -> _Shape
         if not candidates:
             why = "; ".join(skipped) if skipped else "no flavor covers them together"
             return _Shape((), tuple(skipped), (), tuple(resources), why)
-        groups.append(GroupPlan(tuple(resources), tuple(candidates)))
+        amounts = dict(per_pod)
+        options = tuple((f, tuple(((f, r), amounts[r]) for r in resources)) for f in candidates)
+        groups.append(GroupPlan(tuple(resources), tuple(candidates), options))
     return _Shape(tuple(groups), tuple(skipped), (), (), "")
 
 
@@ -202,8 +219,79 @@ def plan_pod_set(
     return PodSetPlan(pod_set, shape.groups, None, shape.skipped)
 
 
-@dataclass(frozen=True, slots=True)
-class Shortfall:
+class Planner:
+    """The plans of one snapshot's pod sets, per queue: worked out once and shared by fair
+    share and the admission cycle on that snapshot, which plan the same pending pod sets.
+
+    Pod sets are known by id (the snapshot keeps them alive while its planner is used) and
+    by the number of their `pod_set_signature` (equal signatures, equal numbers), so that
+    a lookup hashes small numbers rather than nested signatures. A plan that can be admitted
+    depends on the queue only through its flavor signature, so queues with equal ones share
+    it; one that cannot is made per queue (its reason names the queue).
+    """
+
+    __slots__ = (
+        "_by_number",
+        "_flavor_numbers",
+        "_flavors",
+        "_plans",
+        "_queues",
+        "_shapes",
+        "_shared",
+        "_sigs",
+    )
+
+    def __init__(self, flavors: Mapping[str, Flavor]) -> None:
+        self._flavors = flavors
+        self._shapes: dict[int, int] = {}  # id(pod set) -> its signature's number
+        self._sigs: dict[PodSetSignature, int] = {}
+        self._by_number: list[PodSetSignature] = []
+        self._queues: dict[str, tuple[int, FlavorSignature]] = {}  # number and signature
+        self._flavor_numbers: dict[FlavorSignature, int] = {}
+        self._plans: dict[tuple[str, int], PodSetPlan] = {}  # by queue and shape number
+        self._shared: dict[tuple[int, int], PodSetPlan] = {}  # by flavor and shape numbers
+
+    def shape(self, pod_set: PodSet) -> int:
+        """The number of `pod_set`'s signature: equal numbers, equal signatures."""
+        found = self._shapes.get(id(pod_set))
+        if found is None:
+            signature = pod_set_signature(pod_set)
+            found = self._sigs.get(signature)
+            if found is None:
+                found = self._sigs[signature] = len(self._by_number)
+                self._by_number.append(signature)
+            self._shapes[id(pod_set)] = found
+        return found
+
+    def plan(self, spec: QueueSpec, pod_set: PodSet) -> PodSetPlan:
+        """`plan_pod_set(spec, flavors, pod_set)`, worked out once per queue and shape."""
+        shape = self.shape(pod_set)
+        key = (spec.name, shape)
+        plan = self._plans.get(key)
+        if plan is None:
+            queue = self._queues.get(spec.name)
+            if queue is None:
+                signature = flavor_signature(spec, self._flavors)
+                number = self._flavor_numbers.setdefault(signature, len(self._flavor_numbers))
+                queue = self._queues[spec.name] = (number, signature)
+            shared = (queue[0], shape)
+            plan = self._shared.get(shared)
+            if plan is None:
+                plan = plan_pod_set(
+                    spec, self._flavors, pod_set, (queue[1], self._by_number[shape])
+                )
+                if plan.impossible is None:
+                    self._shared[shared] = plan
+            self._plans[key] = plan
+        return plan
+
+
+# Shortfall, FitFailure and Fit are named tuples rather than frozen dataclasses: a cycle
+# makes one or more for every flavor assignment it tries (tens of thousands), and a tuple
+# is made several times faster.
+
+
+class Shortfall(NamedTuple):
     """One flavor that could not take one resource: what was asked and what was left."""
 
     pod_set: str
@@ -212,8 +300,7 @@ class Shortfall:
     requested: int
 
 
-@dataclass(frozen=True, slots=True)
-class FitFailure:
+class FitFailure(NamedTuple):
     """The pod set that did not fit, and per flavor tried the first resource short."""
 
     pod_set: str
@@ -221,8 +308,11 @@ class FitFailure:
     skipped: tuple[str, ...]
 
 
-@dataclass(frozen=True, slots=True)
-class Fit:
+# What `assign_flavors` returns for a failure it was not asked to explain.
+UNEXPLAINED = FitFailure("", (), ())
+
+
+class Fit(NamedTuple):
     """A flavor per resource for every pod set, and the usage that admission charges."""
 
     flavors: tuple[dict[str, str], ...]  # per pod set, resource -> flavor
@@ -236,13 +326,16 @@ def assign_flavors(
     ledgers: Sequence[Ledger],
     sticky: Sequence[Mapping[str, str] | None] | None = None,
     excluded: frozenset[str] = frozenset(),
+    explain: bool = True,
 ) -> Fit | FitFailure:
     """Pick flavors for the pod sets at `counts` pods so the whole workload fits every ledger.
 
     `sticky` pins the flavors of pod sets that already run (an elastic scale-up stays on the
     flavors of its running slice). Flavors in `excluded` are not considered (their nodes
     could not take the pods). Pod sets are charged one after another, so two pod sets
-    asking for the same flavor see each other's requests.
+    asking for the same flavor see each other's requests. With `explain` False a failure
+    is `UNEXPLAINED`, for callers that only ask whether the workload fits (victim searches
+    ask thousands of times a cycle).
     """
     usage: dict[FlavorResource, int] = {}
     chosen: list[dict[str, str]] = []
@@ -252,36 +345,94 @@ def assign_flavors(
         pinned = sticky[index] if sticky is not None else None
         picked: dict[str, str] = {}
         for group in plan.groups:
-            options = group.flavors
-            if pinned is not None and group.resources[0] in pinned:
-                options = (pinned[group.resources[0]],)
-            elif excluded:
-                options = tuple(f for f in options if f not in excluded)
+            resources = group.resources
+            options = group.choices(pinned, per_pod)
+            if excluded and options is group.options:
+                options = tuple(o for o in options if o[0] not in excluded)
             shortfalls: list[Shortfall] = []
-            for flavor in options:
-                short: Shortfall | None = None
+            for flavor, pairs in options:
                 if count:
-                    for r in group.resources:
-                        key = (flavor, r)
-                        need = per_pod[r] * count + usage.get(key, 0)
-                        for ledger in ledgers:
-                            if ledger.headroom(queue, key) < need:
-                                short = Shortfall(plan.pod_set.name, flavor, r, need)
-                                break
-                        if short is not None:
-                            break
-                if short is None:
-                    for r in group.resources:
-                        picked[r] = flavor
-                        if count:
-                            key = (flavor, r)
-                            usage[key] = usage.get(key, 0) + per_pod[r] * count
-                    break
-                shortfalls.append(short)
+                    # The first resource short in any ledger, as asking each resource of
+                    # every ledger in turn would find it.
+                    short = -1
+                    for ledger in ledgers:
+                        at = ledger.first_short(queue, pairs, count, usage)
+                        if at >= 0 and (short < 0 or at < short):
+                            short = at
+                    if short >= 0:
+                        if explain:
+                            key, amount = pairs[short]
+                            need = amount * count + usage.get(key, 0)
+                            shortfalls.append(
+                                Shortfall(plan.pod_set.name, flavor, resources[short], need)
+                            )
+                        continue
+                    for key, amount in pairs:
+                        usage[key] = usage.get(key, 0) + amount * count
+                for r in resources:
+                    picked[r] = flavor
+                break
             else:
+                if not explain:
+                    return UNEXPLAINED
                 return FitFailure(plan.pod_set.name, tuple(shortfalls), plan.skipped)
         chosen.append(picked)
     return Fit(tuple(chosen), usage)
+
+
+def assign_flavors_pair(
+    queue: str,
+    plans: Sequence[PodSetPlan],
+    counts: Sequence[int],
+    first: Ledger,
+    second: Ledger,
+    sticky: Sequence[Mapping[str, str] | None] | None = None,
+) -> tuple[Fit | FitFailure, Fit | FitFailure | None]:
+    """`assign_flavors` against both ledgers and, when that fails, against `second` alone
+    (unexplained; None when both fit).
+
+    A cycle asks both for every workload that does not fit once evictions are under way
+    (the room may be promised to no one else yet: reserve it). For one pod set of one
+    resource group, the usual shape, both come from one walk over the flavors, which
+    checks each flavor against both ledgers anyway; otherwise from two calls.
+    """
+    if len(plans) != 1 or len(plans[0].groups) != 1 or not counts[0]:
+        both = assign_flavors(queue, plans, counts, (first, second), sticky)
+        if isinstance(both, Fit):
+            return both, None
+        return both, assign_flavors(queue, plans, counts, (second,), sticky, explain=False)
+    plan, count = plans[0], counts[0]
+    group = plan.groups[0]
+    resources = group.resources
+    options = group.choices(sticky[0] if sticky is not None else None, plan.pod_set.per_pod)
+    shortfalls: list[Shortfall] = []
+    alone: Fit | FitFailure = UNEXPLAINED
+    for flavor, pairs in options:
+        at = first.first_short(queue, pairs, count, _NO_USAGE)
+        alone_at = second.first_short(queue, pairs, count, _NO_USAGE)
+        fit = None
+        if alone_at < 0 and alone is UNEXPLAINED:
+            fit = alone = _fit_on(flavor, resources, pairs, count)
+        short = alone_at if at < 0 or (0 <= alone_at < at) else at
+        if short < 0:
+            return fit or _fit_on(flavor, resources, pairs, count), None
+        shortfalls.append(
+            Shortfall(plan.pod_set.name, flavor, resources[short], pairs[short][1] * count)
+        )
+    return FitFailure(plan.pod_set.name, tuple(shortfalls), plan.skipped), alone
+
+
+_NO_USAGE: Mapping[FlavorResource, int] = {}
+
+
+def _fit_on(
+    flavor: str,
+    resources: Sequence[str],
+    pairs: Sequence[tuple[FlavorResource, int]],
+    count: int,
+) -> Fit:
+    """One pod set of one group on `flavor`, as `assign_flavors` makes it."""
+    return Fit(({r: flavor for r in resources},), {key: amount * count for key, amount in pairs})
 
 
 PodSetSignature = tuple[

@@ -232,8 +232,18 @@ def queue_tree(queues: Mapping[str, QueueSpec]) -> QueueTree:
     )
 
 
-def pod_set_usage(workload: Workload) -> dict[FlavorResource, int]:
-    """Quota an admitted workload holds, per (flavor, resource), from its admission."""
+def pod_set_usage(
+    workload: Workload,
+    keys: dict[str, dict[str, FlavorResource]] | None = None,
+    into: dict[FlavorResource, int] | None = None,
+) -> dict[FlavorResource, int]:
+    """Quota an admitted workload holds, per (flavor, resource), from its admission.
+
+    `keys`, when given, interns the (flavor, resource) keys (per flavor, per resource): a
+    caller that keeps the usage of every admitted workload of a cluster then keeps a few
+    keys instead of one tuple per workload and resource. The usage is also added into
+    `into` when given (a sum over many workloads, without walking each result again).
+    """
     out: dict[FlavorResource, int] = {}
     admission = workload.admission
     if admission is None:
@@ -246,11 +256,22 @@ def pod_set_usage(workload: Workload) -> dict[FlavorResource, int]:
         if ps.name != assignment.pod_set:
             return out
         flavors, count = assignment.flavors, assignment.count
+        if keys is None:
+            keys = {}
         for resource, amount in ps.per_pod.items():
             if amount:
                 flavor = flavors.get(resource)
                 if flavor is not None:
-                    out[(flavor, resource)] = amount * count
+                    # _key, inlined: this loop runs for every resource of every workload.
+                    per_flavor = keys.get(flavor)
+                    if per_flavor is None:
+                        per_flavor = keys[flavor] = {}
+                    key = per_flavor.get(resource)
+                    if key is None:
+                        key = per_flavor[resource] = (flavor, resource)
+                    out[key] = held = amount * count
+                    if into is not None:
+                        into[key] = into.get(key, 0) + held
         return out
     per_pod = {ps.name: ps.per_pod for ps in pod_sets}
     for assignment in admission:
@@ -259,9 +280,27 @@ def pod_set_usage(workload: Workload) -> dict[FlavorResource, int]:
             flavor = assignment.flavors.get(resource)
             if flavor is None or not amount:
                 continue
-            key = (flavor, resource)
+            key = _key(keys, flavor, resource)
             out[key] = out.get(key, 0) + amount * assignment.count
+    if into is not None:
+        for key, held in out.items():
+            into[key] = into.get(key, 0) + held
     return out
+
+
+def _key(
+    keys: dict[str, dict[str, FlavorResource]] | None, flavor: str, resource: str
+) -> FlavorResource:
+    """(flavor, resource), interned in `keys` when given."""
+    if keys is None:
+        return (flavor, resource)
+    per_flavor = keys.get(flavor)
+    if per_flavor is None:
+        per_flavor = keys[flavor] = {}
+    key = per_flavor.get(resource)
+    if key is None:
+        key = per_flavor[resource] = (flavor, resource)
+    return key
 
 
 def superseded_slices(admitted: tuple[Workload, ...]) -> frozenset[str]:

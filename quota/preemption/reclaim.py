@@ -38,7 +38,7 @@ from quota.model.flavorassign import Fit
 from quota.model.ledger import Ledger
 from quota.model.resources import FlavorResource, format_amount
 from quota.model.snapshot import QueueSpec, QueueTree, Workload
-from quota.preemption.victims import Candidate, select_victims, started_at, victim_order
+from quota.preemption.victims import Candidate, VictimKey, select_victims, started_at
 
 Rule = Literal["fair share", "quota"]
 _RULES: tuple[Rule, ...] = ("fair share", "quota")
@@ -76,23 +76,44 @@ def below(tree: QueueTree, queue: str, ancestor: str | None) -> tuple[str, ...]:
 class _Levels:
     """Floors (what a victim's queue keeps) and ceilings (what the reclaimer may reach)."""
 
+    __slots__ = ("_floors", "quotas", "rule", "shares")
+
     def __init__(
         self, rule: Rule, shares: Mapping[str, Vector], quotas: Mapping[str, Vector]
     ) -> None:
         self.rule = rule
         self.shares = shares
         self.quotas = quotas
+        self._floors: dict[str, Vector] = {}
 
     def floor(self, queue: str, key: FlavorResource) -> int:
-        quota = self.quotas.get(queue, {}).get(key, 0)
-        if self.rule == "quota":
-            return quota
-        share = self.shares.get(queue, {}).get(key, 0)
-        return share if share > quota else quota
+        return self.floors(queue).get(key, 0)
+
+    def floors(self, queue: str) -> Vector:
+        """`floor(queue, key)` for every key (a missing key: 0): the queue's quota, or under
+        the fair-share rule the larger of quota and fair share. Worked out once per queue:
+        the reclaim index asks for every key a queue holds each time it is refreshed."""
+        found = self._floors.get(queue)
+        if found is None:
+            quota = self.quotas.get(queue, _NOTHING)
+            if self.rule == "quota":
+                found = quota
+            else:
+                larger = dict(quota)
+                for key, share in self.shares.get(queue, _NOTHING).items():
+                    if share > larger.get(key, 0):
+                        larger[key] = share
+                found = larger
+            self._floors[queue] = found
+        return found
 
     def ceiling(self, queue: str, key: FlavorResource) -> int:
+        return self.ceilings(queue).get(key, 0)
+
+    def ceilings(self, queue: str) -> Vector:
+        """`ceiling(queue, key)` for every key (a missing key: 0)."""
         source = self.shares if self.rule == "fair share" else self.quotas
-        return source.get(queue, {}).get(key, 0)
+        return source.get(queue, _NOTHING)
 
 
 def plan_reclaim(
@@ -103,12 +124,10 @@ def plan_reclaim(
     index: ReclaimIndex,
     excluded: set[str],
     contended: set[FlavorResource],
-    shares: Mapping[str, Vector],
-    quotas: Mapping[str, Vector],
     ledger: Ledger,
     now: float,
     try_fit: Callable[[], Fit | None],
-    could_stay_under: Callable[[str, Callable[[FlavorResource], int]], bool],
+    could_stay_under: Callable[[str, Vector, Vector | None], bool],
     covered: Callable[[Mapping[FlavorResource, int]], bool],
 ) -> ReclaimPlan | None:
     """Find workloads of other queues whose eviction lets `preemptor` fit, or None.
@@ -117,10 +136,12 @@ def plan_reclaim(
     hold some of them, and their queues' floors are judged on them alone. The reclaimer's
     ceiling is judged on everything it would use: ending above its level on any resource
     would only make it the next queue to be reclaimed from.
+    Floors and ceilings come from the fair shares and quotas `index` was built with.
     `ledger` is the cycle's planned usage; on success the victims stay released in it.
     `try_fit` assigns flavors to the preemptor against that ledger;
-    `could_stay_under(queue, bound)` tells whether some flavor choice keeps the planned usage
-    of `queue` (the preemptor's leaf or an ancestor) plus the request within `bound`;
+    `could_stay_under(queue, ceiling, limits)` tells whether some flavor choice keeps the
+    planned usage of `queue` (the preemptor's leaf or an ancestor) plus the request within
+    `ceiling` (a missing key: 0) and `limits` (a missing key: no limit);
     `covered(freed)` whether freeing `freed` could be enough room for some flavor choice.
     """
     if queue.reclaim == "Never":
@@ -134,7 +155,7 @@ def plan_reclaim(
         return meet[victim_queue]
 
     for rule in _RULES:
-        levels = _Levels(rule, shares, quotas)
+        levels = index.levels(rule)
         reach = _reach(own_path, levels, ledger, could_stay_under)
         if not reach:
             continue  # the reclaimer's own queue has no room under its ceiling or limit
@@ -196,7 +217,7 @@ def _reach(
     own_path: Sequence[str],
     levels: _Levels,
     ledger: Ledger,
-    could_stay_under: Callable[[str, Callable[[FlavorResource], int]], bool],
+    could_stay_under: Callable[[str, Vector, Vector | None], bool],
 ) -> int:
     """How far up the reclaimer's path victims may be sought: victims must meet it at
     `own_path[d]` with d <= the result (len(own_path) for anywhere, 0 for nowhere).
@@ -210,14 +231,7 @@ def _reach(
     """
     reach = 0
     for name in own_path:
-        limits = ledger.limits.get(name)
-
-        def bound(key: FlavorResource, name: str = name, limits: Vector | None = limits) -> int:
-            ceiling = levels.ceiling(name, key)
-            cap = limits.get(key) if limits else None
-            return ceiling if cap is None or cap > ceiling else cap
-
-        if not could_stay_under(name, bound):
+        if not could_stay_under(name, levels.ceilings(name), ledger.limits.get(name)):
             break
         reach += 1
     return reach
@@ -254,17 +268,19 @@ class ReclaimIndex:
         self,
         leaves: Iterable[str],
         candidates: Callable[[str], Sequence[Candidate]],
+        keys: Callable[[str], Sequence[VictimKey]],
         ledger: Ledger,
         tree: QueueTree,
         shares: Mapping[str, Vector],
         quotas: Mapping[str, Vector],
     ) -> None:
         """`leaves`: the leaves with admitted workloads; `candidates(leaf)`: a leaf's admitted
-        workloads as candidates, in victim order (asked only for leaves a search walks)."""
+        workloads as candidates, in victim order, and `keys(leaf)` their `victim_order`
+        (asked only for leaves a search walks)."""
         self._leaves = frozenset(leaves)
         self._candidates = candidates
+        self._keys = keys
         # Per leaf, built on first use: most searches look at a few leaves, or none.
-        self._keys: dict[str, list[tuple[int, bool, float, str]]] = {}
         self._holding: dict[str, dict[FlavorResource, list[int]]] = {}
         self._ledger = ledger
         self._tree = tree
@@ -300,15 +316,16 @@ class ReclaimIndex:
         order = sorted(included, key=lambda name: len(paths[name]), reverse=True)
         used_of = self._ledger.used
         for rule in _RULES:
-            floor = self._levels[rule].floor
+            floors = self._levels[rule].floors
             avail, kids, top = self._avail[rule], self._kids[rule], self._top[rule]
             for name in order:
                 path = paths[name]
                 inner = bool(tree.children.get(name))
                 below_kids = kids.get(name) if inner else None
                 new: dict[FlavorResource, int] = {}
+                floor = floors(name)
                 for key, held in used_of[name].items():
-                    give = held - floor(name, key)
+                    give = held - floor.get(key, 0)
                     if inner:
                         give = min(give, below_kids.get(key, 0) if below_kids else 0)
                     if give > 0:
@@ -324,17 +341,19 @@ class ReclaimIndex:
                     for name in paths[leaf][1:]:
                         below_.setdefault(name, set()).add(leaf)
 
+    def levels(self, rule: Rule) -> _Levels:
+        """Floors and ceilings under `rule`, shared by every search of the cycle (they keep
+        the floors they have worked out)."""
+        return self._levels[rule]
+
     def candidates(self, leaf: str) -> Sequence[Candidate]:
         """`leaf`'s admitted workloads as candidates, in victim order."""
         return self._candidates(leaf) if leaf in self._leaves else ()
 
-    def order_keys(self, leaf: str) -> list[tuple[int, bool, float, str]]:
+    def order_keys(self, leaf: str) -> Sequence[VictimKey]:
         """The victim order of `leaf`'s candidates: the merge in `_walk` compares them again
-        and again, so they are worked out once per leaf and cycle."""
-        found = self._keys.get(leaf)
-        if found is None:
-            found = self._keys[leaf] = [victim_order(c) for c in self.candidates(leaf)]
-        return found
+        and again, so they are worked out once per leaf and cycle (with the candidates)."""
+        return self._keys(leaf) if leaf in self._leaves else ()
 
     def _refresh(self, leaf: str, rules: Iterable[Rule] = _RULES) -> None:
         tree = self._tree
@@ -346,8 +365,9 @@ class ReclaimIndex:
                 below_kids = kids.get(name)
                 inner = bool(tree.children.get(name))
                 new: dict[FlavorResource, int] = {}
+                floor = levels.floors(name)
                 for key, held in used.items():
-                    give = held - levels.floor(name, key)
+                    give = held - floor.get(key, 0)
                     if inner:
                         give = min(give, below_kids.get(key, 0) if below_kids else 0)
                     if give > 0:
@@ -487,7 +507,7 @@ def _walk(
     # (victim order of the leaf's next candidate, step in the leaf's sequence, leaf, length
     # of its chain). With one contended pair (the usual case: GPUs) a leaf's sequence is only
     # its workloads holding that pair, so workloads that could not help are never looked at.
-    heap: list[tuple[tuple[int, bool, float, str], int, str, int]] = []
+    heap: list[tuple[VictimKey, int, str, int]] = []
     avail = index.available(levels.rule)
     single = next(iter(contended)) if len(contended) == 1 else None
     steps: dict[str, Sequence[int]] = {}

@@ -35,12 +35,42 @@ def started_at(workload: Workload) -> float:
     return workload.admitted_at if workload.admitted_at is not None else workload.arrival
 
 
-def victim_order(candidate: Candidate) -> tuple[int, bool, float, str]:
+VictimKey = tuple[int, bool, float, str]
+
+
+def victim_order(candidate: Candidate) -> VictimKey:
     """Least important first: lowest priority, then those whose eviction keeps every
     PodDisruptionBudget (best effort: a budget never stops a needed eviction), then most
     recently started, then key."""
     w = candidate.workload
     return (w.priority, w.disrupts_budget, -started_at(w), w.key)
+
+
+def in_victim_order(
+    workloads: Sequence[tuple[Workload, Mapping[FlavorResource, int]]], queue: str
+) -> tuple[list[Candidate], list[VictimKey]]:
+    """`workloads` of `queue`, each with its usage, as candidates sorted by `victim_order`,
+    and their keys in that order.
+
+    The same as sorting the candidates with `key=victim_order`, but the keys are worked out
+    in one comprehension and the candidates made after sorting: a cycle sorts most of the
+    admitted workloads of a full cluster this way, and a call per workload was most of it.
+    """
+    keys = [
+        (
+            w.priority,
+            w.disrupts_budget,
+            -(w.admitted_at if w.admitted_at is not None else w.arrival),  # started_at
+            w.key,
+        )
+        for w, _ in workloads
+    ]
+    order = sorted(range(len(keys)), key=keys.__getitem__)
+    new = tuple.__new__  # Candidate(...) without the named tuple's Python-level __new__
+    candidates = [
+        new(Candidate, (w, queue, usage)) for w, usage in map(workloads.__getitem__, order)
+    ]
+    return candidates, [keys[i] for i in order]
 
 
 def select_victims(
@@ -49,6 +79,7 @@ def select_victims(
     fits: Callable[[Sequence[Candidate]], bool],
     allowed: Callable[[Candidate], bool] | None = None,
     enough: Callable[[Mapping[FlavorResource, int]], bool] | None = None,
+    short: bool = False,
 ) -> list[Candidate] | None:
     """Release candidates from `ledger` in order until `fits(chosen)`; then reprieve.
 
@@ -57,7 +88,8 @@ def select_victims(
     with earlier victims already released, so guards see the state the removal would leave.
     `enough(freed)`, when given (and `allowed` is not), is a necessary condition for fitting
     once `freed` is released, judged without touching the ledger: candidates are then only
-    counted until it holds, and `fits` is asked from there on.
+    counted until it holds, and `fits` is asked from there on. `short` says the caller knows
+    that `fits([])` is False as the ledger is (the preemptor was just seen not to fit).
     """
     tx = Transaction()
     if enough is not None and allowed is None:
@@ -67,7 +99,7 @@ def select_victims(
     if chosen is None:
         tx.rollback()
         return None
-    needed = _reprieve(chosen, ledger, fits, tx)
+    needed = _reprieve(chosen, ledger, fits, tx, short)
     tx.commit()
     return needed
 
@@ -135,14 +167,16 @@ def _reprieve(
     ledger: Ledger,
     fits: Callable[[Sequence[Candidate]], bool],
     tx: Transaction,
+    short: bool = False,
 ) -> list[Candidate]:
     """Put back, most important first, every victim the preemptor fits without.
 
     With two or more chosen, the last one is needed by construction (the search saw the
     preemptor not fit, or not even come close, before releasing it), so it is kept without
-    asking; a lone victim is asked about like the others.
+    asking; a lone victim is asked about like the others, unless the caller knows the
+    preemptor does not fit without any (`short`).
     """
-    known = len(chosen) >= 2
+    known = len(chosen) >= 2 or short
     needed: list[Candidate] = [chosen[-1]] if known else []
     for index in range(len(chosen) - (2 if known else 1), -1, -1):
         candidate = chosen[index]
@@ -160,7 +194,8 @@ def _reprieve(
 def within_queue_candidates(
     preemptor: Workload,
     policy: WithinQueuePolicy,
-    ordered: Sequence[Candidate],
+    queue: str,
+    admitted: Sequence[tuple[Workload, Mapping[FlavorResource, int]]],
     excluded: set[str] | frozenset[str],
     contended: set[FlavorResource],
     now: float,
@@ -168,30 +203,33 @@ def within_queue_candidates(
 ) -> list[Candidate]:
     """Workloads of the preemptor's own queue it may preempt, least important first.
 
-    `ordered` holds the queue's admitted workloads in victim order. LowerPriority allows
-    strictly lower priorities; LowerOrNewerEqualPriority also allows equal priority when the
-    victim arrived after the preemptor. Workloads that started less than `min_runtime_s` ago,
-    and those holding none of the `contended` (flavor, resource) pairs the preemptor is short
-    of, are spared: evicting them could not make it fit.
+    `admitted` holds the queue's admitted workloads with their usage, in any order: only
+    those allowed are sorted (most searches find a few or none, and sorting the whole queue
+    for each was a large part of a contended cycle). LowerPriority allows strictly lower
+    priorities; LowerOrNewerEqualPriority also allows equal priority when the victim arrived
+    after the preemptor. Workloads that started less than `min_runtime_s` ago, and those
+    holding none of the `contended` (flavor, resource) pairs the preemptor is short of, are
+    spared: evicting them could not make it fit.
     """
     if policy == "Never":
         return []
-    out: list[Candidate] = []
+    allowed: list[tuple[Workload, Mapping[FlavorResource, int]]] = []
     priority = preemptor.priority
     equal_ok = policy == "LowerOrNewerEqualPriority"
-    for c in ordered:
-        w = c.workload
-        if w.priority >= priority:
-            if w.priority > priority or not equal_ok:
-                break  # victim order is by priority: nothing further is allowed
-            if w.arrival <= preemptor.arrival:
-                continue
-        if w.key in excluded or contended.isdisjoint(c.usage):
+    for w, usage in admitted:
+        if w.priority >= priority and (
+            w.priority > priority or not equal_ok or w.arrival <= preemptor.arrival
+        ):
+            continue  # equal priority only under LowerOrNewerEqualPriority, if it came later
+        # The key last: it is another object to read, for every workload of the queue.
+        if contended.isdisjoint(usage):
             continue
         if min_runtime_s and now - started_at(w) < min_runtime_s:
             continue
-        out.append(c)
-    return out
+        if w.key in excluded:
+            continue
+        allowed.append((w, usage))
+    return in_victim_order(allowed, queue)[0]
 
 
 def preemption_reason(preemptor: Workload, victim: Workload, queue: str) -> str:

@@ -8,18 +8,26 @@ trees) both cycles must return the same decisions, reasons included.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from quota.admission.cycle import _Cycle, admission_cycle
+from quota.admission.cycle import _Cycle, _Request, admission_cycle
 from quota.fairness.fairshare import fair_share
+from quota.model.flavorassign import (
+    UNEXPLAINED,
+    Fit,
+    FitFailure,
+    assign_flavors,
+    assign_flavors_pair,
+    plan_pod_set,
+)
 from quota.model.ledger import Ledger
-from quota.model.snapshot import Snapshot, Workload, queue_tree
+from quota.model.snapshot import FlavorQuota, PodSet, QueueSpec, Snapshot, Workload, queue_tree
 from quota.preemption.reclaim import ReclaimIndex
-from quota.preemption.victims import Candidate
+from quota.preemption.victims import Candidate, started_at, victim_order
 from tests.unit.strategies import CPU, GPU, apply_cycle, snapshots
 from tests.unit.test_reclaim_properties import contended as reclaim_cases
 
@@ -36,16 +44,67 @@ class _PlainIndex(ReclaimIndex):
 
 class _PlainCycle(_Cycle):
     """The cycle before its shortcuts: every admitted workload is asked whether minRuntime
-    protects it, and the reclaim figures are built leaf by leaf."""
+    protects it, the reclaim figures are built leaf by leaf, a queue's victims are sorted
+    with `victim_order`, one call each, within-queue candidates are picked from the whole
+    sorted queue, and flavors are assigned in both ledgers, then in the planned one, by two
+    calls."""
 
     def _young_victims(self) -> list[Candidate]:
         return self._all_victims()
+
+    def _assign_both(
+        self,
+        queue: str,
+        request: _Request,
+        sticky: Sequence[Mapping[str, str] | None] | None,
+    ) -> tuple[Fit | FitFailure, Fit | FitFailure | None]:
+        both = assign_flavors(
+            queue, request.plans, request.counts, (self.held, self.planned), sticky
+        )
+        if isinstance(both, Fit):
+            return both, None
+        alone = assign_flavors(queue, request.plans, request.counts, (self.planned,), sticky)
+        return both, alone if isinstance(alone, Fit) else UNEXPLAINED
+
+    def _within_queue(
+        self, spec: QueueSpec, w: Workload, contended: set[tuple[str, str]]
+    ) -> list[Candidate]:
+        if spec.within_queue == "Never":
+            return []
+        out: list[Candidate] = []
+        equal_ok = spec.within_queue == "LowerOrNewerEqualPriority"
+        for c in self._victim_list(spec.name):
+            v = c.workload
+            if v.priority >= w.priority:
+                if v.priority > w.priority or not equal_ok:
+                    break  # victim order is by priority: nothing further is allowed
+                if v.arrival <= w.arrival:
+                    continue
+            if v.key in self.taken or contended.isdisjoint(c.usage):
+                continue
+            runtime = spec.min_runtime_preempt_s
+            if runtime and self.snapshot.now - started_at(v) < runtime:
+                continue
+            out.append(c)
+        return out
+
+    def _victim_list(self, queue: str) -> list[Candidate]:
+        found = self.victim_lists.get(queue)
+        if found is None:
+            found = sorted(
+                (Candidate(w, queue, usage) for w, usage in self.admitted_by_queue.get(queue, ())),
+                key=victim_order,
+            )
+            self.victim_lists[queue] = found
+            self.victim_keys[queue] = [victim_order(c) for c in found]
+        return found
 
     def _reclaim_index(self) -> ReclaimIndex:
         if self.reclaim_index is None:
             self.reclaim_index = _PlainIndex(
                 self.admitted_by_queue,
                 self._victim_list,
+                self._victim_keys,
                 self.planned,
                 self.tree,
                 self.fair.shares,
@@ -132,7 +191,10 @@ def reclaiming(draw: st.DrawFn) -> Snapshot:
 @given(st.one_of(contended(), reclaiming()))
 def test_the_cycle_decides_as_the_plain_search_does(snapshot: Snapshot) -> None:
     fair = fair_share(snapshot)
-    assert _Cycle(snapshot, fair).run() == _PlainCycle(snapshot, fair).run()
+    # The plain cycle works out the usage of the admitted workloads itself, as it does with
+    # a fair share computed from another snapshot.
+    unshared = replace(fair, queue_workloads={}, queue_usage={}, snapshot=None)
+    assert _Cycle(snapshot, fair).run() == _PlainCycle(snapshot, unshared).run()
 
 
 def _ledger_after(snapshot: Snapshot, charges: Sequence[int]) -> tuple[Ledger, list[str]]:
@@ -141,11 +203,11 @@ def _ledger_after(snapshot: Snapshot, charges: Sequence[int]) -> tuple[Ledger, l
     fair = fair_share(snapshot)
     cycle = _Cycle(snapshot, fair)
     ledger = cycle.planned
-    running = list(cycle.running.values())
+    running = list(cycle._running().values())
     for i in charges:
         if running:
-            w = running[i % len(running)]
-            ledger.charge(w.queue, cycle.usage_of[w.key], -1)
+            w, usage = running[i % len(running)]
+            ledger.charge(w.queue, usage, -1)
     return ledger, sorted(cycle.admitted_by_queue)
 
 
@@ -163,7 +225,9 @@ def test_reclaim_figures_built_at_once_equal_those_built_leaf_by_leaf(
     built: list[ReclaimIndex] = []
     for kind in (ReclaimIndex, _PlainIndex):
         ledger, leaves = _ledger_after(snapshot, charges)
-        built.append(kind(leaves, lambda leaf: (), ledger, tree, fair.shares, quotas))
+        built.append(
+            kind(leaves, lambda leaf: (), lambda leaf: (), ledger, tree, fair.shares, quotas)
+        )
     fast, plain = built
 
     def nonzero(figures: dict[tuple[str, str], int]) -> dict[tuple[str, str], int]:
@@ -181,3 +245,43 @@ def test_reclaim_figures_built_at_once_equal_those_built_leaf_by_leaf(
                     plain.freeable(rule, name, [key], len(tree.paths[name]))
                 )
         assert nonzero(fast._top[rule]) == nonzero(plain._top[rule])
+
+
+@checked
+@given(st.data())
+def test_flavors_in_both_ledgers_then_the_planned_one_as_two_calls_would(
+    data: st.DataObject,
+) -> None:
+    flavors = data.draw(
+        st.lists(st.sampled_from(("a", "b", "c")), min_size=1, max_size=3, unique=True)
+    )
+    resources = ("cpu", "gpu")
+    spec = QueueSpec(
+        name="q",
+        parent=None,
+        flavors=tuple(FlavorQuota(f, dict.fromkeys(resources, 10)) for f in flavors),
+    )
+    small = st.integers(min_value=0, max_value=12)
+    limits = {("a", "gpu"): data.draw(small)} if data.draw(st.booleans()) else {}
+    held = Ledger(
+        {"q": ("q",)}, {"q": limits}, {(f, r): data.draw(small) for f in "abc" for r in resources}
+    )
+    planned = held.copy()
+    for ledger in (held, planned):
+        ledger.charge("q", {(f, r): data.draw(small) for f in "abc" for r in resources})
+    per_pod = {r: data.draw(st.integers(min_value=0, max_value=3)) for r in resources}
+    pod_set = PodSet("main", data.draw(st.integers(min_value=0, max_value=3)), per_pod)
+    plan = plan_pod_set(spec, {}, pod_set)
+    sticky = (
+        ({r: data.draw(st.sampled_from("abc")) for r in resources},)
+        if data.draw(st.booleans())
+        else None
+    )
+    counts = (pod_set.count,)
+    both = assign_flavors("q", (plan,), counts, (held, planned), sticky)
+    alone = (
+        None
+        if isinstance(both, Fit)
+        else assign_flavors("q", (plan,), counts, (planned,), sticky, explain=False)
+    )
+    assert assign_flavors_pair("q", (plan,), counts, held, planned, sticky) == (both, alone)
