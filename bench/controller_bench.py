@@ -38,6 +38,7 @@ import threading
 import time
 import uuid
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +47,7 @@ if __package__ in (None, ""):
 
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
+from prometheus_client.samples import Sample
 
 from controllers.localcluster.binaries import ensure_binaries
 from controllers.localcluster.cluster import LocalCluster, free_port
@@ -273,25 +275,23 @@ def admission_seconds(kc: str, kubeconfig: str) -> dict[tuple[str, str], float]:
     """From the apiserver's /metrics: seconds and counts of its admission plugins on CREATE
     (`apiserver_admission_controller_admission_duration_seconds`), and of Job create
     requests (`apiserver_request_duration_seconds`), as {(what, "sum"|"count"): value}."""
-    text = kubectl(kc, kubeconfig, "get", "--raw", "/metrics").stdout
     out: dict[tuple[str, str], float] = {}
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            base, _, part = sample.name.rpartition("_")
-            if part not in ("sum", "count"):
+    for sample in apiserver_samples(kc, kubeconfig):
+        base, _, part = sample.name.rpartition("_")
+        if part not in ("sum", "count"):
+            continue
+        labels = sample.labels
+        if base == "apiserver_admission_controller_admission_duration_seconds":
+            if labels.get("operation") != "CREATE" or labels.get("name") not in _PLUGINS:
                 continue
-            labels = sample.labels
-            if base == "apiserver_admission_controller_admission_duration_seconds":
-                if labels.get("operation") != "CREATE" or labels.get("name") not in _PLUGINS:
-                    continue
-                what = labels["name"]
-            elif base == "apiserver_request_duration_seconds":
-                if labels.get("verb") != "POST" or labels.get("resource") != "jobs":
-                    continue
-                what = "job create request"
-            else:
+            what = labels["name"]
+        elif base == "apiserver_request_duration_seconds":
+            if labels.get("verb") != "POST" or labels.get("resource") != "jobs":
                 continue
-            out[(what, part)] = out.get((what, part), 0.0) + sample.value
+            what = "job create request"
+        else:
+            continue
+        out[(what, part)] = out.get((what, part), 0.0) + sample.value
     return out
 
 
@@ -372,26 +372,29 @@ def wait_admitted(
     }
 
 
+def apiserver_samples(kc: str, kubeconfig: str) -> Iterator[Sample]:
+    """Every sample of the apiserver's /metrics."""
+    text = kubectl(kc, kubeconfig, "get", "--raw", "/metrics").stdout
+    for family in text_string_to_metric_families(text):
+        yield from family.samples
+
+
 def apiserver_webhook_seconds(kc: str, kubeconfig: str) -> tuple[float, float, dict[float, float]]:
     """The apiserver's own webhook call figures for Muster's Job webhooks: (sum of seconds,
     count, cumulative count by bucket bound)."""
-    text = kubectl(kc, kubeconfig, "get", "--raw", "/metrics").stdout
     total = count = 0.0
     buckets: dict[float, float] = {}
-    for line in text.splitlines():
-        if not line.startswith("apiserver_admission_webhook_admission_duration_seconds"):
+    base = "apiserver_admission_webhook_admission_duration_seconds"
+    for sample in apiserver_samples(kc, kubeconfig):
+        if sample.labels.get("name") not in ("mjob.muster.dev", "vjob.muster.dev"):
             continue
-        if 'name="mjob.muster.dev"' not in line and 'name="vjob.muster.dev"' not in line:
-            continue
-        name, value = line.rsplit(" ", 1)
-        if name.startswith("apiserver_admission_webhook_admission_duration_seconds_sum"):
-            total += float(value)
-        elif name.startswith("apiserver_admission_webhook_admission_duration_seconds_count"):
-            count += float(value)
-        elif "_bucket" in name:
-            bound = name.split('le="', 1)[1].split('"', 1)[0]
-            le = float("inf") if bound == "+Inf" else float(bound)
-            buckets[le] = buckets.get(le, 0.0) + float(value)
+        if sample.name == f"{base}_sum":
+            total += sample.value
+        elif sample.name == f"{base}_count":
+            count += sample.value
+        elif sample.name == f"{base}_bucket":
+            le = float(sample.labels["le"])  # "+Inf" parses as infinity
+            buckets[le] = buckets.get(le, 0.0) + sample.value
     return total, count, buckets
 
 

@@ -99,7 +99,7 @@ def _map_ops(path: str, old: Mapping[str, Any] | None, new: Mapping[str, Any] | 
     ops.extend(
         {"op": "add", "path": _pointer(path, k), "value": v}
         for k, v in new_map.items()
-        if old_map.get(k) != v or k not in old_map
+        if k not in old_map or old_map[k] != v
     )
     return ops
 
@@ -174,22 +174,19 @@ def update(
         desired = copy.deepcopy(obj)
         if not mutate(desired):
             return obj
-        ops = (
-            spec_ops(_part(obj, False), _part(desired, False))
-            if spec_guarded and not status
-            else None
-        )
-        patch = None if ops is not None else merge_patch(_part(obj, status), _part(desired, status))
-        if not (ops or patch):
-            return obj
+        guarded = spec_guarded and not status  # a status write has no spec to guard
+        ops = spec_ops(_part(obj, False), _part(desired, False)) if guarded else None
         try:
-            if ops:
+            if ops is not None:
+                if not ops:
+                    return obj
                 written = kube.patch_ops(kind, namespace, name, ops)
             else:
-                assert patch is not None
-                patch.setdefault("metadata", {})["resourceVersion"] = obj["metadata"][
-                    "resourceVersion"
-                ]
+                patch = merge_patch(_part(obj, status), _part(desired, status))
+                if not patch:
+                    return obj
+                version = obj["metadata"]["resourceVersion"]
+                patch.setdefault("metadata", {})["resourceVersion"] = version
                 written = kube.patch(kind, namespace, name, patch, status=status)
         except ApiException as error:
             if error.status == 409 or (ops and _failed_test(error)):
