@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import atexit
 import json
+import signal
 import subprocess
 import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from types import FrameType
 
 import pytest
 
@@ -87,11 +89,20 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ClusterHandle]
     # If the interpreter dies on an exception outside pytest's control, don't leave
     # apiservers behind.
     atexit.register(local.down)
+    # SIGTERM (a CI timeout, `kill`) would end the interpreter without running `finally`
+    # or atexit, leaving etcd and the apiserver running; as an interrupt, pytest tears the
+    # session down as it does on Ctrl-C.
+    previous = signal.signal(signal.SIGTERM, _interrupt)
     local.up()
     try:
         yield ClusterHandle(local, str(local.kubeconfig), binaries["kubectl"])
     finally:
         local.down()
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _interrupt(signum: int, frame: FrameType | None) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
 
 
 @pytest.fixture
