@@ -68,6 +68,7 @@ class AdmissionLoop:
         resync: float = 2.0,
         write_workers: int = 16,
         status_interval: float = 1.0,
+        status_max_interval: float | None = None,
         use_node_capacity: bool = True,
         usage: UsageFigures | None = None,
         hold_timeout_s: float = 300.0,
@@ -91,9 +92,12 @@ class AdmissionLoop:
             self.poke,
             write_workers=write_workers,
             status_interval=status_interval,
+            status_max_interval=status_max_interval,
             assumed=assumed,
         )
-        self.queue_status = QueueStatusPublisher(ctx, interval=status_interval)
+        self.queue_status = QueueStatusPublisher(
+            ctx, interval=status_interval, max_interval=status_max_interval
+        )
         self.cycles = 0
         # The history recorder holds its writes back while a cycle runs.
         self._busy = busy or nullcontext

@@ -102,10 +102,12 @@ def apply_status(obj: Obj, desired: QueueStatus, now: Any) -> bool:
 class QueueStatusPublisher:
     """Coalesced status writes for ClusterQueues and LocalQueues."""
 
-    def __init__(self, ctx: Context, *, interval: float = 1.0) -> None:
+    def __init__(
+        self, ctx: Context, *, interval: float = 1.0, max_interval: float | None = None
+    ) -> None:
         self.ctx = ctx
         self.writer: CoalescingWriter[tuple[str, str]] = CoalescingWriter(
-            "queue-status", self._write, interval=interval
+            "queue-status", self._write, interval=interval, max_interval=max_interval
         )
 
     def submit_cluster_queue(self, name: str, desired: QueueStatus) -> None:

@@ -65,6 +65,7 @@ class DecisionWriter:
         *,
         write_workers: int = 16,
         status_interval: float = 1.0,
+        status_max_interval: float | None = None,
         assumed: Assumptions | None = None,
     ) -> None:
         self.ctx = ctx
@@ -72,7 +73,10 @@ class DecisionWriter:
         self.assumed = assumed if assumed is not None else Assumptions()
         self._pool = ThreadPoolExecutor(max_workers=write_workers, thread_name_prefix="admit")
         self.pending_writer: CoalescingWriter[str] = CoalescingWriter(
-            "workload-pending", self._write_pending, interval=status_interval
+            "workload-pending",
+            self._write_pending,
+            interval=status_interval,
+            max_interval=status_max_interval,
         )
         self._is_leader: Callable[[], bool] = lambda: True
         self._lock = threading.Condition()

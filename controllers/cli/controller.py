@@ -175,6 +175,14 @@ def lease_timing(lease_duration: float, renew_deadline: float, retry_period: flo
     help="Seconds between status writes to one queue or pending Workload.",
 )
 @click.option(
+    "--status-max-interval",
+    type=float,
+    default=8.0,
+    show_default=True,
+    help="While a queue's or Workload's status keeps changing, the gap between its writes "
+    "doubles up to this many seconds.",
+)
+@click.option(
     "--events/--no-events",
     default=True,
     show_default=True,
@@ -289,6 +297,7 @@ def controller(
     identity: str | None,
     workers: int,
     status_interval: float,
+    status_max_interval: float,
     events: bool,
     database_url_flag: str | None,
     history: bool,
@@ -337,6 +346,7 @@ def controller(
         identity=identity or os.environ.get("POD_NAME"),
         workers=workers,
         status_interval=status_interval,
+        status_max_interval=status_max_interval,
         events=events,
         history=history_settings,
         scheduler_name=scheduler_name,

@@ -104,6 +104,7 @@ class Manager:
         self.loop = AdmissionLoop(
             self.ctx,
             status_interval=options.status_interval,
+            status_max_interval=options.status_max_interval,
             hold_timeout_s=options.preemption_hold_timeout,
             usage=self.history.usage if self.history is not None else None,
             busy=self.history.busy if self.history is not None else None,
@@ -118,6 +119,7 @@ class Manager:
                 bind_workers=options.bind_workers,
                 bind_qps=options.bind_qps,
                 status_interval=options.status_interval,
+                status_max_interval=options.status_max_interval,
                 hold_timeout_s=options.preemption_hold_timeout,
             )
         # Foreign PodGroups (Volcano's, the native API's) are Muster's only when it places

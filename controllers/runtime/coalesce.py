@@ -4,6 +4,12 @@ once per interval, and only when it differs from what the object already says.
 Status that is recomputed every cycle (queue usage, why a workload waits) would otherwise
 cost one write per object per cycle; with this, a thousand admissions in a second cost one
 status write per queue per interval.
+
+While an object stays busy (each write follows the one before within twice its gap) the gap
+doubles, up to `max_interval`: a queue admitting through a long burst is written at 0, 1,
+3, 7, 15, 23 ... s instead of every second, and its last state at most `max_interval` after
+the burst. An object that was quiet is written at the base interval again, so a person
+watching one queue or Workload still sees a change within a second.
 """
 
 from __future__ import annotations
@@ -24,7 +30,8 @@ class CoalescingWriter(Generic[K]):
 
     `write(key, desired)` performs the write (and is expected to skip it when the object
     already holds `desired`); it is called from the writer thread, at most once per
-    `interval` seconds per key. A failed write is retried at the next interval."""
+    `interval` seconds per key, or per longer gap (up to `max_interval`) while the key stays
+    busy. A failed write is retried when the key is next due."""
 
     def __init__(
         self,
@@ -32,15 +39,18 @@ class CoalescingWriter(Generic[K]):
         write: Callable[[K, Any], None],
         *,
         interval: float = 1.0,
+        max_interval: float | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.name = name
         self._write = write
         self._interval = interval
+        self._max_interval = max(interval, max_interval if max_interval is not None else interval)
         self._clock = clock
         self._cond = threading.Condition()
         self._desired: dict[K, Any] = {}
         self._last_write: dict[K, float] = {}
+        self._gap: dict[K, float] = {}  # keys written at a gap above `interval`
         self._thread: threading.Thread | None = None
         self._stopped = False
         self._enabled: Callable[[], bool] = lambda: True
@@ -80,18 +90,11 @@ class CoalescingWriter(Generic[K]):
         while True:
             now = self._clock()
             with self._cond:
-                key = next(
-                    (
-                        k
-                        for k in self._desired
-                        if now - self._last_write.get(k, float("-inf")) >= self._interval
-                    ),
-                    None,
-                )
+                key = next((k for k in self._desired if self._due(k) <= now), None)
                 if key is None:
                     return attempted
                 desired = self._desired.pop(key)
-                self._last_write[key] = now
+                self._wrote(key, now)
             attempted += 1
             try:
                 self._write(key, desired)
@@ -103,16 +106,27 @@ class CoalescingWriter(Generic[K]):
                 with self._cond:
                     self._desired.setdefault(key, desired)
 
+    def _due(self, key: K) -> float:
+        """When `key` may be written next (caller holds the lock)."""
+        return self._last_write.get(key, float("-inf")) + self._gap.get(key, self._interval)
+
+    def _wrote(self, key: K, now: float) -> None:
+        """Note a write of `key` at `now` and set the gap before its next (caller holds the
+        lock): doubled while writes come back to back, the base interval after a quiet spell."""
+        last = self._last_write.get(key)
+        gap = self._gap.get(key, self._interval)
+        busy = last is not None and now - last <= 2 * gap
+        gap = min(2 * gap, self._max_interval) if busy else self._interval
+        self._last_write[key] = now
+        if gap > self._interval:
+            self._gap[key] = gap
+        else:
+            self._gap.pop(key, None)
+
     def _next_due_in(self) -> float | None:
         if not self._desired:
             return None
-        now = self._clock()
-        return max(
-            0.0,
-            min(
-                self._last_write.get(k, float("-inf")) + self._interval - now for k in self._desired
-            ),
-        )
+        return max(0.0, min(self._due(k) for k in self._desired) - self._clock())
 
     def _run(self) -> None:
         while True:
@@ -128,7 +142,9 @@ class CoalescingWriter(Generic[K]):
             else:
                 time.sleep(0.2)
             # Forget old timestamps so the map does not grow with every object ever seen.
+            # A key last written over twice the longest gap ago counts as quiet either way.
             with self._cond:
                 if len(self._last_write) > 10_000:
-                    cutoff = self._clock() - self._interval
+                    cutoff = self._clock() - 2 * self._max_interval
                     self._last_write = {k: t for k, t in self._last_write.items() if t > cutoff}
+                    self._gap = {k: g for k, g in self._gap.items() if k in self._last_write}

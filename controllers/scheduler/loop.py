@@ -76,6 +76,7 @@ class SchedulerLoop:
         min_interval: float = 0.05,
         resync: float = 2.0,
         status_interval: float = 1.0,
+        status_max_interval: float | None = None,
         hold_timeout_s: float = 300.0,
     ) -> None:
         if not scheduler_name:
@@ -91,7 +92,7 @@ class SchedulerLoop:
             workers=bind_workers,
             qps=bind_qps,
         )
-        self.publisher = Publisher(ctx, interval=status_interval)
+        self.publisher = Publisher(ctx, interval=status_interval, max_interval=status_max_interval)
         self._parsed = Parsed()
         # Pods this loop bound that the watch has not shown bound yet.
         self.assumed: dict[str, Assumed] = {}

@@ -101,10 +101,12 @@ def pod_group_manifest(group: Group) -> Obj:
 class Publisher:
     """PodGroup status, Events and history records for the groups a pass looked at."""
 
-    def __init__(self, ctx: Context, *, interval: float = 1.0) -> None:
+    def __init__(
+        self, ctx: Context, *, interval: float = 1.0, max_interval: float | None = None
+    ) -> None:
         self.ctx = ctx
         self.writer: CoalescingWriter[str] = CoalescingWriter(
-            "podgroup-status", self._write, interval=interval
+            "podgroup-status", self._write, interval=interval, max_interval=max_interval
         )
         # Workload key -> (what it was last told about waiting, when): the coalescing.
         self._told: dict[str, tuple[str, float]] = {}

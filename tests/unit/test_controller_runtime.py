@@ -499,6 +499,49 @@ def test_coalescing_writer_writes_the_latest_state_at_most_once_per_interval() -
     assert written[-1] == ("q", 100)
 
 
+def test_coalescing_writer_backs_off_while_a_key_stays_busy_and_not_once_it_is_quiet() -> None:
+    clock = Clock()
+    times: list[float] = []
+    writer: CoalescingWriter[str] = CoalescingWriter(
+        "t", lambda k, v: times.append(clock.t), interval=1.0, max_interval=8.0, clock=clock
+    )
+    # A burst: a new state every 0.5 s for 40 s.
+    for step in range(81):
+        clock.t = step * 0.5
+        writer.submit("q", step)
+        writer.flush_due()
+    assert times == [0, 1, 3, 7, 15, 23, 31, 39]
+    # The burst's last state is written at most max_interval after the last write.
+    clock.t = 47
+    assert writer.flush_due() == 1
+    # Quiet for longer than twice the gap: the next change goes out at once, and the one
+    # after it a second later, as for a key never written.
+    clock.t = 100
+    writer.submit("q", 1)
+    assert writer.flush_due() == 1
+    writer.submit("q", 2)
+    clock.t = 100.5
+    assert writer.flush_due() == 0
+    clock.t = 101
+    assert writer.flush_due() == 1
+    # Other keys are not held back by a busy one.
+    writer.submit("other", 1)
+    assert writer.flush_due() == 1
+
+
+def test_coalescing_writer_without_max_interval_keeps_the_base_interval() -> None:
+    clock = Clock()
+    times: list[float] = []
+    writer: CoalescingWriter[str] = CoalescingWriter(
+        "t", lambda k, v: times.append(clock.t), interval=1.0, clock=clock
+    )
+    for step in range(21):
+        clock.t = step * 0.5
+        writer.submit("q", step)
+        writer.flush_due()
+    assert times == [float(t) for t in range(11)]
+
+
 def test_coalescing_writer_retries_a_failed_write() -> None:
     clock = Clock()
     attempts: list[int] = []
