@@ -422,6 +422,17 @@ def memory(pending: int, out: Callable[[str], None], top: bool = False) -> dict[
         f"and converted, kept for the next cycle; built in {built:.1f} s): "
         f"{figures['view_rss_mib']:.0f} MiB RSS"
     )
+    # The next cycle's view when nothing changed: what every cycle pays per Workload.
+    rebuilds = []
+    for _ in range(5):
+        started = time.perf_counter()
+        views.build()
+        rebuilds.append(time.perf_counter() - started)
+    figures["view_rebuild_seconds"] = sorted(rebuilds)[len(rebuilds) // 2]
+    out(
+        f"memory: the view rebuilt with nothing changed (what each later cycle pays): "
+        f"median {figures['view_rebuild_seconds'] * 1000:.0f} ms of 5"
+    )
     with paused_collection():
         fair = compute_fair_share(view.snapshot)
         result = admission_cycle(view.snapshot, fair)

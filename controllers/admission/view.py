@@ -2,7 +2,9 @@
 plus what the shell needs to act on the engine's decisions.
 
 Parsed models and engine workloads are cached by resourceVersion, so a cycle converts only
-the objects that changed since the last one. Queues the tree check or the model rejects,
+the objects that changed since the last one; so is what a cycle reads off each Workload
+(finished? admitted where? owned by which Job?), so that a cycle over Workloads that did not
+change costs a few dictionary reads each. Queues the tree check or the model rejects,
 queues being deleted and queues already gone still count what they admitted (as inactive
 queues): nothing admitted is ever dropped from the snapshot. A Workload whose decision is
 being written in the background is seen as the write will make it (`assumed.py`).
@@ -14,6 +16,7 @@ import logging
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
@@ -83,6 +86,64 @@ def engine_workload(wl: WorkloadModel, queue: str, raw: Mapping[str, Any]) -> Wo
     return replace(converted, hold=hold)
 
 
+@dataclass(slots=True)
+class _Facts:
+    """What a cycle reads off one version of a Workload, read once per version."""
+
+    version: str
+    finished: bool = False
+    invalid: str | None = None  # why the model refuses it
+    namespace: str = ""
+    queue_name: str = ""  # its LocalQueue
+    admitted_to: str | None = None  # the ClusterQueue it holds quota in
+    owner_uid: str = ""  # the Job (or JobSet, TrainJob) behind it
+    reserved_at: str = ""  # QuotaReserved's lastTransitionTime
+    deleting: bool = False
+    requeue_at: datetime | None = None
+    # The engine's Workload, for the queue it was converted for (a pending Workload's
+    # ClusterQueue is its LocalQueue's, which can change without the Workload changing).
+    engine: Workload | None = None
+    engine_queue: str | None = None
+
+
+def _read_facts(raw: Obj, version: str) -> tuple[_Facts, WorkloadModel | None]:
+    """The facts of `raw`, and its parsed model when it had to be parsed (None if finished)."""
+    if wls.is_finished(raw):
+        return _Facts(version, finished=True), None
+    try:
+        model = WorkloadModel.model_validate(raw)
+    except ValidationError as error:
+        return _Facts(version, invalid=f"invalid Workload: {str(error)[:500]}"), None
+    facts = _Facts(
+        version,
+        namespace=model.metadata.namespace or "",
+        queue_name=model.spec.queue_name,
+        owner_uid=wls.owner_job_uid(raw) or "",
+        deleting=wls.is_deleting(raw),
+        requeue_at=wls.requeue_at(raw),
+    )
+    if wls.has_quota(raw):
+        facts.admitted_to = str(
+            ((raw.get("status") or {}).get("admission") or {}).get("clusterQueue")
+        )
+        reserved = wls.condition(raw, wls.QUOTA_RESERVED) or {}
+        facts.reserved_at = str(reserved.get("lastTransitionTime") or "")
+    return facts, model
+
+
+@dataclass(slots=True)
+class _PodFacts:
+    """One version of a bound pod as placement reads it."""
+
+    version: str
+    pod: BoundPod | None
+    owners: list[str]  # uids that may name its Workload's Job (`job_uid_of_pod`)
+    labels: Mapping[str, str]
+    # The pod marked with the Workload it counts for, and which Workload that was.
+    owned: BoundPod | None = None
+    owner: str | None = None
+
+
 @dataclass
 class View:
     """One cycle's snapshot plus what the shell needs to act on the decisions."""
@@ -118,41 +179,26 @@ class ViewBuilder:
         self._pod_labels: dict[str, list[Mapping[str, str]]] = {}
         self.use_node_capacity = use_node_capacity
         self._parsed: dict[str, tuple[Any, Any]] = {}  # key -> (version, parsed)
+        self._facts: dict[str, _Facts] = {}  # Workload key -> its facts, for its version
+        self._pods: dict[str, _PodFacts] = {}  # bound pod key -> its facts
         # Time-based fair share: figures a history job refreshes; None turns it off.
         self.usage = usage
         self._historical: tuple[Any, dict[str, float]] = (None, {})
 
     def _engine_workload(
-        self, key: str, raw: Obj, model: WorkloadModel | None, queue: str, rv: str
+        self, facts: _Facts, raw: Obj, model: WorkloadModel | None, queue: str
     ) -> Workload:
-        """The engine's Workload, cached by (version, queue); `model` is the parsed object
-        when this cycle parsed it anyway, else it is parsed again only on a miss."""
-        cache_key = f"engine:{key}"
-        cached = self._parsed.get(cache_key)
-        if cached is not None and cached[0] == (rv, queue):
-            converted: Workload = cached[1]
-            return converted
+        """The engine's Workload, kept in the facts for its queue; `model` is the parsed object
+        when this cycle parsed it anyway, else it is parsed again only on a miss. Only the facts
+        are kept between cycles, not the model: it weighs ~9 KB a Workload (50,000 pending:
+        ~0.4 GiB), and the engine's Workload is all a later cycle needs."""
+        if facts.engine is not None and facts.engine_queue == queue:
+            return facts.engine
         if model is None:
             model = WorkloadModel.model_validate(raw)
-        converted = engine_workload(model, queue, raw)
-        self._parsed[cache_key] = ((rv, queue), converted)
-        return converted
-
-    def _workload_names(self, key: str, raw: Obj, rv: str) -> tuple[str, str, WorkloadModel | None]:
-        """(namespace, LocalQueue name, the parsed model if it was parsed now) of a Workload,
-        checked against the model once per version. Only the two names are kept between
-        cycles: the parsed model weighs ~9 KB a Workload (50,000 pending: ~0.4 GiB), and the
-        engine's own Workload, cached beside it, is all a later cycle needs. Raises
-        ValidationError for a Workload the model refuses."""
-        cache_key = f"wl:{key}"
-        cached = self._parsed.get(cache_key)
-        if cached is not None and cached[0] == rv:
-            namespace, queue_name = cached[1]
-            return namespace, queue_name, None
-        model = WorkloadModel.model_validate(raw)
-        names = (model.metadata.namespace or "", model.spec.queue_name)
-        self._parsed[cache_key] = (rv, names)
-        return names[0], names[1], model
+        facts.engine = engine_workload(model, queue, raw)
+        facts.engine_queue = queue
+        return facts.engine
 
     def _model(self, key: str, raw: Obj, model: type[Any], rv: str | None = None) -> Any:
         """`raw` parsed as `model`, cached by version (`rv`, by default its resourceVersion)."""
@@ -221,35 +267,41 @@ class ViewBuilder:
         engine: dict[str, Workload] = {}
         lq_of: dict[str, str] = {}
         blocked: list[tuple[str, str, str]] = []
-        cached_workloads = caches.workloads.objects()
-        self.assumed.keep_only(object_key(w) for w in cached_workloads)
-        for cached in cached_workloads:
-            key = object_key(cached)
+        holder: dict[str, str] = {}  # Job uid -> its admitted Workload (for its pods)
+        cached_workloads = caches.workloads.items()
+        self.assumed.keep_only(key for key, _ in cached_workloads)
+        known = self._facts
+        for key, cached in cached_workloads:
             # A decision whose write is under way counts as made (assumed.py).
             raw, version = self.assumed.effective(key, cached)
-            if wls.is_finished(raw):
+            facts = known.get(key)
+            model = None
+            if facts is None or facts.version != version:
+                facts, model = _read_facts(raw, version)
+                known[key] = facts
+            if facts.finished:
                 continue
-            try:
-                namespace, queue_name, model = self._workload_names(key, raw, version)
-            except ValidationError as error:
-                blocked.append((key, INADMISSIBLE, f"invalid Workload: {str(error)[:500]}"))
+            if facts.invalid is not None:
+                blocked.append((key, INADMISSIBLE, facts.invalid))
                 continue
+            namespace, queue_name = facts.namespace, facts.queue_name
             lq_key = f"{namespace}/{queue_name}"
             lq_of[key] = lq_key
             raw_by_key[key] = raw
-            if wls.has_quota(raw):
-                queue = ((raw.get("status") or {}).get("admission") or {}).get("clusterQueue")
-                w = self._engine_workload(key, raw, model, str(queue), version)
+            if facts.admitted_to is not None:
+                w = self._engine_workload(facts, raw, model, facts.admitted_to)
                 # Pods hold their own room once bound; a Workload with no Job behind it
                 # (written by hand) never gets pods, so its plan must not hold room either.
-                if not wls.owner_job_uid(raw):
+                if not facts.owner_uid:
                     w = _without_plan(w)
-                elif self._placed_whole(key, raw):
-                    placed_whole.append(key)
+                else:
+                    holder[facts.owner_uid] = key
+                    if self._placed_whole(key, facts.reserved_at):
+                        placed_whole.append(key)
                 admitted.append(w)
                 engine[key] = w
                 continue
-            if wls.is_deleting(raw):
+            if facts.deleting:
                 continue  # leaving before admission: its finalizer goes at once
             lq = lqs.get(lq_key)
             if lq is None:
@@ -268,7 +320,7 @@ class ViewBuilder:
                     (key, INADMISSIBLE, f"LocalQueue {lq.name} is inactive: {lq_state.message}")
                 )
                 continue
-            when = wls.requeue_at(raw)
+            when = facts.requeue_at
             if when is not None and when > now:
                 blocked.append(
                     (
@@ -279,7 +331,7 @@ class ViewBuilder:
                     )
                 )
                 continue
-            w = self._engine_workload(key, raw, model, lq.spec.cluster_queue, version)
+            w = self._engine_workload(facts, raw, model, lq.spec.cluster_queue)
             pending.append(w)
             engine[key] = w
         for w in admitted:
@@ -288,21 +340,17 @@ class ViewBuilder:
                 queues[w.queue] = QueueSpec(
                     w.queue, active=False, inactive_reason="the ClusterQueue no longer exists"
                 )
-        # Drop parsed models of objects that are gone.
-        live = (
-            {f"wl:{k}" for k in raw_by_key}
-            | {f"engine:{k}" for k in raw_by_key}
-            | {k for k in self._parsed if not k.startswith(("wl:", "engine:"))}
-        )
-        for stale in [k for k in self._parsed if k not in live]:
-            del self._parsed[stale]
+        # Forget the Workloads that are gone.
+        if len(known) > len(cached_workloads):
+            for stale in known.keys() - {key for key, _ in cached_workloads}:
+                del known[stale]
 
         capacity = None
         if self.use_node_capacity:
             # No node of any flavor known: quota-only mode.
             capacity = convert.node_capacity(caches.nodes.objects(), flavors) or None
-        nodes, pods = self._nodes_and_pods(raw_by_key) if self.use_node_capacity else (None, ())
-        stripped = self._confirm_placed(placed_whole, raw_by_key, engine, pods)
+        nodes, pods = self._nodes_and_pods(holder) if self.use_node_capacity else (None, ())
+        stripped = self._confirm_placed(placed_whole, engine, pods)
         stripped |= self._mark_budget_breakers(engine)
         if stripped:
             admitted = [engine[w.key] if w.key in stripped else w for w in admitted]
@@ -324,7 +372,6 @@ class ViewBuilder:
     def _confirm_placed(
         self,
         keys: list[str],
-        raw_by_key: Mapping[str, Obj],
         engine: dict[str, Workload],
         pods: tuple[BoundPod, ...],
     ) -> set[str]:
@@ -341,8 +388,7 @@ class ViewBuilder:
         stripped: set[str] = set()
         for key in keys:
             w = engine[key]
-            reserved = wls.condition(raw_by_key[key], wls.QUOTA_RESERVED) or {}
-            mark = (key, str(reserved.get("lastTransitionTime") or ""))
+            mark = (key, self._facts[key].reserved_at)
             live.add(mark)
             admitted = sum(a.count for a in w.admission or ())
             if mark in self._confirmed or bound[key] >= admitted:
@@ -365,7 +411,7 @@ class ViewBuilder:
                 engine[key] = replace(w, disrupts_budget=True)
         return {key for key in marked if key in engine}
 
-    def _placed_whole(self, key: str, raw: Obj) -> bool:
+    def _placed_whole(self, key: str, reserved_at: str) -> bool:
         """Whether Muster's scheduler already bound this admission's pods once (its PodGroup
         turned PodGroupInitiallyScheduled after the current QuotaReserved): from then on its
         pods hold their own room, and a finished pod must not bring its planned room back."""
@@ -375,19 +421,17 @@ class ViewBuilder:
         scheduled = wls.condition(pod_group, PGC.INITIALLY_SCHEDULED) or {}
         if scheduled.get("status") != "True":
             return False
-        reserved = wls.condition(raw, wls.QUOTA_RESERVED) or {}
         # Both RFC 3339 UTC: they compare as text.
-        return str(scheduled.get("lastTransitionTime") or "") >= str(
-            reserved.get("lastTransitionTime") or ""
-        )
+        return str(scheduled.get("lastTransitionTime") or "") >= reserved_at
 
     def _nodes_and_pods(
-        self, raw_by_key: Mapping[str, Obj]
+        self, holder: Mapping[str, str]
     ) -> tuple[tuple[Node, ...] | None, tuple[BoundPod, ...]]:
         """Every node, and every bound, unfinished pod (Muster's or not), for placement; no
         nodes at all means quota-only mode. A pod of a Job that Muster admitted is marked
-        with its Workload, so that only the unbound rest of that Workload's plan stays
-        reserved. Parsed objects are cached by resourceVersion."""
+        with its Workload (`holder`: Job uid -> admitted Workload), so that only the unbound
+        rest of that Workload's plan stays reserved. Parsed objects are cached by
+        resourceVersion."""
         caches = self.ctx.caches
         seen: set[str] = set()
         nodes: list[Node] = []
@@ -396,33 +440,36 @@ class ViewBuilder:
             node = self._parsed_node(raw)
             if node is not None:
                 nodes.append(node)
-        if not nodes:
-            self._forget_unseen(seen)
-            return None, ()
-        # The admitted Workload of each Job (by uid): its pods count towards its plan.
-        self._pod_labels = {}
-        holder: dict[str, str] = {}
-        for key, raw in raw_by_key.items():
-            uid = wls.owner_job_uid(raw)
-            if uid and wls.has_quota(raw) and not wls.is_finished(raw):
-                holder[uid] = key
-        pods: list[BoundPod] = []
-        for raw in caches.bound_pods():
-            seen.add(f"pod:{object_key(raw)}")
-            pod = self._parsed_pod(raw)
-            if pod is None:
-                continue
-            labels = (raw.get("metadata") or {}).get("labels") or {}
-            owner = next((holder[u] for u in job_uid_of_pod(raw) if u in holder), None)
-            pods.append(replace(pod, workload=owner) if owner else pod)
-            if owner:
-                self._pod_labels.setdefault(owner, []).append(labels)
         self._forget_unseen(seen)
+        if not nodes:
+            self._pods.clear()
+            return None, ()
+        self._pod_labels = {}
+        pods: list[BoundPod] = []
+        known = self._pods
+        live: set[str] = set()
+        for raw in caches.bound_pods():
+            key = object_key(raw)
+            live.add(key)
+            facts = self._pod_facts(key, raw)
+            if facts.pod is None:
+                continue
+            owner = next((holder[u] for u in facts.owners if u in holder), None)
+            if owner is None:
+                pods.append(facts.pod)
+                continue
+            if facts.owned is None or facts.owner != owner:
+                facts.owned, facts.owner = replace(facts.pod, workload=owner), owner
+            pods.append(facts.owned)
+            self._pod_labels.setdefault(owner, []).append(facts.labels)
+        if len(known) > len(live):
+            for stale in known.keys() - live:
+                del known[stale]
         return tuple(nodes), tuple(pods)
 
     def _forget_unseen(self, seen: set[str]) -> None:
-        """Drop parsed nodes and pods that are gone, so the cache never outgrows the cluster."""
-        for stale in [k for k in self._parsed if k.startswith(("node:", "pod:")) and k not in seen]:
+        """Drop parsed nodes that are gone, so the cache never outgrows the cluster."""
+        for stale in [k for k in self._parsed if k.startswith("node:") and k not in seen]:
             del self._parsed[stale]
 
     def _parsed_node(self, raw: Obj) -> Node | None:
@@ -441,21 +488,20 @@ class ViewBuilder:
         self._parsed[key] = (rv, node)
         return node
 
-    def _parsed_pod(self, raw: Obj) -> BoundPod | None:
-        key = f"pod:{object_key(raw)}"
+    def _pod_facts(self, key: str, raw: Obj) -> _PodFacts:
         rv = str((raw.get("metadata") or {}).get("resourceVersion") or "")
-        cached = self._parsed.get(key)
-        if cached is not None and cached[0] == rv:
-            pod: BoundPod | None = cached[1]
-            return pod
+        facts = self._pods.get(key)
+        if facts is not None and facts.version == rv:
+            return facts
         try:
-            pod = bound_pod_from_manifest(raw)
+            pod: BoundPod | None = bound_pod_from_manifest(raw)
         except ManifestError as error:
             # The apiserver validated it; only a quantity we cannot read gets here.
             log.warning("pod left out of placement", extra={"error": str(error)[:300]})
             pod = None
-        self._parsed[key] = (rv, pod)
-        return pod
+        labels = (raw.get("metadata") or {}).get("labels") or {}
+        facts = self._pods[key] = _PodFacts(rv, pod, list(job_uid_of_pod(raw)), labels)
+        return facts
 
     def _historical_usage(self, queues: Mapping[str, QueueSpec]) -> dict[str, float]:
         """Each queue's recent usage among its siblings, from the figures in memory.

@@ -146,6 +146,11 @@ class Informer:
         with self._lock:
             return list(self._items.values())
 
+    def items(self) -> list[tuple[str, Obj]]:
+        """(key, object) pairs: a loop over the cache need not work the keys out again."""
+        with self._lock:
+            return list(self._items.items())
+
     def list_keys(self) -> list[str]:
         with self._lock:
             return list(self._items)

@@ -9,6 +9,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from controllers.admission.loop import AdmissionLoop
+from controllers.admission.view import ViewBuilder
 from controllers.runtime.events import EventRecorder
 from controllers.runtime.resources import (
     CLUSTER_QUEUE,
@@ -226,3 +227,107 @@ def test_what_a_vanished_or_invalid_queue_admitted_still_counts() -> None:
     view = h.loop.views.build()
     assert "invalid" in view.snapshot.queues["cq"].inactive_reason
     assert [w.key for w in view.snapshot.admitted] == ["ns/first"]
+
+
+def test_the_view_follows_each_new_version_of_a_workload_and_forgets_deleted_ones() -> None:
+    """What a cycle reads off a Workload is kept per version: a later cycle must see every
+    change to the Workload, to its LocalQueue, and nothing of a Workload that is gone."""
+    h = Harness(cpu_quota="4")
+    h.put(
+        CLUSTER_QUEUE,
+        {
+            "apiVersion": "muster.dev/v1alpha1",
+            "kind": "ClusterQueue",
+            "metadata": {"name": "other"},
+            "spec": {"flavors": [{"name": "pool", "quota": {"cpu": "4"}}]},
+        },
+    )
+    h.workload("w", 8)  # more than the queue holds: stays pending
+    views = h.loop.views
+    first = views.build()
+    assert [(w.key, w.queue) for w in first.snapshot.pending] == [("ns/w", "cq")]
+
+    # The LocalQueue points elsewhere; the Workload itself did not change.
+    lq = h.kube.get(LOCAL_QUEUE, "ns", "team")
+    assert lq is not None
+    h.cache(LOCAL_QUEUE).write_through(
+        h.kube.patch(LOCAL_QUEUE, "ns", "team", {"spec": {"clusterQueue": "other"}})
+    )
+    assert [(w.key, w.queue) for w in views.build().snapshot.pending] == [("ns/w", "other")]
+
+    # Made invalid (a negative count, written past the webhook): blocked, every cycle.
+    bad = copy.deepcopy(h.get("w"))
+    bad["spec"]["podSets"][0]["count"] = -1
+    h.cache(WORKLOAD).write_through(h.kube.put(WORKLOAD, bad))
+    for _ in range(2):
+        view = views.build()
+        assert view.snapshot.pending == ()
+        assert [(key, reason) for key, reason, _ in view.blocked] == [("ns/w", "Inadmissible")]
+        assert "invalid Workload" in view.blocked[0][2]
+
+    # Finished: neither pending nor admitted; deleted: forgotten.
+    done = copy.deepcopy(h.get("w"))
+    done["spec"]["podSets"][0]["count"] = 1
+    wls.set_condition(done, wls.FINISHED, "True", "Succeeded", "done", NOW)
+    h.cache(WORKLOAD).write_through(h.kube.put(WORKLOAD, done))
+    view = views.build()
+    assert view.snapshot.pending == () and view.snapshot.admitted == () and view.blocked == []
+    h.cache(WORKLOAD).forget("ns/w")
+    views.build()
+    assert views._facts == {}
+
+
+def test_a_bound_pod_counts_for_its_jobs_admitted_workload_only_while_it_is_admitted() -> None:
+    h = Harness(cpu_quota="4")
+    views = ViewBuilder(h.ctx, use_node_capacity=True)
+    h.caches.nodes.write_through(
+        {
+            "apiVersion": "v1",
+            "kind": "Node",
+            "metadata": {"name": "n1", "resourceVersion": "1", "labels": {"pool": "a"}},
+            "status": {"allocatable": {"cpu": "8", "pods": "110"}},
+        }
+    )
+    h.caches.node_pods.write_through(
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {
+                "name": "p",
+                "namespace": "ns",
+                "resourceVersion": "1",
+                "labels": {"controller-uid": "job-uid"},
+            },
+            "spec": {
+                "nodeName": "n1",
+                "containers": [{"name": "c", "resources": {"requests": {"cpu": "1"}}}],
+            },
+            "status": {"phase": "Running"},
+        }
+    )
+    wl = copy.deepcopy(h.workload("w", 1))
+    wl["metadata"]["ownerReferences"] = [
+        {"apiVersion": "batch/v1", "kind": "Job", "name": "job", "uid": "job-uid"}
+    ]
+    h.cache(WORKLOAD).write_through(h.kube.put(WORKLOAD, wl))
+    assert [p.workload for p in views.build().snapshot.pods] == [None], "pending: not its pod"
+    assert [a.workload for a in h.cycle().admit] == ["ns/w"]
+    h.cache(WORKLOAD).write_through(h.get("w"))
+    for _ in range(2):
+        assert [p.workload for p in views.build().snapshot.pods] == ["ns/w"]
+    # The Job's next Workload (an elastic Job's new slice) takes over its pods once the
+    # first one is finished, and then nothing does.
+    second = copy.deepcopy(h.workload("w2", 1, created=1))
+    second["metadata"]["ownerReferences"] = wl["metadata"]["ownerReferences"]
+    h.cache(WORKLOAD).write_through(h.kube.put(WORKLOAD, second))
+    assert [a.workload for a in h.cycle().admit] == ["ns/w2"]
+    h.cache(WORKLOAD).write_through(h.get("w2"))
+    for name in ("w", "w2"):
+        done = copy.deepcopy(h.get(name))
+        wls.set_condition(done, wls.FINISHED, "True", "Succeeded", "done", NOW)
+        h.cache(WORKLOAD).write_through(h.kube.put(WORKLOAD, done))
+        still = "ns/w2" if name == "w" else None
+        assert [p.workload for p in views.build().snapshot.pods] == [still]
+    h.caches.node_pods.forget("ns/p")
+    assert views.build().snapshot.pods == ()
+    assert views._pods == {}
