@@ -229,6 +229,9 @@ def within_queue_candidates(
         if w.key in excluded:
             continue
         allowed.append((w, usage))
+    if len(allowed) < 2:
+        # Most searches allow one workload or none: nothing to sort.
+        return [Candidate(w, queue, usage) for w, usage in allowed]
     return in_victim_order(allowed, queue)[0]
 
 
