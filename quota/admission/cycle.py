@@ -54,7 +54,7 @@ from quota.model.flavorassign import (
 )
 from quota.model.ledger import Ledger
 from quota.model.nodes import BoundPod, PodShape
-from quota.model.resources import FlavorResource, format_amount
+from quota.model.resources import FlavorResource, flavor_resource, format_amount
 from quota.model.snapshot import (
     Assignment,
     Flavor,
@@ -751,7 +751,7 @@ class _Cycle:
             for resource, amount in ps.per_pod.items():
                 flavor = flavors.get(resource)
                 if flavor is not None and amount:
-                    key = (flavor, resource)
+                    key = flavor_resource(flavor, resource)
                     total[key] = total.get(key, 0) + amount * full
         charge = total
         if request.running is not None:

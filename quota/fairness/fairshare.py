@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 from quota.fairness.usage import adjust_weights
 from quota.model.flavorassign import Planner, slice_base
-from quota.model.resources import FlavorResource, add_into
+from quota.model.resources import FlavorResource, add_into, flavor_resource, interned
 from quota.model.snapshot import (
     PodSet,
     QueueSpec,
@@ -84,12 +84,12 @@ class FairShare(Mapping[str, Mapping[FlavorResource, int]]):
 def root_amount(snapshot: Snapshot, tree: QueueTree) -> Vector:
     """What is shared at the root: Ready capacity, or the sum of the root queues' quotas."""
     if snapshot.capacity is not None:
-        return dict(snapshot.capacity)
+        return interned(snapshot.capacity)
     amount: Vector = {}
     for name in tree.roots:
         for fq in snapshot.queues[name].flavors:
             for resource, quota in fq.quota.items():
-                key = (fq.flavor, resource)
+                key = flavor_resource(fq.flavor, resource)
                 amount[key] = amount.get(key, 0) + quota
     return amount
 
@@ -123,9 +123,6 @@ def usage_and_demand(
         if any(w.replaces is not None for w in snapshot.pending)
         else {}
     )
-    # One (flavor, resource) key object per pair for all the usage kept, not one per
-    # workload and resource: less to allocate, and lookups find them by identity.
-    keys: dict[str, dict[str, FlavorResource]] = {}
     # Per queue met so far: its usage and its counted workloads (one lookup per workload).
     slots: dict[str, tuple[Vector, list[Counted]]] = {}
     for w in snapshot.admitted:
@@ -137,7 +134,7 @@ def usage_and_demand(
             if target is None:
                 continue  # not a known queue
             slot = slots[w.queue] = (target, [])
-        held = pod_set_usage(w, keys, slot[0])
+        held = pod_set_usage(w, slot[0])
         if per_queue is not None:
             slot[1].append((w, held))
         if w.evicting and evicting is not None:
@@ -170,7 +167,7 @@ def usage_and_demand(
                         for resource, amount in ps.per_pod.items():
                             flavor = pinned.get(resource)
                             if flavor is not None and amount:
-                                key = (flavor, resource)
+                                key = flavor_resource(flavor, resource)
                                 target[key] = target.get(key, 0) + amount * count
                     continue
             if count <= 0:

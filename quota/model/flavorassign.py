@@ -17,7 +17,7 @@ from typing import NamedTuple
 
 from quota.model.ledger import Ledger
 from quota.model.nodes import Taint, Toleration
-from quota.model.resources import FlavorResource
+from quota.model.resources import FlavorResource, flavor_resource
 from quota.model.snapshot import Flavor, PodSet, QueueSpec, Workload
 
 
@@ -64,7 +64,7 @@ class GroupPlan:
         the flavors its running slice holds); `per_pod`: the pod set's requests."""
         if pinned is not None and self.resources[0] in pinned:
             f = pinned[self.resources[0]]
-            return ((f, tuple(((f, r), per_pod[r]) for r in self.resources)),)
+            return ((f, tuple((flavor_resource(f, r), per_pod[r]) for r in self.resources)),)
         return self.options
 
 
@@ -183,7 +183,9 @@ def _plan_shape(flavor_sig: FlavorSignature, pod_sig: PodSetSignature) -> _Shape
             why = "; ".join(skipped) if skipped else "no flavor covers them together"
             return _Shape((), tuple(skipped), (), tuple(resources), why)
         amounts = dict(per_pod)
-        options = tuple((f, tuple(((f, r), amounts[r]) for r in resources)) for f in candidates)
+        options = tuple(
+            (f, tuple((flavor_resource(f, r), amounts[r]) for r in resources)) for f in candidates
+        )
         groups.append(GroupPlan(tuple(resources), tuple(candidates), options))
     return _Shape(tuple(groups), tuple(skipped), (), (), "")
 

@@ -22,6 +22,30 @@ _BYTE_RESOURCES = frozenset({MEMORY, "ephemeral-storage", "storage"})
 _BINARY_SUFFIXES = (("Ti", 1 << 40), ("Gi", 1 << 30), ("Mi", 1 << 20), ("Ki", 1 << 10))
 
 
+# The one key object of every (flavor, resource) pair met, per flavor and resource. Hot
+# loops look the same few pairs up in many dicts (ledgers, shares, quotas, usage, plans):
+# a dict that holds the very object asked for confirms the match by identity, where an
+# equal copy is compared item by item on every lookup. A cluster names a handful of pairs,
+# so the table stays small for the life of the process.
+SHARED_KEYS: dict[str, dict[str, FlavorResource]] = {}
+
+
+def flavor_resource(flavor: str, resource: str) -> FlavorResource:
+    """The shared (flavor, resource) key (see `SHARED_KEYS`)."""
+    per_flavor = SHARED_KEYS.get(flavor)
+    if per_flavor is None:
+        per_flavor = SHARED_KEYS[flavor] = {}
+    key = per_flavor.get(resource)
+    if key is None:
+        key = per_flavor[resource] = (flavor, resource)
+    return key
+
+
+def interned(vector: Mapping[FlavorResource, int]) -> dict[FlavorResource, int]:
+    """`vector` with its keys replaced by the shared ones (see `SHARED_KEYS`)."""
+    return {flavor_resource(*key): amount for key, amount in vector.items()}
+
+
 def add_into(acc: dict[K, int], vector: Mapping[K, int], times: int = 1) -> None:
     """Add `times` x `vector` into `acc` in place (times may be negative)."""
     for key, amount in vector.items():
