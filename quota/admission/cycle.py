@@ -151,18 +151,19 @@ class _Cycle:
         # not), per queue, each with its usage (never changed).
         gone = superseded_slices(snapshot.admitted)
         holding: Mapping[str, Sequence[Counted]]
-        per_leaf: Mapping[str, Mapping[FlavorResource, int]]
         if fair.snapshot is snapshot:
             # Fair share counted these very workloads (the same ones: not superseded, in a
-            # known queue) and summed them per queue: taken as they are.
-            holding, per_leaf = fair.queue_workloads, fair.queue_usage
+            # known queue) and rolled their usage up the tree: taken as they are.
+            holding = fair.queue_workloads
+            self.held.load(fair.usage, self.tree.roots)
         else:
             holding, per_leaf = self._count_admitted(gone, fair)
+            # Summed per leaf first: one charge per leaf instead of one per workload up the
+            # tree.
+            for queue in sorted(per_leaf):
+                self.held.charge(queue, per_leaf[queue])
         self.holding = holding
         self.holders: dict[str, Counted] | None = None  # by key, see _running
-        # Summed per leaf first: one charge per leaf instead of one per workload up the tree.
-        for queue in sorted(per_leaf):
-            self.held.charge(queue, per_leaf[queue])
         self.planned = self.held.copy()
         # Workloads already leaving, or chosen as victims this cycle: never chosen again.
         self.taken: set[str] = set()

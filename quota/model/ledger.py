@@ -51,6 +51,19 @@ class Ledger:
         # usage (see quota/preemption/reclaim.py) can be refreshed for just those queues.
         self.touched: list[str] | None = None
 
+    def load(self, used: Mapping[str, Mapping[FlavorResource, int]], roots: Sequence[str]) -> None:
+        """Start a fresh ledger from `used`, every queue's subtree total (as fair share rolls
+        usage up), the roots' being what is charged against the amount: the same figures as
+        charging each leaf's own usage, without walking each path again."""
+        for name, usage in self.used.items():
+            total = used.get(name)
+            if total:
+                usage.update(total)
+        free = self._free
+        for root in roots:
+            for key, amount in used.get(root, {}).items():
+                free[key] = free.get(key, 0) - amount
+
     def copy(self) -> Ledger:
         """An independent ledger with the same usage."""
         twin = Ledger(self.paths, self.limits, self.amount)
