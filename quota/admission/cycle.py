@@ -90,6 +90,7 @@ from quota.preemption.victims import (
     started_at,
     victim_order,
     within_queue_candidates,
+    within_queue_holders,
 )
 
 Vector = dict[FlavorResource, int]
@@ -232,6 +233,11 @@ class _Cycle:
         self.reclaim_index: ReclaimIndex | None = None
         self.victim_lists: dict[str, list[Candidate]] = {}
         self.victim_keys: dict[str, list[VictimKey]] = {}
+        # Per queue and (flavor, resource): its admitted workloads holding that pair, in
+        # victim order, with their keys (see _within_queue).
+        self.pair_holders: dict[
+            tuple[str, FlavorResource], tuple[list[Candidate], list[VictimKey]]
+        ] = {}
         self.order_inputs: dict[str, tuple[Vector, Mapping[FlavorResource, int], int]] = {}
         self.order = QueueOrder(self.tree, self._order)
 
@@ -1320,6 +1326,23 @@ class _Cycle:
         self, spec: QueueSpec, w: Workload, contended: set[FlavorResource]
     ) -> list[Candidate]:
         """The workloads of `w`'s own queue it may preempt, in victim order."""
+        if len(contended) == 1 and spec.within_queue != "Never":
+            # Short of one pair: only the queue's workloads holding it can help. They are
+            # listed once per queue and pair, in victim order, for every search to bisect.
+            pair = next(iter(contended))
+            found = self.pair_holders.get((spec.name, pair))
+            if found is None:
+                holding = [c for c in self.admitted_by_queue.get(spec.name, ()) if pair in c[1]]
+                found = self.pair_holders[spec.name, pair] = in_victim_order(holding, spec.name)
+            return within_queue_holders(
+                w,
+                spec.within_queue,
+                found[0],
+                found[1],
+                self.taken,
+                self.snapshot.now,
+                spec.min_runtime_preempt_s,
+            )
         return within_queue_candidates(
             w,
             spec.within_queue,

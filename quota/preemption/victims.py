@@ -9,6 +9,7 @@ guards.
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections.abc import Callable, Mapping, Sequence
 from typing import NamedTuple
 
@@ -233,6 +234,45 @@ def within_queue_candidates(
         # Most searches allow one workload or none: nothing to sort.
         return [Candidate(w, queue, usage) for w, usage in allowed]
     return in_victim_order(allowed, queue)[0]
+
+
+def within_queue_holders(
+    preemptor: Workload,
+    policy: WithinQueuePolicy,
+    holders: Sequence[Candidate],
+    keys: Sequence[VictimKey],
+    excluded: set[str] | frozenset[str],
+    now: float,
+    min_runtime_s: float,
+) -> list[Candidate]:
+    """`within_queue_candidates` when the preemptor is short of one (flavor, resource) pair
+    only (the usual case: GPUs): `holders` are the queue's admitted workloads that hold
+    that pair, in victim order, and `keys` their `victim_order`.
+
+    Victim order is by priority first, so the workloads the policy allows are a prefix,
+    found by bisecting the keys: a search reads neither the workloads of the queue that
+    hold none of the pair (most of a full cluster's, in the bench's contended cycle) nor
+    those of too high a priority, and sorts nothing.
+    """
+    if policy == "Never":
+        return []
+    priority = preemptor.priority
+    equal_ok = policy == "LowerOrNewerEqualPriority"
+    # Priorities are whole numbers: (p,) sorts before every key of priority p, (p + 1,)
+    # after them all.
+    end = bisect_left(keys, (priority + 1,) if equal_ok else (priority,))
+    out: list[Candidate] = []
+    for i in range(end):
+        candidate = holders[i]
+        w = candidate.workload
+        if equal_ok and keys[i][0] == priority and w.arrival <= preemptor.arrival:
+            continue  # equal priority only if it came later
+        if min_runtime_s and now - started_at(w) < min_runtime_s:
+            continue
+        if w.key in excluded:
+            continue
+        out.append(candidate)
+    return out
 
 
 def preemption_reason(preemptor: Workload, victim: Workload, queue: str) -> str:
