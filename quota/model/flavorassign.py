@@ -410,8 +410,7 @@ def assign_flavors_pair(
     shortfalls: list[Shortfall] = []
     alone: Fit | FitFailure = UNEXPLAINED
     for flavor, pairs in options:
-        at = first.first_short(queue, pairs, count, _NO_USAGE)
-        alone_at = second.first_short(queue, pairs, count, _NO_USAGE)
+        at, alone_at = first.first_short_with(second, queue, pairs, count)
         fit = None
         if alone_at < 0 and alone is UNEXPLAINED:
             fit = alone = _fit_on(flavor, resources, pairs, count)
@@ -422,9 +421,6 @@ def assign_flavors_pair(
             Shortfall(plan.pod_set.name, flavor, resources[short], pairs[short][1] * count)
         )
     return FitFailure(plan.pod_set.name, tuple(shortfalls), plan.skipped), alone
-
-
-_NO_USAGE: Mapping[FlavorResource, int] = {}
 
 
 def _fit_on(
