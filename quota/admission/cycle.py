@@ -123,6 +123,9 @@ class _Request:
     base: SliceBase | None  # what the slice it replaces already runs
     running: Workload | None  # that slice
     flexible: bool  # some pod set may start with fewer pods (minCount below count)
+    # Its key in the cycle's memo of failures (see `_memo_key`), worked out once: a request
+    # set aside in the first pass is asked again in the second.
+    memo_key: tuple[object, ...] | None
 
 
 class _GroupOptions(NamedTuple):
@@ -411,7 +414,7 @@ class _Cycle:
         if isinstance(request, str):
             self.pending.append(Pending(w.key, spec.name, request))
             return ""
-        memo_key = self._memo_key(spec, request)
+        memo_key = request.memo_key
         if memo_key is not None and memo_key in self.memo:
             self.pending.append(Pending(w.key, spec.name, self.memo[memo_key]))
             return "never" if memo_key in self.never else ""
@@ -510,7 +513,8 @@ class _Cycle:
             counts = tuple([ps.count for ps in w.pod_sets])
         else:
             counts = tuple(max(0, ps.count - base.counts[i]) for i, ps in enumerate(w.pod_sets))
-        return _Request(w, tuple(plans), counts, base, running, flexible)
+        memo_key = self._memo_key(spec, w) if base is None else None
+        return _Request(w, tuple(plans), counts, base, running, flexible, memo_key)
 
     def _set_aside(self, request: _Request) -> str:
         """Keep `request` for the second pass; a slice's depends on what is being evicted by
@@ -571,11 +575,9 @@ class _Cycle:
                     return True
         return False
 
-    def _memo_key(self, spec: QueueSpec, request: _Request) -> tuple[object, ...] | None:
-        """Identical shapes fail identically; priority and arrival matter only to preemption."""
-        if request.base is not None:
-            return None
-        w = request.workload
+    def _memo_key(self, spec: QueueSpec, w: Workload) -> tuple[object, ...]:
+        """Identical shapes fail identically; priority and arrival matter only to preemption.
+        (Not for a scale-up slice: what it needs depends on the slice it replaces.)"""
         shape: list[object] = [spec.name]
         for ps in w.pod_sets:
             # The planner's shape number: equal numbers, equal signatures.
