@@ -85,6 +85,7 @@ from quota.preemption.victims import (
     Candidate,
     VictimKey,
     in_victim_order,
+    pair_holders,
     preemption_reason,
     select_victims,
     started_at,
@@ -237,10 +238,8 @@ class _Cycle:
         self.victim_lists: dict[str, list[Candidate]] = {}
         self.victim_keys: dict[str, list[VictimKey]] = {}
         # Per queue and (flavor, resource): its admitted workloads holding that pair, in
-        # victim order, with their keys (see _within_queue).
-        self.pair_holders: dict[
-            tuple[str, FlavorResource], tuple[list[Candidate], list[VictimKey]]
-        ] = {}
+        # victim order, with their priorities (see _within_queue).
+        self.pair_holders: dict[tuple[str, FlavorResource], tuple[list[Counted], list[int]]] = {}
         self.order_inputs: dict[str, tuple[Vector, Mapping[FlavorResource, int], int]] = {}
         self.order = QueueOrder(self.tree, self._order)
 
@@ -1334,11 +1333,13 @@ class _Cycle:
             pair = next(iter(contended))
             found = self.pair_holders.get((spec.name, pair))
             if found is None:
-                holding = [c for c in self.admitted_by_queue.get(spec.name, ()) if pair in c[1]]
-                found = self.pair_holders[spec.name, pair] = in_victim_order(holding, spec.name)
+                found = self.pair_holders[spec.name, pair] = pair_holders(
+                    self.admitted_by_queue.get(spec.name, ()), pair
+                )
             return within_queue_holders(
                 w,
                 spec.within_queue,
+                spec.name,
                 found[0],
                 found[1],
                 self.taken,
