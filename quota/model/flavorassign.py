@@ -317,6 +317,10 @@ class FitFailure(NamedTuple):
 # What `assign_flavors` returns for a failure it was not asked to explain.
 UNEXPLAINED = FitFailure("", (), ())
 
+# A named tuple made by tuple.__new__ rather than its class: the class goes through a
+# Python-level __new__, and flavor assignment makes one or two for every flavor it tries.
+_new = tuple.__new__
+
 
 class Fit(NamedTuple):
     """A flavor per resource for every pod set, and the usage that admission charges."""
@@ -370,7 +374,7 @@ def assign_flavors(
                             key, amount = pairs[short]
                             need = amount * count + usage.get(key, 0)
                             shortfalls.append(
-                                Shortfall(plan.pod_set.name, flavor, resources[short], need)
+                                _new(Shortfall, (plan.pod_set.name, flavor, resources[short], need))
                             )
                         continue
                     for key, amount in pairs:
@@ -381,9 +385,9 @@ def assign_flavors(
             else:
                 if not explain:
                     return UNEXPLAINED
-                return FitFailure(plan.pod_set.name, tuple(shortfalls), plan.skipped)
+                return _new(FitFailure, (plan.pod_set.name, tuple(shortfalls), plan.skipped))
         chosen.append(picked)
-    return Fit(tuple(chosen), usage)
+    return _new(Fit, (tuple(chosen), usage))
 
 
 def assign_flavors_pair(
@@ -422,9 +426,9 @@ def assign_flavors_pair(
         if short < 0:
             return fit or _fit_on(flavor, resources, pairs, count), None
         shortfalls.append(
-            Shortfall(plan.pod_set.name, flavor, resources[short], pairs[short][1] * count)
+            _new(Shortfall, (plan.pod_set.name, flavor, resources[short], pairs[short][1] * count))
         )
-    return FitFailure(plan.pod_set.name, tuple(shortfalls), plan.skipped), alone
+    return _new(FitFailure, (plan.pod_set.name, tuple(shortfalls), plan.skipped)), alone
 
 
 def _fit_on(
@@ -434,7 +438,9 @@ def _fit_on(
     count: int,
 ) -> Fit:
     """One pod set of one group on `flavor`, as `assign_flavors` makes it."""
-    return Fit(({r: flavor for r in resources},), {key: amount * count for key, amount in pairs})
+    return _new(
+        Fit, (({r: flavor for r in resources},), {key: amount * count for key, amount in pairs})
+    )
 
 
 PodSetSignature = tuple[
