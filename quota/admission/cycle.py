@@ -536,7 +536,10 @@ class _Cycle:
                 continue
             pinned = request.base.flavors[i] if request.base is not None else None
             for group in plan.groups:
-                for _, pairs in group.choices(pinned, plan.pod_set.per_pod):
+                choices = (
+                    group.options if pinned is None else group.choices(pinned, plan.pod_set.per_pod)
+                )
+                for _, pairs in choices:
                     for key, amount in pairs:
                         left = room.get(key)
                         if left is None:
@@ -868,7 +871,10 @@ class _Cycle:
             count = counts[i]
             for group in plan.groups:
                 flavors: list[list[tuple[FlavorResource, int]]] = []
-                for _, pairs in group.choices(pinned, plan.pod_set.per_pod):
+                choices = (
+                    group.options if pinned is None else group.choices(pinned, plan.pod_set.per_pod)
+                )
+                for _, pairs in choices:
                     needs: list[tuple[FlavorResource, int]] = []
                     for key, amount in pairs:
                         needed = amount * count

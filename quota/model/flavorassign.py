@@ -61,7 +61,10 @@ class GroupPlan:
         self, pinned: Mapping[str, str] | None, per_pod: Mapping[str, int]
     ) -> tuple[tuple[str, tuple[tuple[FlavorResource, int], ...]], ...]:
         """`options`, or only the flavor `pinned` gives the group (a scale-up slice stays on
-        the flavors its running slice holds); `per_pod`: the pod set's requests."""
+        the flavors its running slice holds); `per_pod`: the pod set's requests.
+
+        With nothing pinned (all but scale-up slices) the hot callers read `options`
+        themselves rather than call this: a cycle asks for tens of thousands of groups."""
         if pinned is not None and self.resources[0] in pinned:
             f = pinned[self.resources[0]]
             return ((f, tuple((flavor_resource(f, r), per_pod[r]) for r in self.resources)),)
@@ -356,7 +359,7 @@ def assign_flavors(
         picked: dict[str, str] = {}
         for group in plan.groups:
             resources = group.resources
-            options = group.choices(pinned, per_pod)
+            options = group.options if pinned is None else group.choices(pinned, per_pod)
             if excluded and options is group.options:
                 options = tuple(o for o in options if o[0] not in excluded)
             shortfalls: list[Shortfall] = []
@@ -414,7 +417,8 @@ def assign_flavors_pair(
     plan, count = plans[0], counts[0]
     group = plan.groups[0]
     resources = group.resources
-    options = group.choices(sticky[0] if sticky is not None else None, plan.pod_set.per_pod)
+    pinned = sticky[0] if sticky is not None else None
+    options = group.options if pinned is None else group.choices(pinned, plan.pod_set.per_pod)
     shortfalls: list[Shortfall] = []
     alone: Fit | FitFailure = UNEXPLAINED
     for flavor, pairs in options:
