@@ -9,6 +9,7 @@ A missing key means zero.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from functools import lru_cache
 from typing import TypeVar
 
 # A quota is always per flavor and resource: ("h100", "nvidia.com/gpu").
@@ -105,10 +106,13 @@ def on_flavors(
     return out
 
 
+@lru_cache(maxsize=4096)
 def format_amount(resource: str, amount: int) -> str:
     """Render an amount the way a person writes it in a manifest: 1500m, 2, 64Gi, 8.
 
-    Used in reasons shown to users; never parsed back.
+    Used in reasons shown to users; never parsed back. Cached: a cycle's reasons name the
+    same quotas, limits and requests thousands of times (the cache is bounded; a miss only
+    costs the formatting).
     """
     if resource == CPU:
         return str(amount // 1000) if amount % 1000 == 0 else f"{amount}m"
