@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 from quota.fairness.usage import adjust_weights
 from quota.model.flavorassign import Planner, slice_base
-from quota.model.resources import FlavorResource, add_into
+from quota.model.resources import FlavorResource, add_into, flavor_resource, interned
 from quota.model.snapshot import (
     PodSet,
     QueueSpec,
@@ -58,12 +58,8 @@ class FairShare(Mapping[str, Mapping[FlavorResource, int]]):
     queue_workloads: Mapping[str, Sequence[Counted]] = field(
         default_factory=dict, compare=False, repr=False
     )
-    # Per queue with admitted workloads of its own, their usage summed (not rolled up), and
-    # the snapshot they were counted from: a cycle on that very snapshot charges its ledger
-    # from these instead of summing every workload again. Ignored by comparisons too.
-    queue_usage: Mapping[str, Mapping[FlavorResource, int]] = field(
-        default_factory=dict, compare=False, repr=False
-    )
+    # The snapshot they were counted from: a cycle on that very snapshot starts its ledger
+    # from `usage` instead of summing every workload again. Ignored by comparisons too.
     snapshot: Snapshot | None = field(default=None, compare=False, repr=False)
     # The planner that planned the pending pod sets, and the queues with an admitted
     # workload already being evicted: what a cycle on the same snapshot would work out
@@ -84,12 +80,12 @@ class FairShare(Mapping[str, Mapping[FlavorResource, int]]):
 def root_amount(snapshot: Snapshot, tree: QueueTree) -> Vector:
     """What is shared at the root: Ready capacity, or the sum of the root queues' quotas."""
     if snapshot.capacity is not None:
-        return dict(snapshot.capacity)
+        return interned(snapshot.capacity)
     amount: Vector = {}
     for name in tree.roots:
         for fq in snapshot.queues[name].flavors:
             for resource, quota in fq.quota.items():
-                key = (fq.flavor, resource)
+                key = flavor_resource(fq.flavor, resource)
                 amount[key] = amount.get(key, 0) + quota
     return amount
 
@@ -98,7 +94,6 @@ def usage_and_demand(
     snapshot: Snapshot,
     tree: QueueTree,
     per_queue: dict[str, list[Counted]] | None = None,
-    own_usage: dict[str, Vector] | None = None,
     planner: Planner | None = None,
     evicting: set[str] | None = None,
 ) -> tuple[dict[str, Vector], dict[str, Vector]]:
@@ -109,8 +104,7 @@ def usage_and_demand(
     workloads of queues that cannot admit (inactive, held, unknown) add no demand. A
     scale-up slice adds only its extra pods, on the flavors of the slice it replaces.
     `per_queue`, when given, receives per queue each counted admitted workload and its usage
-    (queues in the order their first workload comes in the snapshot); `own_usage`, per queue
-    with any, the usage of its own admitted workloads (not rolled up); `planner` plans the
+    (queues in the order their first workload comes in the snapshot); `planner` plans the
     pending pod sets (and keeps the plans); `evicting` receives the queues with a counted
     workload already being evicted.
     """
@@ -123,9 +117,6 @@ def usage_and_demand(
         if any(w.replaces is not None for w in snapshot.pending)
         else {}
     )
-    # One (flavor, resource) key object per pair for all the usage kept, not one per
-    # workload and resource: less to allocate, and lookups find them by identity.
-    keys: dict[str, dict[str, FlavorResource]] = {}
     # Per queue met so far: its usage and its counted workloads (one lookup per workload).
     slots: dict[str, tuple[Vector, list[Counted]]] = {}
     for w in snapshot.admitted:
@@ -137,7 +128,7 @@ def usage_and_demand(
             if target is None:
                 continue  # not a known queue
             slot = slots[w.queue] = (target, [])
-        held = pod_set_usage(w, keys, slot[0])
+        held = pod_set_usage(w, slot[0])
         if per_queue is not None:
             slot[1].append((w, held))
         if w.evicting and evicting is not None:
@@ -170,7 +161,7 @@ def usage_and_demand(
                         for resource, amount in ps.per_pod.items():
                             flavor = pinned.get(resource)
                             if flavor is not None and amount:
-                                key = (flavor, resource)
+                                key = flavor_resource(flavor, resource)
                                 target[key] = target.get(key, 0) + amount * count
                     continue
             if count <= 0:
@@ -188,31 +179,27 @@ def usage_and_demand(
             for _, pairs in group.options:
                 for key, amount in pairs:
                     target[key] = target.get(key, 0) + amount * count
-    own = _roll_up(tree, usage)
-    if own_usage is not None:
-        own_usage.update(own)
+    _roll_up(tree, usage)
     _roll_up(tree, demand)
     return usage, demand
 
 
-def _roll_up(tree: QueueTree, vectors: dict[str, Vector]) -> dict[str, Vector]:
-    """Add every queue's own amounts into all its ancestors (children before parents);
-    return the own amounts of the queues that have any, as they were."""
+def _roll_up(tree: QueueTree, vectors: dict[str, Vector]) -> None:
+    """Add every queue's own amounts into all its ancestors."""
+    # Copied first: an inner queue may have amounts of its own, and only those go up.
     own = {name: dict(v) for name, v in vectors.items() if v}
     for name, vector in own.items():
         for ancestor in tree.paths[name][1:]:
             add_into(vectors[ancestor], vector)
-    return own
 
 
 def fair_share(snapshot: Snapshot) -> FairShare:
     """Compute every queue's fair share, usage and demand for one snapshot."""
     tree = queue_tree(snapshot.queues)
     per_queue: dict[str, list[Counted]] = {}
-    own: dict[str, Vector] = {}
     planner = Planner(snapshot.flavors)
     evicting: set[str] = set()
-    usage, demand = usage_and_demand(snapshot, tree, per_queue, own, planner, evicting)
+    usage, demand = usage_and_demand(snapshot, tree, per_queue, planner, evicting)
     amount = root_amount(snapshot, tree)
     weights = _weights(snapshot, tree)
     shares = distribute(snapshot.queues, tree, demand, amount, weights)
@@ -222,7 +209,6 @@ def fair_share(snapshot: Snapshot) -> FairShare:
         demand,
         amount,
         queue_workloads=per_queue,
-        queue_usage=own,
         snapshot=snapshot,
         planner=planner,
         evicting=frozenset(evicting),

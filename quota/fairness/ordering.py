@@ -61,6 +61,9 @@ class QueueOrder:
     each level. When usage changes, only the changed queue's path is re-keyed: a re-keyed or
     removed entry stays in its heap and is skipped when it surfaces (its version is stale),
     so each change costs the depth of the tree times a heap push.
+
+    A key ends with its queue's name (`queue_order`): the heaps hold the keys themselves,
+    not (key, name) pairs, so that each comparison in a heap compares one tuple, not two.
     """
 
     __slots__ = ("_active", "_current", "_heaps", "_key", "_kids", "_leaf", "_parent", "_paths")
@@ -72,7 +75,7 @@ class QueueOrder:
         }
         self._leaf = {name: not tree.children.get(name) for name in tree.paths}
         self._key = key
-        self._heaps: dict[str | None, list[tuple[QueueKey, str]]] = {None: []}
+        self._heaps: dict[str | None, list[QueueKey]] = {None: []}
         # The key of each queue's one live heap entry; an entry whose key differs is stale.
         self._current: dict[str, QueueKey] = {}
         self._active: set[str] = set()
@@ -86,7 +89,7 @@ class QueueOrder:
         heap = self._heaps.get(self._parent[name])
         if heap is None:
             heap = self._heaps[self._parent[name]] = []
-        heapq.heappush(heap, (key, name))
+        heapq.heappush(heap, key)
 
     def push(self, leaf: str) -> None:
         """Add `leaf` (again) with its current usage, and re-key its ancestors."""
@@ -137,11 +140,11 @@ class QueueOrder:
             # An entry is live when its key is the very key object its queue holds now
             # (queues not in line hold none); an equal key of an earlier stay is stale, and
             # skipping it changes nothing: the live entry says the same.
-            while heap and heap[0][0] is not current.get(heap[0][1]):
+            while heap and heap[0] is not current.get(heap[0][2]):
                 heapq.heappop(heap)
             if not heap:
                 return None  # only possible at the top: inner queues stay while a leaf does
-            name = heap[0][1]
+            name = heap[0][2]
             if self._leaf[name]:
                 break
             parent = name

@@ -17,7 +17,7 @@ from typing import NamedTuple
 
 from quota.model.ledger import Ledger
 from quota.model.nodes import Taint, Toleration
-from quota.model.resources import FlavorResource
+from quota.model.resources import FlavorResource, flavor_resource
 from quota.model.snapshot import Flavor, PodSet, QueueSpec, Workload
 
 
@@ -61,10 +61,13 @@ class GroupPlan:
         self, pinned: Mapping[str, str] | None, per_pod: Mapping[str, int]
     ) -> tuple[tuple[str, tuple[tuple[FlavorResource, int], ...]], ...]:
         """`options`, or only the flavor `pinned` gives the group (a scale-up slice stays on
-        the flavors its running slice holds); `per_pod`: the pod set's requests."""
+        the flavors its running slice holds); `per_pod`: the pod set's requests.
+
+        With nothing pinned (all but scale-up slices) the hot callers read `options`
+        themselves rather than call this: a cycle asks for tens of thousands of groups."""
         if pinned is not None and self.resources[0] in pinned:
             f = pinned[self.resources[0]]
-            return ((f, tuple(((f, r), per_pod[r]) for r in self.resources)),)
+            return ((f, tuple((flavor_resource(f, r), per_pod[r]) for r in self.resources)),)
         return self.options
 
 
@@ -183,7 +186,9 @@ def _plan_shape(flavor_sig: FlavorSignature, pod_sig: PodSetSignature) -> _Shape
             why = "; ".join(skipped) if skipped else "no flavor covers them together"
             return _Shape((), tuple(skipped), (), tuple(resources), why)
         amounts = dict(per_pod)
-        options = tuple((f, tuple(((f, r), amounts[r]) for r in resources)) for f in candidates)
+        options = tuple(
+            (f, tuple((flavor_resource(f, r), amounts[r]) for r in resources)) for f in candidates
+        )
         groups.append(GroupPlan(tuple(resources), tuple(candidates), options))
     return _Shape(tuple(groups), tuple(skipped), (), (), "")
 
@@ -265,7 +270,11 @@ class Planner:
 
     def plan(self, spec: QueueSpec, pod_set: PodSet) -> PodSetPlan:
         """`plan_pod_set(spec, flavors, pod_set)`, worked out once per queue and shape."""
-        shape = self.shape(pod_set)
+        # `shape`, without the call when the pod set was met before (a cycle asks this for
+        # every pending pod set, twice).
+        shape = self._shapes.get(id(pod_set))
+        if shape is None:
+            shape = self.shape(pod_set)
         key = (spec.name, shape)
         plan = self._plans.get(key)
         if plan is None:
@@ -311,6 +320,10 @@ class FitFailure(NamedTuple):
 # What `assign_flavors` returns for a failure it was not asked to explain.
 UNEXPLAINED = FitFailure("", (), ())
 
+# A named tuple made by tuple.__new__ rather than its class: the class goes through a
+# Python-level __new__, and flavor assignment makes one or two for every flavor it tries.
+_new = tuple.__new__
+
 
 class Fit(NamedTuple):
     """A flavor per resource for every pod set, and the usage that admission charges."""
@@ -346,7 +359,7 @@ def assign_flavors(
         picked: dict[str, str] = {}
         for group in plan.groups:
             resources = group.resources
-            options = group.choices(pinned, per_pod)
+            options = group.options if pinned is None else group.choices(pinned, per_pod)
             if excluded and options is group.options:
                 options = tuple(o for o in options if o[0] not in excluded)
             shortfalls: list[Shortfall] = []
@@ -364,7 +377,7 @@ def assign_flavors(
                             key, amount = pairs[short]
                             need = amount * count + usage.get(key, 0)
                             shortfalls.append(
-                                Shortfall(plan.pod_set.name, flavor, resources[short], need)
+                                _new(Shortfall, (plan.pod_set.name, flavor, resources[short], need))
                             )
                         continue
                     for key, amount in pairs:
@@ -375,9 +388,9 @@ def assign_flavors(
             else:
                 if not explain:
                     return UNEXPLAINED
-                return FitFailure(plan.pod_set.name, tuple(shortfalls), plan.skipped)
+                return _new(FitFailure, (plan.pod_set.name, tuple(shortfalls), plan.skipped))
         chosen.append(picked)
-    return Fit(tuple(chosen), usage)
+    return _new(Fit, (tuple(chosen), usage))
 
 
 def assign_flavors_pair(
@@ -404,12 +417,12 @@ def assign_flavors_pair(
     plan, count = plans[0], counts[0]
     group = plan.groups[0]
     resources = group.resources
-    options = group.choices(sticky[0] if sticky is not None else None, plan.pod_set.per_pod)
+    pinned = sticky[0] if sticky is not None else None
+    options = group.options if pinned is None else group.choices(pinned, plan.pod_set.per_pod)
     shortfalls: list[Shortfall] = []
     alone: Fit | FitFailure = UNEXPLAINED
     for flavor, pairs in options:
-        at = first.first_short(queue, pairs, count, _NO_USAGE)
-        alone_at = second.first_short(queue, pairs, count, _NO_USAGE)
+        at, alone_at = first.first_short_with(second, queue, pairs, count)
         fit = None
         if alone_at < 0 and alone is UNEXPLAINED:
             fit = alone = _fit_on(flavor, resources, pairs, count)
@@ -417,12 +430,9 @@ def assign_flavors_pair(
         if short < 0:
             return fit or _fit_on(flavor, resources, pairs, count), None
         shortfalls.append(
-            Shortfall(plan.pod_set.name, flavor, resources[short], pairs[short][1] * count)
+            _new(Shortfall, (plan.pod_set.name, flavor, resources[short], pairs[short][1] * count))
         )
-    return FitFailure(plan.pod_set.name, tuple(shortfalls), plan.skipped), alone
-
-
-_NO_USAGE: Mapping[FlavorResource, int] = {}
+    return _new(FitFailure, (plan.pod_set.name, tuple(shortfalls), plan.skipped)), alone
 
 
 def _fit_on(
@@ -432,7 +442,9 @@ def _fit_on(
     count: int,
 ) -> Fit:
     """One pod set of one group on `flavor`, as `assign_flavors` makes it."""
-    return Fit(({r: flavor for r in resources},), {key: amount * count for key, amount in pairs})
+    return _new(
+        Fit, (({r: flavor for r in resources},), {key: amount * count for key, amount in pairs})
+    )
 
 
 PodSetSignature = tuple[

@@ -51,6 +51,19 @@ class Ledger:
         # usage (see quota/preemption/reclaim.py) can be refreshed for just those queues.
         self.touched: list[str] | None = None
 
+    def load(self, used: Mapping[str, Mapping[FlavorResource, int]], roots: Sequence[str]) -> None:
+        """Start a fresh ledger from `used`, every queue's subtree total (as fair share rolls
+        usage up), the roots' being what is charged against the amount: the same figures as
+        charging each leaf's own usage, without walking each path again."""
+        for name, usage in self.used.items():
+            total = used.get(name)
+            if total:
+                usage.update(total)
+        free = self._free
+        for root in roots:
+            for key, amount in used.get(root, {}).items():
+                free[key] = free.get(key, 0) - amount
+
     def copy(self) -> Ledger:
         """An independent ledger with the same usage."""
         twin = Ledger(self.paths, self.limits, self.amount)
@@ -77,8 +90,11 @@ class Ledger:
         if path is None:
             path = self._path_used[queue] = tuple(self.used[name] for name in self.paths[queue])
         free = self._free
+        release = sign < 0
         for key, amount in usage.items():
-            delta = amount * sign
+            # Negated rather than multiplied by the sign: memory amounts are big integers,
+            # and multiplying them is a call into long arithmetic for every key charged.
+            delta = -amount if release else amount
             free[key] = free.get(key, 0) - delta
             for used in path:
                 used[key] = used.get(key, 0) + delta
@@ -125,6 +141,43 @@ class Ledger:
                 if cap is not None and need > cap - used.get(key, 0):
                     return index
         return -1
+
+    def first_short_with(
+        self, other: Ledger, queue: str, pairs: Sequence[tuple[FlavorResource, int]], count: int
+    ) -> tuple[int, int]:
+        """`first_short(queue, pairs, count, {})` of this ledger and of `other`, from one walk
+        over the pairs: a cycle under way asks both ledgers about every flavor it tries."""
+        mine = theirs = -1
+        free, other_free = self._free, other._free
+        limited = self._limited.get(queue)
+        if limited is None:
+            limited = self._limited_path(queue)
+        other_limited = other._limited.get(queue)
+        if other_limited is None:
+            other_limited = other._limited_path(queue)
+        for index, (key, amount) in enumerate(pairs):
+            need = amount * count
+            if mine < 0:
+                if need > free.get(key, 0):
+                    mine = index
+                else:
+                    for _, limits, used in limited:
+                        cap = limits.get(key)
+                        if cap is not None and need > cap - used.get(key, 0):
+                            mine = index
+                            break
+            if theirs < 0:
+                if need > other_free.get(key, 0):
+                    theirs = index
+                else:
+                    for _, limits, used in other_limited:
+                        cap = limits.get(key)
+                        if cap is not None and need > cap - used.get(key, 0):
+                            theirs = index
+                            break
+            if mine >= 0 and theirs >= 0:
+                break
+        return mine, theirs
 
     def binding(self, queue: str, key: FlavorResource) -> tuple[int, str | None, int]:
         """(available, queue whose limit binds or None for the root amount, that bound)."""

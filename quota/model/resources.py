@@ -9,6 +9,7 @@ A missing key means zero.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from functools import lru_cache
 from typing import TypeVar
 
 # A quota is always per flavor and resource: ("h100", "nvidia.com/gpu").
@@ -20,6 +21,30 @@ CPU = "cpu"
 MEMORY = "memory"
 _BYTE_RESOURCES = frozenset({MEMORY, "ephemeral-storage", "storage"})
 _BINARY_SUFFIXES = (("Ti", 1 << 40), ("Gi", 1 << 30), ("Mi", 1 << 20), ("Ki", 1 << 10))
+
+
+# The one key object of every (flavor, resource) pair met, per flavor and resource. Hot
+# loops look the same few pairs up in many dicts (ledgers, shares, quotas, usage, plans):
+# a dict that holds the very object asked for confirms the match by identity, where an
+# equal copy is compared item by item on every lookup. A cluster names a handful of pairs,
+# so the table stays small for the life of the process.
+SHARED_KEYS: dict[str, dict[str, FlavorResource]] = {}
+
+
+def flavor_resource(flavor: str, resource: str) -> FlavorResource:
+    """The shared (flavor, resource) key (see `SHARED_KEYS`)."""
+    per_flavor = SHARED_KEYS.get(flavor)
+    if per_flavor is None:
+        per_flavor = SHARED_KEYS[flavor] = {}
+    key = per_flavor.get(resource)
+    if key is None:
+        key = per_flavor[resource] = (flavor, resource)
+    return key
+
+
+def interned(vector: Mapping[FlavorResource, int]) -> dict[FlavorResource, int]:
+    """`vector` with its keys replaced by the shared ones (see `SHARED_KEYS`)."""
+    return {flavor_resource(*key): amount for key, amount in vector.items()}
 
 
 def add_into(acc: dict[K, int], vector: Mapping[K, int], times: int = 1) -> None:
@@ -81,10 +106,13 @@ def on_flavors(
     return out
 
 
+@lru_cache(maxsize=4096)
 def format_amount(resource: str, amount: int) -> str:
     """Render an amount the way a person writes it in a manifest: 1500m, 2, 64Gi, 8.
 
-    Used in reasons shown to users; never parsed back.
+    Used in reasons shown to users; never parsed back. Cached: a cycle's reasons name the
+    same quotas, limits and requests thousands of times (the cache is bounded; a miss only
+    costs the formatting).
     """
     if resource == CPU:
         return str(amount // 1000) if amount % 1000 == 0 else f"{amount}m"

@@ -13,7 +13,7 @@ from typing import Literal
 
 from quota.lifecycle.slices import superseded_slice
 from quota.model.nodes import BoundPod, Node, SelectorTerm, Taint, Toleration
-from quota.model.resources import FlavorResource
+from quota.model.resources import SHARED_KEYS, FlavorResource, flavor_resource
 
 QueueingStrategy = Literal["StrictFIFO", "BestEffortFIFO"]
 WithinQueuePolicy = Literal["Never", "LowerPriority", "LowerOrNewerEqualPriority"]
@@ -65,9 +65,9 @@ class QueueSpec:
         limits: dict[FlavorResource, int] = {}
         for fq in self.flavors:
             for resource, amount in fq.quota.items():
-                quotas.setdefault((fq.flavor, resource), amount)
+                quotas.setdefault(flavor_resource(fq.flavor, resource), amount)
             for resource, amount in fq.limit.items():
-                limits.setdefault((fq.flavor, resource), amount)
+                limits.setdefault(flavor_resource(fq.flavor, resource), amount)
         object.__setattr__(self, "quotas", quotas)
         object.__setattr__(self, "limits", limits)
 
@@ -233,15 +233,13 @@ def queue_tree(queues: Mapping[str, QueueSpec]) -> QueueTree:
 
 
 def pod_set_usage(
-    workload: Workload,
-    keys: dict[str, dict[str, FlavorResource]] | None = None,
-    into: dict[FlavorResource, int] | None = None,
+    workload: Workload, into: dict[FlavorResource, int] | None = None
 ) -> dict[FlavorResource, int]:
     """Quota an admitted workload holds, per (flavor, resource), from its admission.
 
-    `keys`, when given, interns the (flavor, resource) keys (per flavor, per resource): a
-    caller that keeps the usage of every admitted workload of a cluster then keeps a few
-    keys instead of one tuple per workload and resource. The usage is also added into
+    The keys are the shared ones (`flavor_resource`): a caller that keeps the usage of
+    every admitted workload of a cluster keeps a few keys instead of one tuple per workload
+    and resource, and finds them by identity in the ledgers. The usage is also added into
     `into` when given (a sum over many workloads, without walking each result again).
     """
     out: dict[FlavorResource, int] = {}
@@ -256,19 +254,17 @@ def pod_set_usage(
         if ps.name != assignment.pod_set:
             return out
         flavors, count = assignment.flavors, assignment.count
-        if keys is None:
-            keys = {}
+        keys = SHARED_KEYS
         for resource, amount in ps.per_pod.items():
             if amount:
                 flavor = flavors.get(resource)
                 if flavor is not None:
-                    # _key, inlined: this loop runs for every resource of every workload.
+                    # flavor_resource, inlined: this loop runs for every resource of every
+                    # workload.
                     per_flavor = keys.get(flavor)
-                    if per_flavor is None:
-                        per_flavor = keys[flavor] = {}
-                    key = per_flavor.get(resource)
+                    key = per_flavor.get(resource) if per_flavor is not None else None
                     if key is None:
-                        key = per_flavor[resource] = (flavor, resource)
+                        key = flavor_resource(flavor, resource)
                     out[key] = held = amount * count
                     if into is not None:
                         into[key] = into.get(key, 0) + held
@@ -280,27 +276,12 @@ def pod_set_usage(
             flavor = assignment.flavors.get(resource)
             if flavor is None or not amount:
                 continue
-            key = _key(keys, flavor, resource)
+            key = flavor_resource(flavor, resource)
             out[key] = out.get(key, 0) + amount * assignment.count
     if into is not None:
         for key, held in out.items():
             into[key] = into.get(key, 0) + held
     return out
-
-
-def _key(
-    keys: dict[str, dict[str, FlavorResource]] | None, flavor: str, resource: str
-) -> FlavorResource:
-    """(flavor, resource), interned in `keys` when given."""
-    if keys is None:
-        return (flavor, resource)
-    per_flavor = keys.get(flavor)
-    if per_flavor is None:
-        per_flavor = keys[flavor] = {}
-    key = per_flavor.get(resource)
-    if key is None:
-        key = per_flavor[resource] = (flavor, resource)
-    return key
 
 
 def superseded_slices(admitted: tuple[Workload, ...]) -> frozenset[str]:

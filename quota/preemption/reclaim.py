@@ -327,7 +327,10 @@ class ReclaimIndex:
                 for key, held in used_of[name].items():
                     give = held - floor.get(key, 0)
                     if inner:
-                        give = min(give, below_kids.get(key, 0) if below_kids else 0)
+                        # min(), without the call: this runs for every key of every queue.
+                        below = below_kids.get(key, 0) if below_kids else 0
+                        if below < give:
+                            give = below
                     if give > 0:
                         new[key] = give
                 avail[name] = new
@@ -369,7 +372,11 @@ class ReclaimIndex:
                 for key, held in used.items():
                     give = held - floor.get(key, 0)
                     if inner:
-                        give = min(give, below_kids.get(key, 0) if below_kids else 0)
+                        # min(), without the call: this runs for every key of every queue
+                        # on the path of each leaf charged.
+                        below = below_kids.get(key, 0) if below_kids else 0
+                        if below < give:
+                            give = below
                     if give > 0:
                         new[key] = give
                 old = avail.get(name, {})

@@ -9,6 +9,7 @@ guards.
 
 from __future__ import annotations
 
+from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Mapping, Sequence
 from typing import NamedTuple
 
@@ -229,7 +230,67 @@ def within_queue_candidates(
         if w.key in excluded:
             continue
         allowed.append((w, usage))
+    if len(allowed) < 2:
+        # Most searches allow one workload or none: nothing to sort.
+        return [Candidate(w, queue, usage) for w, usage in allowed]
     return in_victim_order(allowed, queue)[0]
+
+
+def pair_holders(
+    workloads: Sequence[tuple[Workload, Mapping[FlavorResource, int]]], pair: FlavorResource
+) -> tuple[list[tuple[Workload, Mapping[FlavorResource, int]]], list[int]]:
+    """Those of `workloads` (each with its usage) that hold `pair`, in `victim_order`, and
+    their priorities in that order: what `within_queue_holders` reads."""
+    held = [counted for counted in workloads if pair in counted[1]]
+    keys = [
+        (
+            w.priority,
+            w.disrupts_budget,
+            -(w.admitted_at if w.admitted_at is not None else w.arrival),  # started_at
+            w.key,
+        )
+        for w, _ in held
+    ]
+    order = sorted(range(len(keys)), key=keys.__getitem__)
+    return [held[i] for i in order], [keys[i][0] for i in order]
+
+
+def within_queue_holders(
+    preemptor: Workload,
+    policy: WithinQueuePolicy,
+    queue: str,
+    holders: Sequence[tuple[Workload, Mapping[FlavorResource, int]]],
+    priorities: Sequence[int],
+    excluded: set[str] | frozenset[str],
+    now: float,
+    min_runtime_s: float,
+) -> list[Candidate]:
+    """`within_queue_candidates` when the preemptor is short of one (flavor, resource) pair
+    only (the usual case: GPUs): `holders` and `priorities` are the queue's admitted
+    workloads that hold that pair (`pair_holders`).
+
+    Victim order is by priority first, so the workloads the policy allows are a prefix,
+    found by bisecting the priorities: a search reads neither the workloads of the queue
+    that hold none of the pair (most of a full cluster's, in the bench's contended cycle)
+    nor those of too high a priority, and sorts nothing.
+    """
+    if policy == "Never":
+        return []
+    priority = preemptor.priority
+    equal_ok = policy == "LowerOrNewerEqualPriority"
+    end = (bisect_right if equal_ok else bisect_left)(priorities, priority)
+    new = tuple.__new__  # Candidate(...) without the named tuple's Python-level __new__
+    out: list[Candidate] = []
+    for i in range(end):
+        w, usage = holders[i]
+        if equal_ok and priorities[i] == priority and w.arrival <= preemptor.arrival:
+            continue  # equal priority only if it came later
+        if min_runtime_s and now - started_at(w) < min_runtime_s:
+            continue
+        if w.key in excluded:
+            continue
+        out.append(new(Candidate, (w, queue, usage)))
+    return out
 
 
 def preemption_reason(preemptor: Workload, victim: Workload, queue: str) -> str:

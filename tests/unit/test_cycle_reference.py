@@ -194,7 +194,7 @@ def test_the_cycle_decides_as_the_plain_search_does(snapshot: Snapshot) -> None:
     fair = fair_share(snapshot)
     # The plain cycle works out the usage of the admitted workloads itself, as it does with
     # a fair share computed from another snapshot.
-    unshared = replace(fair, queue_workloads={}, queue_usage={}, snapshot=None)
+    unshared = replace(fair, queue_workloads={}, snapshot=None)
     assert _Cycle(snapshot, fair).run() == _PlainCycle(snapshot, unshared).run()
 
 
