@@ -597,6 +597,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             lease_name=f"bench-{uuid.uuid4().hex[:6]}",
             events=not args.no_events,
             workers=args.workers,
+            status_max_interval=args.status_max_interval,
             scheduler_name=SCHEDULER_NAME if args.scheduler == "muster" else "",
         )
         manager = Manager(client, options)
@@ -634,6 +635,7 @@ def main() -> None:
     parser.add_argument("--timeout", type=float, default=900)
     parser.add_argument("--settle", type=float, default=3.0)
     parser.add_argument("--no-events", action="store_true")
+    parser.add_argument("--status-max-interval", type=float, default=Options.status_max_interval)
     parser.add_argument(
         "--scheduler",
         choices=("kube", "muster"),

@@ -177,7 +177,7 @@ def lease_timing(lease_duration: float, renew_deadline: float, retry_period: flo
 @click.option(
     "--status-max-interval",
     type=float,
-    default=8.0,
+    default=1.0,
     show_default=True,
     help="While a queue's or Workload's status keeps changing, the gap between its writes "
     "doubles up to this many seconds.",

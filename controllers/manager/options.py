@@ -30,7 +30,7 @@ class Options:
     workers: int = 16
     status_interval: float = 1.0
     # While an object's status keeps changing, the gap between its writes doubles up to this.
-    status_max_interval: float = 8.0
+    status_max_interval: float = 1.0
     resync_period: float = 300.0
     cert_secret: str = "muster-webhook-tls"
     # "self" (issued and rotated by the controller) or "external" (e.g. cert-manager's).
