@@ -239,7 +239,7 @@ class _Cycle:
         self.victim_keys: dict[str, list[VictimKey]] = {}
         # Per queue and (flavor, resource): its admitted workloads holding that pair, in
         # victim order, with their priorities (see _within_queue).
-        self.pair_holders: dict[tuple[str, FlavorResource], tuple[list[Counted], list[int]]] = {}
+        self.pair_holders: dict[tuple[str, FlavorResource], tuple[list[Candidate], list[int]]] = {}
         self.order_inputs: dict[str, tuple[Vector, Mapping[FlavorResource, int], int]] = {}
         self.order = QueueOrder(self.tree, self._order)
 
@@ -1340,12 +1340,11 @@ class _Cycle:
             found = self.pair_holders.get((spec.name, pair))
             if found is None:
                 found = self.pair_holders[spec.name, pair] = pair_holders(
-                    self.admitted_by_queue.get(spec.name, ()), pair
+                    self.admitted_by_queue.get(spec.name, ()), pair, spec.name
                 )
             return within_queue_holders(
                 w,
                 spec.within_queue,
-                spec.name,
                 found[0],
                 found[1],
                 self.taken,

@@ -422,7 +422,8 @@ def assign_flavors_pair(
     shortfalls: list[Shortfall] = []
     alone: Fit | FitFailure = UNEXPLAINED
     for flavor, pairs in options:
-        at, alone_at = first.first_short_with(second, queue, pairs, count)
+        at = first.first_short(queue, pairs, count, _NO_USAGE)
+        alone_at = second.first_short(queue, pairs, count, _NO_USAGE)
         fit = None
         if alone_at < 0 and alone is UNEXPLAINED:
             fit = alone = _fit_on(flavor, resources, pairs, count)
@@ -433,6 +434,9 @@ def assign_flavors_pair(
             _new(Shortfall, (plan.pod_set.name, flavor, resources[short], pairs[short][1] * count))
         )
     return _new(FitFailure, (plan.pod_set.name, tuple(shortfalls), plan.skipped)), alone
+
+
+_NO_USAGE: Mapping[FlavorResource, int] = {}
 
 
 def _fit_on(

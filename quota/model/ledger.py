@@ -142,43 +142,6 @@ class Ledger:
                     return index
         return -1
 
-    def first_short_with(
-        self, other: Ledger, queue: str, pairs: Sequence[tuple[FlavorResource, int]], count: int
-    ) -> tuple[int, int]:
-        """`first_short(queue, pairs, count, {})` of this ledger and of `other`, from one walk
-        over the pairs: a cycle under way asks both ledgers about every flavor it tries."""
-        mine = theirs = -1
-        free, other_free = self._free, other._free
-        limited = self._limited.get(queue)
-        if limited is None:
-            limited = self._limited_path(queue)
-        other_limited = other._limited.get(queue)
-        if other_limited is None:
-            other_limited = other._limited_path(queue)
-        for index, (key, amount) in enumerate(pairs):
-            need = amount * count
-            if mine < 0:
-                if need > free.get(key, 0):
-                    mine = index
-                else:
-                    for _, limits, used in limited:
-                        cap = limits.get(key)
-                        if cap is not None and need > cap - used.get(key, 0):
-                            mine = index
-                            break
-            if theirs < 0:
-                if need > other_free.get(key, 0):
-                    theirs = index
-                else:
-                    for _, limits, used in other_limited:
-                        cap = limits.get(key)
-                        if cap is not None and need > cap - used.get(key, 0):
-                            theirs = index
-                            break
-            if mine >= 0 and theirs >= 0:
-                break
-        return mine, theirs
-
     def binding(self, queue: str, key: FlavorResource) -> tuple[int, str | None, int]:
         """(available, queue whose limit binds or None for the root amount, that bound)."""
         room = self._free.get(key, 0)

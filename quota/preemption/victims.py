@@ -237,29 +237,20 @@ def within_queue_candidates(
 
 
 def pair_holders(
-    workloads: Sequence[tuple[Workload, Mapping[FlavorResource, int]]], pair: FlavorResource
-) -> tuple[list[tuple[Workload, Mapping[FlavorResource, int]]], list[int]]:
-    """Those of `workloads` (each with its usage) that hold `pair`, in `victim_order`, and
-    their priorities in that order: what `within_queue_holders` reads."""
-    held = [counted for counted in workloads if pair in counted[1]]
-    keys = [
-        (
-            w.priority,
-            w.disrupts_budget,
-            -(w.admitted_at if w.admitted_at is not None else w.arrival),  # started_at
-            w.key,
-        )
-        for w, _ in held
-    ]
-    order = sorted(range(len(keys)), key=keys.__getitem__)
-    return [held[i] for i in order], [keys[i][0] for i in order]
+    workloads: Sequence[tuple[Workload, Mapping[FlavorResource, int]]],
+    pair: FlavorResource,
+    queue: str,
+) -> tuple[list[Candidate], list[int]]:
+    """Those of `workloads` of `queue` (each with its usage) that hold `pair`, as candidates
+    in victim order, and their priorities in that order: what `within_queue_holders` reads."""
+    candidates, keys = in_victim_order([c for c in workloads if pair in c[1]], queue)
+    return candidates, [key[0] for key in keys]
 
 
 def within_queue_holders(
     preemptor: Workload,
     policy: WithinQueuePolicy,
-    queue: str,
-    holders: Sequence[tuple[Workload, Mapping[FlavorResource, int]]],
+    holders: Sequence[Candidate],
     priorities: Sequence[int],
     excluded: set[str] | frozenset[str],
     now: float,
@@ -271,25 +262,24 @@ def within_queue_holders(
 
     Victim order is by priority first, so the workloads the policy allows are a prefix,
     found by bisecting the priorities: a search reads neither the workloads of the queue
-    that hold none of the pair (most of a full cluster's, in the bench's contended cycle)
-    nor those of too high a priority, and sorts nothing.
+    that hold none of the pair nor those of too high a priority, and sorts nothing.
     """
     if policy == "Never":
         return []
     priority = preemptor.priority
     equal_ok = policy == "LowerOrNewerEqualPriority"
     end = (bisect_right if equal_ok else bisect_left)(priorities, priority)
-    new = tuple.__new__  # Candidate(...) without the named tuple's Python-level __new__
     out: list[Candidate] = []
     for i in range(end):
-        w, usage = holders[i]
+        candidate = holders[i]
+        w = candidate.workload
         if equal_ok and priorities[i] == priority and w.arrival <= preemptor.arrival:
             continue  # equal priority only if it came later
         if min_runtime_s and now - started_at(w) < min_runtime_s:
             continue
         if w.key in excluded:
             continue
-        out.append(new(Candidate, (w, queue, usage)))
+        out.append(candidate)
     return out
 
 
