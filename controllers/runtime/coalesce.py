@@ -5,11 +5,14 @@ Status that is recomputed every cycle (queue usage, why a workload waits) would 
 cost one write per object per cycle; with this, a thousand admissions in a second cost one
 status write per queue per interval.
 
-While an object stays busy (each write follows the one before within twice its gap) the gap
-doubles, up to `max_interval`: a queue admitting through a long burst is written at 0, 1,
-3, 7, 15, 23 ... s instead of every second, and its last state at most `max_interval` after
-the burst. An object that was quiet is written at the base interval again, so a person
-watching one queue or Workload still sees a change within a second.
+With `max_interval` above `interval` (the controller's `--status-max-interval`; off by
+default), while an object stays busy (each write follows the one before within twice its
+gap) the gap doubles up to `max_interval`: a queue admitting through a long burst is written
+at 0, 1, 3, 7, 15, 23 ... s instead of every second, and its last state at most
+`max_interval` after the burst. After a quiet spell of more than twice the gap a change goes
+out at once again; but a change that follows a busy stretch waits for the gap, so a person
+who reads a queue's usage right after admitting may see the figure before it (why it is not
+the default).
 """
 
 from __future__ import annotations
