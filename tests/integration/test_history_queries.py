@@ -11,7 +11,6 @@ from click.testing import CliRunner
 
 from controllers.cli.main import main
 from controllers.history import queries
-from controllers.history.recorder import write_records
 from controllers.history.records import (
     PlacementDecision,
     PreemptionDecision,
@@ -21,6 +20,7 @@ from controllers.history.records import (
     Victim,
     WorkloadTransition,
 )
+from controllers.history.rows import write_records
 from tests.integration.conftest import Store
 
 K = TransitionKind
