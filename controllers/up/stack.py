@@ -203,7 +203,7 @@ def start(
     command = [
         sys.executable,
         "-m",
-        "controllers.cli.main",
+        "controllers.main",
         "controller",
         "--kubeconfig",
         str(kubeconfig),

@@ -9,7 +9,6 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from controllers.cli.main import main
 from controllers.history import queries
 from controllers.history.records import (
     PlacementDecision,
@@ -21,6 +20,7 @@ from controllers.history.records import (
     WorkloadTransition,
 )
 from controllers.history.rows import write_records
+from controllers.main import main
 from tests.integration.conftest import Store
 
 K = TransitionKind
