@@ -19,7 +19,7 @@ from rich.console import Console
 from rich.live import Live
 
 from controllers.cli.fairshare import load_documents
-from controllers.cli.localcluster import dir_option
+from controllers.cli.options import dir_option
 from controllers.localcluster.binaries import BinariesError
 from controllers.localcluster.cluster import ClusterError, LocalCluster
 from controllers.up.plan import plan_scenario
