@@ -1,4 +1,8 @@
-"""`muster controller`: run the controller process (see controllers/manager/ for what it wires)."""
+"""`muster controller`: run the controller process (see controllers/manager/ for what it wires).
+
+What the command drives (the manager, the Kubernetes client, the history store) is imported
+where it is used, so that naming the command costs `muster --help` nothing (controllers/main.py).
+"""
 
 from __future__ import annotations
 
@@ -7,19 +11,15 @@ import re
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
-from controllers.history.engine import DatabaseURLError, database_url
-from controllers.history.queries import parse_duration
-from controllers.history.store import HistorySettings
-from controllers.history.usage import FairnessSettings
-from controllers.manager.manager import Manager, run_manager
-from controllers.manager.options import Options
-from controllers.runtime.client import MIN_LEAD_S, api_client
-from controllers.runtime.logs import setup_logging
 from quota.api.meta import DNS_SUBDOMAIN
 from quota.api.names import SCHEDULER_NAME
+
+if TYPE_CHECKING:
+    from controllers.history.store import HistorySettings
 
 
 def scheduler_name_option(value: str) -> str:
@@ -45,6 +45,11 @@ def history_options(
     k: float,
 ) -> HistorySettings | None:
     """The history settings from the command line; UsageError names the flag at fault."""
+    from controllers.history.engine import DatabaseURLError, database_url
+    from controllers.history.queries import parse_duration
+    from controllers.history.store import HistorySettings
+    from controllers.history.usage import FairnessSettings
+
     if not enabled:
         if usage_fairness:
             raise click.UsageError(
@@ -66,6 +71,8 @@ def history_options(
 
 def lease_timing(lease_duration: float, renew_deadline: float, retry_period: float) -> None:
     """Refuse lease timings under which the leader could never act, or two could at once."""
+    from controllers.runtime.client import MIN_LEAD_S
+
     if not 0 < retry_period < renew_deadline < lease_duration:
         raise click.BadParameter(
             f"need 0 < --retry-period ({retry_period:g}) < --renew-deadline "
@@ -315,6 +322,11 @@ def controller(
     log_level: str,
 ) -> None:
     """Run the Muster controller: admit queue-labelled Jobs under quota."""
+    from controllers.manager.manager import Manager, run_manager
+    from controllers.manager.options import Options
+    from controllers.runtime.client import api_client
+    from controllers.runtime.logs import setup_logging
+
     scheduler_name = scheduler_name_option(scheduler_name)
     if leader_elect:
         lease_timing(lease_duration, renew_deadline, retry_period)

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import click
 
+from controllers.cli.options import dir_option
 from controllers.localcluster.binaries import (
     BinariesError,
     build_binaries,
@@ -18,15 +19,6 @@ from controllers.localcluster.nodes import create_nodes
 from controllers.localcluster.peers import PEERS, PeerError, parse_names
 from controllers.localcluster.peers import build as build_peer
 from controllers.localcluster.peers import start_all as start_peers
-
-dir_option = click.option(
-    "--dir",
-    "directory",
-    type=click.Path(path_type=Path),
-    default=None,
-    help="State directory of the cluster (default: $MUSTER_LOCAL_CLUSTER_DIR or "
-    "~/.cache/muster/local-cluster/default).",
-)
 
 
 @click.group("local-cluster")

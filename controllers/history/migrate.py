@@ -6,6 +6,7 @@ repository root points there too, so `alembic upgrade head` and `muster db upgra
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 from alembic import command
@@ -73,20 +74,20 @@ def _newer(current: str) -> str:
 def upgrade(engine: Engine, revision: str = "head") -> None:
     """Migrate the history store up to `revision` (default: the newest). Raises
     MigrationError for an unknown revision or a store written by a newer Muster."""
-    _check_target(engine, revision)
-    try:
-        with engine.begin() as conn:
-            command.upgrade(alembic_config(conn), revision)
-    except CommandError as error:
-        raise MigrationError(f"cannot migrate: {error}") from None
+    _migrate(engine, revision, command.upgrade)
 
 
 def downgrade(engine: Engine, revision: str) -> None:
     """Migrate the history store down to `revision` (`base` removes every table)."""
+    _migrate(engine, revision, command.downgrade)
+
+
+def _migrate(engine: Engine, revision: str, step: Callable[[Config, str], None]) -> None:
+    """Run Alembic's `step` to `revision` in one transaction of `engine`."""
     _check_target(engine, revision)
     try:
         with engine.begin() as conn:
-            command.downgrade(alembic_config(conn), revision)
+            step(alembic_config(conn), revision)
     except CommandError as error:
         raise MigrationError(f"cannot migrate: {error}") from None
 

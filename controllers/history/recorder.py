@@ -14,10 +14,10 @@ reports the same transition again) stores each record once.
 A record the database refuses as malformed is not retried forever: it goes to `rejected.jsonl`
 in the spool directory (kept, never dropped silently) and counts in a metric.
 
-Why one module of this size: the log, the database writes and the segment clean-up are one
-state machine, and their ordering (on disk before acknowledged, stored before deleted, replay
-on start) is the whole point; split across modules, that invariant would have no single place
-to be read and checked.
+This module is that state machine: the spool's life cycle (lock, replay on start, segments
+appended, drained, deleted), the writer thread and its retries. Its ordering (on disk before
+acknowledged, stored before deleted, replay on start) is the whole point and is read here in
+one place. What a record looks like on disk is `spoollines.py`; as a database row, `rows.py`.
 """
 
 from __future__ import annotations
@@ -31,30 +31,15 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import IO, Any
+from typing import IO
 
 from prometheus_client import Counter, Gauge
-from sqlalchemy import Connection, Engine, Table
-from sqlalchemy.dialects.postgresql import insert as pg_insert
-from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+from sqlalchemy import Engine
 from sqlalchemy.exc import DataError, DBAPIError, IntegrityError, SQLAlchemyError, StatementError
 
-from controllers.history.models import (
-    PlacementDecisionRow,
-    PreemptionDecisionRow,
-    QueueSampleRow,
-    WorkloadTransitionRow,
-)
-from controllers.history.records import (
-    PlacementDecision,
-    PreemptionDecision,
-    QueueSample,
-    Record,
-    RecordError,
-    WorkloadTransition,
-    record_from_dict,
-    record_to_dict,
-)
+from controllers.history.records import Record, record_to_dict
+from controllers.history.rows import write_records
+from controllers.history.spoollines import parse_lines, spool_line
 
 log = logging.getLogger(__name__)
 
@@ -67,86 +52,6 @@ REJECTED = Counter(
     "muster_history_records_rejected",
     "History records the database refused as malformed (kept in the spool's rejected.jsonl).",
 )
-
-_TABLES: dict[type[Record], Table] = {
-    WorkloadTransition: WorkloadTransitionRow.__table__,  # type: ignore[dict-item]
-    PlacementDecision: PlacementDecisionRow.__table__,  # type: ignore[dict-item]
-    PreemptionDecision: PreemptionDecisionRow.__table__,  # type: ignore[dict-item]
-    QueueSample: QueueSampleRow.__table__,  # type: ignore[dict-item]
-}
-# The natural key of each table: the columns of its unique constraint.
-_KEYS: dict[type[Record], list[str]] = {
-    WorkloadTransition: ["uid", "kind", "sequence"],
-    PlacementDecision: ["uid", "pod_group", "sequence"],
-    PreemptionDecision: ["uid", "sequence"],
-    QueueSample: ["cluster_queue", "flavor", "resource", "resolution_s", "at"],
-}
-
-
-def record_row(record: Record) -> dict[str, Any]:
-    """The column values stored for `record`."""
-    if isinstance(record, WorkloadTransition):
-        return {
-            "at": record.at,
-            "kind": record.kind.value,
-            "namespace": record.namespace,
-            "name": record.name,
-            "uid": record.uid,
-            "sequence": record.sequence,
-            "local_queue": record.local_queue,
-            "cluster_queue": record.cluster_queue,
-            "flavors": dict(record.flavors),
-            "resources": dict(record.resources),
-            "reason": record.reason,
-            "actor": record.actor,
-        }
-    if isinstance(record, PlacementDecision):
-        return {
-            "at": record.at,
-            "namespace": record.namespace,
-            "name": record.name,
-            "uid": record.uid,
-            "pod_group": record.pod_group,
-            "sequence": record.sequence,
-            "cluster_queue": record.cluster_queue,
-            "assignments": dict(record.assignments),
-            "reason": record.reason,
-        }
-    if isinstance(record, PreemptionDecision):
-        return {
-            "at": record.at,
-            "namespace": record.namespace,
-            "name": record.name,
-            "uid": record.uid,
-            "sequence": record.sequence,
-            "cluster_queue": record.cluster_queue,
-            "strategy": record.strategy,
-            "victims": [v.as_dict() for v in record.victims],
-            "reason": record.reason,
-        }
-    return {
-        "at": record.at,
-        "cluster_queue": record.cluster_queue,
-        "flavor": record.flavor,
-        "resource": record.resource,
-        "usage": float(record.usage),
-        "fair_share": float(record.fair_share),
-        "demand": float(record.demand),
-        "resolution_s": record.resolution_s,
-        "covered_s": record.covered_s,
-        "downsampled": record.downsampled,
-    }
-
-
-def write_records(conn: Connection, records: Iterable[Record]) -> None:
-    """Insert `records` in `conn`'s transaction; records already stored are left as they are."""
-    by_type: dict[type[Record], list[dict[str, Any]]] = {}
-    for record in records:
-        by_type.setdefault(type(record), []).append(record_row(record))
-    insert = pg_insert if conn.dialect.name == "postgresql" else sqlite_insert
-    for cls, rows in by_type.items():
-        stmt = insert(_TABLES[cls]).on_conflict_do_nothing(index_elements=_KEYS[cls])
-        conn.execute(stmt, rows)
 
 
 def _short_error(err: BaseException) -> str:
@@ -502,7 +407,7 @@ class HistoryRecorder:
             path = self._reading
             lines, offset = _read_lines(path, self._offset, self._batch_size, complete=True)
             if lines:
-                records, unreadable = _parse(lines)
+                records, unreadable = parse_lines(lines)
                 return records, unreadable, offset
             with self._log_lock:
                 active = path == self._active
@@ -512,7 +417,7 @@ class HistoryRecorder:
             # line included.
             lines, offset = _read_lines(path, self._offset, self._batch_size, complete=False)
             if lines:
-                records, unreadable = _parse(lines)
+                records, unreadable = parse_lines(lines)
                 return records, unreadable, offset
             path.unlink()
             self._reading = None
@@ -586,55 +491,6 @@ class HistoryRecorder:
             self._progress.notify_all()
 
 
-# The spool's line for a workload transition, the record the admission path writes most: a
-# JSON array in a field order fixed by its tag (a later version that changes the fields adds
-# a tag and keeps reading this one). Built from the attributes directly, about 4x cheaper on
-# the caller's thread than the tagged dict every other record is written as.
-_COMPACT: dict[str, tuple[str, ...]] = {
-    "t1": (
-        "namespace",
-        "name",
-        "uid",
-        "kind",
-        "at",
-        "sequence",
-        "local_queue",
-        "cluster_queue",
-        "flavors",
-        "resources",
-        "reason",
-        "actor",
-    ),
-}
-_ENCODE = json.JSONEncoder(separators=(",", ":"), check_circular=False).encode
-
-
-def spool_line(record: Record) -> str:
-    """`record` as one line of the spool."""
-    if type(record) is WorkloadTransition:
-        return (
-            _ENCODE(
-                (
-                    "t1",
-                    record.namespace,
-                    record.name,
-                    record.uid,
-                    record.kind.value,
-                    record.at.isoformat(),
-                    record.sequence,
-                    record.local_queue,
-                    record.cluster_queue,
-                    dict(record.flavors),
-                    dict(record.resources),
-                    record.reason,
-                    record.actor,
-                )
-            )
-            + "\n"
-        )
-    return _ENCODE(record_to_dict(record)) + "\n"
-
-
 def _write_all(fd: int, data: bytes) -> None:
     view = memoryview(data)
     while view:
@@ -660,30 +516,6 @@ def _read_lines(path: Path, offset: int, limit: int, *, complete: bool) -> tuple
             if raw.strip():
                 lines.append(raw.decode("utf-8", errors="replace").rstrip("\n"))
     return lines, offset
-
-
-def _parse(lines: list[str]) -> tuple[list[Record], list[str]]:
-    """The records in spool lines, and the lines for rejected.jsonl of those that are not."""
-    records: list[Record] = []
-    rejected: list[str] = []
-    for line in lines:
-        try:
-            data = json.loads(line)
-        except json.JSONDecodeError:
-            # Cut short by a crash mid-write: kept for a person to look at.
-            rejected.append(json.dumps({"unreadable_spool_line": line}))
-            continue
-        try:
-            if isinstance(data, list) and data and data[0] in _COMPACT:
-                # A compact line: the tag names the field order it was written in.
-                data = {"type": WorkloadTransition.TYPE} | dict(
-                    zip(_COMPACT[data[0]], data[1:], strict=True)
-                )
-            records.append(record_from_dict(data))
-        except (RecordError, TypeError, ValueError, AttributeError) as err:
-            fields = data if isinstance(data, dict) else {"value": data}
-            rejected.append(json.dumps(fields | {"error": str(err)}))
-    return records, rejected
 
 
 def spool_dir_default() -> Path:

@@ -63,6 +63,22 @@ def _check_sequence(record: str, sequence: int) -> None:
     )
 
 
+def _check_workload(who: str, namespace: str, name: str, uid: str) -> None:
+    """The workload a record is about: its namespace, name and uid."""
+    _check_text(who, "namespace", namespace, limit=253)
+    _check_text(who, "name", name, limit=253)
+    _check_text(who, "uid", uid, limit=64)
+
+
+def _check_moment(
+    who: str, record: WorkloadTransition | PlacementDecision | PreemptionDecision
+) -> None:
+    """When it happened (stored as UTC) and which repetition of it this is."""
+    _require(isinstance(record.at, datetime), who, "at", "must be a datetime")
+    object.__setattr__(record, "at", utc(record.at))
+    _check_sequence(who, record.sequence)
+
+
 @dataclass(frozen=True, slots=True)
 class WorkloadTransition:
     """One step in a workload's life: who, where, how much, why, and (for evictions) by whom.
@@ -118,17 +134,13 @@ class WorkloadTransition:
 
     def _validate(self) -> None:
         who = f"workload transition {self.namespace}/{self.name}"
-        _check_text(who, "namespace", self.namespace, limit=253)
-        _check_text(who, "name", self.name, limit=253)
-        _check_text(who, "uid", self.uid, limit=64)
+        _check_workload(who, self.namespace, self.name, self.uid)
         try:
             object.__setattr__(self, "kind", TransitionKind(self.kind))
         except ValueError:
             allowed = ", ".join(k.value for k in TransitionKind)
             raise RecordError(f"{who}: field 'kind' must be one of {allowed}") from None
-        _require(isinstance(self.at, datetime), who, "at", "must be a datetime")
-        object.__setattr__(self, "at", utc(self.at))
-        _check_sequence(who, self.sequence)
+        _check_moment(who, self)
         _check_text(who, "local_queue", self.local_queue, limit=253, required=False)
         _check_text(who, "cluster_queue", self.cluster_queue, limit=253, required=False)
         _check_text(who, "actor", self.actor, limit=507, required=False)
@@ -163,13 +175,9 @@ class PlacementDecision:
 
     def __post_init__(self) -> None:
         who = f"placement decision {self.namespace}/{self.name}"
-        _check_text(who, "namespace", self.namespace, limit=253)
-        _check_text(who, "name", self.name, limit=253)
-        _check_text(who, "uid", self.uid, limit=64)
+        _check_workload(who, self.namespace, self.name, self.uid)
         _check_text(who, "pod_group", self.pod_group, limit=253)
-        _require(isinstance(self.at, datetime), who, "at", "must be a datetime")
-        object.__setattr__(self, "at", utc(self.at))
-        _check_sequence(who, self.sequence)
+        _check_moment(who, self)
         for node, pods in self.assignments.items():
             _require(
                 isinstance(pods, int) and pods > 0,
@@ -225,12 +233,8 @@ class PreemptionDecision:
 
     def __post_init__(self) -> None:
         who = f"preemption decision for {self.namespace}/{self.name}"
-        _check_text(who, "namespace", self.namespace, limit=253)
-        _check_text(who, "name", self.name, limit=253)
-        _check_text(who, "uid", self.uid, limit=64)
-        _require(isinstance(self.at, datetime), who, "at", "must be a datetime")
-        object.__setattr__(self, "at", utc(self.at))
-        _check_sequence(who, self.sequence)
+        _check_workload(who, self.namespace, self.name, self.uid)
+        _check_moment(who, self)
         _require(len(self.victims) > 0, who, "victims", "must name at least one victim")
         object.__setattr__(self, "victims", tuple(self.victims))
         _require(
@@ -307,20 +311,27 @@ _TYPES: dict[str, type[Record]] = {
 }
 
 
-def record_to_dict(record: Record) -> dict[str, Any]:
-    """Return `record` as a JSON-ready dict tagged with its type (the spool's line format)."""
-    out: dict[str, Any] = {"type": record.TYPE}
+def record_fields(record: Record) -> dict[str, Any]:
+    """The fields of `record` as plain values (an enum as its value, a mapping as a dict, the
+    victims as dicts), the time as the datetime it is: what a database row and a spool line
+    are both made from."""
+    out: dict[str, Any] = {}
     for f in fields(record):
         value = getattr(record, f.name)
-        if isinstance(value, datetime):
-            value = value.isoformat()
-        elif isinstance(value, TransitionKind):
+        if isinstance(value, TransitionKind):
             value = value.value
         elif f.name == "victims":
             value = [v.as_dict() for v in value]
         elif isinstance(value, Mapping):
             value = dict(value)
         out[f.name] = value
+    return out
+
+
+def record_to_dict(record: Record) -> dict[str, Any]:
+    """Return `record` as a JSON-ready dict tagged with its type (the spool's line format)."""
+    out: dict[str, Any] = {"type": record.TYPE} | record_fields(record)
+    out["at"] = record.at.isoformat()  # the one datetime field of every record
     return out
 
 

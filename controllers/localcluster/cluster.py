@@ -114,6 +114,70 @@ def pid_alive(pid: int) -> bool:
         return False
 
 
+def start_detached(
+    argv: list[str], log: Path, cwd: Path, env: dict[str, str] | None = None
+) -> subprocess.Popen[bytes]:
+    """Start `argv` writing to `log`, in a session of its own: stopping it signals its whole
+    process group (`stop_groups`), and Ctrl-C on the command that started it does not reach it."""
+    with open(log, "ab") as out:
+        return subprocess.Popen(
+            argv,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+            cwd=cwd,
+            env=env,
+        )
+
+
+def stop_groups(pids: list[int], grace: float) -> None:
+    """SIGTERM the process groups led by `pids` (in that order), give them `grace` seconds
+    together to exit, SIGKILL what is left, and wait a few seconds more for that."""
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(pid, signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    for pid in pids:
+        while pid_alive(pid) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        if pid_alive(pid):
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(pid, signal.SIGKILL)
+    for pid in pids:
+        while pid_alive(pid) and time.monotonic() < deadline + 5:
+            time.sleep(0.05)
+
+
+def _control_plane_flags(kubeconfig: Path, port: int, cert_dir: Path) -> list[str]:
+    """What kube-controller-manager and kube-scheduler are both told: their kubeconfig for
+    everything, a loopback health port, no leader election (one of each), the cluster's
+    feature gates, and room to talk to the apiserver."""
+    return [
+        "--kubeconfig",
+        str(kubeconfig),
+        "--authentication-kubeconfig",
+        str(kubeconfig),
+        "--authorization-kubeconfig",
+        str(kubeconfig),
+        "--leader-elect=false",
+        "--bind-address",
+        "127.0.0.1",
+        "--secure-port",
+        str(port),
+        "--cert-dir",
+        str(cert_dir),
+        "--feature-gates",
+        FEATURE_GATES,
+        "--kube-api-qps",
+        "200",
+        "--kube-api-burst",
+        "400",
+        "--v",
+        "1",
+    ]
+
+
 class LocalCluster:
     """Start, inspect and stop one local control plane rooted at `directory`."""
 
@@ -270,12 +334,7 @@ class LocalCluster:
                 "kube-controller-manager",
                 [
                     binaries["kube-controller-manager"],
-                    "--kubeconfig",
-                    str(kcm_kc),
-                    "--authentication-kubeconfig",
-                    str(kcm_kc),
-                    "--authorization-kubeconfig",
-                    str(kcm_kc),
+                    *_control_plane_flags(kcm_kc, kcm_port, self.directory / "kcm-certs"),
                     "--root-ca-file",
                     str(ca.cert_path),
                     "--service-account-private-key-file",
@@ -284,26 +343,11 @@ class LocalCluster:
                     "--use-service-account-credentials=true",
                     "--controllers",
                     "*",
-                    "--leader-elect=false",
-                    "--bind-address",
-                    "127.0.0.1",
-                    "--secure-port",
-                    str(kcm_port),
-                    "--cert-dir",
-                    str(self.directory / "kcm-certs"),
-                    "--feature-gates",
-                    FEATURE_GATES,
                     # kwok nodes keep their status fresh; don't evict pods for a slow heartbeat.
                     "--node-monitor-grace-period",
                     "120s",
                     "--concurrent-job-syncs",
                     "20",
-                    "--kube-api-qps",
-                    "200",
-                    "--kube-api-burst",
-                    "400",
-                    "--v",
-                    "1",
                 ],
                 health_url=f"https://127.0.0.1:{kcm_port}/healthz",
             )
@@ -312,27 +356,7 @@ class LocalCluster:
                 "kube-scheduler",
                 [
                     binaries["kube-scheduler"],
-                    "--kubeconfig",
-                    str(sched_kc),
-                    "--authentication-kubeconfig",
-                    str(sched_kc),
-                    "--authorization-kubeconfig",
-                    str(sched_kc),
-                    "--leader-elect=false",
-                    "--bind-address",
-                    "127.0.0.1",
-                    "--secure-port",
-                    str(sched_port),
-                    "--cert-dir",
-                    str(self.directory / "scheduler-certs"),
-                    "--feature-gates",
-                    FEATURE_GATES,
-                    "--kube-api-qps",
-                    "200",
-                    "--kube-api-burst",
-                    "400",
-                    "--v",
-                    "1",
+                    *_control_plane_flags(sched_kc, sched_port, self.directory / "scheduler-certs"),
                 ],
                 health_url=f"https://127.0.0.1:{sched_port}/healthz",
             )
@@ -370,24 +394,12 @@ class LocalCluster:
         (the chaos run restarts the apiserver) or added one (a peer controller) since this
         object loaded it, and those must stop too."""
         self._refresh()
-        components = list(self.state.components) if self.state else []
-        stopped: list[str] = []
-        for component in reversed(components):
-            if pid_alive(component.pid):
-                stopped.append(component.name)
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(component.pid, signal.SIGTERM)
-        deadline = time.monotonic() + grace
-        for component in components:
-            while pid_alive(component.pid) and time.monotonic() < deadline:
-                time.sleep(0.1)
-            if pid_alive(component.pid):
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(component.pid, signal.SIGKILL)
-        for component in components:
-            while pid_alive(component.pid) and time.monotonic() < deadline + 5:
-                time.sleep(0.05)
-        return stopped
+        # The last started first: a peer controller before the apiserver it talks to.
+        running = [
+            c for c in reversed(self.state.components if self.state else []) if pid_alive(c.pid)
+        ]
+        stop_groups([c.pid for c in running], grace)
+        return [c.name for c in running]
 
     def status(self) -> dict[str, str]:
         """Per component: 'healthy', 'running (unhealthy)' or 'stopped'."""
@@ -433,18 +445,8 @@ class LocalCluster:
         self._refresh()
         if self.state is None:
             return False
-        found = [c for c in self.state.components if c.name == name]
-        running = [c for c in found if pid_alive(c.pid)]
-        for component in running:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(component.pid, signal.SIGTERM)
-        deadline = time.monotonic() + grace
-        for component in running:
-            while pid_alive(component.pid) and time.monotonic() < deadline:
-                time.sleep(0.1)
-            if pid_alive(component.pid):
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(component.pid, signal.SIGKILL)
+        running = [c for c in self.state.components if c.name == name and pid_alive(c.pid)]
+        stop_groups([c.pid for c in running], grace)
         self.state.components = [c for c in self.state.components if c.name != name]
         self.state.save()
         return bool(running)
@@ -458,18 +460,7 @@ class LocalCluster:
     ) -> None:
         assert self.state is not None
         log = self.directory / "logs" / f"{name}.log"
-        with open(log, "ab") as out:
-            # A session of its own: `down` signals the whole group, and Ctrl-C on the CLI
-            # that started the cluster does not take the cluster with it.
-            proc = subprocess.Popen(
-                argv,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                start_new_session=True,
-                cwd=self.directory,
-                env=env,
-            )
+        proc = start_detached(argv, log, self.directory, env)
         self.state.components.append(Component(name, proc.pid, str(log), health_url))
         self.state.save()
 

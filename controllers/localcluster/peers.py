@@ -8,7 +8,7 @@ manager binary in `bin/` and the module's own manifests (CRDs, webhooks, runtime
 Started with `muster local-cluster up --with jobset,trainer`: its CRDs are applied, it runs
 as a process of the cluster (recorded in the cluster's state, so `down` stops it by pid),
 with leader election and its own certificate management off. Its webhooks serve on a
-loopback port with a certificate from a CA of our own (`controllers.webhooks.certs`), and
+loopback port with a certificate from a CA of our own (`pki.py`, as the apiserver's), and
 the module's webhook configurations are registered with `clientConfig.url` pointing there,
 as the harness registers Muster's own webhooks; the apiserver runs on the same host, so
 the peers' webhooks run as they do in a cluster, none disabled.
@@ -28,9 +28,9 @@ from typing import Any
 
 import yaml
 
+from controllers.localcluster import pki
 from controllers.localcluster.binaries import cache_root
 from controllers.localcluster.cluster import ClusterError, LocalCluster, free_port
-from controllers.webhooks.certs import issue_serving, new_ca
 from quota.api.names import QUEUE_LABEL
 
 BUILD_SCRIPT = Path(__file__).with_name("build_peer.sh")
@@ -384,12 +384,9 @@ def start(
 
     home = cluster.directory / "peers" / peer.name
     certs = home / "k8s-webhook-server" / "serving-certs"
-    certs.mkdir(parents=True, exist_ok=True)
-    ca = new_ca(f"muster-peer-{peer.name}-ca")
-    serving = issue_serving(ca, [HOST, "localhost"])
-    (certs / "tls.crt").write_bytes(serving.cert_pem)
-    (certs / "tls.key").write_bytes(serving.key_pem)
-    (certs / "ca.crt").write_bytes(ca.cert_pem)
+    # ca.crt, tls.crt and tls.key, where controller-runtime looks for them.
+    ca = pki.CertificateAuthority(certs, f"muster-peer-{peer.name}-ca")
+    ca.issue("tls", HOST, server=True)
     ports = Ports(free_port(), free_port())
     config = home / "config.yaml"
     config.write_text(yaml.safe_dump(peer.config(ports, certs)))
@@ -404,7 +401,7 @@ def start(
     # Registered before waiting: a manager's readiness may wait on its webhook answering.
     _apply(
         cluster,
-        webhook_configurations(peer, f"https://{HOST}:{ports.webhook}", ca.cert_pem),
+        webhook_configurations(peer, f"https://{HOST}:{ports.webhook}", ca.cert_path.read_bytes()),
         f"muster-peer-{peer.name}",
     )
     try:

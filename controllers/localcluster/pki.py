@@ -13,6 +13,8 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
+from controllers.runtime.selfsigned import ca_certificate
+
 _VALIDITY = dt.timedelta(days=365)
 
 
@@ -43,35 +45,17 @@ def _name(common_name: str, organization: str | None = None) -> x509.Name:
 class CertificateAuthority:
     """A throwaway CA that signs the apiserver's serving cert and every client cert."""
 
-    def __init__(self, directory: Path) -> None:
+    def __init__(self, directory: Path, common_name: str = "muster-local-ca") -> None:
         self.directory = directory
         directory.mkdir(parents=True, exist_ok=True)
         self.key = ec.generate_private_key(ec.SECP256R1())
         now = dt.datetime.now(dt.UTC)
-        self.cert = (
-            x509.CertificateBuilder()
-            .subject_name(_name("muster-local-ca"))
-            .issuer_name(_name("muster-local-ca"))
-            .public_key(self.key.public_key())
-            .serial_number(x509.random_serial_number())
-            .not_valid_before(now - dt.timedelta(minutes=5))
-            .not_valid_after(now + _VALIDITY)
-            .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-            .add_extension(
-                x509.KeyUsage(
-                    digital_signature=True,
-                    content_commitment=False,
-                    key_encipherment=False,
-                    data_encipherment=False,
-                    key_agreement=False,
-                    key_cert_sign=True,
-                    crl_sign=True,
-                    encipher_only=False,
-                    decipher_only=False,
-                ),
-                critical=True,
-            )
-            .sign(self.key, hashes.SHA256())
+        self.cert = ca_certificate(
+            self.key,
+            _name(common_name),
+            now - dt.timedelta(minutes=5),
+            now + _VALIDITY,
+            path_length=None,
         )
         self.cert_path = directory / "ca.crt"
         self.cert_path.write_bytes(self.cert.public_bytes(serialization.Encoding.PEM))

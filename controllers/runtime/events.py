@@ -107,25 +107,6 @@ class EventRecorder:
                 self._recent = {k: t for k, t in self._recent.items() if now - t < self._window}
             if self.burst and self._fold(obj, namespace, type_, reason, now):
                 return
-        stamp = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-        event = {
-            "apiVersion": "v1",
-            "kind": "Event",
-            "metadata": {
-                "name": f"{str(meta.get('name', 'object'))[:200]}.{uuid.uuid4().hex[:12]}",
-                "namespace": namespace,
-            },
-            "involvedObject": involved(obj),
-            "type": type_,
-            "reason": reason,
-            "message": message[:1024],
-            "source": {"component": COMPONENT},
-            "reportingComponent": COMPONENT,
-            "reportingInstance": self.identity,
-            "firstTimestamp": stamp,
-            "lastTimestamp": stamp,
-            "count": 1,
-        }
         log.info(
             "event",
             extra={
@@ -134,10 +115,15 @@ class EventRecorder:
                 "event_message": message,
             },
         )
-        try:
-            self._queue.put_nowait(event)
-        except queue.Full:
-            self.dropped += 1
+        self._queue_event(
+            str(meta.get("name", "object"))[:200],
+            namespace,
+            involved(obj),
+            type_,
+            reason,
+            message,
+            1,
+        )
 
     def _fold(
         self, obj: Mapping[str, Any], namespace: str, type_: str, reason: str, now: float
@@ -168,18 +154,33 @@ class EventRecorder:
             f"{self.fold_window:.0f}s (Events folded): {shown}"
             + (f", and {more} more" if more > 0 else "")
         )
+        count, fold.names = len(fold.names), []
+        # The apiserver takes an Event only in its involved object's namespace.
+        namespace_object = {
+            "apiVersion": "v1",
+            "kind": "Namespace",
+            "name": namespace,
+            "namespace": namespace,
+        }
+        self._queue_event(namespace, namespace, namespace_object, type_, reason, message, count)
+
+    def _queue_event(
+        self,
+        name_prefix: str,
+        namespace: str,
+        involved_object: Mapping[str, Any],
+        type_: str,
+        reason: str,
+        message: str,
+        count: int,
+    ) -> None:
+        """Queue one Event for the writer thread; counted as dropped when the queue is full."""
         stamp = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         event = {
             "apiVersion": "v1",
             "kind": "Event",
-            "metadata": {"name": f"{namespace}.{uuid.uuid4().hex[:12]}", "namespace": namespace},
-            # The apiserver takes an Event only in its involved object's namespace.
-            "involvedObject": {
-                "apiVersion": "v1",
-                "kind": "Namespace",
-                "name": namespace,
-                "namespace": namespace,
-            },
+            "metadata": {"name": f"{name_prefix}.{uuid.uuid4().hex[:12]}", "namespace": namespace},
+            "involvedObject": involved_object,
             "type": type_,
             "reason": reason,
             "message": message[:1024],
@@ -188,9 +189,8 @@ class EventRecorder:
             "reportingInstance": self.identity,
             "firstTimestamp": stamp,
             "lastTimestamp": stamp,
-            "count": len(fold.names),
+            "count": count,
         }
-        fold.names = []
         try:
             self._queue.put_nowait(event)
         except queue.Full:

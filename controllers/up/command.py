@@ -1,7 +1,8 @@
 """`muster up` and `muster down`: Muster running for real on a local cluster, in one command.
 
-The command lives beside what it drives (as `kubectl muster` lives in plugin/): it reads the
-plugin's views, and the plugin reads cli/, so cli/ must not import it (main.py names it lazily)."""
+The command lives beside what it drives (as `kubectl muster` lives in plugin/). It reads the
+plugin's views and the apiserver, imported inside the command so that naming it costs
+`muster --help` nothing (controllers/main.py)."""
 
 from __future__ import annotations
 
@@ -11,22 +12,23 @@ import sys
 import time
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 from rich.console import Console
 from rich.live import Live
 
 from controllers.cli.fairshare import load_documents
-from controllers.cli.localcluster import dir_option
-from controllers.history.engine import make_engine
+from controllers.cli.options import dir_option
 from controllers.localcluster.binaries import BinariesError
 from controllers.localcluster.cluster import ClusterError, LocalCluster
-from controllers.plugin.kube import Target
-from controllers.up.liveview import LiveView
 from controllers.up.plan import plan_scenario
-from controllers.up.player import Player
 from controllers.up.stack import REPO, Stack, UpError, start, stop
 from quota.api import ManifestError
+
+if TYPE_CHECKING:
+    from controllers.up.liveview import LiveView
+    from controllers.up.player import Player
 
 DEMO = REPO / "examples" / "demo.yaml"
 
@@ -76,6 +78,11 @@ def up(
     their times. Run again while Muster is up to watch it again; `muster down` stops
     everything this started.
     """
+    from controllers.history.engine import make_engine
+    from controllers.plugin.kube import Target
+    from controllers.up.liveview import LiveView
+    from controllers.up.player import Player
+
     path = scenario or DEMO
     try:
         plan = plan_scenario(load_documents(path), name=path.stem)

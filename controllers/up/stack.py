@@ -11,11 +11,8 @@ directory, so that `muster down` stops exactly what was started, by process id.
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
 import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -25,7 +22,13 @@ from pathlib import Path
 
 import yaml
 
-from controllers.localcluster.cluster import LocalCluster, free_port, pid_alive
+from controllers.localcluster.cluster import (
+    LocalCluster,
+    free_port,
+    pid_alive,
+    start_detached,
+    stop_groups,
+)
 from controllers.localcluster.kubectl import KubectlError, kubectl
 from controllers.localcluster.nodes import wait_nodes_ready
 from controllers.up.plan import Plan
@@ -203,7 +206,7 @@ def start(
     command = [
         sys.executable,
         "-m",
-        "controllers.cli.main",
+        "controllers.main",
         "controller",
         "--kubeconfig",
         str(kubeconfig),
@@ -219,16 +222,8 @@ def start(
         str(directory / "history-spool"),
     ]
     progress(f"starting the controller (log: {log})")
-    with log.open("ab") as out:
-        # Its own session: Ctrl-C in the live view does not reach it; `muster down` does.
-        proc = subprocess.Popen(
-            command,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            start_new_session=True,
-            cwd=directory,
-        )
+    # Ctrl-C in the live view does not reach it; `muster down` does.
+    proc = start_detached(command, log, directory)
     stack = Stack(
         directory=str(directory),
         controller_pid=proc.pid,
@@ -264,16 +259,7 @@ def stop(directory: Path, grace: float = 20.0) -> list[str]:
     stopped: list[str] = []
     stack = Stack.load(directory)
     if stack is not None and stack.controller_alive():
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(stack.controller_pid, signal.SIGTERM)
-        deadline = time.monotonic() + grace
-        while stack.controller_alive() and time.monotonic() < deadline:
-            time.sleep(0.2)
-        if stack.controller_alive():
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(stack.controller_pid, signal.SIGKILL)
-            while stack.controller_alive() and time.monotonic() < deadline + 5:
-                time.sleep(0.1)
+        stop_groups([stack.controller_pid], grace)
         stopped.append(f"muster-controller (pid {stack.controller_pid})")
     stopped += LocalCluster(directory).down()
     (directory / STATE_FILE).unlink(missing_ok=True)

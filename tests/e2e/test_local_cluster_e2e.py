@@ -83,7 +83,7 @@ def test_native_gang_api_is_served(cluster: ClusterHandle) -> None:
 def test_cli_up_status_env_nodes_down_leaves_no_process(tmp_path) -> None:  # type: ignore[no-untyped-def]
     """The commands a user types: up, env, kubectl get nodes, status, down."""
     directory = tmp_path / "cli-cluster"
-    muster = [sys.executable, "-m", "controllers.cli.main"]
+    muster = [sys.executable, "-m", "controllers.main"]
     env = dict(os.environ)
     up = subprocess.run(
         [*muster, "local-cluster", "up", "--dir", str(directory)],

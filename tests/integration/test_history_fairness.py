@@ -8,8 +8,8 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from controllers.history.jobs import RetentionSettings, apply_retention
-from controllers.history.recorder import write_records
 from controllers.history.records import QueueSample
+from controllers.history.rows import write_records
 from controllers.history.usage import FairnessSettings, UsageFigures
 from quota.fairness.fairshare import fair_share
 from quota.model.snapshot import Flavor, FlavorQuota, PodSet, QueueSpec, Snapshot, Workload

@@ -17,7 +17,7 @@ from controllers.history.jobs import (
     downsample_samples,
 )
 from controllers.history.models import QueueSampleRow
-from controllers.history.recorder import HistoryRecorder, write_records
+from controllers.history.recorder import HistoryRecorder
 from controllers.history.records import (
     PlacementDecision,
     PreemptionDecision,
@@ -27,6 +27,7 @@ from controllers.history.records import (
     Victim,
     WorkloadTransition,
 )
+from controllers.history.rows import write_records
 from controllers.history.usage import FairnessSettings, UsageFigures, decayed_usage_by_queue
 from tests.integration.conftest import Store
 

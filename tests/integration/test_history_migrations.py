@@ -7,9 +7,9 @@ from alembic.runtime.migration import MigrationContext
 from click.testing import CliRunner
 from sqlalchemy import inspect
 
-from controllers.cli.main import main
 from controllers.history import migrate
 from controllers.history.models import Base
+from controllers.main import main
 from tests.integration.conftest import Store
 
 TABLES = {"workload_transitions", "placement_decisions", "preemption_decisions", "queue_samples"}

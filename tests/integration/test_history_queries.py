@@ -9,9 +9,7 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from controllers.cli.main import main
 from controllers.history import queries
-from controllers.history.recorder import write_records
 from controllers.history.records import (
     PlacementDecision,
     PreemptionDecision,
@@ -21,6 +19,8 @@ from controllers.history.records import (
     Victim,
     WorkloadTransition,
 )
+from controllers.history.rows import write_records
+from controllers.main import main
 from tests.integration.conftest import Store
 
 K = TransitionKind

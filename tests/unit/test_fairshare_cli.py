@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from controllers.cli.main import main
+from controllers.main import main
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "examples" / "fairshare.yaml"

@@ -33,7 +33,7 @@ from click.testing import CliRunner, Result
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from controllers.cli.main import main
+from controllers.main import main
 from controllers.webhooks import server as webhooks
 
 REPO = Path(__file__).resolve().parents[2]

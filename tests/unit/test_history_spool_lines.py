@@ -7,13 +7,13 @@ from __future__ import annotations
 import json
 from datetime import UTC, datetime
 
-from controllers.history.recorder import _parse, spool_line
 from controllers.history.records import (
     PlacementDecision,
     TransitionKind,
     WorkloadTransition,
     record_to_dict,
 )
+from controllers.history.spoollines import parse_lines, spool_line
 
 AT = datetime(2026, 11, 24, 2, 0, 0, 123456, tzinfo=UTC)
 TRANSITION = WorkloadTransition(
@@ -39,17 +39,17 @@ def test_lines_read_back_as_the_records_written() -> None:
     lines = [spool_line(TRANSITION), spool_line(PLACEMENT)]
     assert all(line.endswith("\n") and line.count("\n") == 1 for line in lines)
     assert json.loads(lines[0])[0] == "t1", "transitions are written in the compact form"
-    records, rejected = _parse([line.rstrip("\n") for line in lines])
+    records, rejected = parse_lines([line.rstrip("\n") for line in lines])
     assert records == [TRANSITION, PLACEMENT] and rejected == []
 
 
 def test_tagged_dict_lines_of_transitions_are_still_read() -> None:
     old = json.dumps(record_to_dict(TRANSITION))
-    assert _parse([old]) == ([TRANSITION], [])
+    assert parse_lines([old]) == ([TRANSITION], [])
 
 
 def test_a_compact_line_that_does_not_fit_its_tag_is_set_aside() -> None:
     short = json.dumps(json.loads(spool_line(TRANSITION))[:-1])
-    records, rejected = _parse([short])
+    records, rejected = parse_lines([short])
     assert records == [] and len(rejected) == 1
     assert "t1" in rejected[0] and "error" in json.loads(rejected[0])

@@ -540,7 +540,7 @@ def test_a_chain_deeper_than_the_tree_allows_is_refused() -> None:
 
 def muster(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "controllers.cli.main", *args],
+        [sys.executable, "-m", "controllers.main", *args],
         cwd=REPO,
         capture_output=True,
         text=True,

@@ -7,6 +7,7 @@ import-linter against them, and show once for each that the check does fail on a
 
 from __future__ import annotations
 
+import ast
 import shutil
 import subprocess
 import sys
@@ -83,3 +84,47 @@ def test_check_fails_on_an_import_cycle(tmp_path: Path) -> None:
     assert result.returncode != 0
     assert "No cycles are allowed in controllers.runtime" in result.stdout
     assert ".chicken" in result.stdout or ".egg" in result.stdout
+
+
+def test_check_fails_on_a_cycle_between_packages(tmp_path: Path) -> None:
+    # What `muster`'s group once did by a string: a module of cli/ naming `muster up`, whose
+    # package imports cli/. Written as a plain import (inside a function, as a lazily loaded
+    # command is), the check sees the loop between the two packages.
+    _copy_tree(tmp_path)
+    (tmp_path / "controllers" / "cli" / "group.py").write_text(
+        "def up():\n    from controllers.up.command import up\n\n    return up\n"
+    )
+    result = _run_lint(tmp_path)
+    assert result.returncode != 0
+    assert "No cycles are allowed in controllers." in result.stdout
+    assert ".cli -> .up" in result.stdout or ".up -> .cli" in result.stdout
+
+
+def _imports_by_a_string(path: Path) -> list[int]:
+    """The lines of `path` that import a module named by a string, which no import check sees."""
+    lines = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Call):
+            func = node.func
+            name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+            if name in {"import_module", "__import__"}:
+                lines.append(node.lineno)
+    return lines
+
+
+def test_no_module_is_imported_by_a_string() -> None:
+    found = [
+        f"{path.relative_to(REPO)}:{line}"
+        for package in ("quota", "controllers")
+        for path in sorted((REPO / package).rglob("*.py"))
+        for line in _imports_by_a_string(path)
+    ]
+    assert found == []
+
+
+def test_a_string_import_is_found(tmp_path: Path) -> None:
+    offender = tmp_path / "offender.py"
+    offender.write_text(
+        "import importlib\n\n\ndef load():\n    return importlib.import_module('controllers.up')\n"
+    )
+    assert _imports_by_a_string(offender) == [5]

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from click.testing import CliRunner
 
-from controllers.cli.main import main
+from controllers.main import main
 
 
 def test_the_preemption_benchmark_evicts_one_group_per_preemptor() -> None:

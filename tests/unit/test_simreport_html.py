@@ -17,7 +17,7 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from controllers.cli.main import main
+from controllers.main import main
 from controllers.simreport import pagedata
 from controllers.simreport.html import render_html
 from controllers.simreport.pagedata import embed

@@ -12,7 +12,7 @@ import yaml
 from click.testing import CliRunner
 
 import quota.simulation.simulator as simulator
-from controllers.cli.main import main
+from controllers.main import main
 from quota.simulation.report import queue_stats, to_json
 from quota.simulation.scenario import parse_scenario
 from quota.simulation.simulator import SimResult, simulate

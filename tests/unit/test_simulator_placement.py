@@ -14,8 +14,8 @@ from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from controllers.cli.main import main
 from controllers.cli.simulate import with_placement
+from controllers.main import main
 from controllers.simreport.html import render_html
 from quota.simulation.report import node_timeline, to_json
 from quota.simulation.scenario import Scenario, parse_scenario

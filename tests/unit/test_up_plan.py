@@ -110,7 +110,7 @@ def test_muster_up_names_the_broken_file_and_starts_nothing(tmp_path: Path) -> N
         [
             sys.executable,
             "-m",
-            "controllers.cli.main",
+            "controllers.main",
             "up",
             str(broken),
             "--dir",
