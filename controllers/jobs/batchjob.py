@@ -15,7 +15,7 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from controllers.jobs.framework import Integration, owner_of, register
+from controllers.jobs.framework import Admission, Integration, owner_of, register
 from controllers.jobs.reconciler import Reconciler
 from controllers.runtime.informer import Informer
 from controllers.runtime.resources import JOB, Obj
@@ -282,7 +282,17 @@ def _jobs_cache(caches: Caches) -> Informer:
     return caches.jobs
 
 
-BATCH_JOB = register(Integration("batch/v1", JOB, BatchJob, _jobs_cache))
+BATCH_JOB = register(
+    Integration(
+        "batch/v1",
+        JOB,
+        BatchJob,
+        _jobs_cache,
+        admission=Admission.BATCH_JOB,
+        elastic=True,
+        resource="jobs",
+    )
+)
 
 
 class JobReconciler(Reconciler):

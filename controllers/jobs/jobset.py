@@ -21,10 +21,8 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from controllers.jobs.framework import Integration, register
-from controllers.runtime.informer import Informer
+from controllers.jobs.framework import Integration, SuspendedObject, register
 from controllers.runtime.resources import Kind, Obj
-from controllers.state.caches import Caches
 from quota.api import ManifestError
 from quota.api.conditions import WorkloadConditions as WC
 from quota.api.names import ORIGINAL_SCHEDULING_ANNOTATION, OWNER_UID_POD_LABEL
@@ -202,35 +200,13 @@ def jobset_finished(obj: Mapping[str, Any], what: str) -> tuple[str, str] | None
 # ------------------------------------------------------------------ the adapter
 
 
-class JobSet:
+class JobSet(SuspendedObject):
     """A JobSet seen as a `GenericJob`."""
-
-    def __init__(self, obj: Obj) -> None:
-        self._obj = obj
-
-    @property
-    def object(self) -> Obj:
-        return self._obj
 
     def _replicated_jobs(self) -> list[Obj]:
         spec = self._obj.setdefault("spec", {})
         jobs: list[Obj] = spec.get("replicatedJobs") or []
         return jobs
-
-    def queue_name(self) -> str | None:
-        return convert.job_queue_name(self._obj)
-
-    def is_suspended(self) -> bool:
-        return bool((self._obj.get("spec") or {}).get("suspend"))
-
-    def suspend(self) -> bool:
-        if self.is_suspended():
-            return False
-        self._obj.setdefault("spec", {})["suspend"] = True
-        return True
-
-    def hold_pods(self) -> bool:
-        return False  # not elastic: suspension holds every pod back
 
     def run_with(self, flavors: Sequence[Mapping[str, Any]], granted: Mapping[str, int]) -> None:
         inject_flavors(self._obj, self._replicated_jobs(), flavors)
@@ -267,18 +243,8 @@ class JobSet:
     def pod_counts(self) -> dict[str, int]:
         return {str(rj.get("name")): pods_of(rj) for rj in self._replicated_jobs()}
 
-    def is_elastic(self) -> bool:
-        return False
-
-    def elastic_size(self) -> tuple[str, int]:
-        raise NotImplementedError("a JobSet is never elastic")
-
     def first_pod_sets(self) -> list[str] | None:
         return first_started(self._obj.get("spec") or {}, self._replicated_jobs())
 
 
-def _cache(caches: Caches) -> Informer:
-    return caches.extra[JOBSET_INTEGRATION.name]
-
-
-JOBSET_INTEGRATION = register(Integration(API_VERSION, JOBSET, JobSet, _cache))
+JOBSET_INTEGRATION = register(Integration(API_VERSION, JOBSET, JobSet))

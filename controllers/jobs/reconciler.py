@@ -78,7 +78,7 @@ class Reconciler:
             self.integration.kind,
             object_key(job.object),
             lambda obj: mutate(wrap(obj)),
-            cache=self.integration.cache(self.ctx.caches),
+            cache=self.integration.informer(self.ctx.caches),
             current=job.object,
             # Suspending, starting and restoring change the spec: conditional on the spec
             # read, so the Job controller's status writes do not make them conflict.
@@ -111,7 +111,7 @@ class Reconciler:
 
     # -- the reconcile
     def reconcile(self, key: str) -> float | None:
-        obj = self.integration.cache(self.ctx.caches).get(key)
+        obj = self.integration.informer(self.ctx.caches).get(key)
         retry, waiting = self._settle_leaving(key, obj)
         if obj is None or waiting:
             return retry
@@ -129,7 +129,7 @@ class Reconciler:
         if done is not None:
             self._finish_all(active, *done)
             return None
-        if job.is_elastic():
+        if self.integration.elastic and job.is_elastic():
             return slices.reconcile_elastic(self, job, owned)
         return self._reconcile_plain(job, active, owned)
 

@@ -10,38 +10,17 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from kubernetes.client.exceptions import ApiException
-
-# Imported for their registration with the seam (`framework.register`).
-from controllers.jobs import jobset as _jobset  # noqa: F401
-from controllers.jobs import trainjob as _trainjob  # noqa: F401
-from controllers.jobs.batchjob import BATCH_JOB
-from controllers.jobs.framework import Integration, integrations, owner_of
+from controllers.jobs.framework import Integration, owner_of
+from controllers.jobs.kinds import KINDS
 from controllers.jobs.reconciler import Reconciler
 from controllers.runtime.informer import Informer
-from controllers.runtime.resources import Kind, Kube, Obj, object_key
+from controllers.runtime.resources import Kube, Obj, object_key
 from controllers.runtime.workers import WorkerPool
 from controllers.runtime.workqueue import WorkQueue
-from controllers.state.caches import Caches, Context
+from controllers.state.caches import Caches, Context, served
 from quota.api.names import QUEUE_LABEL
 
 log = logging.getLogger(__name__)
-
-
-def extra_name(kind: Kind) -> str:
-    """The name an informer of `kind` has in `Caches.extra` (an Integration's name for its
-    own kind)."""
-    return f"{kind.group}/{kind.version}/{kind.name}"
-
-
-def served(kube: Kube, kind: Kind) -> bool:
-    try:
-        kube.list_page(kind, limit=1)
-    except ApiException as error:
-        if error.status in (404, 403):
-            return False
-        raise
-    return True
 
 
 @dataclass
@@ -55,7 +34,7 @@ class Running:
 
     @property
     def informer(self) -> Informer:
-        return self.integration.cache(self.reconciler.ctx.caches)
+        return self.integration.informer(self.reconciler.ctx.caches)
 
 
 class Integrations:
@@ -80,19 +59,16 @@ class Integrations:
     def discover(self, caches: Caches) -> list[str]:
         """Add informers (to `caches.extra`) for every served kind and what it reads; return
         the names of the kinds integrated."""
-        for integration in integrations():
-            if integration is BATCH_JOB:
-                continue
-            if not served(self.kube, integration.kind) or not all(
-                served(self.kube, k) for k in integration.reads
-            ):
+        for integration in KINDS:
+            if integration.builtin:
+                continue  # batch Jobs: the manager's own informer and workers
+            if not all(served(self.kube, k) for k in (integration.kind, *integration.reads)):
                 log.info(
                     "workload kind not integrated (CRD not served)",
                     extra={"kind": integration.name},
                 )
                 continue
             caches.add_extra(
-                integration.name,
                 Informer(
                     self.kube,
                     integration.kind,
@@ -102,9 +78,8 @@ class Integrations:
                 ),
             )
             for kind in integration.reads:
-                if extra_name(kind) not in caches.extra:
+                if caches.extra_of(kind) is None:
                     caches.add_extra(
-                        extra_name(kind),
                         Informer(
                             self.kube, kind, watch_timeout=self.watch_timeout, name=kind.plural
                         ),
@@ -140,7 +115,9 @@ class Integrations:
                     for key in r.informer.list_keys():
                         r.queue.add(key)
 
-                self.ctx.caches.extra[extra_name(kind)].add_handler(on_read)
+                informer = self.ctx.caches.extra_of(kind)
+                assert informer is not None  # added by `discover` with its kind
+                informer.add_handler(on_read)
 
     def on_workload(self, wl: Obj) -> None:
         """Queue the object a Workload belongs to, if it is of one of these kinds."""

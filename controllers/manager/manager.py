@@ -29,6 +29,7 @@ from controllers.history.jobs import QueueReading
 from controllers.history.store import HistoryStore, queue_readings
 from controllers.jobs.batchjob import JobReconciler, job_key_of_workload
 from controllers.jobs.orphans import OrphanSweeper
+from controllers.jobs.ownerevents import OwnerEventRecorder
 from controllers.manager.integrations import Integrations
 from controllers.manager.options import Options
 from controllers.metrics.collector import Sources, StateCollector
@@ -37,7 +38,6 @@ from controllers.metrics.server import MetricsServer
 from controllers.metrics.workloads import WorkloadCounters
 from controllers.podgroups.intake import PodGroupIntake
 from controllers.runtime.client import FencedKube
-from controllers.runtime.events import EventRecorder
 from controllers.runtime.informer import wait_all_synced
 from controllers.runtime.leader import LeaderElector, lease_request_timeout
 from controllers.runtime.resources import NAMESPACE, Kube, Obj, object_key
@@ -68,7 +68,8 @@ class Manager:
         self.stop_event = threading.Event()
         self.exit_code = 0
         self.caches = Caches.create(self.kube)
-        self.events = EventRecorder(self.kube if options.events else None, self.identity)
+        # Workload Events an owner takes reach it too, whatever its kind.
+        self.events = OwnerEventRecorder(self.kube if options.events else None, self.identity)
         self.history: HistoryStore | None = None
         if recorder is None and options.history is not None:
             self.history = HistoryStore(options.history)
