@@ -282,6 +282,12 @@ def _jobs_cache(caches: Caches) -> Informer:
     return caches.jobs
 
 
+def _job_of_pod(pod: Obj) -> str | None:
+    meta = pod.get("metadata") or {}
+    job = (meta.get("labels") or {}).get("batch.kubernetes.io/job-name")
+    return f"{meta.get('namespace')}/{job}" if job else None
+
+
 BATCH_JOB = register(
     Integration(
         "batch/v1",
@@ -291,6 +297,7 @@ BATCH_JOB = register(
         admission=Admission.BATCH_JOB,
         elastic=True,
         resource="jobs",
+        owner_of_pod=_job_of_pod,
     )
 )
 

@@ -196,6 +196,9 @@ class Integration:
     reads: tuple[Kind, ...] = ()
     # Its resource (plural) where `kind` does not say (built-in kinds).
     resource: str = ""
+    # For a kind whose reconcile follows its pods (an elastic Job's gates): the key of the
+    # object a pod belongs to, if any.
+    owner_of_pod: Callable[[Obj], str | None] | None = None
 
     def wrapper(self, caches: Caches) -> Callable[[Obj], GenericJob]:
         return self.bind(caches) if self.bind is not None else self.wrap
@@ -242,16 +245,11 @@ def integrations() -> list[Integration]:
     return list(_registry.values())
 
 
-def integration_named(name: str) -> Integration | None:
-    """The registered kind of this name ("apiVersion/Kind"), if any."""
-    return _registry.get(name)
-
-
 def owner_of(wl: Mapping[str, Any]) -> tuple[Integration, str] | None:
     """The registered kind and key ("ns/name") of the object a Workload belongs to."""
     meta = wl.get("metadata") or {}
     for ref in meta.get("ownerReferences") or []:
-        integration = integration_named(f"{ref.get('apiVersion')}/{ref.get('kind')}")
+        integration = _registry.get(f"{ref.get('apiVersion')}/{ref.get('kind')}")
         if integration is not None:
             return integration, f"{meta.get('namespace')}/{ref.get('name')}"
     return None

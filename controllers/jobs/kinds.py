@@ -26,6 +26,14 @@ KINDS: tuple[Integration, ...] = (
 )
 
 
+_BY_NAME = {k.name: k for k in KINDS}
+
+
+def named(name: str) -> Integration | None:
+    """The kind of this name ("apiVersion/Kind"), if Muster queues it."""
+    return _BY_NAME.get(name)
+
+
 def admitted_by(admission: Admission) -> list[Integration]:
     """The kinds the apiserver admits by `admission`, in `KINDS` order."""
     return [k for k in KINDS if k.admission is admission]

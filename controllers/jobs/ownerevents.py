@@ -17,7 +17,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from controllers.jobs.framework import OWNER_EVENTS, integration_named
+from controllers.jobs.framework import OWNER_EVENTS
+from controllers.jobs.kinds import named
 from controllers.runtime.events import EventRecorder
 from controllers.state.foreigngroups import foreign_owner
 from controllers.state.workloads import owner_reference
@@ -31,7 +32,7 @@ def owner_to_tell(wl: Mapping[str, Any], reason: str) -> dict[str, Any] | None:
     ref = owner_reference(wl)
     events = None
     if ref is not None:
-        integration = integration_named(f"{ref.get('apiVersion')}/{ref.get('kind')}")
+        integration = named(f"{ref.get('apiVersion')}/{ref.get('kind')}")
         events = integration.events if integration is not None else None
     else:
         ref = foreign_owner(wl)

@@ -1,6 +1,8 @@
-"""The workload kinds behind the seam beyond batch Jobs (JobSet, TrainJob): each is watched,
-reconciled and queued only when the apiserver serves its CRD, so a cluster without JobSet
-or Kubeflow Trainer runs Muster as before. A CRD installed later is picked up on restart.
+"""The workload kinds behind the seam (`controllers.jobs.kinds`), each run by the shared
+reconciler with a work queue and workers of its own. A kind of a CRD (JobSet, TrainJob) is
+watched, reconciled and queued only when the apiserver serves its CRD and what it reads, so
+a cluster without JobSet or Kubeflow Trainer runs Muster as before; a CRD installed later
+is picked up on restart. Built-in kinds (batch Jobs) are watched by the core caches.
 """
 
 from __future__ import annotations
@@ -38,8 +40,8 @@ class Running:
 
 
 class Integrations:
-    """Discovers which extra kinds are served, adds their informers to the caches, and runs
-    one reconciler per kind."""
+    """Discovers which kinds are served, adds their informers to the caches, and runs one
+    reconciler per kind."""
 
     def __init__(
         self,
@@ -60,31 +62,9 @@ class Integrations:
         """Add informers (to `caches.extra`) for every served kind and what it reads; return
         the names of the kinds integrated."""
         for integration in KINDS:
-            if integration.builtin:
-                continue  # batch Jobs: the manager's own informer and workers
-            if not all(served(self.kube, k) for k in (integration.kind, *integration.reads)):
-                log.info(
-                    "workload kind not integrated (CRD not served)",
-                    extra={"kind": integration.name},
-                )
+            if not integration.builtin and not self._watch(caches, integration):
                 continue
-            caches.add_extra(
-                Informer(
-                    self.kube,
-                    integration.kind,
-                    label_selector=QUEUE_LABEL,
-                    watch_timeout=self.watch_timeout,
-                    name=integration.kind.plural,
-                ),
-            )
-            for kind in integration.reads:
-                if caches.extra_of(kind) is None:
-                    caches.add_extra(
-                        Informer(
-                            self.kube, kind, watch_timeout=self.watch_timeout, name=kind.plural
-                        ),
-                    )
-            queue: WorkQueue[str] = WorkQueue(integration.kind.plural)
+            queue: WorkQueue[str] = WorkQueue(integration.resource or integration.kind.plural)
             reconciler = Reconciler(self.ctx, integration)
             workers = WorkerPool(
                 integration.kind.name.lower(),
@@ -96,7 +76,42 @@ class Integrations:
             self.running.append(Running(integration, reconciler, queue, workers))
         return [r.integration.name for r in self.running]
 
+    def _watch(self, caches: Caches, integration: Integration) -> bool:
+        """Add informers for a kind of a CRD and what it reads, if all are served."""
+        if not all(served(self.kube, k) for k in (integration.kind, *integration.reads)):
+            log.info(
+                "workload kind not integrated (CRD not served)", extra={"kind": integration.name}
+            )
+            return False
+        caches.add_extra(
+            Informer(
+                self.kube,
+                integration.kind,
+                label_selector=QUEUE_LABEL,
+                watch_timeout=self.watch_timeout,
+                name=integration.kind.plural,
+            ),
+        )
+        for kind in integration.reads:
+            if caches.extra_of(kind) is None:
+                caches.add_extra(
+                    Informer(self.kube, kind, watch_timeout=self.watch_timeout, name=kind.plural)
+                )
+        return True
+
     def wire(self) -> None:
+        """Queue an object when it, what it reads, or (for kinds that say how) one of its
+        pods changes; Workloads are `on_workload`."""
+
+        def on_pod(kind: str, old: Obj | None, new: Obj | None) -> None:
+            pod = new or old or {}
+            for running in self.running:
+                owner = running.integration.owner_of_pod
+                key = owner(pod) if owner is not None else None
+                if key:
+                    running.queue.add(key)
+
+        self.ctx.caches.pods.add_handler(on_pod)
         for running in self.running:
             queue = running.queue
 
@@ -134,11 +149,15 @@ class Integrations:
                 running.queue.add(key)
 
     def start_workers(
-        self, spawn: Callable[[str, Callable[[], object]], None], resync_period: float
+        self,
+        spawn: Callable[[str, Callable[[], object]], None],
+        resync_period: float,
+        workers: int,
     ) -> None:
         for running in self.running:
             name = running.integration.kind.name.lower()
-            spawn(f"worker-{name}", running.workers.work)
+            for i in range(workers):
+                spawn(f"worker-{name}-{i}", running.workers.work)
             spawn(
                 f"resync-{name}",
                 lambda r=running: r.workers.resync(resync_period, r.informer.list_keys),
