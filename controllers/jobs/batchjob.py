@@ -15,7 +15,7 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from controllers.jobs.framework import Admission, Integration, owner_of, register
+from controllers.jobs.framework import Admission, Integration, owner_of, put_flavors, register
 from controllers.jobs.reconciler import Reconciler
 from controllers.runtime.informer import Informer
 from controllers.runtime.resources import JOB, Obj
@@ -149,19 +149,7 @@ def inject_flavors(
             saved["parallelism"] = job["spec"].get("parallelism", 1)
             job["spec"]["parallelism"] = admitted_pods
         annotations[ORIGINAL_SCHEDULING_ANNOTATION] = json.dumps(saved, sort_keys=True)
-    pod_spec = job["spec"]["template"].setdefault("spec", {})
-    selector = dict(original.get("nodeSelector") or {})
-    tolerations = list(original.get("tolerations") or [])
-    for flavor in flavors:
-        spec = flavor.get("spec") or {}
-        selector.update(spec.get("nodeLabels") or {})
-        for toleration in spec.get("tolerations") or []:
-            if toleration not in tolerations:
-                tolerations.append(toleration)
-    if selector:
-        pod_spec["nodeSelector"] = selector
-    if tolerations:
-        pod_spec["tolerations"] = tolerations
+    put_flavors(job["spec"]["template"].setdefault("spec", {}), original, flavors)
 
 
 def restore_template(job: Obj) -> bool:

@@ -111,6 +111,26 @@ class GenericJob(Protocol):
         ...
 
 
+def put_flavors(
+    pod_spec: Obj, original: Mapping[str, Any], flavors: Sequence[Mapping[str, Any]]
+) -> None:
+    """Set a pod spec's nodeSelector and tolerations to the user's `original` ones with the
+    assigned flavors' node labels and tolerations merged in (a field stays as it is when
+    both are empty). Every kind runs its pods on their flavors this way."""
+    selector = dict(original.get("nodeSelector") or {})
+    tolerations = list(original.get("tolerations") or [])
+    for flavor in flavors:
+        spec = flavor.get("spec") or {}
+        selector.update(spec.get("nodeLabels") or {})
+        for toleration in spec.get("tolerations") or []:
+            if toleration not in tolerations:
+                tolerations.append(toleration)
+    if selector:
+        pod_spec["nodeSelector"] = selector
+    if tolerations:
+        pod_spec["tolerations"] = tolerations
+
+
 class SuspendedObject:
     """The part of `GenericJob` a kind shares when it runs by its own `spec.suspend` and never
     resizes through WorkloadSlices (JobSet, TrainJob): it subclasses this and adds the rest."""
@@ -280,7 +300,9 @@ class Driver(Protocol):
 
     def update_workload_spec(self, wl: Obj, desired: Obj) -> Obj | None: ...
 
-    def update_workload_status(self, wl: Obj, mutate: apply.Mutation) -> Obj | None: ...
+    def update_workload(
+        self, wl: Obj, mutate: apply.Mutation, *, status: bool = False
+    ) -> Obj | None: ...
 
     def suspend(self, job: GenericJob) -> Obj | None: ...
 

@@ -24,14 +24,8 @@ import json
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from controllers.jobs.framework import GenericJob, Integration, SuspendedObject, register
-from controllers.jobs.jobset import (
-    first_started,
-    jobset_finished,
-    pod_spec_of,
-    pods_of,
-    workload_spec_of,
-)
+from controllers.jobs.framework import GenericJob, Integration, put_flavors, register
+from controllers.jobs.jobset import ReplicatedJobs, first_started, pod_spec_of, workload_spec_of
 from controllers.runtime.resources import Kind, Obj
 from controllers.state.caches import Caches
 from quota.api import ManifestError
@@ -105,19 +99,8 @@ def replicated_jobs(trainjob: Mapping[str, Any], runtime: Mapping[str, Any]) -> 
 def muster_patch(uid: str, names: Sequence[str], flavors: Sequence[Mapping[str, Any]]) -> Obj:
     """Muster's runtime patch: the flavors' node labels and tolerations on every role's pods,
     and the owner label its pod webhook and scheduler find them by."""
-    selector: dict[str, str] = {}
-    tolerations: list[Any] = []
-    for flavor in flavors:
-        fspec = flavor.get("spec") or {}
-        selector.update(fspec.get("nodeLabels") or {})
-        for toleration in fspec.get("tolerations") or []:
-            if toleration not in tolerations:
-                tolerations.append(toleration)
     pod_spec: Obj = {}
-    if selector:
-        pod_spec["nodeSelector"] = selector
-    if tolerations:
-        pod_spec["tolerations"] = tolerations
+    put_flavors(pod_spec, {}, flavors)
     template: Obj = {"metadata": {"labels": {OWNER_UID_POD_LABEL: uid}}}
     if pod_spec:
         template["spec"] = pod_spec
@@ -136,8 +119,11 @@ def muster_patch(uid: str, names: Sequence[str], flavors: Sequence[Mapping[str, 
     }
 
 
-class TrainJob(SuspendedObject):
+class TrainJob(ReplicatedJobs):
     """A TrainJob seen as a `GenericJob`, reading its runtime through `lookup`."""
+
+    what = "TrainJob"
+    jobs_status = "jobsStatus"
 
     def __init__(self, obj: Obj, lookup: RuntimeLookup) -> None:
         super().__init__(obj)
@@ -182,16 +168,6 @@ class TrainJob(SuspendedObject):
             global_default=global_default,
             where="spec.runtimeRef (its replicatedJobs)",
         )
-
-    def finished(self) -> tuple[str, str] | None:
-        return jobset_finished(self._obj, "TrainJob")
-
-    def pods_gone(self) -> bool:
-        statuses = (self._obj.get("status") or {}).get("jobsStatus") or []
-        return all(not s.get("active") and not s.get("ready") for s in statuses)
-
-    def pod_counts(self) -> dict[str, int]:
-        return {str(rj.get("name")): pods_of(rj) for rj in self._jobs()}
 
     def first_pod_sets(self) -> list[str] | None:
         # Initializers before the trainer nodes, as the runtime's dependsOn says.
