@@ -1,6 +1,6 @@
 """batch/v1 Job behind the workload seam (`controllers.jobs.framework`): how a Job is
 read, suspended, run on its assigned flavors and restored. The reconcile itself is the
-shared one in `controllers.jobs.reconciler`; `JobReconciler` binds it to Jobs.
+shared one in `controllers.jobs.reconciler`, driving Jobs through `BATCH_JOB`.
 
 Admission merges the assigned flavors' node labels and tolerations into the pod template
 and, for a partial admission, lowers parallelism to the pods admitted; the user's
@@ -16,10 +16,9 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from controllers.jobs.framework import Admission, Integration, owner_of, put_flavors, register
-from controllers.jobs.reconciler import Reconciler
 from controllers.runtime.informer import Informer
 from controllers.runtime.resources import JOB, Obj
-from controllers.state.caches import Caches, Context
+from controllers.state.caches import Caches
 from quota.api.conditions import WorkloadConditions as WC
 from quota.api.names import (
     ADMISSION_GATE,
@@ -288,13 +287,6 @@ BATCH_JOB = register(
         owner_of_pod=_job_of_pod,
     )
 )
-
-
-class JobReconciler(Reconciler):
-    """The shared reconciler, driving batch/v1 Jobs."""
-
-    def __init__(self, ctx: Context) -> None:
-        super().__init__(ctx, BATCH_JOB)
 
 
 def job_key_of_workload(wl: Mapping[str, Any]) -> str | None:

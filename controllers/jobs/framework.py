@@ -225,7 +225,12 @@ class Integration:
 
     def informer(self, caches: Caches) -> Informer:
         """The cache of its objects (KeyError: its CRD is not served, so none is kept)."""
-        return self.cache(caches) if self.cache is not None else caches.extra[self.name]
+        if self.cache is not None:
+            return self.cache(caches)
+        informer = caches.extra_of(self.kind)
+        if informer is None:
+            raise KeyError(self.name)
+        return informer
 
     @property
     def name(self) -> str:
@@ -258,11 +263,6 @@ def register(integration: Integration) -> Integration:
     if known is not integration:
         raise ValueError(f"workload kind {integration.name} is already registered")
     return integration
-
-
-def integrations() -> list[Integration]:
-    """Every registered kind, in registration order."""
-    return list(_registry.values())
 
 
 def owner_of(wl: Mapping[str, Any]) -> tuple[Integration, str] | None:

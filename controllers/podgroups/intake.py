@@ -38,7 +38,7 @@ from typing import Any
 
 from kubernetes.client.exceptions import ApiException
 
-from controllers.jobs.framework import integrations
+from controllers.jobs.kinds import named
 from controllers.jobs.reconciler import priority_classes
 from controllers.podgroups.kinds import KINDS, NATIVE, ForeignKind, Told, kind_of
 from controllers.podgroups.queues import resolve
@@ -359,19 +359,16 @@ class PodGroupIntake:
         second one for the PodGroup would count them twice."""
         namespace = pg["metadata"]["namespace"]
         for ref in pg["metadata"].get("ownerReferences") or []:
-            name = f"{ref.get('apiVersion')}/{ref.get('kind')}"
-            for integration in integrations():
-                if integration.name != name:
-                    continue
-                try:
-                    owner = integration.informer(self.ctx.caches).get(
-                        f"{namespace}/{ref.get('name')}"
-                    )
-                except KeyError:  # its kind's CRD is not served, so nothing of it is queued
-                    owner = None
-                labels = ((owner or {}).get("metadata") or {}).get("labels") or {}
-                if labels.get(QUEUE_LABEL):
-                    return True
+            integration = named(f"{ref.get('apiVersion')}/{ref.get('kind')}")
+            if integration is None:
+                continue
+            try:
+                owner = integration.informer(self.ctx.caches).get(f"{namespace}/{ref.get('name')}")
+            except KeyError:  # its kind's CRD is not served, so nothing of it is queued
+                continue
+            labels = ((owner or {}).get("metadata") or {}).get("labels") or {}
+            if labels.get(QUEUE_LABEL):
+                return True
         return False
 
     def _admit(self, fk: ForeignKind, pg: Obj, mine: list[Obj]) -> None:
