@@ -6,8 +6,6 @@ preempts."""
 
 from __future__ import annotations
 
-import uuid
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -29,29 +27,13 @@ from tests.e2e.controller_harness import (
 )
 from tests.e2e.controller_harness import cluster_queue as cq_manifest
 from tests.e2e.test_jobset_e2e import jobset
-from tests.e2e.test_trainjob_e2e import role, trainjob
+
+# Its controller fixture: Muster started after the JobSet and Trainer controllers (`PEERS`).
+from tests.e2e.test_trainjob_e2e import controller, role, trainjob  # noqa: F401
 
 pytestmark = pytest.mark.e2e
 
 PEERS = "trainer"
-
-
-@pytest.fixture(scope="module")
-def controller(
-    cluster: ClusterHandle,
-    crds: None,  # noqa: F811
-    peers: list[str],
-    tmp_path_factory: pytest.TempPathFactory,
-) -> Iterator[Controller]:
-    """Started after the peers: Muster integrates the kinds whose CRDs it finds served."""
-    assert peers == ["jobset", "trainer"]
-    ctl = Controller(cluster, tmp_path_factory.mktemp("controller"), "ctl-" + uuid.uuid4().hex[:6])
-    ctl.start()
-    try:
-        ctl.wait_leading()
-        yield ctl
-    finally:
-        ctl.stop()
 
 
 def told(cluster: ClusterHandle, namespace: str, kind: str, name: str) -> dict[str, str]:
@@ -76,7 +58,7 @@ def with_priority(obj: dict[str, Any], name: str) -> dict[str, Any]:
 def test_a_jobset_and_a_trainjob_are_told_of_their_preemption_as_a_job_is(
     cluster: ClusterHandle,
     namespace: str,
-    controller: Controller,
+    controller: Controller,  # noqa: F811 - fixture
 ) -> None:
     pool = unique("oep")
     cluster.nodes(1, cpu="8", memory="32Gi", labels={"muster-e2e/pool": pool})
