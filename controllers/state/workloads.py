@@ -151,8 +151,10 @@ def owner_reference(wl: Mapping[str, Any]) -> Mapping[str, Any] | None:
     """The owner reference of the object a Workload belongs to (Muster writes one), of any
     kind behind the workload seam: no list of kinds is kept here, so a new kind is found
     without one. A foreign PodGroup's is not one of them (`foreigngroups`)."""
-    refs = (wl.get("metadata") or {}).get("ownerReferences") or []
-    return next((r for r in refs if not is_foreign_group(r)), None)
+    for ref in (wl.get("metadata") or {}).get("ownerReferences") or []:
+        if not is_foreign_group(ref):
+            return ref
+    return None
 
 
 def owner_job_uid(wl: Mapping[str, Any]) -> str | None:
