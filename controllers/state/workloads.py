@@ -151,7 +151,8 @@ def owner_reference(wl: Mapping[str, Any]) -> Mapping[str, Any] | None:
     """The owner reference of the object a Workload belongs to (Muster writes one), of any
     kind behind the workload seam: no list of kinds is kept here, so a new kind is found
     without one. A foreign PodGroup's is not one of them (`foreigngroups`)."""
-    for ref in (wl.get("metadata") or {}).get("ownerReferences") or []:
+    refs: list[Mapping[str, Any]] = (wl.get("metadata") or {}).get("ownerReferences") or []
+    for ref in refs:
         if not is_foreign_group(ref):
             return ref
     return None
