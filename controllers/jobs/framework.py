@@ -241,6 +241,11 @@ class Integration:
         return self.api_version.rpartition("/")[0]
 
     @property
+    def plural(self) -> str:
+        """Its resource, as the API names it in paths and rules."""
+        return self.resource or self.kind.plural
+
+    @property
     def builtin(self) -> bool:
         """Served by every apiserver (no CRD to wait for)."""
         return not self.kind.custom
@@ -250,7 +255,7 @@ class Integration:
         return {
             "apiGroups": [self.group],
             "apiVersions": [self.api_version.rpartition("/")[2]],
-            "resources": [self.resource or self.kind.plural],
+            "resources": [self.plural],
         }
 
 

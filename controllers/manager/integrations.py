@@ -64,7 +64,7 @@ class Integrations:
         for integration in KINDS:
             if not integration.builtin and not self._watch(caches, integration):
                 continue
-            queue: WorkQueue[str] = WorkQueue(integration.resource or integration.kind.plural)
+            queue: WorkQueue[str] = WorkQueue(integration.plural)
             reconciler = Reconciler(self.ctx, integration)
             workers = WorkerPool(
                 integration.kind.name.lower(),
