@@ -17,8 +17,8 @@ from tests.e2e.controller_harness import (
     apply,
     crds,  # noqa: F401 - fixture
     create,
+    events_on,
     flavor,
-    get,
     job,
     local_queue,
     priority_class,
@@ -38,15 +38,7 @@ PEERS = "trainer"
 
 def told(cluster: ClusterHandle, namespace: str, kind: str, name: str) -> dict[str, str]:
     """Reason -> message of the Events on one object."""
-    data = get(
-        cluster,
-        "events",
-        "-n",
-        namespace,
-        "--field-selector",
-        f"involvedObject.kind={kind},involvedObject.name={name}",
-    )
-    return {e["reason"]: e["message"] for e in data["items"]}
+    return {e["reason"]: e["message"] for e in events_on(cluster, namespace, kind, name)}
 
 
 def with_priority(obj: dict[str, Any], name: str) -> dict[str, Any]:
