@@ -1,6 +1,6 @@
 """batch/v1 Job behind the workload seam (`controllers.jobs.framework`): how a Job is
 read, suspended, run on its assigned flavors and restored. The reconcile itself is the
-shared one in `controllers.jobs.reconciler`; `JobReconciler` binds it to Jobs.
+shared one in `controllers.jobs.reconciler`, driving Jobs through `BATCH_JOB`.
 
 Admission merges the assigned flavors' node labels and tolerations into the pod template
 and, for a partial admission, lowers parallelism to the pods admitted; the user's
@@ -15,11 +15,10 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from controllers.jobs.framework import Integration, owner_of, register
-from controllers.jobs.reconciler import Reconciler
+from controllers.jobs.framework import Admission, Integration, owner_of, put_flavors, register
 from controllers.runtime.informer import Informer
 from controllers.runtime.resources import JOB, Obj
-from controllers.state.caches import Caches, Context
+from controllers.state.caches import Caches
 from quota.api.conditions import WorkloadConditions as WC
 from quota.api.names import (
     ADMISSION_GATE,
@@ -149,19 +148,7 @@ def inject_flavors(
             saved["parallelism"] = job["spec"].get("parallelism", 1)
             job["spec"]["parallelism"] = admitted_pods
         annotations[ORIGINAL_SCHEDULING_ANNOTATION] = json.dumps(saved, sort_keys=True)
-    pod_spec = job["spec"]["template"].setdefault("spec", {})
-    selector = dict(original.get("nodeSelector") or {})
-    tolerations = list(original.get("tolerations") or [])
-    for flavor in flavors:
-        spec = flavor.get("spec") or {}
-        selector.update(spec.get("nodeLabels") or {})
-        for toleration in spec.get("tolerations") or []:
-            if toleration not in tolerations:
-                tolerations.append(toleration)
-    if selector:
-        pod_spec["nodeSelector"] = selector
-    if tolerations:
-        pod_spec["tolerations"] = tolerations
+    put_flavors(job["spec"]["template"].setdefault("spec", {}), original, flavors)
 
 
 def restore_template(job: Obj) -> bool:
@@ -282,14 +269,24 @@ def _jobs_cache(caches: Caches) -> Informer:
     return caches.jobs
 
 
-BATCH_JOB = register(Integration("batch/v1", JOB, BatchJob, _jobs_cache))
+def _job_of_pod(pod: Obj) -> str | None:
+    meta = pod.get("metadata") or {}
+    job = (meta.get("labels") or {}).get("batch.kubernetes.io/job-name")
+    return f"{meta.get('namespace')}/{job}" if job else None
 
 
-class JobReconciler(Reconciler):
-    """The shared reconciler, driving batch/v1 Jobs."""
-
-    def __init__(self, ctx: Context) -> None:
-        super().__init__(ctx, BATCH_JOB)
+BATCH_JOB = register(
+    Integration(
+        "batch/v1",
+        JOB,
+        BatchJob,
+        _jobs_cache,
+        admission=Admission.BATCH_JOB,
+        elastic=True,
+        resource="jobs",
+        owner_of_pod=_job_of_pod,
+    )
+)
 
 
 def job_key_of_workload(wl: Mapping[str, Any]) -> str | None:

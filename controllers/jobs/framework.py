@@ -1,33 +1,43 @@
-"""The seam between Muster and the workload kinds it queues: what a kind must answer, and
-the registry the reconciler and the manager find kinds in.
+"""The seam between Muster and the workload kinds it queues: what a kind must answer, what it
+declares about itself, and the registry everything else derives from.
 
-To plug in a new kind (JobSet, TrainJob, ...), add a module to `controllers/jobs/`:
+A kind lives in one module of `controllers/jobs/` (after Kueue's jobframework: one
+interface a kind implements, registered by the kind) that holds:
 
 1. a class that wraps one object of the kind and implements `GenericJob` (read its state,
    suspend it, run it on the assigned flavors, restore it, say what Workload it asks for);
-2. an `Integration` naming the kind, its apiVersion, how to wrap an object and which cache
-   holds the objects, passed to `register()` when the module is imported;
-3. a `Reconciler(ctx, integration)` (from `controllers.jobs.reconciler`) in the manager,
-   fed with the keys of that cache. The reconciler, the elastic slices and the gates are
-   shared by every kind; nothing of them is copied.
+   a kind that runs by `spec.suspend` and never resizes starts from `SuspendedObject`;
+2. an `Integration` passed to `register()`: its apiVersion and kind (the owner of its
+   Workloads), its resource (the rules of Muster's webhooks, admission policies and the
+   chart's RBAC), how the apiserver admits it (`Admission`), whether it may be elastic,
+   which Workload Events its objects get too (`events`), which cache holds its objects
+   and what else it reads (the CRDs that must be served for it to run).
+
+`controllers.jobs.kinds` lists the kind modules (the one line a new kind adds there), and
+everything else is derived from the registry: the manager runs one shared `Reconciler`
+per kind whose CRDs are served, the webhook configurations and admission policies take
+their rules from it, Workload Events reach the owners (`controllers.jobs.ownerevents`),
+and the chart's kind rules are generated from it (`controllers.jobs.kinds`). A kind whose
+pods are not a batch Job's own labels its pod templates with `muster.dev/owner-uid` in
+`run_with`, so that its pods are found by its uid.
 
 This module imports nothing else from `controllers.jobs`: the reconciler, the slices and
-every kind import it, never the other way round. A new kind is also named in
-`controllers.state.workloads.OWNER_KINDS` (Workloads owned by it are indexed by its uid),
-and, if its pods are not a batch Job's own, its `run_with` labels its pod templates with
-`muster.dev/owner-uid` so that its pods are found by that uid too.
+every kind import it, never the other way round.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from enum import Enum
 from typing import Any, Protocol
 
 from controllers.runtime import apply
 from controllers.runtime.informer import Informer
 from controllers.runtime.resources import Kind, Obj
 from controllers.state.caches import Caches, Context
+from quota.api.conditions import WorkloadConditions as WC
+from quota.model import convert
 
 
 class GenericJob(Protocol):
@@ -101,26 +111,152 @@ class GenericJob(Protocol):
         ...
 
 
+def put_flavors(
+    pod_spec: Obj, original: Mapping[str, Any], flavors: Sequence[Mapping[str, Any]]
+) -> None:
+    """Set a pod spec's nodeSelector and tolerations to the user's `original` ones with the
+    assigned flavors' node labels and tolerations merged in (a field stays as it is when
+    both are empty). Every kind runs its pods on their flavors this way."""
+    selector = dict(original.get("nodeSelector") or {})
+    tolerations = list(original.get("tolerations") or [])
+    for flavor in flavors:
+        spec = flavor.get("spec") or {}
+        selector.update(spec.get("nodeLabels") or {})
+        for toleration in spec.get("tolerations") or []:
+            if toleration not in tolerations:
+                tolerations.append(toleration)
+    if selector:
+        pod_spec["nodeSelector"] = selector
+    if tolerations:
+        pod_spec["tolerations"] = tolerations
+
+
+class SuspendedObject:
+    """The part of `GenericJob` a kind shares when it runs by its own `spec.suspend` and never
+    resizes through WorkloadSlices (JobSet, TrainJob): it subclasses this and adds the rest."""
+
+    def __init__(self, obj: Obj) -> None:
+        self._obj = obj
+
+    @property
+    def object(self) -> Obj:
+        return self._obj
+
+    def queue_name(self) -> str | None:
+        return convert.job_queue_name(self._obj)
+
+    def is_suspended(self) -> bool:
+        return bool((self._obj.get("spec") or {}).get("suspend"))
+
+    def suspend(self) -> bool:
+        if self.is_suspended():
+            return False
+        self._obj.setdefault("spec", {})["suspend"] = True
+        return True
+
+    def hold_pods(self) -> bool:
+        return False  # not elastic: suspension holds every pod back
+
+    def is_elastic(self) -> bool:
+        return False
+
+    def elastic_size(self) -> tuple[str, int]:
+        raise NotImplementedError(f"a {self._obj.get('kind')} is never elastic")
+
+
+class Admission(Enum):
+    """How the apiserver admits a labelled object of a kind, before Muster's reconciler sees
+    it (webhooks in `controllers.webhooks`, or the same decisions as admission policies)."""
+
+    # Muster's generic rule: created with `spec.suspend: true` (webhook msuspend.muster.dev,
+    # policy muster-suspend); its pods reach Muster's scheduler through the owner label.
+    SUSPEND = "suspend"
+    # The batch Job's own rules: suspended, schedulerName set, elastic ones gated on
+    # creation; updates validated (webhooks mjob/vjob.muster.dev, policies muster-jobs).
+    BATCH_JOB = "batch-job"
+
+
+# The Events about a Workload that the object it belongs to gets too: its eviction (the
+# reason its Evicted condition gives) and, as a preemptor, whom it preempts, reclaims from
+# or moves. `controllers.jobs.ownerevents` copies them, whoever writes them.
+OWNER_EVENTS = frozenset(
+    {
+        WC.EVICTED_BY_PREEMPTION,
+        WC.EVICTED_BY_RECLAIM,
+        WC.CLUSTER_QUEUE_STOPPED,
+        WC.LOCAL_QUEUE_STOPPED,
+        WC.MOVED,
+        "Preempting",
+        "Reclaiming",
+        "Moving",
+    }
+)
+
+
 @dataclass(frozen=True)
 class Integration:
-    """A workload kind as the registry knows it."""
+    """A workload kind as the registry knows it: everything about it that Muster's other
+    parts derive from."""
 
     api_version: str
     kind: Kind
     wrap: Callable[[Obj], GenericJob]
-    cache: Callable[[Caches], Informer]
+    # Where its objects are cached: the manager's informer of the kind (`Caches.extra`,
+    # added where its CRD is served) unless a built-in kind names one of the core caches.
+    cache: Callable[[Caches], Informer] | None = None
+    admission: Admission = Admission.SUSPEND
+    # Whether its objects may resize through WorkloadSlices (each says so for itself in
+    # `GenericJob.is_elastic`); a kind that never does is resized by eviction.
+    elastic: bool = False
+    events: frozenset[str] = OWNER_EVENTS
     # For kinds that must read other objects to answer (a TrainJob reads its runtime): makes
     # the `wrap` to use from the caches; None uses `wrap` as it is.
     bind: Callable[[Caches], Callable[[Obj], GenericJob]] | None = None
     # Other kinds it reads through the caches (all objects, watched only with the kind).
     reads: tuple[Kind, ...] = ()
+    # Its resource (plural) where `kind` does not say (built-in kinds).
+    resource: str = ""
+    # For a kind whose reconcile follows its pods (an elastic Job's gates): the key of the
+    # object a pod belongs to, if any.
+    owner_of_pod: Callable[[Obj], str | None] | None = None
 
     def wrapper(self, caches: Caches) -> Callable[[Obj], GenericJob]:
         return self.bind(caches) if self.bind is not None else self.wrap
 
+    def informer(self, caches: Caches) -> Informer:
+        """The cache of its objects (KeyError: its CRD is not served, so none is kept)."""
+        if self.cache is not None:
+            return self.cache(caches)
+        informer = caches.extra_of(self.kind)
+        if informer is None:
+            raise KeyError(self.name)
+        return informer
+
     @property
     def name(self) -> str:
         return f"{self.api_version}/{self.kind.name}"
+
+    @property
+    def group(self) -> str:
+        return self.api_version.rpartition("/")[0]
+
+    @property
+    def plural(self) -> str:
+        """Its resource, as the API names it in paths and rules."""
+        return self.resource or self.kind.plural
+
+    @property
+    def builtin(self) -> bool:
+        """Served by every apiserver (no CRD to wait for)."""
+        return not self.kind.custom
+
+    def rule(self) -> dict[str, list[str]]:
+        """Its resource as a webhook or admission-policy rule names it (no operations)."""
+        return {
+            "apiGroups": [self.group],
+            "apiVersions": [self.api_version.rpartition("/")[2]],
+            "resources": [self.plural],
+        }
 
 
 _registry: dict[str, Integration] = {}
@@ -132,11 +268,6 @@ def register(integration: Integration) -> Integration:
     if known is not integration:
         raise ValueError(f"workload kind {integration.name} is already registered")
     return integration
-
-
-def integrations() -> list[Integration]:
-    """Every registered kind, in registration order."""
-    return list(_registry.values())
 
 
 def owner_of(wl: Mapping[str, Any]) -> tuple[Integration, str] | None:
@@ -174,7 +305,9 @@ class Driver(Protocol):
 
     def update_workload_spec(self, wl: Obj, desired: Obj) -> Obj | None: ...
 
-    def update_workload_status(self, wl: Obj, mutate: apply.Mutation) -> Obj | None: ...
+    def update_workload(
+        self, wl: Obj, mutate: apply.Mutation, *, status: bool = False
+    ) -> Obj | None: ...
 
     def suspend(self, job: GenericJob) -> Obj | None: ...
 

@@ -21,10 +21,8 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from controllers.jobs.framework import Integration, register
-from controllers.runtime.informer import Informer
+from controllers.jobs.framework import Integration, SuspendedObject, put_flavors, register
 from controllers.runtime.resources import Kind, Obj
-from controllers.state.caches import Caches
 from quota.api import ManifestError
 from quota.api.conditions import WorkloadConditions as WC
 from quota.api.names import ORIGINAL_SCHEDULING_ANNOTATION, OWNER_UID_POD_LABEL
@@ -124,20 +122,7 @@ def inject_flavors(
         }
         annotations[ORIGINAL_SCHEDULING_ANNOTATION] = json.dumps(saved, sort_keys=True)
     for rj in replicated_jobs:
-        original = saved.get(str(rj.get("name"))) or {}
-        selector = dict(original.get("nodeSelector") or {})
-        tolerations = list(original.get("tolerations") or [])
-        for flavor in flavors:
-            fspec = flavor.get("spec") or {}
-            selector.update(fspec.get("nodeLabels") or {})
-            for toleration in fspec.get("tolerations") or []:
-                if toleration not in tolerations:
-                    tolerations.append(toleration)
-        pod_spec = pod_spec_of(rj)
-        if selector:
-            pod_spec["nodeSelector"] = selector
-        if tolerations:
-            pod_spec["tolerations"] = tolerations
+        put_flavors(pod_spec_of(rj), saved.get(str(rj.get("name"))) or {}, flavors)
 
 
 def restore_templates(obj: Obj, replicated_jobs: Sequence[Obj]) -> bool:
@@ -202,40 +187,42 @@ def jobset_finished(obj: Mapping[str, Any], what: str) -> tuple[str, str] | None
 # ------------------------------------------------------------------ the adapter
 
 
-class JobSet:
+class ReplicatedJobs(SuspendedObject):
+    """The part of `GenericJob` a kind that runs as a JobSet's replicated jobs shares (JobSet;
+    TrainJob, whose Trainer makes one): one pod set per replicated job, finished by the
+    JobSet's conditions, its pods gone once no replicated job counts an active Job."""
+
+    # Its kind, in messages, and the status field that counts each replicated job's Jobs.
+    what = "JobSet"
+    jobs_status = "replicatedJobsStatus"
+
+    def _jobs(self) -> list[Obj]:
+        """Its replicated jobs, as they run."""
+        raise NotImplementedError
+
+    def finished(self) -> tuple[str, str] | None:
+        return jobset_finished(self._obj, self.what)
+
+    def pods_gone(self) -> bool:
+        statuses = (self._obj.get("status") or {}).get(self.jobs_status) or []
+        return all(not s.get("active") and not s.get("ready") for s in statuses)
+
+    def pod_counts(self) -> dict[str, int]:
+        return {str(rj.get("name")): pods_of(rj) for rj in self._jobs()}
+
+
+class JobSet(ReplicatedJobs):
     """A JobSet seen as a `GenericJob`."""
 
-    def __init__(self, obj: Obj) -> None:
-        self._obj = obj
-
-    @property
-    def object(self) -> Obj:
-        return self._obj
-
-    def _replicated_jobs(self) -> list[Obj]:
+    def _jobs(self) -> list[Obj]:
         spec = self._obj.setdefault("spec", {})
         jobs: list[Obj] = spec.get("replicatedJobs") or []
         return jobs
 
-    def queue_name(self) -> str | None:
-        return convert.job_queue_name(self._obj)
-
-    def is_suspended(self) -> bool:
-        return bool((self._obj.get("spec") or {}).get("suspend"))
-
-    def suspend(self) -> bool:
-        if self.is_suspended():
-            return False
-        self._obj.setdefault("spec", {})["suspend"] = True
-        return True
-
-    def hold_pods(self) -> bool:
-        return False  # not elastic: suspension holds every pod back
-
     def run_with(self, flavors: Sequence[Mapping[str, Any]], granted: Mapping[str, int]) -> None:
-        inject_flavors(self._obj, self._replicated_jobs(), flavors)
+        inject_flavors(self._obj, self._jobs(), flavors)
         uid = str(self._obj["metadata"]["uid"])
-        for rj in self._replicated_jobs():
+        for rj in self._jobs():
             template = (
                 rj.setdefault("template", {}).setdefault("spec", {}).setdefault("template", {})
             )
@@ -243,42 +230,21 @@ class JobSet:
         self._obj["spec"]["suspend"] = False
 
     def restore(self) -> bool:
-        return restore_templates(self._obj, self._replicated_jobs())
+        return restore_templates(self._obj, self._jobs())
 
     def workload_spec(
         self, priorities: Mapping[str, int], *, global_default: str | None, count: int | None
     ) -> Obj:
         return workload_spec_of(
             self._obj,
-            as_written(self._obj, self._replicated_jobs()),
+            as_written(self._obj, self._jobs()),
             priorities,
             global_default=global_default,
             where="spec.replicatedJobs",
         )
 
-    def finished(self) -> tuple[str, str] | None:
-        return jobset_finished(self._obj, "JobSet")
-
-    def pods_gone(self) -> bool:
-        # The JobSet controller counts, per replicated job, the Jobs with active pods.
-        statuses = (self._obj.get("status") or {}).get("replicatedJobsStatus") or []
-        return all(not s.get("active") and not s.get("ready") for s in statuses)
-
-    def pod_counts(self) -> dict[str, int]:
-        return {str(rj.get("name")): pods_of(rj) for rj in self._replicated_jobs()}
-
-    def is_elastic(self) -> bool:
-        return False
-
-    def elastic_size(self) -> tuple[str, int]:
-        raise NotImplementedError("a JobSet is never elastic")
-
     def first_pod_sets(self) -> list[str] | None:
-        return first_started(self._obj.get("spec") or {}, self._replicated_jobs())
+        return first_started(self._obj.get("spec") or {}, self._jobs())
 
 
-def _cache(caches: Caches) -> Informer:
-    return caches.extra[JOBSET_INTEGRATION.name]
-
-
-JOBSET_INTEGRATION = register(Integration(API_VERSION, JOBSET, JobSet, _cache))
+JOBSET_INTEGRATION = register(Integration(API_VERSION, JOBSET, JobSet))

@@ -78,7 +78,7 @@ class Reconciler:
             self.integration.kind,
             object_key(job.object),
             lambda obj: mutate(wrap(obj)),
-            cache=self.integration.cache(self.ctx.caches),
+            cache=self.integration.informer(self.ctx.caches),
             current=job.object,
             # Suspending, starting and restoring change the spec: conditional on the spec
             # read, so the Job controller's status writes do not make them conflict.
@@ -88,7 +88,10 @@ class Reconciler:
     def _suspended(self, written: Obj) -> bool:
         return self.wrap(written).is_suspended()
 
-    def update_workload_status(self, wl: Obj, mutate: apply.Mutation) -> Obj | None:
+    def update_workload(
+        self, wl: Obj, mutate: apply.Mutation, *, status: bool = False
+    ) -> Obj | None:
+        """Change a Workload from the version read (its status with `status`)."""
         return apply.update(
             self.ctx.kube,
             WORKLOAD,
@@ -96,7 +99,7 @@ class Reconciler:
             mutate,
             cache=self.ctx.caches.workloads,
             current=wl,
-            status=True,
+            status=status,
         )
 
     def _flavor_objects(self, wl: Obj) -> list[Obj]:
@@ -111,7 +114,7 @@ class Reconciler:
 
     # -- the reconcile
     def reconcile(self, key: str) -> float | None:
-        obj = self.integration.cache(self.ctx.caches).get(key)
+        obj = self.integration.informer(self.ctx.caches).get(key)
         retry, waiting = self._settle_leaving(key, obj)
         if obj is None or waiting:
             return retry
@@ -129,7 +132,7 @@ class Reconciler:
         if done is not None:
             self._finish_all(active, *done)
             return None
-        if job.is_elastic():
+        if self.integration.elastic and job.is_elastic():
             return slices.reconcile_elastic(self, job, owned)
         return self._reconcile_plain(job, active, owned)
 
@@ -221,14 +224,7 @@ class Reconciler:
 
         for wl in owned:
             if wls.is_active(wl) != wls.holds_finalizer(wl):
-                apply.update(
-                    self.ctx.kube,
-                    WORKLOAD,
-                    object_key(wl),
-                    mutate,
-                    cache=self.ctx.caches.workloads,
-                    current=wl,
-                )
+                self.update_workload(wl, mutate)
 
     def _finish_all(self, active: list[Obj], reason: str, message: str) -> None:
         for wl in active:
@@ -237,7 +233,7 @@ class Reconciler:
             def finish(w: Obj, t: datetime = now) -> bool:
                 return wls.mark_finished(w, reason, message, t)
 
-            written = self.update_workload_status(wl, finish)
+            written = self.update_workload(wl, finish, status=True)
             if written is not None and wls.is_finished(written):
                 self.ctx.events.emit(written, "Normal", "Finished", f"{message}; quota released")
                 self.ctx.poke_admission()
@@ -309,8 +305,8 @@ class Reconciler:
         if outgrown is not None:
             # As Kueue does: evicted, and queued again at the size it asks for now.
             now = self.ctx.now()
-            written = self.update_workload_status(
-                wl, lambda w: wls.mark_evicted(w, WC.JOB_RESIZED, outgrown, now)
+            written = self.update_workload(
+                wl, lambda w: wls.mark_evicted(w, WC.JOB_RESIZED, outgrown, now), status=True
             )
             if written is not None and wls.is_evicted(written):
                 self.ctx.events.emit(job.object, "Warning", WC.JOB_RESIZED, outgrown)
@@ -351,14 +347,7 @@ class Reconciler:
             w["spec"] = desired
             return True
 
-        return apply.update(
-            self.ctx.kube,
-            WORKLOAD,
-            object_key(wl),
-            mutate,
-            cache=self.ctx.caches.workloads,
-            current=wl,
-        )
+        return self.update_workload(wl, mutate)
 
     def suspend(self, job: GenericJob) -> Obj | None:
         """Suspend an object that runs without admission (created while the webhook was
@@ -419,7 +408,7 @@ class Reconciler:
             return None  # the object's status change will bring us back
         self._update_object(job, lambda j: j.restore() if j.is_suspended() else False)
         now = self.ctx.now()
-        written = self.update_workload_status(wl, lambda w: wls.release_quota(w, now))
+        written = self.update_workload(wl, lambda w: wls.release_quota(w, now), status=True)
         if written is not None:
             requeued = wls.condition(written, wls.REQUEUED) or {}
             self.ctx.events.emit(written, "Normal", "Requeued", str(requeued.get("message")))

@@ -72,7 +72,7 @@ def retire_replaced(rec: Driver, active: list[Obj], pod_set: str) -> tuple[list[
             return wls.mark_finished(w, WC.SLICE_REPLACED, m, t)
 
         try:
-            written = rec.update_workload_status(old, finish)
+            written = rec.update_workload(old, finish, status=True)
         except Exception:
             log.warning("could not retire replaced slice", extra={"workload": object_key(old)})
             failed = True
@@ -127,7 +127,7 @@ def scale_down(rec: Driver, wl: Obj, count: int, pod_set: str) -> Obj | None:
         return changed
 
     before = wls.admitted_count(wl, pod_set)
-    written = rec.update_workload_status(wl, shrink_admission)
+    written = rec.update_workload(wl, shrink_admission, status=True)
     if written is None:
         return None
 
@@ -141,14 +141,7 @@ def scale_down(rec: Driver, wl: Obj, count: int, pod_set: str) -> Obj | None:
                 changed = True
         return changed
 
-    written = apply.update(
-        rec.ctx.kube,
-        WORKLOAD,
-        object_key(written),
-        shrink_spec,
-        cache=rec.ctx.caches.workloads,
-        current=written,
-    )
+    written = rec.update_workload(written, shrink_spec)
     if written is not None and before > count:
         rec.ctx.events.emit(
             written,

@@ -24,20 +24,12 @@ import json
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from controllers.jobs.framework import GenericJob, Integration, register
-from controllers.jobs.jobset import (
-    first_started,
-    jobset_finished,
-    pod_spec_of,
-    pods_of,
-    workload_spec_of,
-)
-from controllers.runtime.informer import Informer
+from controllers.jobs.framework import GenericJob, Integration, put_flavors, register
+from controllers.jobs.jobset import ReplicatedJobs, first_started, pod_spec_of, workload_spec_of
 from controllers.runtime.resources import Kind, Obj
 from controllers.state.caches import Caches
 from quota.api import ManifestError
 from quota.api.names import OWNER_UID_POD_LABEL
-from quota.model import convert
 
 GROUP = "trainer.kubeflow.org"
 API_VERSION = f"{GROUP}/v1alpha1"
@@ -107,19 +99,8 @@ def replicated_jobs(trainjob: Mapping[str, Any], runtime: Mapping[str, Any]) -> 
 def muster_patch(uid: str, names: Sequence[str], flavors: Sequence[Mapping[str, Any]]) -> Obj:
     """Muster's runtime patch: the flavors' node labels and tolerations on every role's pods,
     and the owner label its pod webhook and scheduler find them by."""
-    selector: dict[str, str] = {}
-    tolerations: list[Any] = []
-    for flavor in flavors:
-        fspec = flavor.get("spec") or {}
-        selector.update(fspec.get("nodeLabels") or {})
-        for toleration in fspec.get("tolerations") or []:
-            if toleration not in tolerations:
-                tolerations.append(toleration)
     pod_spec: Obj = {}
-    if selector:
-        pod_spec["nodeSelector"] = selector
-    if tolerations:
-        pod_spec["tolerations"] = tolerations
+    put_flavors(pod_spec, {}, flavors)
     template: Obj = {"metadata": {"labels": {OWNER_UID_POD_LABEL: uid}}}
     if pod_spec:
         template["spec"] = pod_spec
@@ -138,34 +119,18 @@ def muster_patch(uid: str, names: Sequence[str], flavors: Sequence[Mapping[str, 
     }
 
 
-class TrainJob:
+class TrainJob(ReplicatedJobs):
     """A TrainJob seen as a `GenericJob`, reading its runtime through `lookup`."""
 
-    def __init__(self, obj: Obj, lookup: RuntimeLookup) -> None:
-        self._obj = obj
-        self._lookup = lookup
+    what = "TrainJob"
+    jobs_status = "jobsStatus"
 
-    @property
-    def object(self) -> Obj:
-        return self._obj
+    def __init__(self, obj: Obj, lookup: RuntimeLookup) -> None:
+        super().__init__(obj)
+        self._lookup = lookup
 
     def _jobs(self) -> list[Obj]:
         return replicated_jobs(self._obj, runtime_of(self._obj, self._lookup))
-
-    def queue_name(self) -> str | None:
-        return convert.job_queue_name(self._obj)
-
-    def is_suspended(self) -> bool:
-        return bool((self._obj.get("spec") or {}).get("suspend"))
-
-    def suspend(self) -> bool:
-        if self.is_suspended():
-            return False
-        self._obj.setdefault("spec", {})["suspend"] = True
-        return True
-
-    def hold_pods(self) -> bool:
-        return False  # not elastic: suspension holds every pod back
 
     def run_with(self, flavors: Sequence[Mapping[str, Any]], granted: Mapping[str, int]) -> None:
         # Two writes: the Trainer accepts a change of runtimePatches only on a TrainJob that
@@ -204,35 +169,11 @@ class TrainJob:
             where="spec.runtimeRef (its replicatedJobs)",
         )
 
-    def finished(self) -> tuple[str, str] | None:
-        return jobset_finished(self._obj, "TrainJob")
-
-    def pods_gone(self) -> bool:
-        statuses = (self._obj.get("status") or {}).get("jobsStatus") or []
-        return all(not s.get("active") and not s.get("ready") for s in statuses)
-
-    def pod_counts(self) -> dict[str, int]:
-        return {str(rj.get("name")): pods_of(rj) for rj in self._jobs()}
-
-    def is_elastic(self) -> bool:
-        return False
-
-    def elastic_size(self) -> tuple[str, int]:
-        raise NotImplementedError("a TrainJob is never elastic")
-
     def first_pod_sets(self) -> list[str] | None:
         # Initializers before the trainer nodes, as the runtime's dependsOn says.
         runtime = runtime_of(self._obj, self._lookup)
         template = ((runtime.get("spec") or {}).get("template") or {}).get("spec") or {}
         return first_started(template, self._jobs())
-
-
-def _extra(kind: Kind) -> str:
-    return f"{kind.group}/{kind.version}/{kind.name}"
-
-
-def _cache(caches: Caches) -> Informer:
-    return caches.extra[_extra(TRAINJOB)]
 
 
 def _unbound(obj: Obj) -> GenericJob:
@@ -242,20 +183,12 @@ def _unbound(obj: Obj) -> GenericJob:
 
 def _bind(caches: Caches) -> Callable[[Obj], GenericJob]:
     def lookup(kind: str, key: str) -> Obj | None:
-        runtime_kind = CLUSTER_RUNTIME if kind == CLUSTER_RUNTIME.name else RUNTIME
-        informer = caches.extra.get(_extra(runtime_kind))
+        informer = caches.extra_of(CLUSTER_RUNTIME if kind == CLUSTER_RUNTIME.name else RUNTIME)
         return informer.get(key) if informer is not None else None
 
     return lambda obj: TrainJob(obj, lookup)
 
 
 TRAINJOB_INTEGRATION = register(
-    Integration(
-        API_VERSION,
-        TRAINJOB,
-        _unbound,
-        _cache,
-        bind=_bind,
-        reads=(CLUSTER_RUNTIME, RUNTIME),
-    )
+    Integration(API_VERSION, TRAINJOB, _unbound, bind=_bind, reads=(CLUSTER_RUNTIME, RUNTIME))
 )

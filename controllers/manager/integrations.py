@@ -1,6 +1,8 @@
-"""The workload kinds behind the seam beyond batch Jobs (JobSet, TrainJob): each is watched,
-reconciled and queued only when the apiserver serves its CRD, so a cluster without JobSet
-or Kubeflow Trainer runs Muster as before. A CRD installed later is picked up on restart.
+"""The workload kinds behind the seam (`controllers.jobs.kinds`), each run by the shared
+reconciler with a work queue and workers of its own. A kind of a CRD (JobSet, TrainJob) is
+watched, reconciled and queued only when the apiserver serves its CRD and what it reads, so
+a cluster without JobSet or Kubeflow Trainer runs Muster as before; a CRD installed later
+is picked up on restart. Built-in kinds (batch Jobs) are watched by the core caches.
 """
 
 from __future__ import annotations
@@ -10,38 +12,17 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from kubernetes.client.exceptions import ApiException
-
-# Imported for their registration with the seam (`framework.register`).
-from controllers.jobs import jobset as _jobset  # noqa: F401
-from controllers.jobs import trainjob as _trainjob  # noqa: F401
-from controllers.jobs.batchjob import BATCH_JOB
-from controllers.jobs.framework import Integration, integrations, owner_of
+from controllers.jobs.framework import Integration, owner_of
+from controllers.jobs.kinds import KINDS
 from controllers.jobs.reconciler import Reconciler
 from controllers.runtime.informer import Informer
-from controllers.runtime.resources import Kind, Kube, Obj, object_key
+from controllers.runtime.resources import Kube, Obj, object_key
 from controllers.runtime.workers import WorkerPool
 from controllers.runtime.workqueue import WorkQueue
-from controllers.state.caches import Caches, Context
+from controllers.state.caches import Caches, Context, served
 from quota.api.names import QUEUE_LABEL
 
 log = logging.getLogger(__name__)
-
-
-def extra_name(kind: Kind) -> str:
-    """The name an informer of `kind` has in `Caches.extra` (an Integration's name for its
-    own kind)."""
-    return f"{kind.group}/{kind.version}/{kind.name}"
-
-
-def served(kube: Kube, kind: Kind) -> bool:
-    try:
-        kube.list_page(kind, limit=1)
-    except ApiException as error:
-        if error.status in (404, 403):
-            return False
-        raise
-    return True
 
 
 @dataclass
@@ -55,12 +36,12 @@ class Running:
 
     @property
     def informer(self) -> Informer:
-        return self.integration.cache(self.reconciler.ctx.caches)
+        return self.integration.informer(self.reconciler.ctx.caches)
 
 
 class Integrations:
-    """Discovers which extra kinds are served, adds their informers to the caches, and runs
-    one reconciler per kind."""
+    """Discovers which kinds are served, adds their informers to the caches, and runs one
+    reconciler per kind."""
 
     def __init__(
         self,
@@ -80,36 +61,10 @@ class Integrations:
     def discover(self, caches: Caches) -> list[str]:
         """Add informers (to `caches.extra`) for every served kind and what it reads; return
         the names of the kinds integrated."""
-        for integration in integrations():
-            if integration is BATCH_JOB:
+        for integration in KINDS:
+            if not integration.builtin and not self._watch(caches, integration):
                 continue
-            if not served(self.kube, integration.kind) or not all(
-                served(self.kube, k) for k in integration.reads
-            ):
-                log.info(
-                    "workload kind not integrated (CRD not served)",
-                    extra={"kind": integration.name},
-                )
-                continue
-            caches.add_extra(
-                integration.name,
-                Informer(
-                    self.kube,
-                    integration.kind,
-                    label_selector=QUEUE_LABEL,
-                    watch_timeout=self.watch_timeout,
-                    name=integration.kind.plural,
-                ),
-            )
-            for kind in integration.reads:
-                if extra_name(kind) not in caches.extra:
-                    caches.add_extra(
-                        extra_name(kind),
-                        Informer(
-                            self.kube, kind, watch_timeout=self.watch_timeout, name=kind.plural
-                        ),
-                    )
-            queue: WorkQueue[str] = WorkQueue(integration.kind.plural)
+            queue: WorkQueue[str] = WorkQueue(integration.plural)
             reconciler = Reconciler(self.ctx, integration)
             workers = WorkerPool(
                 integration.kind.name.lower(),
@@ -121,7 +76,42 @@ class Integrations:
             self.running.append(Running(integration, reconciler, queue, workers))
         return [r.integration.name for r in self.running]
 
+    def _watch(self, caches: Caches, integration: Integration) -> bool:
+        """Add informers for a kind of a CRD and what it reads, if all are served."""
+        if not all(served(self.kube, k) for k in (integration.kind, *integration.reads)):
+            log.info(
+                "workload kind not integrated (CRD not served)", extra={"kind": integration.name}
+            )
+            return False
+        caches.add_extra(
+            Informer(
+                self.kube,
+                integration.kind,
+                label_selector=QUEUE_LABEL,
+                watch_timeout=self.watch_timeout,
+                name=integration.kind.plural,
+            ),
+        )
+        for kind in integration.reads:
+            if caches.extra_of(kind) is None:
+                caches.add_extra(
+                    Informer(self.kube, kind, watch_timeout=self.watch_timeout, name=kind.plural)
+                )
+        return True
+
     def wire(self) -> None:
+        """Queue an object when it, what it reads, or (for kinds that say how) one of its
+        pods changes; Workloads are `on_workload`."""
+
+        def on_pod(kind: str, old: Obj | None, new: Obj | None) -> None:
+            pod = new or old or {}
+            for running in self.running:
+                owner = running.integration.owner_of_pod
+                key = owner(pod) if owner is not None else None
+                if key:
+                    running.queue.add(key)
+
+        self.ctx.caches.pods.add_handler(on_pod)
         for running in self.running:
             queue = running.queue
 
@@ -140,7 +130,9 @@ class Integrations:
                     for key in r.informer.list_keys():
                         r.queue.add(key)
 
-                self.ctx.caches.extra[extra_name(kind)].add_handler(on_read)
+                informer = self.ctx.caches.extra_of(kind)
+                assert informer is not None  # added by `discover` with its kind
+                informer.add_handler(on_read)
 
     def on_workload(self, wl: Obj) -> None:
         """Queue the object a Workload belongs to, if it is of one of these kinds."""
@@ -157,11 +149,15 @@ class Integrations:
                 running.queue.add(key)
 
     def start_workers(
-        self, spawn: Callable[[str, Callable[[], object]], None], resync_period: float
+        self,
+        spawn: Callable[[str, Callable[[], object]], None],
+        resync_period: float,
+        workers: int,
     ) -> None:
         for running in self.running:
             name = running.integration.kind.name.lower()
-            spawn(f"worker-{name}", running.workers.work)
+            for i in range(workers):
+                spawn(f"worker-{name}-{i}", running.workers.work)
             spawn(
                 f"resync-{name}",
                 lambda r=running: r.workers.resync(resync_period, r.informer.list_keys),

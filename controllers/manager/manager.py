@@ -27,8 +27,8 @@ from controllers.admission.loop import AdmissionLoop
 from controllers.history.feed import HistoryFeed
 from controllers.history.jobs import QueueReading
 from controllers.history.store import HistoryStore, queue_readings
-from controllers.jobs.batchjob import JobReconciler, job_key_of_workload
 from controllers.jobs.orphans import OrphanSweeper
+from controllers.jobs.ownerevents import OwnerEventRecorder
 from controllers.manager.integrations import Integrations
 from controllers.manager.options import Options
 from controllers.metrics.collector import Sources, StateCollector
@@ -37,12 +37,9 @@ from controllers.metrics.server import MetricsServer
 from controllers.metrics.workloads import WorkloadCounters
 from controllers.podgroups.intake import PodGroupIntake
 from controllers.runtime.client import FencedKube
-from controllers.runtime.events import EventRecorder
 from controllers.runtime.informer import wait_all_synced
 from controllers.runtime.leader import LeaderElector, lease_request_timeout
-from controllers.runtime.resources import NAMESPACE, Kube, Obj, object_key
-from controllers.runtime.workers import WorkerPool
-from controllers.runtime.workqueue import WorkQueue
+from controllers.runtime.resources import NAMESPACE, Kube, Obj
 from controllers.scheduler.loop import SchedulerLoop
 from controllers.scheduler.pods import node_of, placement_inputs
 from controllers.state.caches import Caches, Context, Recorder
@@ -68,7 +65,8 @@ class Manager:
         self.stop_event = threading.Event()
         self.exit_code = 0
         self.caches = Caches.create(self.kube)
-        self.events = EventRecorder(self.kube if options.events else None, self.identity)
+        # Workload Events an owner takes reach it too, whatever its kind.
+        self.events = OwnerEventRecorder(self.kube if options.events else None, self.identity)
         self.history: HistoryStore | None = None
         if recorder is None and options.history is not None:
             self.history = HistoryStore(options.history)
@@ -129,14 +127,9 @@ class Manager:
             self.intake = PodGroupIntake(
                 self.ctx, self.kube, options.scheduler_name, self.is_leader, self.stop_event
             )
-        self.jobs = JobReconciler(self.ctx)
-        # JobSet, TrainJob: reconciled only where their CRDs are served.
+        # The workload kinds (Jobs; JobSet, TrainJob only where their CRDs are served).
         self.integrations = Integrations(self.ctx, self.kube, self.is_leader, self.stop_event)
         self.orphans = OrphanSweeper(self.ctx, self.is_leader)
-        self.queue: WorkQueue[str] = WorkQueue("jobs")
-        self.workers = WorkerPool(
-            "job", self.queue, self.jobs.reconcile, self.is_leader, self.stop_event
-        )
         self.feed = HistoryFeed(self.ctx, self.is_leader)
         settings = WebhookSettings(
             namespace=options.namespace,
@@ -197,8 +190,6 @@ class Manager:
         self._was_leader = True
         self.feed.start_recording()
         self.webhooks.register()
-        for key in self.caches.jobs.list_keys():
-            self.queue.add(key)
         self.integrations.requeue_all()
         if self.intake is not None:
             for key in self.intake.group_ids():
@@ -225,31 +216,17 @@ class Manager:
 
     # --------------------------------------------------------------------- wiring
     def _wire(self) -> None:
-        queue, loop, poke_scheduler = self.queue, self.loop, self._poke_scheduler
+        loop, poke_scheduler = self.loop, self._poke_scheduler
         integrations = self.integrations
-
-        def on_job(kind: str, old: Obj | None, new: Obj | None) -> None:
-            queue.add(object_key(new or old or {}))
 
         def on_workload(kind: str, old: Obj | None, new: Obj | None) -> None:
             # A Workload's own pending message changing (which the loop itself writes)
             # changes nothing anyone decides from; skipping it avoids a cycle per write.
             if old is not None and new is not None and decision_inputs(old) == decision_inputs(new):
                 return
-            obj = new or old or {}
-            job_key = job_key_of_workload(obj)
-            if job_key:
-                queue.add(job_key)
-            integrations.on_workload(obj)
+            integrations.on_workload(new or old or {})
             loop.poke()
             poke_scheduler()
-
-        def on_pod(kind: str, old: Obj | None, new: Obj | None) -> None:
-            obj = new or old or {}
-            meta = obj.get("metadata") or {}
-            job = (meta.get("labels") or {}).get("batch.kubernetes.io/job-name")
-            if job:
-                queue.add(f"{meta.get('namespace')}/{job}")
 
         def on_node_pod(kind: str, old: Obj | None, new: Obj | None) -> None:
             # Status heartbeats change no placement; binding, gates, deletion and finishing do.
@@ -269,13 +246,11 @@ class Manager:
                 loop.poke()
                 poke_scheduler()
 
-        self.caches.jobs.add_handler(on_job)
         self.caches.workloads.add_handler(on_workload)
         if self.ctx.recorder is not None:
             self.caches.workloads.add_handler(self.feed.on_workload)
         counters = WorkloadCounters(self.caches.local_queues, self.is_leader)
         self.caches.workloads.add_handler(counters.on_workload)
-        self.caches.pods.add_handler(on_pod)
         self.caches.node_pods.add_handler(on_node_pod)
         for informer in (
             self.caches.cluster_queues,
@@ -348,9 +323,9 @@ class Manager:
             extra={"jobs": len(self.caches.jobs), "podgroup_apis": foreign, "kinds": kinds},
         )
         self.loop.start_writers(self.is_leader)
-        for i in range(self.options.workers):
-            self._spawn(f"worker-{i}", self.workers.work)
-        self.integrations.start_workers(self._spawn, self.options.resync_period)
+        self.integrations.start_workers(
+            self._spawn, self.options.resync_period, self.options.workers
+        )
         intake = self.intake
         if intake is not None:
             for i in range(max(1, self.options.workers // 2)):
@@ -365,10 +340,6 @@ class Manager:
         if scheduler is not None:
             scheduler.start_writers(self.is_leader)
             self._spawn("scheduler-loop", lambda: scheduler.run(self.stop_event, self.is_leader))
-        self._spawn(
-            "resync",
-            lambda: self.workers.resync(self.options.resync_period, self.caches.jobs.list_keys),
-        )
         if self.elector is not None:
             self._spawn(
                 "leader-election",
@@ -382,7 +353,6 @@ class Manager:
         log.info("shutting down", extra={"identity": self.identity})
         self.stop_event.set()
         self.feed.stop_recording()
-        self.queue.shutdown()
         self.integrations.shutdown()
         if self.intake is not None:
             self.intake.queue.shutdown()

@@ -38,7 +38,7 @@ from typing import Any
 
 from kubernetes.client.exceptions import ApiException
 
-from controllers.jobs.framework import integrations
+from controllers.jobs.kinds import named
 from controllers.jobs.reconciler import priority_classes
 from controllers.podgroups.kinds import KINDS, NATIVE, ForeignKind, Told, kind_of
 from controllers.podgroups.queues import resolve
@@ -50,7 +50,7 @@ from controllers.runtime.workqueue import WorkQueue
 from controllers.scheduler import pods as p
 from controllers.scheduler.groups import scheduled_at
 from controllers.state import workloads as wls
-from controllers.state.caches import Context
+from controllers.state.caches import Context, served
 from controllers.state.foreigngroups import (
     foreign_owner,
     group_id,
@@ -234,16 +234,9 @@ class PodGroupIntake:
         Volcano's CRD, or without the GenericWorkload gate, serves one or none); returns
         the API versions watched. An API installed later is picked up on restart."""
         for fk in KINDS:
-            try:
-                self.read_kube.list_page(fk.kind, limit=1)
-            except ApiException as error:
-                if error.status in (404, 403):
-                    log.info(
-                        "PodGroup API not watched",
-                        extra={"api": fk.api_version, "status": error.status},
-                    )
-                    continue
-                raise
+            if not served(self.read_kube, fk.kind):
+                log.info("PodGroup API not watched (not served)", extra={"api": fk.api_version})
+                continue
             informer = Informer(
                 self.read_kube,
                 fk.kind,
@@ -366,17 +359,16 @@ class PodGroupIntake:
         second one for the PodGroup would count them twice."""
         namespace = pg["metadata"]["namespace"]
         for ref in pg["metadata"].get("ownerReferences") or []:
-            name = f"{ref.get('apiVersion')}/{ref.get('kind')}"
-            for integration in integrations():
-                if integration.name != name:
-                    continue
-                try:
-                    owner = integration.cache(self.ctx.caches).get(f"{namespace}/{ref.get('name')}")
-                except KeyError:  # its kind's CRD is not served, so nothing of it is queued
-                    owner = None
-                labels = ((owner or {}).get("metadata") or {}).get("labels") or {}
-                if labels.get(QUEUE_LABEL):
-                    return True
+            integration = named(f"{ref.get('apiVersion')}/{ref.get('kind')}")
+            if integration is None:
+                continue
+            try:
+                owner = integration.informer(self.ctx.caches).get(f"{namespace}/{ref.get('name')}")
+            except KeyError:  # its kind's CRD is not served, so nothing of it is queued
+                continue
+            labels = ((owner or {}).get("metadata") or {}).get("labels") or {}
+            if labels.get(QUEUE_LABEL):
+                return True
         return False
 
     def _admit(self, fk: ForeignKind, pg: Obj, mine: list[Obj]) -> None:

@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Protocol
 
+from kubernetes.client.exceptions import ApiException
+
 from controllers.runtime import apply
 from controllers.runtime.events import EventRecorder
 from controllers.runtime.informer import Informer, wait_all_synced
@@ -30,6 +32,7 @@ from controllers.runtime.resources import (
     PRIORITY_CLASS,
     RESOURCE_FLAVOR,
     WORKLOAD,
+    Kind,
     Kube,
     Obj,
     object_key,
@@ -97,6 +100,23 @@ class Recorder(Protocol):
     def record_later(self, make: Callable[[], Iterable[Any]]) -> None: ...
 
 
+def served(kube: Kube, kind: Kind) -> bool:
+    """Whether the apiserver serves an optional kind (its CRD is installed, and this
+    identity may list it): only then is it watched."""
+    try:
+        kube.list_page(kind, limit=1)
+    except ApiException as error:
+        if error.status in (404, 403):
+            return False
+        raise
+    return True
+
+
+def extra_key(kind: Kind) -> str:
+    """The key of an optional kind's informer in `Caches.extra` (an Integration's name)."""
+    return f"{kind.group}/{kind.version}/{kind.name}"
+
+
 @dataclass
 class Caches:
     """One informer per kind the controller reads.
@@ -126,14 +146,18 @@ class Caches:
     node_pods: Informer
     pod_groups: Informer
     budgets: Informer
-    # Informers of optional kinds, by name ("apiVersion/Kind"): the integrated workload kinds
-    # beyond batch Jobs and what they read (JobSet, TrainJob, training runtimes), added by
-    # the manager only when the apiserver serves their CRDs.
+    # Informers of optional kinds, by `extra_key` ("group/version/Kind"): the integrated
+    # workload kinds beyond batch Jobs and what they read (JobSet, TrainJob, training
+    # runtimes), added by the manager only when the apiserver serves their CRDs.
     extra: dict[str, Informer] = field(default_factory=dict)
 
-    def add_extra(self, name: str, informer: Informer) -> Informer:
-        self.extra[name] = informer
+    def add_extra(self, informer: Informer) -> Informer:
+        self.extra[extra_key(informer.kind)] = informer
         return informer
+
+    def extra_of(self, kind: Kind) -> Informer | None:
+        """The informer of an optional kind, if the manager added one."""
+        return self.extra.get(extra_key(kind))
 
     @classmethod
     def create(cls, kube: Kube, *, watch_timeout: int = 300) -> Caches:

@@ -54,12 +54,15 @@ def group_id_of_pod(pod: Mapping[str, Any]) -> str | None:
     return group_id(found[0], namespace, found[1])
 
 
+def is_foreign_group(ref: Mapping[str, Any]) -> bool:
+    """Whether an owner reference names a foreign PodGroup."""
+    return ref.get("kind") == "PodGroup" and ref.get("apiVersion") in FOREIGN_APIS
+
+
 def foreign_owner(wl: Mapping[str, Any]) -> Mapping[str, Any] | None:
     """The owner reference of a Workload made for a foreign PodGroup, or None."""
-    for ref in (wl.get("metadata") or {}).get("ownerReferences") or []:
-        if ref.get("kind") == "PodGroup" and ref.get("apiVersion") in FOREIGN_APIS:
-            return dict(ref)
-    return None
+    refs = (wl.get("metadata") or {}).get("ownerReferences") or []
+    return next((dict(r) for r in refs if is_foreign_group(r)), None)
 
 
 def group_id_of_workload(wl: Mapping[str, Any]) -> str | None:

@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from controllers.state.foreigngroups import group_id_of_workload
+from controllers.state.foreigngroups import group_id_of_workload, is_foreign_group
 from quota.api.conditions import WorkloadConditions as WC
 from quota.api.meta import API_VERSION
 from quota.api.names import JOB_NAME_LABEL, JOB_UID_LABEL, WORKLOAD_FINALIZER
@@ -147,32 +147,29 @@ def requeue_at(wl: Mapping[str, Any]) -> datetime | None:
     return parse_time(state.get("requeueAt"))
 
 
-# The kinds a Workload of Muster's own may be owned by (apiVersion, kind): those behind the
-# workload seam (`controllers.jobs`). Their pods are indexed by the owner's uid.
-OWNER_KINDS = frozenset(
-    {
-        ("batch/v1", "Job"),
-        ("jobset.x-k8s.io/v1alpha2", "JobSet"),
-        ("trainer.kubeflow.org/v1alpha1", "TrainJob"),
-    }
-)
+def owner_reference(wl: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    """The owner reference of the object a Workload belongs to (Muster writes one), of any
+    kind behind the workload seam: no list of kinds is kept here, so a new kind is found
+    without one. A foreign PodGroup's is not one of them (`foreigngroups`)."""
+    refs: list[Mapping[str, Any]] = (wl.get("metadata") or {}).get("ownerReferences") or []
+    for ref in refs:
+        if not is_foreign_group(ref):
+            return ref
+    return None
 
 
 def owner_job_uid(wl: Mapping[str, Any]) -> str | None:
     """The id its pods are indexed by: the owning Job's uid, or a foreign PodGroup's id."""
-    for ref in (wl.get("metadata") or {}).get("ownerReferences") or []:
-        if (ref.get("apiVersion"), ref.get("kind")) in OWNER_KINDS:
-            return str(ref.get("uid"))
-    return group_id_of_workload(wl)
+    ref = owner_reference(wl)
+    return str(ref["uid"]) if ref is not None else group_id_of_workload(wl)
 
 
 def owner_job_key(wl: Mapping[str, Any]) -> str | None:
     """The owning Job's key ("ns/name"), which outlives the Job in the Workload's metadata."""
-    meta = wl.get("metadata") or {}
-    for ref in meta.get("ownerReferences") or []:
-        if (ref.get("apiVersion"), ref.get("kind")) in OWNER_KINDS:
-            return f"{meta.get('namespace')}/{ref.get('name')}"
-    return None
+    ref = owner_reference(wl)
+    if ref is None:
+        return None
+    return f"{(wl.get('metadata') or {}).get('namespace')}/{ref.get('name')}"
 
 
 def replaces(wl: Mapping[str, Any]) -> str | None:

@@ -1,6 +1,6 @@
 """Job admission as CEL policies the apiserver evaluates itself: a MutatingAdmissionPolicy
 that creates labelled Jobs suspended (their pods for Muster's scheduler, elastic ones gated)
-and a ValidatingAdmissionPolicy with the rules of `server.validate_job`.
+and a ValidatingAdmissionPolicy with the rules of `decisions.validate_job`.
 
 Why policies and not the webhook: a webhook call leaves the apiserver for another process on
 every labelled Job created and every Job patched. On a loaded control plane that call, not
@@ -11,7 +11,7 @@ Job created while no replica serves is still created suspended and waits for its
 
 They need `admissionregistration.k8s.io/v1` MutatingAdmissionPolicy (GA and on by default
 since Kubernetes 1.36). Where the apiserver does not serve it, the controller registers the
-webhooks that make the same decisions instead (`server.configurations(policies=False)`);
+webhooks that make the same decisions instead (`configurations.configurations(policies=False)`);
 `tests/e2e/test_admission_policies_e2e.py` sends the same cases through the real apiserver's
 policies and through the webhook handlers and compares the outcome and the words.
 """
@@ -28,6 +28,8 @@ from typing import Any
 import yaml
 from kubernetes.client.exceptions import ApiException
 
+from controllers.jobs.framework import Admission
+from controllers.jobs.kinds import admitted_by
 from controllers.runtime import apply
 from controllers.runtime.resources import (
     MUTATING_POLICY,
@@ -134,16 +136,32 @@ def _match(
     }
 
 
-JOB_RULE = {"apiGroups": ["batch"], "apiVersions": ["v1"], "resources": ["jobs"]}
-SUSPEND_RULES = [
-    {"apiGroups": ["jobset.x-k8s.io"], "apiVersions": ["v1alpha2"], "resources": ["jobsets"]},
-    {
-        "apiGroups": ["trainer.kubeflow.org"],
-        "apiVersions": ["v1alpha1"],
-        "resources": ["trainjobs"],
-    },
-]
+def _kind_rules(admission: Admission) -> list[dict[str, Any]]:
+    """The resource rules of the workload kinds the apiserver admits by `admission`."""
+    return [dict(k.rule()) for k in admitted_by(admission)]
+
+
 POD_RULE = {"apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods"]}
+
+
+def _mutating(
+    name: str,
+    match: dict[str, Any],
+    mutations: list[dict[str, Any]],
+    *,
+    conditions: list[dict[str, str]] | None = None,
+    variables: list[dict[str, str]] | None = None,
+    reinvocation: str = "Never",
+) -> list[Obj]:
+    """A MutatingAdmissionPolicy (failing closed) and its binding."""
+    spec: dict[str, Any] = {"matchConstraints": match}
+    if conditions is not None:
+        spec["matchConditions"] = conditions
+    if variables is not None:
+        spec["variables"] = variables
+    spec |= {"mutations": mutations, "failurePolicy": "Fail", "reinvocationPolicy": reinvocation}
+    kind = "MutatingAdmissionPolicy"
+    return [_policy(name, kind, spec), _binding(name, kind)]
 
 
 def _scheduler_variable(scheduler_name: str) -> dict[str, str]:
@@ -162,7 +180,7 @@ def _apply(expression: str) -> dict[str, Any]:
 
 
 def mutating_policies(scheduler_name: str = SCHEDULER_NAME) -> list[Obj]:
-    """The MutatingAdmissionPolicies and their bindings: what `server.mutate_job`,
+    """The MutatingAdmissionPolicies and their bindings: what `decisions.mutate_job`,
     `mutate_suspend` and `mutate_pod` do, evaluated by the apiserver."""
     # A JSON patch, not an apply configuration: the apiserver applies it without a typed
     # merge of the whole Job (0.45 ms per create in all, `controller_bench --baseline`).
@@ -199,73 +217,54 @@ def mutating_policies(scheduler_name: str = SCHEDULER_NAME) -> list[Obj]:
     queue_set = [
         {"name": "queue-name-set", "expression": f"({_label('object', QUEUE_LABEL)}) != ''"}
     ]
-    jobs = _policy(
+    jobs = _mutating(
         JOBS_POLICY,
-        "MutatingAdmissionPolicy",
-        {
-            "matchConstraints": _match([JOB_RULE], ["CREATE"], LABELLED),
-            "matchConditions": queue_set,
-            "variables": [
-                _scheduler_variable(scheduler_name),
-                {
-                    "name": "elastic",
-                    "expression": f"({_annotation('object', ELASTIC_ANNOTATION)})"
-                    ".lowerAscii() == 'true'",
-                },
-            ],
-            "mutations": job_mutations,
-            "failurePolicy": "Fail",
-            # Another mutation after ours (a second policy or webhook) may reset what we set.
-            "reinvocationPolicy": "IfNeeded",
-        },
+        _match(_kind_rules(Admission.BATCH_JOB), ["CREATE"], LABELLED),
+        job_mutations,
+        conditions=queue_set,
+        variables=[
+            _scheduler_variable(scheduler_name),
+            {
+                "name": "elastic",
+                "expression": f"({_annotation('object', ELASTIC_ANNOTATION)})"
+                ".lowerAscii() == 'true'",
+            },
+        ],
+        # Another mutation after ours (a second policy or webhook) may reset what we set.
+        reinvocation="IfNeeded",
     )
-    # JobSets and TrainJobs with the queue label: created suspended. Their pods reach
-    # Muster's scheduler at admission, through the owner label and the pods policy.
-    suspend = _policy(
+    # The kinds Muster's generic rule admits (JobSet, TrainJob) with the queue label:
+    # created suspended. Their pods reach Muster's scheduler at admission, through the
+    # owner label and the pods policy. Every mutating policy needs the kind's schema, which
+    # the apiserver reads every 5 s: for a few seconds after a CRD is created, labelled
+    # creates of its kind are answered 503 ("Resource kind ... not found"); see
+    # `controllers/localcluster/peers.py`, `_wait_admissible`.
+    suspend = _mutating(
         SUSPEND_POLICY,
-        "MutatingAdmissionPolicy",
-        {
-            "matchConstraints": _match(SUSPEND_RULES, ["CREATE"], LABELLED),
-            "matchConditions": queue_set,
-            # Every mutating policy needs the kind's schema, which the apiserver reads every
-            # 5 s: for a few seconds after a CRD is created, labelled creates of its kind
-            # are answered 503 ("Resource kind ... not found"); see
-            # `controllers/localcluster/peers.py`, `_wait_admissible`.
-            "mutations": [_apply("Object{spec: Object.spec{suspend: true}}")],
-            "failurePolicy": "Fail",
-            "reinvocationPolicy": "Never",
-        },
+        _match(_kind_rules(Admission.SUSPEND), ["CREATE"], LABELLED),
+        [_apply("Object{spec: Object.spec{suspend: true}}")],
+        conditions=queue_set,
     )
-    docs = [jobs, _binding(JOBS_POLICY, "MutatingAdmissionPolicy")]
-    docs += [suspend, _binding(SUSPEND_POLICY, "MutatingAdmissionPolicy")]
-    # Pods of admitted JobSets and TrainJobs (the owner label Muster put on their templates
-    # at admission): to Muster's scheduler. No other pod matches.
+    # Pods of admitted objects of those kinds (the owner label Muster put on their
+    # templates at admission): to Muster's scheduler. No other pod matches.
     owned = {"matchExpressions": [{"key": OWNER_UID_POD_LABEL, "operator": "Exists"}]}
-    pods = _policy(
+    pods = _mutating(
         PODS_POLICY,
-        "MutatingAdmissionPolicy",
-        {
-            "matchConstraints": _match([POD_RULE], ["CREATE"], owned),
-            "matchConditions": [
-                {"name": "default-scheduler", "expression": _unset_scheduler("object.spec")}
-            ],
-            "variables": [_scheduler_variable(scheduler_name)],
-            "mutations": [
-                _apply(
-                    "variables.scheduler == '' ? Object{}"
-                    " : Object{spec: Object.spec{schedulerName: variables.scheduler}}"
-                )
-            ],
-            "failurePolicy": "Fail",
-            "reinvocationPolicy": "Never",
-        },
+        _match([POD_RULE], ["CREATE"], owned),
+        [
+            _apply(
+                "variables.scheduler == '' ? Object{}"
+                " : Object{spec: Object.spec{schedulerName: variables.scheduler}}"
+            )
+        ],
+        conditions=[{"name": "default-scheduler", "expression": _unset_scheduler("object.spec")}],
+        variables=[_scheduler_variable(scheduler_name)],
     )
-    docs += [pods, _binding(PODS_POLICY, "MutatingAdmissionPolicy")]
-    return docs
+    return jobs + suspend + pods
 
 
 def validating_policies() -> list[Obj]:
-    """The ValidatingAdmissionPolicy of labelled Jobs and its binding: `server.validate_job`,
+    """The ValidatingAdmissionPolicy of labelled Jobs and its binding: `decisions.validate_job`,
     evaluated by the apiserver, with the same words."""
     name = (
         "(has(object.metadata.name) && object.metadata.name != ''"
@@ -354,7 +353,9 @@ def validating_policies() -> list[Obj]:
         JOBS_POLICY,
         "ValidatingAdmissionPolicy",
         {
-            "matchConstraints": _match([JOB_RULE], ["CREATE", "UPDATE"], LABELLED),
+            "matchConstraints": _match(
+                _kind_rules(Admission.BATCH_JOB), ["CREATE", "UPDATE"], LABELLED
+            ),
             # Labelled now or before (a label removed from a running Job is refused).
             "matchConditions": [
                 {
@@ -410,22 +411,17 @@ def _probe_policies(scheduler_name: str) -> list[Obj]:
         {"name": "version", "expression": _cel(_version())},
         _scheduler_variable(scheduler_name),
     ]
-    stamp = _policy(
+    stamp = _mutating(
         PROBE_POLICY,
-        "MutatingAdmissionPolicy",
-        {
-            "matchConstraints": _match([WORKLOAD_RULE], ["CREATE"], probed),
-            "variables": variables,
-            "mutations": [
-                _apply(
-                    "Object{metadata: Object.metadata{annotations: {"
-                    + _cel(PROBE_LABEL)
-                    + ": variables.version + '/' + variables.scheduler}}}"
-                )
-            ],
-            "failurePolicy": "Fail",
-            "reinvocationPolicy": "Never",
-        },
+        _match([WORKLOAD_RULE], ["CREATE"], probed),
+        [
+            _apply(
+                "Object{metadata: Object.metadata{annotations: {"
+                + _cel(PROBE_LABEL)
+                + ": variables.version + '/' + variables.scheduler}}}"
+            )
+        ],
+        variables=variables,
     )
     answer = _policy(
         PROBE_POLICY,
@@ -444,8 +440,7 @@ def _probe_policies(scheduler_name: str) -> list[Obj]:
         },
     )
     return [
-        stamp,
-        _binding(PROBE_POLICY, "MutatingAdmissionPolicy"),
+        *stamp,
         answer,
         _binding(PROBE_POLICY, "ValidatingAdmissionPolicy", {"validationActions": ["Deny"]}),
     ]

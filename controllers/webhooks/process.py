@@ -41,7 +41,8 @@ from typing import Any
 
 from controllers.metrics import definitions as metrics
 from controllers.webhooks.certs import CertBundle, KeyPair
-from controllers.webhooks.server import WebhookHandlers, WebhookServer, listening_socket
+from controllers.webhooks.https import WebhookServer, listening_socket
+from controllers.webhooks.reviews import WebhookHandlers
 
 log = logging.getLogger(__name__)
 

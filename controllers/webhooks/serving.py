@@ -17,8 +17,7 @@ from typing import Any
 
 from controllers.runtime.resources import Kube
 from controllers.state.caches import Caches
-from controllers.webhooks import policies
-from controllers.webhooks import server as webhooks
+from controllers.webhooks import configurations, policies
 from controllers.webhooks.certs import CertBundle, CertManager
 from controllers.webhooks.process import WebhookProcess
 from quota.api.names import SCHEDULER_NAME
@@ -116,13 +115,13 @@ class WebhookServing:
             else:
                 # Told to use the webhooks where policies of an earlier run may remain.
                 policies.unregister(self.kube)
-            mutating, validating = webhooks.configurations(
+            mutating, validating = configurations.configurations(
                 self.certs.current.ca_bundle,
                 url_base=None if service else self.url_base(),
                 service=service,
                 policies=self._policies,
             )
-            webhooks.register(self.kube, mutating, validating)
+            configurations.register(self.kube, mutating, validating)
         except Exception:
             log.exception("could not register the admission policies and webhook configurations")
 
@@ -193,7 +192,7 @@ class WebhookServing:
             try:
                 # The admission policies stay: they need no controller, and a labelled Job
                 # created while none runs is created suspended and waits for the next one.
-                webhooks.unregister(self.kube, self.url_base())
+                configurations.unregister(self.kube, self.url_base())
             except Exception:
                 log.exception("could not remove the webhook configurations")
         self.server.stop()

@@ -294,7 +294,8 @@ def live(pods: list[dict[str, Any]]) -> list[dict[str, Any]]:
     ]
 
 
-def events_for(cluster: ClusterHandle, namespace: str, kind: str, name: str) -> list[str]:
+def events_on(cluster: ClusterHandle, namespace: str, kind: str, name: str) -> list[dict[str, Any]]:
+    """The Events on one object."""
     data = get(
         cluster,
         "events",
@@ -303,7 +304,12 @@ def events_for(cluster: ClusterHandle, namespace: str, kind: str, name: str) -> 
         "--field-selector",
         f"involvedObject.kind={kind},involvedObject.name={name}",
     )
-    return [e["reason"] for e in data["items"]]
+    items: list[dict[str, Any]] = data["items"]
+    return items
+
+
+def events_for(cluster: ClusterHandle, namespace: str, kind: str, name: str) -> list[str]:
+    return [e["reason"] for e in events_on(cluster, namespace, kind, name)]
 
 
 def cq_status(cluster: ClusterHandle, name: str) -> dict[str, Any]:

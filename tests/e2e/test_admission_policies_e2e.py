@@ -15,8 +15,7 @@ from typing import Any
 import pytest
 import yaml
 
-from controllers.webhooks import policies
-from controllers.webhooks import server as webhooks
+from controllers.webhooks import decisions, policies
 from tests.conftest import ClusterHandle
 from tests.unit.test_controller_webhooks import apply_json_patch
 
@@ -164,7 +163,7 @@ def test_creation_is_decided_as_the_webhook_decides(
 ) -> None:
     obj = job(f"c-{uuid.uuid4().hex[:6]}", namespace, **CREATE_CASES[case])
     stored, refusal = dry_run_create(cluster, obj)
-    reason = webhooks.validate_job(obj, None)
+    reason = decisions.validate_job(obj, None)
     if reason is not None:
         assert not stored, f"{case}: the apiserver accepted what the webhook refuses: {reason}"
         assert reason in refusal, f"{case}: different words:\n{reason}\n{refusal}"
@@ -173,7 +172,7 @@ def test_creation_is_decided_as_the_webhook_decides(
     # The apiserver defaults before admission; the webhook sees the defaulted object too.
     defaulted = copy.deepcopy(obj)
     defaulted["spec"]["template"]["spec"].setdefault("schedulerName", "default-scheduler")
-    expected = json_patch(defaulted, webhooks.mutate_job(defaulted))
+    expected = json_patch(defaulted, decisions.mutate_job(defaulted))
     assert what_muster_sets(stored) == what_muster_sets(expected), case
 
 
@@ -245,7 +244,7 @@ def test_edits_are_decided_as_the_webhook_decides(
         "patch", "job", name, "-n", namespace, "--dry-run=server", "--type", "merge", "-p",
         json.dumps(edit), check=False,
     )  # fmt: skip
-    reason = webhooks.validate_job(merge(old, edit), old)
+    reason = decisions.validate_job(merge(old, edit), old)
     if reason is None:
         assert result.returncode == 0, f"{case}: refused by the apiserver: {result.stderr}"
     else:
@@ -278,5 +277,5 @@ def test_pods_of_admitted_jobsets_and_trainjobs_go_to_musters_scheduler(
         assert stored, refusal
         defaulted = copy.deepcopy(obj)
         defaulted["spec"].setdefault("schedulerName", "default-scheduler")
-        want = json_patch(defaulted, webhooks.mutate_pod(defaulted) if labels == owned else [])
+        want = json_patch(defaulted, decisions.mutate_pod(defaulted) if labels == owned else [])
         assert stored["spec"]["schedulerName"] == want["spec"]["schedulerName"]

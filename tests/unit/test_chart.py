@@ -19,7 +19,7 @@ import yaml
 from controllers.cli.controller import controller
 from controllers.cli.crds import generated_files
 from controllers.webhooks import policies
-from controllers.webhooks.server import configurations
+from controllers.webhooks.configurations import configurations
 
 REPO = Path(__file__).resolve().parents[2]
 CHART = REPO / "charts" / "muster"

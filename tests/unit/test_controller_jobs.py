@@ -12,7 +12,8 @@ import pytest
 
 from controllers.jobs import batchjob as jobs
 from controllers.jobs import gates
-from controllers.jobs.batchjob import JobReconciler
+from controllers.jobs.batchjob import BATCH_JOB
+from controllers.jobs.reconciler import Reconciler
 from controllers.runtime.events import EventRecorder
 from controllers.runtime.resources import JOB, POD, RESOURCE_FLAVOR, WORKLOAD, Kube
 from controllers.state import workloads as wls
@@ -185,7 +186,7 @@ class Harness:
             identity="test",
             now=lambda: NOW,
         )
-        self.reconciler = JobReconciler(self.ctx)
+        self.reconciler = Reconciler(self.ctx, BATCH_JOB)
         self.put(
             RESOURCE_FLAVOR,
             {"metadata": {"name": "h100"}, "spec": {"nodeLabels": {"pool": "h100"}}},

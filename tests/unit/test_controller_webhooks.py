@@ -15,8 +15,7 @@ from typing import Any
 import pytest
 
 from controllers.runtime.resources import SECRET
-from controllers.webhooks import certs, policies
-from controllers.webhooks import server as webhooks
+from controllers.webhooks import certs, configurations, decisions, https, policies, reviews
 from tests.unit.controller_fakes import FakeKube
 
 
@@ -50,12 +49,12 @@ def apply_json_patch(doc: dict[str, Any], ops: list[dict[str, Any]]) -> dict[str
 
 
 def test_mutation_suspends_labelled_jobs_and_gates_elastic_ones() -> None:
-    plain = apply_json_patch(labelled_job(), webhooks.mutate_job(labelled_job()))
+    plain = apply_json_patch(labelled_job(), decisions.mutate_job(labelled_job()))
     assert plain["spec"]["suspend"] is True
     assert "schedulingGates" not in plain["spec"]["template"]["spec"]
 
     elastic = labelled_job(**{"muster.dev/elastic-job": "true"})
-    patched = apply_json_patch(elastic, webhooks.mutate_job(elastic))
+    patched = apply_json_patch(elastic, decisions.mutate_job(elastic))
     assert patched["spec"]["template"]["spec"]["schedulingGates"] == [
         {"name": "muster.dev/admission"}
     ]
@@ -63,17 +62,17 @@ def test_mutation_suspends_labelled_jobs_and_gates_elastic_ones() -> None:
 
     unlabelled = labelled_job()
     del unlabelled["metadata"]["labels"]
-    assert webhooks.mutate_job(unlabelled) == []
+    assert decisions.mutate_job(unlabelled) == []
 
 
 def test_validation_refuses_elastic_with_partial_admission_and_bad_min_parallelism() -> None:
     both = labelled_job(**{"muster.dev/elastic-job": "true", "muster.dev/min-parallelism": "2"})
-    refusal = webhooks.validate_job(both, None)
+    refusal = decisions.validate_job(both, None)
     assert refusal is not None and "cannot be combined" in refusal
     assert "min-parallelism must be a whole number between 1 and spec.parallelism (4)" in (
-        webhooks.validate_job(labelled_job(**{"muster.dev/min-parallelism": "9"}), None) or ""
+        decisions.validate_job(labelled_job(**{"muster.dev/min-parallelism": "9"}), None) or ""
     )
-    assert webhooks.validate_job(labelled_job(**{"muster.dev/min-parallelism": "2"}), None) is None
+    assert decisions.validate_job(labelled_job(**{"muster.dev/min-parallelism": "2"}), None) is None
 
 
 def test_queue_name_cannot_change_while_the_job_runs() -> None:
@@ -81,9 +80,9 @@ def test_queue_name_cannot_change_while_the_job_runs() -> None:
     old["spec"]["suspend"] = False
     new = labelled_job()
     new["metadata"]["labels"]["muster.dev/queue-name"] = "other"
-    assert "cannot change while the Job runs" in (webhooks.validate_job(new, old) or "")
+    assert "cannot change while the Job runs" in (decisions.validate_job(new, old) or "")
     old["spec"]["suspend"] = True
-    assert webhooks.validate_job(new, old) is None
+    assert decisions.validate_job(new, old) is None
 
 
 def test_a_running_plain_job_cannot_grow_and_the_refusal_points_to_the_elastic_annotation() -> None:
@@ -92,18 +91,18 @@ def test_a_running_plain_job_cannot_grow_and_the_refusal_points_to_the_elastic_a
     grown = labelled_job()
     grown["spec"]["suspend"] = False
     grown["spec"]["parallelism"] = 40
-    refusal = webhooks.validate_job(grown, old) or ""
+    refusal = decisions.validate_job(grown, old) or ""
     assert "(4 -> 40 pods)" in refusal and "muster.dev/elastic-job" in refusal
     shrunk = labelled_job()
     shrunk["spec"]["parallelism"] = 2
-    assert webhooks.validate_job(shrunk, old) is None
+    assert decisions.validate_job(shrunk, old) is None
     old["spec"]["suspend"] = True  # suspended: it is queued again at the size it asks for
-    assert webhooks.validate_job(grown, old) is None
+    assert decisions.validate_job(grown, old) is None
     elastic_old = labelled_job(**{"muster.dev/elastic-job": "true"})
     elastic_old["spec"]["suspend"] = False
     elastic_new = labelled_job(**{"muster.dev/elastic-job": "true"})
     elastic_new["spec"]["parallelism"] = 40
-    assert webhooks.validate_job(elastic_new, elastic_old) is None
+    assert decisions.validate_job(elastic_new, elastic_old) is None
 
 
 def test_the_elastic_annotation_cannot_be_added_or_removed_even_while_suspended() -> None:
@@ -111,8 +110,8 @@ def test_the_elastic_annotation_cannot_be_added_or_removed_even_while_suspended(
     elastic["spec"]["suspend"] = True
     plain = labelled_job()
     plain["spec"]["suspend"] = True
-    assert "cannot be added or removed" in (webhooks.validate_job(plain, elastic) or "")
-    assert "cannot be added or removed" in (webhooks.validate_job(elastic, plain) or "")
+    assert "cannot be added or removed" in (decisions.validate_job(plain, elastic) or "")
+    assert "cannot be added or removed" in (decisions.validate_job(elastic, plain) or "")
 
 
 def test_queue_objects_get_the_model_checks_cel_cannot_do() -> None:
@@ -122,7 +121,7 @@ def test_queue_objects_get_the_model_checks_cel_cannot_do() -> None:
         "metadata": {"name": "team"},
         "spec": {"flavors": [{"name": "h100", "quota": {"cpu": "0.0001"}}]},
     }
-    refusal, _ = webhooks.validate_queue_object(bad)
+    refusal, _ = decisions.validate_queue_object(bad)
     assert refusal is not None and "millicore" in refusal
 
 
@@ -135,7 +134,7 @@ def bundle() -> certs.CertBundle:
 def test_the_server_answers_admission_reviews_over_verified_tls(
     bundle: certs.CertBundle,
 ) -> None:
-    server = webhooks.WebhookServer("127.0.0.1", 0, webhooks.WebhookHandlers())
+    server = https.WebhookServer("127.0.0.1", 0, reviews.WebhookHandlers())
     server.reload(bundle)
     server.start()
     try:
@@ -152,7 +151,7 @@ def test_the_server_answers_admission_reviews_over_verified_tls(
             for _ in range(2):  # a kept-alive connection serves several reviews
                 conn.request(
                     "POST",
-                    webhooks.MUTATE_JOB_PATH,
+                    reviews.MUTATE_JOB_PATH,
                     body=json.dumps(review),
                     headers={"Content-Type": "application/json"},
                 )
@@ -211,7 +210,7 @@ def test_certificates_rotate_before_expiry_and_keep_the_old_ca_trusted() -> None
 
 
 def test_configurations_scope_job_webhooks_to_labelled_jobs(bundle: certs.CertBundle) -> None:
-    mutating, validating = webhooks.configurations(
+    mutating, validating = configurations.configurations(
         bundle.ca_bundle, url_base="https://h:1", policies=False
     )
     assert mutating is not None
@@ -223,7 +222,7 @@ def test_configurations_scope_job_webhooks_to_labelled_jobs(bundle: certs.CertBu
     assert mjob["clientConfig"]["url"] == "https://h:1/mutate-batch-v1-job"
     queues = next(w for w in validating["webhooks"] if w["name"] == "vqueues.muster.dev")
     assert queues["failurePolicy"] == "Ignore"
-    service_config, _ = webhooks.configurations(
+    service_config, _ = configurations.configurations(
         bundle.ca_bundle, service=("muster-system", "muster-webhooks", 443), policies=False
     )
     assert service_config is not None
@@ -233,7 +232,7 @@ def test_configurations_scope_job_webhooks_to_labelled_jobs(bundle: certs.CertBu
 def test_with_admission_policies_only_the_queue_objects_webhook_is_called(
     bundle: certs.CertBundle,
 ) -> None:
-    mutating, validating = webhooks.configurations(bundle.ca_bundle, url_base="https://h:1")
+    mutating, validating = configurations.configurations(bundle.ca_bundle, url_base="https://h:1")
     assert mutating is None
     assert [w["name"] for w in validating["webhooks"]] == ["vqueues.muster.dev"]
     docs = policies.policies("muster-scheduler")
@@ -271,10 +270,10 @@ def test_with_admission_policies_only_the_queue_objects_webhook_is_called(
 
 
 def test_creation_is_validated_by_the_mutating_webhook_in_the_same_call() -> None:
-    handlers = webhooks.WebhookHandlers()
+    handlers = reviews.WebhookHandlers()
     both = labelled_job(**{"muster.dev/elastic-job": "true", "muster.dev/min-parallelism": "2"})
     review = {"request": {"uid": "u", "operation": "CREATE", "object": both}}
-    response = handlers.handle(webhooks.MUTATE_JOB_PATH, review)["response"]
+    response = handlers.handle(reviews.MUTATE_JOB_PATH, review)["response"]
     assert response["allowed"] is False
     assert "cannot be combined" in response["status"]["message"]
     assert "patch" not in response

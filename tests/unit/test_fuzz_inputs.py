@@ -34,7 +34,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from controllers.main import main
-from controllers.webhooks import server as webhooks
+from controllers.webhooks import reviews
 
 REPO = Path(__file__).resolve().parents[2]
 CLUSTER_FILES = [REPO / "examples" / "fairshare.yaml", REPO / "examples/api/three-team-gpu.yaml"]
@@ -516,12 +516,12 @@ _reviews = st.one_of(
 @settings(max_examples=150, derandomize=True, deadline=None)
 @given(
     st.sampled_from(
-        [webhooks.MUTATE_JOB_PATH, webhooks.VALIDATE_JOB_PATH, webhooks.VALIDATE_QUEUES_PATH]
+        [reviews.MUTATE_JOB_PATH, reviews.VALIDATE_JOB_PATH, reviews.VALIDATE_QUEUES_PATH]
     ),
     _reviews,
 )
 def test_webhooks_answer_every_malformed_review(path: str, review: Any) -> None:
-    answer = webhooks.WebhookHandlers().handle(path, review)
+    answer = reviews.WebhookHandlers().handle(path, review)
     response = answer["response"]
     assert isinstance(response["allowed"], bool)
     if not response["allowed"]:

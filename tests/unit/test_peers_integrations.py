@@ -10,7 +10,7 @@ import pytest
 
 from controllers.jobs.jobset import JobSet
 from controllers.jobs.trainjob import PATCH_MANAGER, TrainJob
-from controllers.webhooks import server as webhooks
+from controllers.webhooks import decisions
 from quota.api import ManifestError
 
 FLAVOR = {
@@ -177,15 +177,15 @@ def test_a_missing_runtime_is_named() -> None:
 def test_webhook_creates_labelled_jobsets_suspended_and_hands_their_pods_to_muster() -> None:
     obj = a_jobset()
     obj["spec"].pop("suspend")
-    assert webhooks.mutate_suspend(obj) == [{"op": "add", "path": "/spec/suspend", "value": True}]
+    assert decisions.mutate_suspend(obj) == [{"op": "add", "path": "/spec/suspend", "value": True}]
     obj["metadata"]["labels"] = {}
-    assert webhooks.mutate_suspend(obj) == []
+    assert decisions.mutate_suspend(obj) == []
     pod = {"spec": {"schedulerName": "default-scheduler"}}
-    assert webhooks.mutate_pod(pod) == [
+    assert decisions.mutate_pod(pod) == [
         {"op": "add", "path": "/spec/schedulerName", "value": "muster-scheduler"}
     ]
-    assert webhooks.mutate_pod({"spec": {"schedulerName": "volcano"}}) == []
-    assert webhooks.mutate_pod(pod, scheduler_name="") == []
+    assert decisions.mutate_pod({"spec": {"schedulerName": "volcano"}}) == []
+    assert decisions.mutate_pod(pod, scheduler_name="") == []
 
 
 def test_pod_sets_started_in_stages_name_those_that_come_first() -> None:

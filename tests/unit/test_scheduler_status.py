@@ -12,7 +12,7 @@ from click.testing import CliRunner
 from controllers.cli.controller import controller, scheduler_name_option
 from controllers.runtime.resources import POD, WORKLOAD
 from controllers.scheduler.decide import nodes_text, pinned
-from controllers.webhooks import server as webhooks
+from controllers.webhooks import decisions, reviews
 from quota.api import PodGroup
 from quota.api.names import SCHEDULER_NAME
 from quota.placement import PodShape
@@ -120,19 +120,19 @@ def _scheduler_op(ops: list[dict[str, Any]]) -> Any:
 
 
 def test_the_webhook_hands_the_pods_of_queued_jobs_to_musters_scheduler() -> None:
-    assert _scheduler_op(webhooks.mutate_job(_job())) == SCHEDULER_NAME
-    assert _scheduler_op(webhooks.mutate_job(_job(schedulerName="default-scheduler"))) == (
+    assert _scheduler_op(decisions.mutate_job(_job())) == SCHEDULER_NAME
+    assert _scheduler_op(decisions.mutate_job(_job(schedulerName="default-scheduler"))) == (
         SCHEDULER_NAME
     )
     elastic = _job()
     elastic["metadata"]["annotations"] = {"muster.dev/elastic-job": "true"}
-    assert _scheduler_op(webhooks.mutate_job(elastic)) == SCHEDULER_NAME
+    assert _scheduler_op(decisions.mutate_job(elastic)) == SCHEDULER_NAME
     # A scheduler the user named is theirs; an empty name turns Muster's scheduler off.
-    assert _scheduler_op(webhooks.mutate_job(_job(schedulerName="volcano"))) is None
-    assert _scheduler_op(webhooks.mutate_job(_job(), "")) is None
-    handlers = webhooks.WebhookHandlers(scheduler_name="other-name")
+    assert _scheduler_op(decisions.mutate_job(_job(schedulerName="volcano"))) is None
+    assert _scheduler_op(decisions.mutate_job(_job(), "")) is None
+    handlers = reviews.WebhookHandlers(scheduler_name="other-name")
     review = {"request": {"uid": "u", "operation": "CREATE", "object": _job()}}
-    assert handlers.handle(webhooks.MUTATE_JOB_PATH, review)["response"]["patch"]
+    assert handlers.handle(reviews.MUTATE_JOB_PATH, review)["response"]["patch"]
 
 
 # ----------------------------------------------------------------- caches

@@ -16,8 +16,7 @@ from typing import Any
 
 import pytest
 
-from controllers.webhooks import certs
-from controllers.webhooks import server as webhooks
+from controllers.webhooks import certs, reviews
 from controllers.webhooks.process import WebhookProcess
 
 
@@ -84,10 +83,10 @@ def test_reviews_are_answered_in_a_child_process_with_the_controllers_warnings(
 ) -> None:
     process, ca, asked = served
     assert process.pid is not None and process.pid != os.getpid()
-    response = post(process.port, ca.cert_pem, tmp_path, webhooks.MUTATE_JOB_PATH, review(JOB))
+    response = post(process.port, ca.cert_pem, tmp_path, reviews.MUTATE_JOB_PATH, review(JOB))
     assert response["allowed"] is True and response["patch"]
     response = post(
-        process.port, ca.cert_pem, tmp_path, webhooks.VALIDATE_QUEUES_PATH, review(QUEUE)
+        process.port, ca.cert_pem, tmp_path, reviews.VALIDATE_QUEUES_PATH, review(QUEUE)
     )
     assert response["allowed"] is True
     assert response["warnings"] == ["the controller's caches say missing is missing"]
@@ -109,7 +108,7 @@ def test_a_rotated_certificate_is_served_and_a_dead_child_is_replaced(
     while True:
         try:
             response = post(
-                process.port, other_ca.cert_pem, tmp_path, webhooks.MUTATE_JOB_PATH, review(JOB)
+                process.port, other_ca.cert_pem, tmp_path, reviews.MUTATE_JOB_PATH, review(JOB)
             )
             break
         except ssl.SSLError:
@@ -128,7 +127,7 @@ def test_a_rotated_certificate_is_served_and_a_dead_child_is_replaced(
                     process.port,
                     other_ca.cert_pem,
                     tmp_path,
-                    webhooks.MUTATE_JOB_PATH,
+                    reviews.MUTATE_JOB_PATH,
                     review(JOB),
                 )
                 break
