@@ -26,6 +26,7 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 from kubernetes.client.exceptions import ApiException
 
 from controllers.runtime.resources import SECRET, Kube, Obj
+from controllers.runtime.selfsigned import ca_certificate
 
 log = logging.getLogger(__name__)
 
@@ -75,31 +76,7 @@ def new_ca(
     key = ec.generate_private_key(ec.SECP256R1())
     name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
     now = now or _now()
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(name)
-        .issuer_name(name)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - dt.timedelta(minutes=5))
-        .not_valid_after(now + lifetime)
-        .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
-        .add_extension(
-            x509.KeyUsage(
-                digital_signature=True,
-                key_cert_sign=True,
-                crl_sign=True,
-                content_commitment=False,
-                key_encipherment=False,
-                data_encipherment=False,
-                key_agreement=False,
-                encipher_only=False,
-                decipher_only=False,
-            ),
-            critical=True,
-        )
-        .sign(key, hashes.SHA256())
-    )
+    cert = ca_certificate(key, name, now - dt.timedelta(minutes=5), now + lifetime, path_length=0)
     return KeyPair(cert.public_bytes(serialization.Encoding.PEM), _key_pem(key))
 
 
