@@ -19,13 +19,13 @@ import gc
 import statistics
 import sys
 import time
-from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench.harness.timing import timed
 from quota.admission.cycle import admission_cycle
 from quota.model.nodes import BoundPod, Node, PodShape
 from quota.model.snapshot import (
@@ -108,17 +108,6 @@ def snapshot(
         nodes=nodes,
         pods=tuple(pods),
     )
-
-
-def timed(fn: Callable[[], object], repeat: int) -> tuple[list[float], object]:
-    times: list[float] = []
-    result: object = None
-    for _ in range(repeat):
-        gc.collect()
-        started = time.perf_counter()
-        result = fn()
-        times.append(time.perf_counter() - started)
-    return times, result
 
 
 def line(label: str, times: list[float]) -> str:
