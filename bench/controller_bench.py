@@ -44,10 +44,10 @@ if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
-from bench.harness import metrics
+from bench.harness import metrics, objects
 from bench.harness.cluster import Cluster, running_cluster
 from bench.harness.controller import start_manager, stop_manager
-from bench.harness.create import create_all, namespace_doc
+from bench.harness.create import create_all
 from bench.harness.timing import percentile
 from bench.harness.waits import wait_until
 from controllers.localcluster.nodes import create_nodes
@@ -58,7 +58,7 @@ from controllers.runtime.logs import setup_logging
 from controllers.runtime.resources import WORKLOAD, Kube, WriteCounter
 from controllers.state.workloads import has_quota, owner_job_key
 from controllers.webhooks import policies
-from quota.api.names import SCHEDULER_NAME
+from quota.api.names import QUEUE_LABEL, SCHEDULER_NAME
 
 
 class PathCounter(WriteCounter):
@@ -105,73 +105,26 @@ def _kind_of(parts: list[str]) -> str:
 
 
 def manifests(n: int, namespaces: list[str], flavor: str, pool: str) -> list[dict[str, Any]]:
-    docs: list[dict[str, Any]] = [
-        {
-            "apiVersion": "muster.dev/v1alpha1",
-            "kind": "ResourceFlavor",
-            "metadata": {"name": flavor},
-            "spec": {"nodeLabels": {"muster-bench/pool": pool}},
-        },
-        {
-            "apiVersion": "muster.dev/v1alpha1",
-            "kind": "ClusterQueue",
-            "metadata": {"name": f"{flavor}-org"},
-            "spec": {"flavors": [{"name": flavor, "quota": {"cpu": str(n // 10 + 10)}}]},
-        },
+    docs = [
+        objects.flavor(flavor, {"muster-bench/pool": pool}),
+        objects.cluster_queue(f"{flavor}-org", flavor, {"cpu": str(n // 10 + 10)}),
     ]
+    quota = {"cpu": str(n // 10 // len(namespaces) + 2)}
     for ns in namespaces:
-        docs.append(namespace_doc(ns))
-        docs.append(
-            {
-                "apiVersion": "muster.dev/v1alpha1",
-                "kind": "ClusterQueue",
-                "metadata": {"name": f"{flavor}-{ns}"},
-                "spec": {
-                    "parent": f"{flavor}-org",
-                    "flavors": [
-                        {"name": flavor, "quota": {"cpu": str(n // 10 // len(namespaces) + 2)}}
-                    ],
-                },
-            }
-        )
-        docs.append(
-            {
-                "apiVersion": "muster.dev/v1alpha1",
-                "kind": "LocalQueue",
-                "metadata": {"name": "q", "namespace": ns},
-                "spec": {"clusterQueue": f"{flavor}-{ns}"},
-            }
-        )
+        docs += [
+            objects.namespace(ns),
+            objects.cluster_queue(f"{flavor}-{ns}", flavor, quota, parent=f"{flavor}-org"),
+            objects.local_queue(ns, f"{flavor}-{ns}"),
+        ]
     return docs
 
 
-def jobs(n: int, namespaces: list[str]) -> list[dict[str, Any]]:
-    return [
-        {
-            "apiVersion": "batch/v1",
-            "kind": "Job",
-            "metadata": {
-                "name": f"bench-{i:05d}",
-                "namespace": namespaces[i % len(namespaces)],
-                "labels": {"muster.dev/queue-name": "q"},
-            },
-            "spec": {
-                "template": {
-                    "spec": {
-                        "restartPolicy": "Never",
-                        "containers": [
-                            {
-                                "name": "main",
-                                "image": "busybox",
-                                "resources": {"requests": {"cpu": "100m"}},
-                            }
-                        ],
-                    }
-                }
-            },
-        }
-        for i in range(n)
-    ]
+def jobs(n: int, namespaces: list[str], labelled: bool = True) -> list[dict[str, Any]]:
+    """Labelled for Muster's queue `q`; or unlabelled and suspended (no hook of Muster's
+    sees them)."""
+    if labelled:
+        return objects.one_pod_jobs(n, namespaces, prefix="bench", labels={QUEUE_LABEL: "q"})
+    return objects.one_pod_jobs(n, namespaces, prefix="bench", suspend=True)
 
 
 def create_baseline(
@@ -184,11 +137,7 @@ def create_baseline(
     what the apiserver's own metrics say each create cost (`admission_costs`)."""
     ns = f"bench-{tag}-{'labelled' if labelled else 'baseline'}"
     cluster.kubectl("create", "namespace", ns)
-    docs = jobs(n, [ns])
-    for doc in docs:
-        if not labelled:
-            del doc["metadata"]["labels"]
-            doc["spec"]["suspend"] = True
+    docs = jobs(n, [ns], labelled)
     before = admission_seconds(cluster)
     started = time.monotonic()
     create_all(cluster.kc, cluster.kubeconfig, docs)

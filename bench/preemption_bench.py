@@ -125,7 +125,7 @@ def bench(args: argparse.Namespace) -> None:
     )
     one = snapshot(nodes, admitted, pods, high[:1])
     times, result = timed(lambda: admission_cycle(one), args.repeat)
-    victims = [v.workload for p in result.preempt for v in p.victims]  # type: ignore[attr-defined]
+    victims = [v.workload for p in result.preempt for v in p.victims]
     print(line("admission cycle, 1 preemptor (everything)", times) + f"  victims {len(victims)}")
     times, _ = timed(lambda: NodeView(nodes, pods), args.repeat)
     print(line("  of which: node view of 10,000 pods", times))
@@ -156,7 +156,7 @@ def bench(args: argparse.Namespace) -> None:
     print(line("  of which: victim search on a built view (KEP-5710)", times))
     many = snapshot(nodes, admitted, pods, high)
     times, result = timed(lambda: admission_cycle(many), max(1, args.repeat // 2))
-    chosen = [v.workload for p in result.preempt for v in p.victims]  # type: ignore[attr-defined]
+    chosen = [v.workload for p in result.preempt for v in p.victims]
     per = [t / len(high) for t in times]
     print(
         line(f"admission cycle, {len(high)} preemptors at once", times)

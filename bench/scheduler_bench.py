@@ -57,7 +57,7 @@ import threading
 import time
 import uuid
 from collections import Counter, defaultdict
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -74,11 +74,11 @@ from kubernetes.client.exceptions import ApiException
 import controllers.admission.loop as admission_loop
 import controllers.localcluster.cluster as cluster_module
 import controllers.scheduler.loop as scheduler_loop
-from bench.harness import meter, metrics
+from bench.harness import meter, metrics, objects
 from bench.harness.cluster import Cluster, running_cluster
 from bench.harness.controller import start_manager as start_controller
 from bench.harness.controller import stop_manager
-from bench.harness.create import create_all, namespace_doc
+from bench.harness.create import create_all
 from bench.harness.tables import render
 from bench.harness.timing import percentile
 from bench.harness.waits import wait_for, wait_or_warn
@@ -155,28 +155,18 @@ def native_docs(gangs: int, namespace: str, tag: str, pool: str) -> list[Obj]:
     return docs
 
 
-def queue_docs(pool: str, namespace: str, quota: Mapping[str, str]) -> list[Obj]:
+def queue_docs(
+    pool: str,
+    namespace: str,
+    quota: Mapping[str, str],
+    preemption: Mapping[str, str] | None = None,
+) -> list[Obj]:
     """A flavor on the pool's nodes, a ClusterQueue with `quota` on it, a LocalQueue `q`."""
     return [
-        namespace_doc(namespace),
-        {
-            "apiVersion": "muster.dev/v1alpha1",
-            "kind": "ResourceFlavor",
-            "metadata": {"name": pool},
-            "spec": {"nodeLabels": {POOL_LABEL: pool}},
-        },
-        {
-            "apiVersion": "muster.dev/v1alpha1",
-            "kind": "ClusterQueue",
-            "metadata": {"name": pool},
-            "spec": {"flavors": [{"name": pool, "quota": dict(quota)}]},
-        },
-        {
-            "apiVersion": "muster.dev/v1alpha1",
-            "kind": "LocalQueue",
-            "metadata": {"name": "q", "namespace": namespace},
-            "spec": {"clusterQueue": pool},
-        },
+        objects.namespace(namespace),
+        objects.flavor(pool, {POOL_LABEL: pool}),
+        objects.cluster_queue(pool, pool, quota, preemption=preemption),
+        objects.local_queue(namespace, pool),
     ]
 
 
@@ -244,12 +234,14 @@ def quiet_nodes(local: LocalCluster, heartbeat: float, lease: int) -> None:
         "kube-controller-manager": ("--node-monitor-grace-period", f"{2 * lease}s"),
     }
 
-    def patched(name: str, argv: list[str], health_url: str | None) -> None:
+    def patched(
+        name: str, argv: list[str], health_url: str | None, env: dict[str, str] | None = None
+    ) -> None:
         if name in flags:
             flag, value = flags[name]
             argv = list(argv)
             argv[argv.index(flag) + 1] = value
-        start(name, argv, health_url)
+        start(name, argv, health_url, env)
 
     local._start = patched  # type: ignore[method-assign]
 
@@ -985,9 +977,9 @@ def run_preemption(env: Env, native: bool, pool: str) -> dict[str, Any]:
     else:
         if env.manager is None:
             env.manager = start_manager(env)
-        queue = queue_docs(pool, namespace, {"cpu": str(10 * nodes * NODE_CPU), "memory": "10Ti"})
         # Preemption within the queue by priority; quota ten times the nodes never binds.
-        queue[2]["spec"]["preemption"] = {"withinQueue": "LowerPriority"}
+        quota = {"cpu": str(10 * nodes * NODE_CPU), "memory": "10Ti"}
+        queue = queue_docs(pool, namespace, quota, {"withinQueue": "LowerPriority"})
         env.cluster.apply(queue)
         time.sleep(2.0)  # the queues reach the caches
     tracker = Tracker(env.reader, tag, namespace, workloads=False)
@@ -1109,23 +1101,34 @@ def preemption_table(report: Mapping[str, Any]) -> str:
         "low pending after",
         "low recreated",
     )
-    rows: list[tuple[Any, ...]] = []
-    for r in report["scenarios"]:
-        if "error" in r:
-            rows.append((r["scenario"], "failed", r["error"][:60], *[""] * (len(header) - 3)))
-            continue
-        rows.append(
-            (
-                r["scenario"],
-                str(r["victim_gangs"]),
-                ", ".join(r["victim_gangs_partly_evicted"]) or "none",
-                str(r["victim_pods_evicted"]),
-                str(r["preemptor_pods_bound"]),
-                str(r["preemptor_all_bound_seconds"]),
-                str(r["low_pods_pending_after"]),
-                str(r["low_pods_recreated_after"]),
-            )
+
+    def row(r: Mapping[str, Any]) -> tuple[str, ...]:
+        return (
+            r["scenario"],
+            str(r["victim_gangs"]),
+            ", ".join(r["victim_gangs_partly_evicted"]) or "none",
+            str(r["victim_pods_evicted"]),
+            str(r["preemptor_pods_bound"]),
+            str(r["preemptor_all_bound_seconds"]),
+            str(r["low_pods_pending_after"]),
+            str(r["low_pods_recreated_after"]),
         )
+
+    return scenario_table(header, report, row)
+
+
+def scenario_table(
+    header: Sequence[str],
+    report: Mapping[str, Any],
+    row: Callable[[Mapping[str, Any]], Sequence[str]],
+) -> str:
+    """A row per scenario (a failed one says so, and why)."""
+    rows = [
+        (r["scenario"], "failed", r["error"][:60], *[""] * (len(header) - 3))
+        if "error" in r
+        else row(r)
+        for r in report["scenarios"]
+    ]
     return render(header, rows)
 
 
@@ -1205,11 +1208,8 @@ def table(report: Mapping[str, Any]) -> str:
         "steady bound/s",
         "per group (ms)",
     )
-    rows: list[tuple[Any, ...]] = []
-    for r in report["scenarios"]:
-        if "error" in r:
-            rows.append((r["scenario"], "failed", r["error"][:60], *[""] * (len(header) - 3)))
-            continue
+
+    def row(r: Mapping[str, Any]) -> tuple[str, ...]:
         if r["scenario"] == "native":
             attempts = r["scheduler_metrics"]
             per_group = "n/a"
@@ -1226,21 +1226,20 @@ def table(report: Mapping[str, Any]) -> str:
         else:
             per_group = f"decide median {r['decide_median_ms']}, p99 {r['decide_p99_ms']}"
             who = "Muster"
-        rows.append(
-            (
-                r["scenario"],
-                who,
-                f"{r['groups']} x {r['pods'] // max(1, r['groups'])}",
-                str(r["create_seconds"]),
-                str(r.get("all_admitted_seconds", "-")),
-                str(r["all_bound_seconds"]),
-                str(r["all_running_seconds"]),
-                str(r["pods_bound_per_second"]),
-                str(r["steady_pods_bound_per_second"]),
-                per_group,
-            )
+        return (
+            r["scenario"],
+            who,
+            f"{r['groups']} x {r['pods'] // max(1, r['groups'])}",
+            str(r["create_seconds"]),
+            str(r.get("all_admitted_seconds", "-")),
+            str(r["all_bound_seconds"]),
+            str(r["all_running_seconds"]),
+            str(r["pods_bound_per_second"]),
+            str(r["steady_pods_bound_per_second"]),
+            per_group,
         )
-    return render(header, rows)
+
+    return scenario_table(header, report, row)
 
 
 def cpu_table(report: Mapping[str, Any]) -> str:

@@ -7,6 +7,7 @@ scenarios and its report.
 - `process`: a child process with its log, stopped politely.
 - `meter`: CPU seconds and resident memory read from /proc (a process tree, this process's
   threads, the kubectl children), and a `CpuMeter` around a scenario.
+- `objects`: the objects benchmarks create (namespaces, queues, one-pod Jobs).
 - `create`: objects created as a user would (`kubectl create` in parallel) or applied.
 - `waits`: polling until something holds.
 - `audit`: the apiserver's audit log of writes, and client identities it tells apart.

@@ -70,7 +70,3 @@ def apply(
     flags = ("--server-side", "--force-conflicts") if server_side else ()
     body = yaml.safe_dump_all(list(docs))
     kubectl(kc, kubeconfig, "apply", *flags, "-f", "-", input=body, timeout=timeout)
-
-
-def namespace_doc(name: str) -> dict[str, Any]:
-    return {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}

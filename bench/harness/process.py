@@ -1,5 +1,6 @@
-"""A child process a benchmark starts (a controller under test): its log, its state, and
-stopping it politely (SIGTERM, then SIGKILL)."""
+"""A child process a benchmark starts (a controller under test): its log, its state, what it
+costs (CPU seconds and peak RSS of it and its descendants), and stopping it politely
+(SIGTERM, then SIGKILL)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,8 @@ import signal
 import subprocess
 from collections.abc import Mapping
 from pathlib import Path
+
+from bench.harness import meter
 
 
 class Process:
@@ -36,6 +39,18 @@ class Process:
         if not self.alive():
             tail = "\n".join(self.log.read_text(errors="replace").splitlines()[-30:])
             raise RuntimeError(f"{self.name} exited ({self.popen.returncode}):\n{tail}")
+
+    def cpu_seconds(self) -> float:
+        """CPU seconds of it and its descendants (a controller's webhook server is one)."""
+        return meter.tree_cpu_seconds(self.pid)
+
+    def reset_peak_rss(self) -> None:
+        """From now on, `peak_rss` is the peak of what comes after (one scenario's own)."""
+        meter.reset_peak_rss(self.pid)
+
+    def peak_rss(self) -> int:
+        """Bytes: the sum of its and its descendants' peaks."""
+        return meter.tree_peak_rss(self.pid)
 
     def signal(self, sig: signal.Signals) -> None:
         if self.alive():
