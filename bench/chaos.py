@@ -163,16 +163,8 @@ class Replica:
             lease=self.lease,
             database_url=self.db,
             spool_dir=self.spool,
-            flags=(
-                "--identity",
-                self.identity,
-                "--lease-duration",
-                "6",
-                "--renew-deadline",
-                "4",
-                "--retry-period",
-                "1",
-            ),
+            lease_seconds=(6, 4, 1),
+            flags=("--identity", self.identity),
         )
         self.process = Process(self.identity, argv, log_path)
 

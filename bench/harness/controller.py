@@ -60,9 +60,18 @@ def controller_argv(
     spool_dir: Path,
     webhook_port: int | None = None,
     metrics_port: int = 0,
+    lease_seconds: tuple[int, int, int] | None = None,
     flags: Sequence[str] = (),
 ) -> list[str]:
-    """`muster controller` against `kubeconfig`, recording history to `database_url`."""
+    """`muster controller` against `kubeconfig`, recording history to `database_url`;
+    `lease_seconds` (lease duration, renew deadline, retry period) instead of the defaults
+    when a standby must take over quickly."""
+    failover: list[str] = []
+    if lease_seconds is not None:
+        for flag, seconds in zip(
+            ("--lease-duration", "--renew-deadline", "--retry-period"), lease_seconds, strict=True
+        ):
+            failover += [flag, str(seconds)]
     return [
         MUSTER,
         "controller",
@@ -78,5 +87,6 @@ def controller_argv(
         database_url,
         "--history-spool-dir",
         str(spool_dir),
+        *failover,
         *flags,
     ]
