@@ -1110,8 +1110,8 @@ def trace_scenario(bench: Bench, system: System) -> dict[str, Any]:
     queues = sorted({i.queue for i in items})
     namespaces = [f"{tag}-{q}" for q in queues]
     bench.apply([objects.namespace(ns) for ns in namespaces])
-    objects = system.trace_objects(tag, queues)
-    bench.apply(objects)
+    queues_docs = system.trace_objects(tag, queues)
+    bench.apply(queues_docs)
     time.sleep(2.0)
     runner = TraceRunner(bench, system, tag, items)
     process = system.process
@@ -1136,7 +1136,7 @@ def trace_scenario(bench: Bench, system: System) -> dict[str, Any]:
         return summary
     finally:
         bench.delete_namespaces(namespaces)
-        bench.delete_cluster_objects(objects)
+        bench.delete_cluster_objects(queues_docs)
 
 
 # --------------------------------------------------------------------------- the run
