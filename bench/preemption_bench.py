@@ -128,7 +128,7 @@ def bench(args: argparse.Namespace) -> None:
     victims = [v.workload for p in result.preempt for v in p.victims]
     print(line("admission cycle, 1 preemptor (everything)", times) + f"  victims {len(victims)}")
     times, _ = timed(lambda: NodeView(nodes, pods), args.repeat)
-    print(line("  of which: node view of 10,000 pods", times))
+    print(line(f"  of which: node view of {len(pods):,} pods", times))
     view = NodeView(nodes, pods)
     pods_of: dict[str, list[str]] = {}
     for pod in pods:
