@@ -56,15 +56,17 @@ from typing import Any
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import yaml
 from kubernetes.client.exceptions import ApiException
 from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
 
+from bench.harness import objects
+from bench.harness.cluster import Cluster, running_cluster
+from bench.harness.controller import controller_argv
+from bench.harness.process import Process
+from bench.harness.waits import wait_until
 from controllers.history import transitions
-from controllers.localcluster.binaries import ensure_binaries
-from controllers.localcluster.cluster import LocalCluster, free_port, pid_alive
-from controllers.localcluster.kubectl import kubectl
+from controllers.localcluster.cluster import pid_alive
 from controllers.localcluster.nodes import create_nodes
 from controllers.runtime.client import api_client
 from controllers.runtime.informer import resource_version
@@ -87,7 +89,6 @@ from quota.api.names import (
 from quota.api.quantity import parse_quantity
 
 REPO = Path(__file__).resolve().parents[1]
-MUSTER = str(REPO / ".venv" / "bin" / "muster")
 PG_URL = os.environ.get(
     "MUSTER_TEST_POSTGRES_URL", "postgresql+psycopg://muster:muster@127.0.0.1:5432/muster_test"
 )
@@ -149,7 +150,7 @@ class Replica:
         self.spool = workdir / f"spool-{slot}"
         self.incarnation = 0
         self.identity = ""
-        self.process: subprocess.Popen[bytes] | None = None
+        self.process: Process | None = None
         self.logs: list[Path] = []
 
     def start(self) -> None:
@@ -157,56 +158,34 @@ class Replica:
         self.identity = f"{self.slot}-{self.incarnation}"
         log_path = self.workdir / f"{self.identity}.log"
         self.logs.append(log_path)
-        argv = [
-            MUSTER,
-            "controller",
-            "--kubeconfig",
+        argv = controller_argv(
             self.kubeconfig,
-            "--webhook-port",
-            str(free_port()),
-            "--lease-name",
-            self.lease,
-            "--identity",
-            self.identity,
-            "--lease-duration",
-            "6",
-            "--renew-deadline",
-            "4",
-            "--retry-period",
-            "1",
-            "--database-url",
-            self.db,
-            "--history-spool-dir",
-            str(self.spool),
-            "--metrics-port",
-            "0",
-        ]
-        with open(log_path, "ab") as out:
-            self.process = subprocess.Popen(argv, stdout=out, stderr=out, stdin=subprocess.DEVNULL)
+            lease=self.lease,
+            database_url=self.db,
+            spool_dir=self.spool,
+            lease_seconds=(6, 4, 1),
+            flags=("--identity", self.identity),
+        )
+        self.process = Process(self.identity, argv, log_path)
 
     def alive(self) -> bool:
-        return self.process is not None and self.process.poll() is None
+        return self.process is not None and self.process.alive()
 
     def pause(self) -> None:
-        if self.process is not None and self.alive():
-            self.process.send_signal(signal.SIGSTOP)
+        if self.process is not None:
+            self.process.signal(signal.SIGSTOP)
 
     def resume(self) -> None:
-        if self.process is not None and self.alive():
-            self.process.send_signal(signal.SIGCONT)
+        if self.process is not None:
+            self.process.signal(signal.SIGCONT)
 
     def kill(self) -> None:
-        if self.process is not None and self.alive():
-            self.process.send_signal(signal.SIGKILL)
-            self.process.wait(10)
+        if self.process is not None:
+            self.process.kill()
 
     def stop(self) -> None:
-        if self.process is not None and self.alive():
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(30)
-            except subprocess.TimeoutExpired:
-                self.kill()
+        if self.process is not None:
+            self.process.stop()
 
     def log_records(self) -> list[dict[str, Any]]:
         out: list[dict[str, Any]] = []
@@ -221,17 +200,16 @@ class Replica:
         return out
 
 
-def restart_apiserver(local: LocalCluster) -> None:
+def restart_apiserver(cluster: Cluster) -> None:
     """Stop the kube-apiserver and start it again with the same flags (etcd keeps the data)."""
-    assert local.state is not None
+    local = cluster.local
+    assert local is not None and local.state is not None
     component = next(c for c in local.state.components if c.name == "kube-apiserver")
     argv = Path(f"/proc/{component.pid}/cmdline").read_bytes().split(b"\0")[:-1]
     cwd = os.readlink(f"/proc/{component.pid}/cwd")
     with contextlib.suppress(ProcessLookupError):
         os.killpg(component.pid, signal.SIGTERM)
-    deadline = time.monotonic() + 30
-    while pid_alive(component.pid) and time.monotonic() < deadline:
-        time.sleep(0.1)
+    wait_until(lambda: not pid_alive(component.pid), 30, every=0.1)
     with open(component.log, "ab") as out:
         proc = subprocess.Popen(
             [a.decode() for a in argv],
@@ -243,15 +221,16 @@ def restart_apiserver(local: LocalCluster) -> None:
         )
     component.pid = proc.pid
     local.state.save()
-    kc = ensure_binaries(build=False)["kubectl"]
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
+
+    def ready() -> bool:
         with contextlib.suppress(subprocess.TimeoutExpired):
-            ready = kubectl(kc, local.kubeconfig, "get", "--raw", "/readyz", check=False, timeout=5)
-            if ready.returncode == 0:
-                return
-        time.sleep(0.5)
-    raise RuntimeError("kube-apiserver did not come back within 60 s")
+            return (
+                cluster.kubectl("get", "--raw", "/readyz", check=False, timeout=5).returncode == 0
+            )
+        return False
+
+    if not wait_until(ready, 60):
+        raise RuntimeError("kube-apiserver did not come back within 60 s")
 
 
 def pg(action: str) -> None:
@@ -340,19 +319,19 @@ class Checker:
                 continue
             has_admitted.add(job)
             admission = (wl.get("status") or {}).get("admission") or {}
-            cq = admission.get("clusterQueue", "")
+            queue = admission.get("clusterQueue", "")
             for psa in admission.get("podSetAssignments") or []:
                 admitted_by_job[job] += int(psa.get("count") or 0)
                 flavors = psa.get("flavors") or {}
                 for res, qty in (psa.get("resourceUsage") or {}).items():
-                    usage[cq][(flavors.get(res, ""), res)] += parse_quantity(qty, res)
+                    usage[queue][(flavors.get(res, ""), res)] += parse_quantity(qty, res)
         # (a) queue limits and flavor capacity, at this instant
         per_flavor: Counter[str] = Counter()
-        for cq, used in usage.items():
+        for queue, used in usage.items():
             for (flavor, res), amount in used.items():
-                cap = limits.get(cq, {}).get((flavor, res))
+                cap = limits.get(queue, {}).get((flavor, res))
                 if cap is not None and amount > cap:
-                    self._violate("a", f"{cq} uses {amount} {res} in {flavor}, limit {cap}")
+                    self._violate("a", f"{queue} uses {amount} {res} in {flavor}, limit {cap}")
                 if res == "cpu":
                     per_flavor[flavor] += amount
         for flavor, amount in per_flavor.items():
@@ -532,27 +511,19 @@ class Stream:
 # ---------------------------------------------------------------------------- the run
 
 
-def setup(kc: str, kubeconfig: str, namespace: str, settings: Settings) -> dict[str, int]:
+def setup(cluster: Cluster, namespace: str, settings: Settings) -> dict[str, int]:
     pool = f"chaos-{uuid.uuid4().hex[:6]}"
     create_nodes(
-        kc,
-        kubeconfig,
+        cluster.kc,
+        cluster.kubeconfig,
         settings.nodes,
         prefix=pool,
         cpu=str(settings.node_cpu),
         memory="64Gi",
         labels={POOL_LABEL: pool},
     )
-    half = settings.nodes * settings.node_cpu // 2
-    docs: list[Obj] = [
-        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}},
-        {
-            "apiVersion": "muster.dev/v1alpha1",
-            "kind": "ResourceFlavor",
-            "metadata": {"name": pool},
-            "spec": {"nodeLabels": {POOL_LABEL: pool}},
-        },
-    ]
+    half = {"cpu": str(settings.nodes * settings.node_cpu // 2)}
+    docs: list[Obj] = [objects.namespace(namespace), objects.flavor(pool, {POOL_LABEL: pool})]
     for value, pc in ((100, "chaos-low"), (1000, "chaos-high")):
         docs.append(
             {
@@ -565,28 +536,13 @@ def setup(kc: str, kubeconfig: str, namespace: str, settings: Settings) -> dict[
         )
     for suffix in ("a", "b"):
         cq = f"{namespace}-{suffix}"
-        docs.append(
-            {
-                "apiVersion": "muster.dev/v1alpha1",
-                "kind": "ClusterQueue",
-                "metadata": {"name": cq},
-                "spec": {
-                    "flavors": [
-                        {"name": pool, "quota": {"cpu": str(half)}, "limit": {"cpu": str(half)}}
-                    ],
-                    "preemption": {"withinQueue": "LowerPriority"},
-                },
-            }
-        )
-        docs.append(
-            {
-                "apiVersion": "muster.dev/v1alpha1",
-                "kind": "LocalQueue",
-                "metadata": {"name": f"lq-{suffix}", "namespace": namespace},
-                "spec": {"clusterQueue": cq},
-            }
-        )
-    kubectl(kc, kubeconfig, "apply", "-f", "-", input=yaml.safe_dump_all(docs))
+        docs += [
+            objects.cluster_queue(
+                cq, pool, half, limit=half, preemption={"withinQueue": "LowerPriority"}
+            ),
+            objects.local_queue(namespace, cq, name=f"lq-{suffix}"),
+        ]
+    cluster.apply(docs)
     return {pool: settings.nodes * settings.node_cpu * 1000}
 
 
@@ -618,15 +574,13 @@ def leader_of(kube: Kube, lease: str) -> str:
     return str(((obj or {}).get("spec") or {}).get("holderIdentity") or "")
 
 
-def run(settings: Settings, local: LocalCluster, workdir: Path) -> Report:
+def run(settings: Settings, cluster: Cluster, workdir: Path) -> Report:
     # The stream and the failures draw from generators of their own (they run on two threads).
     rng = random.Random(settings.seed + 1)
-    binaries = ensure_binaries(build=False)
-    kc, kubeconfig = binaries["kubectl"], str(local.kubeconfig)
-    kubectl(kc, kubeconfig, "apply", "--server-side", "-f", str(REPO / "crds"))
-    kubectl(kc, kubeconfig, "wait", "--for", "condition=Established", "crd", "--all")
+    kubeconfig = cluster.kubeconfig
+    cluster.install_crds()
     namespace = f"chaos-{settings.seed}-{uuid.uuid4().hex[:4]}"
-    capacity = setup(kc, kubeconfig, namespace, settings)
+    capacity = setup(cluster, namespace, settings)
     schema, db = fresh_schema()
     kube = Kube(api_client(kubeconfig, pool_size=8), request_timeout=10)
     lease = f"chaos-{uuid.uuid4().hex[:6]}"
@@ -637,14 +591,17 @@ def run(settings: Settings, local: LocalCluster, workdir: Path) -> Report:
     stop = threading.Event()
 
     def wait_leader(exclude: str = "", timeout: float = 60) -> str:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
+        """The replica that leads now (not `exclude`); "" if none does within `timeout`."""
+        holder = ""
+
+        def led() -> bool:
+            nonlocal holder
             with contextlib.suppress(Exception):
                 holder = leader_of(kube, lease)
-                if holder and holder != exclude and any(r.identity == holder for r in replicas):
-                    return holder
-            time.sleep(0.2)
-        return ""
+                return holder != exclude and any(r.identity == holder for r in replicas)
+            return False
+
+        return holder if wait_until(led, timeout, every=0.2) else ""
 
     stream_stop = threading.Event()
 
@@ -723,7 +680,7 @@ def run(settings: Settings, local: LocalCluster, workdir: Path) -> Report:
                 pg_down_until, pg_done = None, True
             if not api_done and now >= api_at:
                 print(f"chaos: t={now - start:.0f}s kube-apiserver restarting", flush=True)
-                restart_apiserver(local)
+                restart_apiserver(cluster)
                 report.apiserver_restarted = api_done = True
             time.sleep(0.2)
         stream_stop.set()
@@ -735,16 +692,17 @@ def run(settings: Settings, local: LocalCluster, workdir: Path) -> Report:
 
         # Let the last Jobs settle, then check the store once every replica has drained.
         print("chaos: stream stopped; draining", flush=True)
-        deadline = time.monotonic() + settings.drain_timeout
         missing: set[tuple[str, str, int]] = set(checker.expected)
         keys: list[tuple[str, str, int]] = []
-        while time.monotonic() < deadline:
-            time.sleep(3.0)
+
+        def drained() -> bool:
+            nonlocal keys, missing
             with contextlib.suppress(Exception):
                 keys = stored(schema)
                 missing = set(checker.expected) - set(keys)
-                if not missing:
-                    break
+            return not missing
+
+        wait_until(drained, settings.drain_timeout, every=3.0)
     finally:
         # Whatever happened, leave no controller running and PostgreSQL up.
         stream_stop.set()
@@ -785,7 +743,7 @@ def run(settings: Settings, local: LocalCluster, workdir: Path) -> Report:
         1 for r in replicas for rec in r.log_records() if "does not lead now" in json.dumps(rec)
     )
     with contextlib.suppress(Exception):
-        kubectl(kc, kubeconfig, "delete", "namespace", namespace, "--wait=false")
+        cluster.kubectl("delete", "namespace", namespace, "--wait=false")
     return report
 
 
@@ -833,15 +791,10 @@ def main(argv: list[str] | None = None) -> int:
         drain_timeout=args.drain_timeout,
     )
     workdir = Path(tempfile.mkdtemp(prefix="muster-chaos-"))
-    own = args.cluster_dir is None
-    local = LocalCluster(args.cluster_dir or workdir / "cluster", ensure_binaries(build=own))
-    if own:
-        local.up()
-    try:
-        report = run(settings, local, workdir)
-    finally:
-        if own:
-            local.down()
+    with running_cluster(
+        directory=args.cluster_dir, fresh_in=workdir / "cluster", build=args.cluster_dir is None
+    ) as cluster:
+        report = run(settings, cluster, workdir)
     print(render(report), flush=True)
     print(f"controller logs and spools: {workdir}")
     if args.json is not None:

@@ -33,25 +33,23 @@ import argparse
 import json
 import statistics
 import sys
-import tempfile
 import threading
 import time
 import uuid
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import yaml
-from prometheus_client.parser import text_string_to_metric_families
-from prometheus_client.samples import Sample
 
-from controllers.localcluster.binaries import ensure_binaries
-from controllers.localcluster.cluster import LocalCluster, free_port
-from controllers.localcluster.kubectl import kubectl
+from bench.harness import metrics, objects
+from bench.harness.cluster import Cluster, running_cluster
+from bench.harness.controller import start_manager, stop_manager
+from bench.harness.create import create_all
+from bench.harness.timing import percentile
+from bench.harness.waits import wait_until
 from controllers.localcluster.nodes import create_nodes
 from controllers.manager.manager import Manager
 from controllers.manager.options import Options
@@ -60,9 +58,7 @@ from controllers.runtime.logs import setup_logging
 from controllers.runtime.resources import WORKLOAD, Kube, WriteCounter
 from controllers.state.workloads import has_quota, owner_job_key
 from controllers.webhooks import policies
-from quota.api.names import SCHEDULER_NAME
-
-REPO = Path(__file__).resolve().parents[1]
+from quota.api.names import QUEUE_LABEL, SCHEDULER_NAME
 
 
 class PathCounter(WriteCounter):
@@ -109,94 +105,30 @@ def _kind_of(parts: list[str]) -> str:
 
 
 def manifests(n: int, namespaces: list[str], flavor: str, pool: str) -> list[dict[str, Any]]:
-    docs: list[dict[str, Any]] = [
-        {
-            "apiVersion": "muster.dev/v1alpha1",
-            "kind": "ResourceFlavor",
-            "metadata": {"name": flavor},
-            "spec": {"nodeLabels": {"muster-bench/pool": pool}},
-        },
-        {
-            "apiVersion": "muster.dev/v1alpha1",
-            "kind": "ClusterQueue",
-            "metadata": {"name": f"{flavor}-org"},
-            "spec": {"flavors": [{"name": flavor, "quota": {"cpu": str(n // 10 + 10)}}]},
-        },
+    docs = [
+        objects.flavor(flavor, {"muster-bench/pool": pool}),
+        objects.cluster_queue(f"{flavor}-org", flavor, {"cpu": str(n // 10 + 10)}),
     ]
+    quota = {"cpu": str(n // 10 // len(namespaces) + 2)}
     for ns in namespaces:
-        docs.append({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
-        docs.append(
-            {
-                "apiVersion": "muster.dev/v1alpha1",
-                "kind": "ClusterQueue",
-                "metadata": {"name": f"{flavor}-{ns}"},
-                "spec": {
-                    "parent": f"{flavor}-org",
-                    "flavors": [
-                        {"name": flavor, "quota": {"cpu": str(n // 10 // len(namespaces) + 2)}}
-                    ],
-                },
-            }
-        )
-        docs.append(
-            {
-                "apiVersion": "muster.dev/v1alpha1",
-                "kind": "LocalQueue",
-                "metadata": {"name": "q", "namespace": ns},
-                "spec": {"clusterQueue": f"{flavor}-{ns}"},
-            }
-        )
+        docs += [
+            objects.namespace(ns),
+            objects.cluster_queue(f"{flavor}-{ns}", flavor, quota, parent=f"{flavor}-org"),
+            objects.local_queue(ns, f"{flavor}-{ns}"),
+        ]
     return docs
 
 
-def jobs(n: int, namespaces: list[str]) -> list[dict[str, Any]]:
-    return [
-        {
-            "apiVersion": "batch/v1",
-            "kind": "Job",
-            "metadata": {
-                "name": f"bench-{i:05d}",
-                "namespace": namespaces[i % len(namespaces)],
-                "labels": {"muster.dev/queue-name": "q"},
-            },
-            "spec": {
-                "template": {
-                    "spec": {
-                        "restartPolicy": "Never",
-                        "containers": [
-                            {
-                                "name": "main",
-                                "image": "busybox",
-                                "resources": {"requests": {"cpu": "100m"}},
-                            }
-                        ],
-                    }
-                }
-            },
-        }
-        for i in range(n)
-    ]
-
-
-def create_all(kc: str, kubeconfig: str, docs: list[dict[str, Any]]) -> None:
-    """kubectl create, as a user would; 4 processes of 250 objects each."""
-    chunk = max(1, (len(docs) + 3) // 4)
-    creators = []
-    for i in range(0, len(docs), chunk):
-        part = yaml.safe_dump_all(docs[i : i + chunk])
-        t = threading.Thread(
-            target=kubectl,
-            args=(kc, kubeconfig, "create", "-f", "-"),
-            kwargs={"input": part, "timeout": 900},
-        )
-        t.start()
-        creators.append(t)
-    for t in creators:
-        t.join()
+def jobs(n: int, namespaces: list[str], labelled: bool = True) -> list[dict[str, Any]]:
+    """Labelled for Muster's queue `q`; or unlabelled and suspended (no hook of Muster's
+    sees them)."""
+    if labelled:
+        return objects.one_pod_jobs(n, namespaces, prefix="bench", labels={QUEUE_LABEL: "q"})
+    return objects.one_pod_jobs(n, namespaces, prefix="bench", suspend=True)
 
 
 def create_baseline(
-    kc: str, kubeconfig: str, n: int, tag: str, labelled: bool = False
+    cluster: Cluster, n: int, tag: str, labelled: bool = False
 ) -> tuple[float, dict[str, float]]:
     """Seconds to create the same number of Jobs with no controller running: unlabelled and
     suspended (no admission hook of Muster's sees them), what the apiserver alone costs on
@@ -204,22 +136,18 @@ def create_baseline(
     where those are registered) and nothing else: the cost the hook itself adds. With it,
     what the apiserver's own metrics say each create cost (`admission_costs`)."""
     ns = f"bench-{tag}-{'labelled' if labelled else 'baseline'}"
-    kubectl(kc, kubeconfig, "create", "namespace", ns)
-    docs = jobs(n, [ns])
-    for doc in docs:
-        if not labelled:
-            del doc["metadata"]["labels"]
-            doc["spec"]["suspend"] = True
-    before = admission_seconds(kc, kubeconfig)
+    cluster.kubectl("create", "namespace", ns)
+    docs = jobs(n, [ns], labelled)
+    before = admission_seconds(cluster)
     started = time.monotonic()
-    create_all(kc, kubeconfig, docs)
+    create_all(cluster.kc, cluster.kubeconfig, docs)
     elapsed = round(time.monotonic() - started, 2)
-    costs = admission_costs(before, admission_seconds(kc, kubeconfig))
+    costs = admission_costs(before, admission_seconds(cluster))
     if labelled:
-        created = json.loads(kubectl(kc, kubeconfig, "get", "jobs", "-n", ns, "-o", "json").stdout)
+        created = json.loads(cluster.kubectl("get", "jobs", "-n", ns, "-o", "json").stdout)
         assert all(j["spec"].get("suspend") for j in created["items"]), "not suspended"
     # Gone before the controller starts (labelled ones would be queued by it).
-    kubectl(kc, kubeconfig, "delete", "namespace", ns, f"--wait={str(labelled).lower()}")
+    cluster.kubectl("delete", "namespace", ns, f"--wait={str(labelled).lower()}")
     return elapsed, costs
 
 
@@ -232,7 +160,7 @@ _PLUGINS = (
 )
 
 
-def creation_baseline(kc: str, kubeconfig: str, n: int, rounds: int) -> dict[str, Any]:
+def creation_baseline(cluster: Cluster, n: int, rounds: int) -> dict[str, Any]:
     """Unlabelled and labelled creation alternated `rounds` times (this machine's noise
     between two runs of the same thing is as large as the difference looked for), then the
     median of each and what the labelled creates cost in the apiserver's admission."""
@@ -242,7 +170,7 @@ def creation_baseline(kc: str, kubeconfig: str, n: int, rounds: int) -> dict[str
     for i in range(rounds):
         tag = f"{uuid.uuid4().hex[:4]}{i}"
         for kind, times in (("unlabelled", unlabelled), ("labelled", labelled)):
-            seconds, cost = create_baseline(kc, kubeconfig, n, tag, labelled=kind == "labelled")
+            seconds, cost = create_baseline(cluster, n, tag, labelled=kind == "labelled")
             times.append(seconds)
             costs[kind].append(cost)
     plain, hooked = statistics.median(unlabelled), statistics.median(labelled)
@@ -271,42 +199,39 @@ def creation_baseline(kc: str, kubeconfig: str, n: int, rounds: int) -> dict[str
     }
 
 
-def admission_seconds(kc: str, kubeconfig: str) -> dict[tuple[str, str], float]:
-    """From the apiserver's /metrics: seconds and counts of its admission plugins on CREATE
-    (`apiserver_admission_controller_admission_duration_seconds`), and of Job create
-    requests (`apiserver_request_duration_seconds`), as {(what, "sum"|"count"): value}."""
-    out: dict[tuple[str, str], float] = {}
-    for sample in apiserver_samples(kc, kubeconfig):
-        base, _, part = sample.name.rpartition("_")
-        if part not in ("sum", "count"):
-            continue
-        labels = sample.labels
-        if base == "apiserver_admission_controller_admission_duration_seconds":
-            if labels.get("operation") != "CREATE" or labels.get("name") not in _PLUGINS:
-                continue
-            what = labels["name"]
-        elif base == "apiserver_request_duration_seconds":
-            if labels.get("verb") != "POST" or labels.get("resource") != "jobs":
-                continue
+ADMISSION_METRIC = "apiserver_admission_controller_admission_duration_seconds"
+REQUEST_METRIC = "apiserver_request_duration_seconds"
+WEBHOOK_METRIC = "apiserver_admission_webhook_admission_duration_seconds"
+
+
+def admission_seconds(cluster: Cluster) -> metrics.Scrape:
+    """From the apiserver's /metrics: its admission plugins' durations
+    (`apiserver_admission_controller_admission_duration_seconds`) and its requests'
+    (`apiserver_request_duration_seconds`)."""
+    return metrics.apiserver(
+        cluster.kc, cluster.kubeconfig, metrics.starting(ADMISSION_METRIC, REQUEST_METRIC)
+    )
+
+
+def admission_costs(before: metrics.Scrape, after: metrics.Scrape) -> dict[str, float]:
+    """Mean milliseconds per call between two `admission_seconds` readings: of each admission
+    plugin on CREATE, and of the whole Job create request. The plugins run for every create
+    (objects their policies do not match cost a few microseconds)."""
+    spent: dict[str, metrics.Histogram] = {}
+    for labels, h in metrics.histograms(before, after, ADMISSION_METRIC).items():
+        plugin = dict(labels)
+        if plugin.get("operation") == "CREATE" and plugin.get("name") in _PLUGINS:
+            spent[plugin["name"]] = spent.get(plugin["name"], metrics.Histogram()).add(h)
+    for labels, h in metrics.histograms(before, after, REQUEST_METRIC).items():
+        request = dict(labels)
+        if request.get("verb") == "POST" and request.get("resource") == "jobs":
             what = "job create request"
-        else:
-            continue
-        out[(what, part)] = out.get((what, part), 0.0) + sample.value
-    return out
-
-
-def admission_costs(
-    before: dict[tuple[str, str], float], after: dict[tuple[str, str], float]
-) -> dict[str, float]:
-    """Mean milliseconds per call between two `admission_seconds` readings. The plugins run
-    for every create (objects their policies do not match cost a few microseconds)."""
-    costs: dict[str, float] = {}
-    for what in sorted({w for w, _ in after}):
-        calls = after.get((what, "count"), 0.0) - before.get((what, "count"), 0.0)
-        if calls:
-            spent = after.get((what, "sum"), 0.0) - before.get((what, "sum"), 0.0)
-            costs[f"{what} ms"] = round(1000 * spent / calls, 3)
-    return costs
+            spent[what] = spent.get(what, metrics.Histogram()).add(h)
+    return {
+        f"{what} ms": round(mean, 3)
+        for what, h in sorted(spent.items())
+        if (mean := h.mean_ms()) is not None
+    }
 
 
 def wait_admitted(
@@ -355,14 +280,13 @@ def wait_admitted(
         "median_admission_seconds": round(statistics.median(admitted.values()), 2)
         if admitted
         else None,
-        "creation_to_admission_p50_seconds": round(lags[len(lags) // 2], 2) if lags else None,
+        "creation_to_admission_p50_seconds": round(percentile(lags, 50), 2) if lags else None,
         "creation_to_admission_max_seconds": round(lags[-1], 2) if lags else None,
-        "workload_made_p50_max_seconds": [round(making[len(making) // 2], 2), round(making[-1], 2)]
+        "workload_made_p50_max_seconds": [round(percentile(making, p), 2) for p in (50, 100)]
         if making
         else None,
         "admitted_after_workload_p50_max_seconds": [
-            round(deciding[len(deciding) // 2], 2),
-            round(deciding[-1], 2),
+            round(percentile(deciding, p), 2) for p in (50, 100)
         ]
         if deciding
         else None,
@@ -372,61 +296,36 @@ def wait_admitted(
     }
 
 
-def apiserver_samples(kc: str, kubeconfig: str) -> Iterator[Sample]:
-    """Every sample of the apiserver's /metrics."""
-    text = kubectl(kc, kubeconfig, "get", "--raw", "/metrics").stdout
-    for family in text_string_to_metric_families(text):
-        yield from family.samples
-
-
-def apiserver_webhook_seconds(kc: str, kubeconfig: str) -> tuple[float, float, dict[float, float]]:
-    """The apiserver's own webhook call figures for Muster's Job webhooks: (sum of seconds,
-    count, cumulative count by bucket bound)."""
-    total = count = 0.0
-    buckets: dict[float, float] = {}
-    base = "apiserver_admission_webhook_admission_duration_seconds"
-    for sample in apiserver_samples(kc, kubeconfig):
-        if sample.labels.get("name") not in ("mjob.muster.dev", "vjob.muster.dev"):
-            continue
-        if sample.name == f"{base}_sum":
-            total += sample.value
-        elif sample.name == f"{base}_count":
-            count += sample.value
-        elif sample.name == f"{base}_bucket":
-            le = float(sample.labels["le"])  # "+Inf" parses as infinity
-            buckets[le] = buckets.get(le, 0.0) + sample.value
-    return total, count, buckets
-
-
 def webhook_figures(
-    before: tuple[float, float, dict[float, float]],
-    after: tuple[float, float, dict[float, float]],
-    served: list[float],
+    before: metrics.Scrape, after: metrics.Scrape, served: list[float]
 ) -> dict[str, Any]:
-    """Webhook latency over one scenario: as served (exact percentiles) and as the apiserver
-    saw it (mean; the histogram bucket holding the 99th percentile)."""
-    calls = after[1] - before[1]
-    figures: dict[str, Any] = {"webhook_calls_seen_by_apiserver": int(calls)}
-    if calls:
-        figures["webhook_apiserver_mean_ms"] = round(1000 * (after[0] - before[0]) / calls, 1)
-        for le in sorted(after[2]):
-            if after[2][le] - before[2].get(le, 0.0) >= 0.99 * calls:
-                figures["webhook_apiserver_p99_at_most_ms"] = 1000 * le
-                break
+    """Webhook latency over one scenario, for Muster's Job webhooks: as served (exact
+    percentiles) and as the apiserver saw it (mean; the histogram bucket holding the 99th
+    percentile)."""
+    seen = metrics.Histogram()
+    for labels, h in metrics.histograms(before, after, WEBHOOK_METRIC).items():
+        if dict(labels).get("name") in ("mjob.muster.dev", "vjob.muster.dev"):
+            seen = seen.add(h)
+    figures: dict[str, Any] = {"webhook_calls_seen_by_apiserver": int(seen.count)}
+    mean = seen.mean_ms()
+    if mean is not None:
+        figures["webhook_apiserver_mean_ms"] = round(mean, 1)
+        figures["webhook_apiserver_p99_at_most_ms"] = seen.bound_ms(0.99)
     if served:
         ordered = sorted(served)
-        figures["webhook_served_p50_ms"] = round(1000 * ordered[len(ordered) // 2], 2)
-        figures["webhook_served_p99_ms"] = round(
-            1000 * ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))], 2
-        )
+        figures["webhook_served_p50_ms"] = round(1000 * percentile(ordered, 50), 2)
+        figures["webhook_served_p99_ms"] = round(1000 * percentile(ordered, 99), 2)
     return figures
+
+
+def webhook_seconds(cluster: Cluster) -> metrics.Scrape:
+    return metrics.apiserver(cluster.kc, cluster.kubeconfig, metrics.starting(WEBHOOK_METRIC))
 
 
 def scenario(
     name: str,
     args: argparse.Namespace,
-    kc: str,
-    kubeconfig: str,
+    cluster: Cluster,
     manager: Manager,
     counter: PathCounter,
     reader: Kube,
@@ -437,8 +336,8 @@ def scenario(
     tag = uuid.uuid4().hex[:6]
     pool = f"bench-{tag}"
     create_nodes(
-        kc,
-        kubeconfig,
+        cluster.kc,
+        cluster.kubeconfig,
         max(2, args.jobs // 100 + 1),
         prefix=pool,
         cpu="32",
@@ -450,13 +349,13 @@ def scenario(
     queues = manifests(args.jobs, namespaces, pool, pool)
     if name == "backlog":
         queues[1]["spec"]["stopPolicy"] = "Hold"
-    kubectl(kc, kubeconfig, "apply", "-f", "-", input=yaml.safe_dump_all(queues))
+    cluster.apply(queues)
     time.sleep(1.5)  # the queues reach the caches
     docs = jobs(args.jobs, namespaces)
 
     server = manager.webhooks.server
     served_before = len(server.latencies()) if server is not None else 0
-    hooks_before = apiserver_webhook_seconds(kc, kubeconfig)
+    hooks_before = webhook_seconds(cluster)
     writes_before = counter.writes
     kinds_before = Counter(counter.by_kind)
     folded_before = manager.events.folded
@@ -469,17 +368,17 @@ def scenario(
     )
     if name == "stream":
         watcher.start()  # each Job is timed from when the controller first sees it
-    create_all(kc, kubeconfig, docs)
+    create_all(cluster.kc, cluster.kubeconfig, docs)
     created = time.monotonic() - started
     hooks = webhook_figures(
         hooks_before,
-        apiserver_webhook_seconds(kc, kubeconfig),
+        webhook_seconds(cluster),
         server.latencies()[served_before:] if server is not None else [],
     )
     if name == "backlog":
         # Every Job has its Workload, and every Workload says why it waits (the steady
         # state of a held queue): now lift the hold.
-        while True:
+        def all_waiting() -> bool:
             items, _ = reader.list(WORKLOAD)
             waiting = sum(
                 1
@@ -490,17 +389,15 @@ def scenario(
                     for c in (w.get("status") or {}).get("conditions", [])
                 )
             )
-            if waiting >= args.jobs and not manager.loop.pending_writer.pending():
-                break
-            time.sleep(1.0)
+            return waiting >= args.jobs and not manager.loop.pending_writer.pending()
+
+        wait_until(all_waiting, args.timeout, every=1.0)
         manager.events.flush()
         time.sleep(1.0)
         writes_before = counter.writes
         kinds_before = Counter(counter.by_kind)
         folded_before = manager.events.folded
-        kubectl(
-            kc,
-            kubeconfig,
+        cluster.kubectl(
             "patch",
             "clusterqueues.muster.dev",
             f"{pool}-org",
@@ -520,9 +417,7 @@ def scenario(
     # Event writer (best-effort, in the background) catch up, folded bursts included.
     time.sleep(args.settle)
     manager.events.flush()
-    drain_deadline = time.monotonic() + 300
-    while manager.events.backlog() and time.monotonic() < drain_deadline:
-        time.sleep(0.5)
+    wait_until(lambda: not manager.events.backlog(), 300)
     time.sleep(0.5)
     writes = counter.writes - writes_before
     kinds = Counter(counter.by_kind)
@@ -566,52 +461,32 @@ def scenario(
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
-    binaries = ensure_binaries(build=False)
-    cluster: LocalCluster | None = None
-    if args.kubeconfig:
-        kubeconfig = args.kubeconfig
-    else:
-        cluster = LocalCluster(Path(tempfile.mkdtemp(prefix="muster-bench-")), binaries)
-        cluster.up()
-        kubeconfig = str(cluster.kubeconfig)
-    kc = binaries["kubectl"]
-    try:
-        kubectl(kc, kubeconfig, "apply", "--server-side", "-f", str(REPO / "crds"))
-        kubectl(kc, kubeconfig, "wait", "--for", "condition=Established", "crd", "--all")
+    with running_cluster(args.kubeconfig) as cluster:
+        cluster.install_crds()
         setup_logging("warning")
-        client = api_client(kubeconfig)
+        client = api_client(cluster.kubeconfig)
         baseline: dict[str, Any] | None = None
         if args.baseline:
             # Muster's admission policies as the controller registers them, with no
             # controller: creating labelled Jobs then costs only what the hook adds.
             admin = Kube(client)
             if policies.served(admin):
-                kubectl(kc, kubeconfig, "create", "namespace", "muster-system")
+                cluster.kubectl("create", "namespace", "muster-system")
                 policies.register(admin, policies.policies(""))
                 assert policies.wait_active(admin, "muster-system", ""), "policies not active"
-            baseline = creation_baseline(kc, kubeconfig, args.jobs, args.baseline_rounds)
+            baseline = creation_baseline(cluster, args.jobs, args.baseline_rounds)
         counter = PathCounter(client)
-        options = Options(
-            webhook_port=free_port(),
-            leader_elect=True,
-            lease_name=f"bench-{uuid.uuid4().hex[:6]}",
+        manager = start_manager(
+            client,
             events=not args.no_events,
             workers=args.workers,
             status_max_interval=args.status_max_interval,
             scheduler_name=SCHEDULER_NAME if args.scheduler == "muster" else "",
         )
-        manager = Manager(client, options)
-        manager.start()
-        if manager.elector is not None:
-            manager.elector.wait_leader(threading.Event())
-        if manager.webhooks.server is not None:
-            manager.webhooks.server.wait_ready(120)
-        time.sleep(1.5)  # webhooks registered, caches warm
-        reader = Kube(api_client(kubeconfig, pool_size=4))
+        reader = Kube(api_client(cluster.kubeconfig, pool_size=4))
         names = ["stream", "backlog"] if args.scenario == "both" else [args.scenario]
-        results = [scenario(n, args, kc, kubeconfig, manager, counter, reader) for n in names]
-        manager.stop_event.set()
-        manager.shutdown()
+        results = [scenario(n, args, cluster, manager, counter, reader) for n in names]
+        stop_manager(manager)
         return {
             "events": not args.no_events,
             "scheduler": args.scheduler,
@@ -621,9 +496,6 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             "admission_cycles": manager.loop.cycles,
             "scenarios": results,
         }
-    finally:
-        if cluster is not None:
-            cluster.down()
 
 
 def main() -> None:

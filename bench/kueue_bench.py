@@ -43,14 +43,11 @@ import heapq
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
 import threading
 import time
-import urllib.error
-import urllib.request
 import uuid
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -62,16 +59,18 @@ if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import yaml
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 from kubernetes.client.exceptions import ApiException
 
-from controllers.localcluster import pki
-from controllers.localcluster.binaries import cache_root, ensure_binaries
-from controllers.localcluster.cluster import LocalCluster, free_port
-from controllers.localcluster.kubectl import kubectl
+from bench.harness import objects
+from bench.harness.audit import AuditedCluster, AuditLog, client_kubeconfig
+from bench.harness.cluster import Cluster, running_cluster
+from bench.harness.controller import controller_argv
+from bench.harness.create import create_all
+from bench.harness.process import Process
+from bench.harness.tables import render
+from bench.harness.waits import http_ok, wait_for
+from controllers.localcluster.binaries import cache_root
+from controllers.localcluster.cluster import free_port
 from controllers.localcluster.nodes import create_nodes
 from controllers.runtime.client import api_client
 from controllers.runtime.resources import JOB, WORKLOAD, Kind, Kube
@@ -80,7 +79,6 @@ from controllers.webhooks.certs import issue_serving, new_ca
 
 REPO = Path(__file__).resolve().parents[1]
 HERE = Path(__file__).resolve().parent / "kueue"
-MUSTER = str(REPO / ".venv" / "bin" / "muster")
 KUEUE_MODULE = "sigs.k8s.io/kueue"
 KUEUE_VERSION = "v0.19.2"
 # The checksum database answers 404 for this one dependency of Kueue; it alone is exempted.
@@ -89,6 +87,7 @@ KUEUE_NOSUMDB = "sigs.k8s.io/scheduler-library"
 # certificate management is off (cmd/kueue/main.go), even with metrics turned off.
 KUEUE_METRICS_CERTS = Path("/etc/kueue/metrics/certs")
 
+KUEUE_API = "kueue.x-k8s.io/v1beta2"
 KUEUE_WORKLOAD = Kind(
     "Workload", True, group="kueue.x-k8s.io", version="v1beta2", plural="workloads"
 )
@@ -104,46 +103,7 @@ POOL_LABEL = "kueue-bench/pool"
 TRACE_LABEL = "kueue-bench/trace"
 CLASS_LABEL = "kueue-bench/class"
 
-# --------------------------------------------------------------------------- pure helpers
-
-WRITE_VERBS = frozenset({"create", "update", "patch", "delete", "deletecollection"})
-
-
-def audit_writes(lines: Iterable[str], user: str) -> Counter[str]:
-    """Writes `user` made, by "verb resource[/subresource]", from audit log lines (JSON,
-    one event per line; only the ResponseComplete stage counts, so each request once)."""
-    counts: Counter[str] = Counter()
-    for line in lines:
-        try:
-            event = json.loads(line)
-        except ValueError:
-            continue
-        if event.get("stage") != "ResponseComplete" or event.get("verb") not in WRITE_VERBS:
-            continue
-        if (event.get("user") or {}).get("username") != user:
-            continue
-        ref = event.get("objectRef") or {}
-        resource = ref.get("resource") or "?"
-        if ref.get("subresource"):
-            resource += "/" + ref["subresource"]
-        counts[f"{event['verb']} {resource}"] += 1
-    return counts
-
-
-def cpu_seconds_of(stat: str, ticks_per_second: int) -> float:
-    """User + system CPU seconds from the text of /proc/PID/stat, with those of its children
-    that exited and were waited for (cutime, cstime)."""
-    # The command name (field 2) may hold spaces and parentheses; the rest follows the last ')'.
-    fields = stat.rsplit(")", 1)[1].split()
-    return sum(int(f) for f in fields[11:15]) / ticks_per_second
-
-
-def peak_rss_of(status: str) -> int:
-    """Peak resident set size in bytes (VmHWM) from the text of /proc/PID/status."""
-    for line in status.splitlines():
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1]) * 1024
-    raise ValueError("no VmHWM line in /proc/PID/status")
+# --------------------------------------------------------------------------- Kueue's baseline shape
 
 
 @dataclass(frozen=True)
@@ -258,190 +218,6 @@ def merge_patch(old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, Any
         elif value != before:
             patch[key] = value
     return patch
-
-
-def format_table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
-    """A Markdown table, as docs/benchmarks.md carries them."""
-
-    def cell(v: Any) -> str:
-        if v is None:
-            return "-"
-        if isinstance(v, float):
-            return f"{v:,.2f}" if abs(v) < 100 else f"{v:,.0f}"
-        return str(v)
-
-    lines = ["| " + " | ".join(header) + " |", "|" + " --- |" * len(header)]
-    lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in rows]
-    return "\n".join(lines)
-
-
-# --------------------------------------------------------------------------- the cluster
-
-
-class AuditedCluster(LocalCluster):
-    """The local cluster, its apiserver writing an audit log of every write."""
-
-    @property
-    def audit_log(self) -> Path:
-        return self.directory / "logs" / "audit.log"
-
-    def _start(self, name: str, argv: list[str], *rest: Any, **kwargs: Any) -> None:
-        if name == "kube-apiserver":
-            argv = [
-                *argv,
-                "--audit-policy-file",
-                str(HERE / "audit-policy.yaml"),
-                "--audit-log-path",
-                str(self.audit_log),
-                "--audit-log-maxsize",
-                "0",
-            ]
-        super()._start(name, argv, *rest, **kwargs)
-
-
-class AuditLog:
-    def __init__(self, path: Path) -> None:
-        self.path = path
-
-    def mark(self) -> int:
-        return self.path.stat().st_size if self.path.exists() else 0
-
-    def writes(self, since: int, user: str) -> Counter[str]:
-        # The apiserver writes each event in one write(); a line cut at the end of the file
-        # is the next event, and is read whole by the next call.
-        with open(self.path, "rb") as f:
-            f.seek(since)
-            data = f.read()
-        return audit_writes(data.decode(errors="replace").splitlines(), user)
-
-
-def client_kubeconfig(cluster: LocalCluster, user: str) -> Path:
-    """A kubeconfig for `user` (group system:masters), signed by the cluster's CA, so that
-    the audit log names this client's writes."""
-    pki_dir = cluster.directory / "pki"
-    ca_cert = x509.load_pem_x509_certificate((pki_dir / "ca.crt").read_bytes())
-    ca_key = serialization.load_pem_private_key((pki_dir / "ca.key").read_bytes(), None)
-    assert isinstance(ca_key, ec.EllipticCurvePrivateKey)
-    key = ec.generate_private_key(ec.SECP256R1())
-    now = dt.datetime.now(dt.UTC)
-    subject = x509.Name(
-        [
-            x509.NameAttribute(NameOID.ORGANIZATION_NAME, "system:masters"),
-            x509.NameAttribute(NameOID.COMMON_NAME, user),
-        ]
-    )
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(subject)
-        .issuer_name(ca_cert.subject)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - dt.timedelta(minutes=5))
-        .not_valid_after(now + dt.timedelta(days=2))
-        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)
-        .sign(ca_key, hashes.SHA256())
-    )
-    pair = pki.KeyPair(pki_dir / f"{user}.crt", pki_dir / f"{user}.key")
-    pair.cert.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    pair.key.write_bytes(
-        key.private_bytes(
-            serialization.Encoding.PEM,
-            serialization.PrivateFormat.TraditionalOpenSSL,
-            serialization.NoEncryption(),
-        )
-    )
-    server = yaml.safe_load(cluster.kubeconfig.read_text())["clusters"][0]["cluster"]["server"]
-    return pki.write_kubeconfig(
-        cluster.directory / f"{user}.kubeconfig", server, pki_dir / "ca.crt", pair, user
-    )
-
-
-# --------------------------------------------------------------------------- processes
-
-
-class Process:
-    """A controller process: its CPU seconds and peak RSS from /proc."""
-
-    TICKS = os.sysconf("SC_CLK_TCK")
-
-    def __init__(self, name: str, argv: list[str], log: Path, env: dict[str, str]) -> None:
-        self.name = name
-        self.log = log
-        with open(log, "ab") as out:
-            self.popen = subprocess.Popen(
-                argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env
-            )
-
-    def alive(self) -> bool:
-        return self.popen.poll() is None
-
-    def check(self) -> None:
-        if not self.alive():
-            tail = "\n".join(self.log.read_text(errors="replace").splitlines()[-30:])
-            raise RuntimeError(f"{self.name} exited ({self.popen.returncode}):\n{tail}")
-
-    def tree(self) -> list[int]:
-        """The process and its descendants (Muster's webhook server is a child process)."""
-        children: dict[int, list[int]] = {}
-        for stat in Path("/proc").glob("[0-9]*/stat"):
-            with contextlib.suppress(OSError, ValueError, IndexError):
-                ppid = int(stat.read_text().rsplit(")", 1)[1].split()[1])
-                children.setdefault(ppid, []).append(int(stat.parent.name))
-        found, todo = [], [self.popen.pid]
-        while todo:
-            pid = todo.pop()
-            found.append(pid)
-            todo.extend(children.get(pid, []))
-        return found
-
-    def cpu_seconds(self) -> float:
-        """CPU seconds of the process tree, children that exited (and were reaped) included."""
-        total = 0.0
-        for pid in self.tree():
-            with contextlib.suppress(OSError):
-                total += cpu_seconds_of(Path(f"/proc/{pid}/stat").read_text(), self.TICKS)
-        return total
-
-    def reset_peak_rss(self) -> None:
-        # "5" resets VmHWM to the current RSS (proc(5)), so each scenario has its own peak.
-        for pid in self.tree():
-            with contextlib.suppress(OSError):
-                Path(f"/proc/{pid}/clear_refs").write_text("5")
-
-    def peak_rss(self) -> int:
-        """The sum of each process's peak RSS in the tree (at least the tree's peak)."""
-        total = 0
-        for pid in self.tree():
-            with contextlib.suppress(OSError, ValueError):
-                total += peak_rss_of(Path(f"/proc/{pid}/status").read_text())
-        return total
-
-    def stop(self, timeout: float = 30) -> None:
-        if not self.alive():
-            return
-        self.popen.send_signal(signal.SIGTERM)
-        try:
-            self.popen.wait(timeout)
-        except subprocess.TimeoutExpired:
-            self.popen.kill()
-            self.popen.wait(10)
-
-
-def wait_for(what: str, check: Callable[[], bool], timeout: float, every: float = 0.5) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if check():
-            return
-        time.sleep(every)
-    raise TimeoutError(f"timed out after {timeout:.0f}s waiting for {what}")
-
-
-def http_ok(url: str) -> bool:
-    try:
-        with urllib.request.urlopen(url, timeout=3) as response:
-            return bool(response.status == 200)
-    except (urllib.error.URLError, OSError):
-        return False
 
 
 # --------------------------------------------------------------------------- Kueue build
@@ -563,49 +339,22 @@ def kueue_webhooks(manifests: Path, url: str, ca_pem: bytes) -> list[dict[str, A
 @dataclass
 class Bench:
     args: argparse.Namespace
-    cluster: AuditedCluster
-    kc: str  # kubectl
-    admin: str  # admin kubeconfig
+    cluster: Cluster  # a local one, its apiserver keeping an audit log
     audit: AuditLog
     kube: Kube
     workdir: Path
     results: dict[str, Any] = field(default_factory=dict)
 
+    @property
+    def local(self) -> AuditedCluster:
+        assert isinstance(self.cluster.local, AuditedCluster)
+        return self.cluster.local
+
     def kubectl(self, *argv: str, input: str | None = None, timeout: float = 600) -> str:
-        return kubectl(self.kc, self.admin, *argv, input=input, timeout=timeout).stdout
+        return self.cluster.kubectl(*argv, input=input, timeout=timeout).stdout
 
     def apply(self, docs: list[dict[str, Any]]) -> None:
-        self.kubectl(
-            "apply", "--server-side", "--force-conflicts", "-f", "-", input=yaml.safe_dump_all(docs)
-        )
-
-    def create_all(self, docs: list[dict[str, Any]]) -> None:
-        """kubectl create, as a user would; 4 processes."""
-        chunk = max(1, (len(docs) + 3) // 4)
-        threads = [
-            threading.Thread(
-                target=self.kubectl,
-                args=("create", "-f", "-"),
-                kwargs={"input": yaml.safe_dump_all(docs[i : i + chunk]), "timeout": 1800},
-            )
-            for i in range(0, len(docs), chunk)
-        ]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-
-    def wait_quiet(self, user: str, quiet: float, timeout: float = 300) -> None:
-        """Until `user` has written nothing but Lease renewals for `quiet` seconds."""
-        deadline = time.monotonic() + timeout
-        mark, since = self.audit.mark(), time.monotonic()
-        while time.monotonic() < deadline:
-            time.sleep(0.5)
-            writes = self.audit.writes(mark, user)
-            if any(not k.endswith(" leases") for k in writes):
-                mark, since = self.audit.mark(), time.monotonic()
-            elif time.monotonic() - since >= quiet:
-                return
+        self.cluster.apply(docs, server_side=True)
 
     def delete_cluster_objects(self, docs: list[dict[str, Any]]) -> None:
         """Delete the cluster-scoped queue objects among `docs` (children first)."""
@@ -630,6 +379,22 @@ class Bench:
             )
 
 
+def trace_workload(
+    api_version: str, tag: str, item: TraceItem, namespace: str, pod_set: dict[str, Any]
+) -> dict[str, Any]:
+    """One bare Workload of the trace, in its class, with `pod_set` as its only pod set."""
+    return {
+        "apiVersion": api_version,
+        "kind": "Workload",
+        "metadata": {
+            "name": item.name,
+            "namespace": namespace,
+            "labels": {TRACE_LABEL: tag, CLASS_LABEL: item.cls.name},
+        },
+        "spec": {"queueName": "q", "priority": item.cls.priority, "podSets": [pod_set]},
+    }
+
+
 class System(abc.ABC):
     """One admission manager under test."""
 
@@ -641,7 +406,7 @@ class System(abc.ABC):
 
     def __init__(self, bench: Bench) -> None:
         self.bench = bench
-        self.kubeconfig = client_kubeconfig(bench.cluster, self.user)
+        self.kubeconfig = client_kubeconfig(bench.local, self.user)
         self.process: Process | None = None
 
     @abc.abstractmethod
@@ -696,25 +461,16 @@ class Muster(System):
         home = self.bench.workdir / "muster"
         home.mkdir(exist_ok=True)
         port, metrics = free_port(), free_port()
-        argv = [
-            MUSTER,
-            "controller",
-            "--kubeconfig",
-            str(self.kubeconfig),
-            "--webhook-port",
-            str(port),
-            "--lease-name",
-            "muster-kueue-bench",
-            "--metrics-port",
-            str(metrics),
+        argv = controller_argv(
+            self.kubeconfig,
+            lease="muster-kueue-bench",
+            database_url=f"sqlite:///{home / 'history.db'}",
+            spool_dir=home / "spool",
+            webhook_port=port,
+            metrics_port=metrics,
             # kube-scheduler places the pods, as it does for Kueue's.
-            "--scheduler-name",
-            "",
-            "--database-url",
-            f"sqlite:///{home / 'history.db'}",
-            "--history-spool-dir",
-            str(home / "spool"),
-        ]
+            flags=("--scheduler-name", ""),
+        )
         self.process = Process("muster", argv, home / "controller.log", os.environ.copy())
         process = self.process
 
@@ -741,112 +497,43 @@ class Muster(System):
     def queue_objects(
         self, tag: str, namespaces: list[str], quota: int, parent_quota: int, pool: str
     ) -> list[dict[str, Any]]:
-        docs: list[dict[str, Any]] = [
-            {
-                "apiVersion": "muster.dev/v1alpha1",
-                "kind": "ResourceFlavor",
-                "metadata": {"name": tag},
-                "spec": {"nodeLabels": {POOL_LABEL: pool}},
-            },
-            {
-                "apiVersion": "muster.dev/v1alpha1",
-                "kind": "ClusterQueue",
-                "metadata": {"name": f"{tag}-org"},
-                "spec": {"flavors": [{"name": tag, "quota": {"cpu": str(parent_quota)}}]},
-            },
+        docs = [
+            objects.flavor(tag, {POOL_LABEL: pool}),
+            objects.cluster_queue(f"{tag}-org", tag, {"cpu": str(parent_quota)}),
         ]
         for ns in namespaces:
             docs += [
-                {
-                    "apiVersion": "muster.dev/v1alpha1",
-                    "kind": "ClusterQueue",
-                    "metadata": {"name": ns},
-                    "spec": {
-                        "parent": f"{tag}-org",
-                        "flavors": [{"name": tag, "quota": {"cpu": str(quota)}}],
-                    },
-                },
-                {
-                    "apiVersion": "muster.dev/v1alpha1",
-                    "kind": "LocalQueue",
-                    "metadata": {"name": "q", "namespace": ns},
-                    "spec": {"clusterQueue": ns},
-                },
+                objects.cluster_queue(ns, tag, {"cpu": str(quota)}, parent=f"{tag}-org"),
+                objects.local_queue(ns, ns),
             ]
         return docs
 
     def trace_objects(self, tag: str, queues: list[str]) -> list[dict[str, Any]]:
         """examples/kueue-baseline.yaml's mapping: a cohort is a parent queue holding the sum
         of its children's quota, limited to it (cohorts lend nothing to one another)."""
-        cohort_quota = BASELINE_NOMINAL * BASELINE_QUEUES
-        docs: list[dict[str, Any]] = [
-            {
-                "apiVersion": "muster.dev/v1alpha1",
-                "kind": "ResourceFlavor",
-                "metadata": {"name": tag},
-                "spec": {"nodeLabels": {POOL_LABEL: TRACE_POOL}},
-            }
-        ]
+        cohort_quota = {"cpu": str(BASELINE_NOMINAL * BASELINE_QUEUES)}
+        docs = [objects.flavor(tag, {POOL_LABEL: TRACE_POOL})]
         for cohort in sorted({q.rsplit("-", 1)[0] for q in queues}):
-            docs.append(
-                {
-                    "apiVersion": "muster.dev/v1alpha1",
-                    "kind": "ClusterQueue",
-                    "metadata": {"name": f"{tag}-{cohort.replace('cq-', 'cohort-')}"},
-                    "spec": {
-                        "flavors": [
-                            {
-                                "name": tag,
-                                "quota": {"cpu": str(cohort_quota)},
-                                "limit": {"cpu": str(cohort_quota)},
-                            }
-                        ]
-                    },
-                }
-            )
+            name = f"{tag}-{cohort.replace('cq-', 'cohort-')}"
+            docs.append(objects.cluster_queue(name, tag, cohort_quota, limit=cohort_quota))
         for q in queues:
             cohort = q.rsplit("-", 1)[0].replace("cq-", "cohort-")
             docs += [
-                {
-                    "apiVersion": "muster.dev/v1alpha1",
-                    "kind": "ClusterQueue",
-                    "metadata": {"name": f"{tag}-{q}"},
-                    "spec": {
-                        "parent": f"{tag}-{cohort}",
-                        "preemption": {"withinQueue": "LowerPriority", "reclaim": "Any"},
-                        "flavors": [
-                            {
-                                "name": tag,
-                                "quota": {"cpu": str(BASELINE_NOMINAL)},
-                                "limit": {"cpu": str(BASELINE_NOMINAL + BASELINE_BORROWING)},
-                            }
-                        ],
-                    },
-                },
-                {
-                    "apiVersion": "muster.dev/v1alpha1",
-                    "kind": "LocalQueue",
-                    "metadata": {"name": "q", "namespace": f"{tag}-{q}"},
-                    "spec": {"clusterQueue": f"{tag}-{q}"},
-                },
+                objects.cluster_queue(
+                    f"{tag}-{q}",
+                    tag,
+                    {"cpu": str(BASELINE_NOMINAL)},
+                    limit={"cpu": str(BASELINE_NOMINAL + BASELINE_BORROWING)},
+                    parent=f"{tag}-{cohort}",
+                    preemption={"withinQueue": "LowerPriority", "reclaim": "Any"},
+                ),
+                objects.local_queue(f"{tag}-{q}", f"{tag}-{q}"),
             ]
         return docs
 
     def trace_workload(self, tag: str, item: TraceItem, namespace: str) -> dict[str, Any]:
-        return {
-            "apiVersion": "muster.dev/v1alpha1",
-            "kind": "Workload",
-            "metadata": {
-                "name": item.name,
-                "namespace": namespace,
-                "labels": {TRACE_LABEL: tag, CLASS_LABEL: item.cls.name},
-            },
-            "spec": {
-                "queueName": "q",
-                "priority": item.cls.priority,
-                "podSets": [{"name": "main", "count": 1, "requests": {"cpu": str(item.cls.cpu)}}],
-            },
-        }
+        pod_set = {"name": "main", "count": 1, "requests": {"cpu": str(item.cls.cpu)}}
+        return trace_workload(objects.MUSTER_API, tag, item, namespace, pod_set)
 
     def finished_status(self, wl: dict[str, Any]) -> dict[str, Any] | None:
         new = copy.deepcopy(wl)
@@ -924,9 +611,7 @@ class Kueue(System):
             .replace("{webhook_port}", str(port))
             .replace("{cert_dir}", str(certs))
         )
-        self.bench.apply(
-            [{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "kueue-system"}}]
-        )
+        self.bench.apply([objects.namespace("kueue-system")])
         argv = [
             str(self.binary),
             f"--config={config}",
@@ -977,29 +662,10 @@ class Kueue(System):
         if preemption:
             spec["preemption"] = preemption
         return {
-            "apiVersion": "kueue.x-k8s.io/v1beta2",
+            "apiVersion": KUEUE_API,
             "kind": "ClusterQueue",
             "metadata": {"name": name},
             "spec": spec,
-        }
-
-    def _common(self, tag: str, pool: str) -> list[dict[str, Any]]:
-        return [
-            {
-                "apiVersion": "kueue.x-k8s.io/v1beta2",
-                "kind": "ResourceFlavor",
-                "metadata": {"name": tag},
-                "spec": {"nodeLabels": {POOL_LABEL: pool}},
-            }
-        ]
-
-    @staticmethod
-    def _lq(namespace: str, cq: str) -> dict[str, Any]:
-        return {
-            "apiVersion": "kueue.x-k8s.io/v1beta2",
-            "kind": "LocalQueue",
-            "metadata": {"name": "q", "namespace": namespace},
-            "spec": {"clusterQueue": cq},
         }
 
     def queue_objects(
@@ -1007,15 +673,18 @@ class Kueue(System):
     ) -> list[dict[str, Any]]:
         """The same tree: the parent becomes a Cohort (its ClusterQueues may lend each other
         their unused quota, as Muster's children of one parent do)."""
-        docs = self._common(tag, pool)
+        docs = [objects.flavor(tag, {POOL_LABEL: pool}, KUEUE_API)]
         for ns in namespaces:
-            docs += [self._cq(ns, f"{tag}-org", tag, quota, None), self._lq(ns, ns)]
+            docs += [
+                self._cq(ns, f"{tag}-org", tag, quota, None),
+                objects.local_queue(ns, ns, api=KUEUE_API),
+            ]
         return docs
 
     def trace_objects(self, tag: str, queues: list[str]) -> list[dict[str, Any]]:
         """Kueue's generator: ClusterQueues in cohorts, nominal 20 cpu, borrowing limit 100,
         reclaim within the cohort Any, preemption within the queue LowerPriority."""
-        docs = self._common(tag, TRACE_POOL)
+        docs = [objects.flavor(tag, {POOL_LABEL: TRACE_POOL}, KUEUE_API)]
         for q in queues:
             cohort = f"{tag}-{q.rsplit('-', 1)[0].replace('cq-', 'cohort-')}"
             preemption = {"reclaimWithinCohort": "Any", "withinClusterQueue": "LowerPriority"}
@@ -1023,43 +692,23 @@ class Kueue(System):
                 self._cq(
                     f"{tag}-{q}", cohort, tag, BASELINE_NOMINAL, BASELINE_BORROWING, preemption
                 ),
-                self._lq(f"{tag}-{q}", f"{tag}-{q}"),
+                objects.local_queue(f"{tag}-{q}", f"{tag}-{q}", api=KUEUE_API),
             ]
         return docs
 
     def trace_workload(self, tag: str, item: TraceItem, namespace: str) -> dict[str, Any]:
         """As Kueue's generator builds it (utiltestingapi.MakeWorkload().Request())."""
-        return {
-            "apiVersion": "kueue.x-k8s.io/v1beta2",
-            "kind": "Workload",
-            "metadata": {
-                "name": item.name,
-                "namespace": namespace,
-                "labels": {TRACE_LABEL: tag, CLASS_LABEL: item.cls.name},
-            },
-            "spec": {
-                "queueName": "q",
-                "priority": item.cls.priority,
-                "podSets": [
-                    {
-                        "name": "main",
-                        "count": 1,
-                        "template": {
-                            "spec": {
-                                "restartPolicy": "Never",
-                                "containers": [
-                                    {
-                                        "name": "c",
-                                        "image": "pause",
-                                        "resources": {"requests": {"cpu": str(item.cls.cpu)}},
-                                    }
-                                ],
-                            }
-                        },
-                    }
-                ],
-            },
+        container = {
+            "name": "c",
+            "image": "pause",
+            "resources": {"requests": {"cpu": str(item.cls.cpu)}},
         }
+        pod_set = {
+            "name": "main",
+            "count": 1,
+            "template": {"spec": {"restartPolicy": "Never", "containers": [container]}},
+        }
+        return trace_workload(KUEUE_API, tag, item, namespace, pod_set)
 
     def finished_status(self, wl: dict[str, Any]) -> dict[str, Any] | None:
         if _cond(wl, "Finished"):
@@ -1134,37 +783,6 @@ class Watcher:
 # --------------------------------------------------------------------------- Job scenarios
 
 
-def job_docs(
-    n: int, namespaces: list[str], label: str | None, suspend: bool = False
-) -> list[dict[str, Any]]:
-    docs = []
-    for i in range(n):
-        meta: dict[str, Any] = {
-            "name": f"job-{i:05d}",
-            "namespace": namespaces[i % len(namespaces)],
-        }
-        if label:
-            meta["labels"] = {label: "q"}
-        spec: dict[str, Any] = {
-            "template": {
-                "spec": {
-                    "restartPolicy": "Never",
-                    "containers": [
-                        {
-                            "name": "main",
-                            "image": "busybox",
-                            "resources": {"requests": {"cpu": "100m"}},
-                        }
-                    ],
-                }
-            }
-        }
-        if suspend:
-            spec["suspend"] = True
-        docs.append({"apiVersion": "batch/v1", "kind": "Job", "metadata": meta, "spec": spec})
-    return docs
-
-
 class JobProgress:
     """When each Workload of the scenario's namespaces was admitted and each Job ran."""
 
@@ -1203,9 +821,7 @@ def job_scenario(bench: Bench, system: System | None, scenario: str) -> dict[str
     tag = f"{scenario[:2]}{uuid.uuid4().hex[:5]}"
     namespaces = [f"{tag}-{i}" for i in range(bench.args.namespaces)]
     quota = n // 10 // len(namespaces) + 2
-    bench.apply(
-        [{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}} for ns in namespaces]
-    )
+    bench.apply([objects.namespace(ns) for ns in namespaces])
     docs_of_queues: list[dict[str, Any]] = []
     if system is not None:
         docs_of_queues = system.queue_objects(tag, namespaces, quota, n // 10 + 10, JOB_POOL)
@@ -1223,13 +839,19 @@ def job_scenario(bench: Bench, system: System | None, scenario: str) -> dict[str
     ]
     process = system.process if system is not None else None
     user = system.user if system is not None else "bench-raw"
-    docs = job_docs(n, namespaces, system.queue_label if system else None, suspend=system is None)
+    docs = objects.one_pod_jobs(
+        n,
+        namespaces,
+        prefix="job",
+        labels={system.queue_label: "q"} if system else None,
+        suspend=system is None,
+    )
     try:
         mark, cpu0 = bench.audit.mark(), process.cpu_seconds() if process else 0.0
         if process:
             process.reset_peak_rss()
         started = time.monotonic()
-        bench.create_all(docs)
+        create_all(bench.cluster.kc, bench.cluster.kubeconfig, docs)
         created = time.monotonic() - started
         raw: dict[str, Any] = {}
         if scenario == "backlog" and system is not None:
@@ -1239,7 +861,7 @@ def job_scenario(bench: Bench, system: System | None, scenario: str) -> dict[str
                 bench.args.timeout,
             )
             # The steady state of a hold: the controller has written why each one waits.
-            bench.wait_quiet(user, bench.args.settle)
+            bench.audit.wait_quiet(user, bench.args.settle)
             mark, cpu0 = bench.audit.mark(), process.cpu_seconds() if process else 0.0
             started = time.monotonic()
             for ns in namespaces:
@@ -1250,7 +872,7 @@ def job_scenario(bench: Bench, system: System | None, scenario: str) -> dict[str
                 lambda: len(progress.unsuspended) == 0 and _count_jobs(bench, namespaces) >= n,
                 120,
             )
-            raw_kubeconfig = client_kubeconfig(bench.cluster, "bench-raw")
+            raw_kubeconfig = client_kubeconfig(bench.local, "bench-raw")
             mark = bench.audit.mark()
             started = time.monotonic()
             raw = run_raw_loop(bench, raw_kubeconfig, namespaces)
@@ -1260,7 +882,7 @@ def job_scenario(bench: Bench, system: System | None, scenario: str) -> dict[str
             bench.args.timeout,
         )
         wait_for("every Job running", lambda: len(progress.running) >= n, bench.args.timeout)
-        bench.wait_quiet(user, bench.args.settle, 120)  # trailing status writes and Events
+        bench.audit.wait_quiet(user, bench.args.settle, 120)  # trailing status writes and Events
         writes = bench.audit.writes(mark, user)
         with progress.lock:
             admitted_times = list(
@@ -1337,7 +959,7 @@ class TraceRunner:
 
     def __init__(self, bench: Bench, system: System, tag: str, items: list[TraceItem]) -> None:
         self.bench, self.system, self.tag, self.items = bench, system, tag, items
-        self.kube = Kube(api_client(bench.admin, pool_size=32))
+        self.kube = Kube(api_client(bench.cluster.kubeconfig, pool_size=32))
         self.records: dict[str, WorkloadRecord] = {
             f"{tag}-{i.queue}/{i.name}": WorkloadRecord(i.queue, i.cls.name, i.cls.cpu)
             for i in items
@@ -1487,11 +1109,9 @@ def trace_scenario(bench: Bench, system: System) -> dict[str, Any]:
     tag = f"t{uuid.uuid4().hex[:5]}"
     queues = sorted({i.queue for i in items})
     namespaces = [f"{tag}-{q}" for q in queues]
-    bench.apply(
-        [{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}} for ns in namespaces]
-    )
-    objects = system.trace_objects(tag, queues)
-    bench.apply(objects)
+    bench.apply([objects.namespace(ns) for ns in namespaces])
+    queues_docs = system.trace_objects(tag, queues)
+    bench.apply(queues_docs)
     time.sleep(2.0)
     runner = TraceRunner(bench, system, tag, items)
     process = system.process
@@ -1516,7 +1136,7 @@ def trace_scenario(bench: Bench, system: System) -> dict[str, Any]:
         return summary
     finally:
         bench.delete_namespaces(namespaces)
-        bench.delete_cluster_objects(objects)
+        bench.delete_cluster_objects(queues_docs)
 
 
 # --------------------------------------------------------------------------- the run
@@ -1530,27 +1150,21 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     kueue_build: tuple[Path, Path] | None = None
     if "kueue" in parts:
         kueue_build = ensure_kueue(workdir / "kueue-build.log")
-    binaries = ensure_binaries(build=False)
-    cluster = AuditedCluster(workdir / "cluster", binaries)
-    cluster.up()
-    try:
-        admin = str(cluster.kubeconfig)
+    with running_cluster(
+        fresh_in=workdir / "cluster", kind=AuditedCluster, keep=args.keep
+    ) as cluster:
+        assert isinstance(cluster.local, AuditedCluster)
         bench = Bench(
             args,
             cluster,
-            binaries["kubectl"],
-            admin,
-            AuditLog(cluster.audit_log),
-            Kube(api_client(admin, pool_size=8)),
+            AuditLog(cluster.local.audit_log),
+            Kube(api_client(cluster.kubeconfig, pool_size=8)),
             workdir,
         )
-        bench.kubectl("apply", "--server-side", "-f", str(REPO / "crds"))
-        if kueue_build is not None:
-            bench.apply(kueue_crds(kueue_build[1]))
-        bench.kubectl("wait", "--for", "condition=Established", "crd", "--all", "--timeout=120s")
+        cluster.install_crds(*(kueue_crds(kueue_build[1]) if kueue_build is not None else ()))
         create_nodes(
-            bench.kc,
-            admin,
+            cluster.kc,
+            cluster.kubeconfig,
             max(2, args.jobs // 100 + 1),
             prefix="jobs",
             cpu="32",
@@ -1560,8 +1174,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         )
         if "trace" in scenarios:
             create_nodes(
-                bench.kc,
-                admin,
+                cluster.kc,
+                cluster.kubeconfig,
                 8,
                 prefix="trace",
                 cpu="128",
@@ -1599,11 +1213,6 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             "commit": commit,
             "results": results,
         }
-    finally:
-        if args.keep:
-            print(f"cluster left running in {cluster.directory}", file=sys.stderr)
-        else:
-            cluster.down()
 
 
 def _commit() -> str:
@@ -1665,7 +1274,7 @@ def tables(report: dict[str, Any]) -> str:
                 share,
             ]
         )
-    out = format_table(
+    out = render(
         [
             "system",
             "scenario",
@@ -1681,7 +1290,7 @@ def tables(report: dict[str, Any]) -> str:
         rows,
     )
     if trace_rows:
-        out += "\n\n" + format_table(
+        out += "\n\n" + render(
             [
                 "system",
                 "workloads",

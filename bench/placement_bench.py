@@ -19,11 +19,14 @@ import statistics
 import sys
 import time
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench.harness.timing import percentile, timed
+from controllers.runtime.gcpause import paused_collection
 from quota.placement import (
     STRATEGIES,
     BoundPod,
@@ -83,9 +86,8 @@ def _place_all(
 ) -> tuple[list[float], list[float], int]:
     """Place and assume each gang in turn: (place times, place+assume times, unplaced)."""
     gc.collect()
-    gc.disable()
     place_times, total_times, failed = [], [], 0
-    try:
+    with paused_collection():
         for request in gangs:
             start = time.perf_counter()
             result = place_gang(view, request, strategy)
@@ -97,16 +99,13 @@ def _place_all(
             end = time.perf_counter()
             place_times.append(placed - start)
             total_times.append(end - start)
-    finally:
-        gc.enable()
     return place_times, total_times, failed
 
 
 def _summary(label: str, times: list[float], out: Callable[[str], None]) -> None:
     ordered = sorted(times)
-    p99 = ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))]
     out(
-        f"{label}: median {_ms(statistics.median(ordered))}, p99 {_ms(p99)}, "
+        f"{label}: median {_ms(statistics.median(ordered))}, p99 {_ms(percentile(ordered, 99))}, "
         f"max {_ms(ordered[-1])}, total {_ms(sum(ordered))} over {len(ordered):,}"
     )
 
@@ -114,12 +113,10 @@ def _summary(label: str, times: list[float], out: Callable[[str], None]) -> None
 def bench(nodes_count: int, out: Callable[[str], None]) -> None:
     """Run every shape once and print the figures."""
     nodes, pods = cluster(nodes_count)
-    gc.collect()
-    start = time.perf_counter()
-    view = NodeView(nodes, pods)
+    [built], view = timed(lambda: NodeView(nodes, pods), 1)
     out(
         f"view of {len(nodes):,} nodes and {len(pods):,} bound pods built in "
-        f"{_ms(time.perf_counter() - start)} ({len(view.classes)} node classes)"
+        f"{_ms(built)} ({len(view.classes)} node classes)"
     )
 
     # (a) small 3-pod gangs; every other one pinned to a pool.
@@ -150,20 +147,17 @@ def bench(nodes_count: int, out: Callable[[str], None]) -> None:
     out(f"    unplaced: {failed}; next pod: {full.reason}")
     for strategy in STRATEGIES:
         fresh = NodeView(gpu_nodes)
-        start = time.perf_counter()
-        result = place_gang(fresh, gang(4_000, {GPU: 1, "cpu": 8_000, "memory": 64 * GI}), strategy)
-        elapsed = time.perf_counter() - start
+        request = gang(4_000, {GPU: 1, "cpu": 8_000, "memory": 64 * GI})
+        [elapsed], result = timed(partial(place_gang, fresh, request, strategy), 1)
         assert isinstance(result, Placement)
         out(f"(d) one gang of 4,000 one-GPU pods on 500 nodes, {strategy}: {_ms(elapsed)}")
 
     # A busier cluster to build: ten bound pods per node.
     busy = [BoundPod(f"team/{n.name}-{j}", n.name, SMALL) for n in nodes for j in range(10)]
-    gc.collect()
-    start = time.perf_counter()
-    NodeView(nodes, [*pods, *busy])
+    [built], _ = timed(lambda: NodeView(nodes, [*pods, *busy]), 1)
     out(
         f"view of {len(nodes):,} nodes and {len(pods) + len(busy):,} bound pods built in "
-        f"{_ms(time.perf_counter() - start)}"
+        f"{_ms(built)}"
     )
 
     # Avoiding one node by hostname: nodes are judged one by one (the slow path).
@@ -177,11 +171,7 @@ def bench(nodes_count: int, out: Callable[[str], None]) -> None:
     half = [BoundPod(f"other/half-{i}", n.name, {GPU: 4}) for i, n in enumerate(nodes)]
     frag = NodeView(nodes, [*pods, *half])
     request = gang(4, {GPU: 8})
-    times = []
-    for _ in range(50):
-        start = time.perf_counter()
-        result = place_gang(frag, request)
-        times.append(time.perf_counter() - start)
+    times, result = timed(lambda: place_gang(frag, request), 50)
     assert isinstance(result, Unplaceable)
     _summary(f"unplaceable 4 x 8-GPU gang on {nodes_count:,} fragmented nodes", times, out)
     out(f"    reason: {result.reason}")

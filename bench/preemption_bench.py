@@ -19,13 +19,13 @@ import gc
 import statistics
 import sys
 import time
-from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench.harness.timing import timed
 from quota.admission.cycle import admission_cycle
 from quota.model.nodes import BoundPod, Node, PodShape
 from quota.model.snapshot import (
@@ -110,17 +110,6 @@ def snapshot(
     )
 
 
-def timed(fn: Callable[[], object], repeat: int) -> tuple[list[float], object]:
-    times: list[float] = []
-    result: object = None
-    for _ in range(repeat):
-        gc.collect()
-        started = time.perf_counter()
-        result = fn()
-        times.append(time.perf_counter() - started)
-    return times, result
-
-
 def line(label: str, times: list[float]) -> str:
     median = statistics.median(times) * 1000
     return f"{label:<58} median {median:8.1f} ms  (min {min(times) * 1000:.1f}, n={len(times)})"
@@ -136,10 +125,10 @@ def bench(args: argparse.Namespace) -> None:
     )
     one = snapshot(nodes, admitted, pods, high[:1])
     times, result = timed(lambda: admission_cycle(one), args.repeat)
-    victims = [v.workload for p in result.preempt for v in p.victims]  # type: ignore[attr-defined]
+    victims = [v.workload for p in result.preempt for v in p.victims]
     print(line("admission cycle, 1 preemptor (everything)", times) + f"  victims {len(victims)}")
     times, _ = timed(lambda: NodeView(nodes, pods), args.repeat)
-    print(line("  of which: node view of 10,000 pods", times))
+    print(line(f"  of which: node view of {len(pods):,} pods", times))
     view = NodeView(nodes, pods)
     pods_of: dict[str, list[str]] = {}
     for pod in pods:
@@ -167,7 +156,7 @@ def bench(args: argparse.Namespace) -> None:
     print(line("  of which: victim search on a built view (KEP-5710)", times))
     many = snapshot(nodes, admitted, pods, high)
     times, result = timed(lambda: admission_cycle(many), max(1, args.repeat // 2))
-    chosen = [v.workload for p in result.preempt for v in p.victims]  # type: ignore[attr-defined]
+    chosen = [v.workload for p in result.preempt for v in p.victims]
     per = [t / len(high) for t in times]
     print(
         line(f"admission cycle, {len(high)} preemptors at once", times)

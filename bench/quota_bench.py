@@ -25,11 +25,12 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from controllers.runtime.gcpause import paused_collection
-
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench.harness.meter import rss_mib
+from bench.harness.timing import timed
+from controllers.runtime.gcpause import paused_collection
 from quota.admission.cycle import admission_cycle
 from quota.fairness.fairshare import distribute, fair_share, usage_and_demand
 from quota.model.decisions import CycleResult
@@ -111,16 +112,6 @@ def build_workloads(leaves: list[str], per_leaf: int, seed: int = 11) -> tuple[W
     return tuple(out)
 
 
-def _time(fn: Callable[[], object], repeat: int) -> list[float]:
-    gc.collect()
-    times = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return times
-
-
 def _cycle(label: str, snapshot: Snapshot, out: Callable[[str], None]) -> tuple[float, object]:
     gc.collect()
     start, cpu = time.perf_counter(), time.process_time()
@@ -154,13 +145,13 @@ def bench(scale: int, per_leaf: int, repeat: int, out: Callable[[str], None]) ->
     figures: dict[str, float] = {}
 
     _, demand = usage_and_demand(snapshot, tree)
-    times = _time(lambda: distribute(queues, tree, demand, tight), repeat)
+    times, _ = timed(lambda: distribute(queues, tree, demand, tight), repeat)
     figures["fair_share_ms"] = statistics.median(times) * 1e3
     out(
         f"fair share, {len(queues):,} queues ({len(leaves):,} leaves) x {len(RESOURCES)} "
         f"resources: median {figures['fair_share_ms']:.2f} ms over {repeat} runs"
     )
-    times = _time(lambda: fair_share(snapshot), max(1, repeat // 5))
+    times, _ = timed(lambda: fair_share(snapshot), max(1, repeat // 5))
     figures["fair_share_with_demand_ms"] = statistics.median(times) * 1e3
     out(
         f"fair share incl. demand of {len(pending):,} pending workloads: median "
@@ -203,17 +194,6 @@ def bench(scale: int, per_leaf: int, repeat: int, out: Callable[[str], None]) ->
     )
     figures["contended_decisions_per_s"], _ = _cycle("contended, preemption on", contended, out)
     return figures
-
-
-def _rss_mib() -> tuple[float, float]:
-    """(current, peak) resident set size of this process, MiB (Linux)."""
-    figures: dict[str, float] = {}
-    with open("/proc/self/status") as status:
-        for line in status:
-            name, _, value = line.partition(":")
-            if name in ("VmRSS", "VmHWM"):
-                figures[name] = int(value.split()[0]) / 1024
-    return figures["VmRSS"], figures["VmHWM"]
 
 
 def _job(
@@ -311,7 +291,7 @@ def memory(pending: int, out: Callable[[str], None], top: bool = False) -> dict[
         tracemalloc.start(1)
     figures: dict[str, float] = {}
     gc.collect()
-    figures["baseline_rss_mib"], _ = _rss_mib()
+    figures["baseline_rss_mib"], _ = rss_mib()
     out(f"memory: baseline (interpreter and imports) {figures['baseline_rss_mib']:.0f} MiB RSS")
     queues = build_queues(10, 10, 10)
     tree = queue_tree(queues)
@@ -404,7 +384,7 @@ def memory(pending: int, out: Callable[[str], None], top: bool = False) -> dict[
         )
         caches.workloads.write_through(wl)
     gc.collect()
-    figures["caches_rss_mib"], _ = _rss_mib()
+    figures["caches_rss_mib"], _ = rss_mib()
     out(
         f"memory: caches of {pending:,} pending Workloads and their Jobs (and the queues): "
         f"{figures['caches_rss_mib']:.0f} MiB RSS"
@@ -416,19 +396,15 @@ def memory(pending: int, out: Callable[[str], None], top: bool = False) -> dict[
     view = views.build()
     built = time.perf_counter() - started
     gc.collect()
-    figures["view_rss_mib"], _ = _rss_mib()
+    figures["view_rss_mib"], _ = rss_mib()
     out(
         f"memory: + the admission loop's view ({len(view.snapshot.pending):,} pending parsed "
         f"and converted, kept for the next cycle; built in {built:.1f} s): "
         f"{figures['view_rss_mib']:.0f} MiB RSS"
     )
     # The next cycle's view when nothing changed: what every cycle pays per Workload.
-    rebuilds = []
-    for _ in range(5):
-        started = time.perf_counter()
-        views.build()
-        rebuilds.append(time.perf_counter() - started)
-    figures["view_rebuild_seconds"] = sorted(rebuilds)[len(rebuilds) // 2]
+    rebuilds, _ = timed(views.build, 5)
+    figures["view_rebuild_seconds"] = statistics.median(rebuilds)
     out(
         f"memory: the view rebuilt with nothing changed (what each later cycle pays): "
         f"median {figures['view_rebuild_seconds'] * 1000:.0f} ms of 5"
@@ -436,7 +412,7 @@ def memory(pending: int, out: Callable[[str], None], top: bool = False) -> dict[
     with paused_collection():
         fair = compute_fair_share(view.snapshot)
         result = admission_cycle(view.snapshot, fair)
-    _, figures["peak_rss_mib"] = _rss_mib()
+    _, figures["peak_rss_mib"] = rss_mib()
     out(
         f"memory: peak during one cycle ({len(result.admit):,} admitted, "
         f"{len(result.pending):,} pending): {figures['peak_rss_mib']:.0f} MiB peak RSS, "

@@ -47,24 +47,19 @@ a `muster local-cluster` state directory.
 from __future__ import annotations
 
 import argparse
-import contextlib
-import itertools
 import json
 import logging
 import os
-import re
-import resource
-import ssl
 import statistics
 import sys
 import tempfile
 import threading
 import time
-import urllib.request
 import uuid
 from collections import Counter, defaultdict
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from types import FrameType
 from typing import Any, TypeVar, cast
@@ -79,12 +74,18 @@ from kubernetes.client.exceptions import ApiException
 import controllers.admission.loop as admission_loop
 import controllers.localcluster.cluster as cluster_module
 import controllers.scheduler.loop as scheduler_loop
-from controllers.localcluster.binaries import ensure_binaries
-from controllers.localcluster.cluster import STATE_FILE, LocalCluster, free_port
+from bench.harness import meter, metrics, objects
+from bench.harness.cluster import Cluster, running_cluster
+from bench.harness.controller import start_manager as start_controller
+from bench.harness.controller import stop_manager
+from bench.harness.create import create_all
+from bench.harness.tables import render
+from bench.harness.timing import percentile
+from bench.harness.waits import wait_for, wait_or_warn
+from controllers.localcluster.cluster import LocalCluster
 from controllers.localcluster.kubectl import kubectl
 from controllers.localcluster.nodes import node_manifest
 from controllers.manager.manager import Manager
-from controllers.manager.options import Options
 from controllers.runtime.client import api_client
 from controllers.runtime.informer import Informer
 from controllers.runtime.logs import setup_logging
@@ -92,7 +93,6 @@ from controllers.runtime.resources import NODE, POD, WORKLOAD, Kube, Obj, object
 from controllers.state import workloads as wls
 from quota.api.names import QUEUE_LABEL
 
-REPO = Path(__file__).resolve().parents[1]
 RUN_LABEL = "muster-bench/run"
 POOL_LABEL = "muster-bench/pool"
 GANG_LABEL = "muster-bench/gang"
@@ -105,7 +105,7 @@ PODGROUP_METRICS = (
 
 WEBHOOK_METRIC = "apiserver_admission_webhook_admission_duration_seconds"
 REQUEST_METRIC = "apiserver_request_duration_seconds"
-_WRITE_VERB = re.compile(r'verb="(POST|PUT|PATCH)"')
+WRITE_VERBS = ("POST", "PUT", "PATCH")
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -155,28 +155,18 @@ def native_docs(gangs: int, namespace: str, tag: str, pool: str) -> list[Obj]:
     return docs
 
 
-def queue_docs(pool: str, namespace: str, quota: Mapping[str, str]) -> list[Obj]:
+def queue_docs(
+    pool: str,
+    namespace: str,
+    quota: Mapping[str, str],
+    preemption: Mapping[str, str] | None = None,
+) -> list[Obj]:
     """A flavor on the pool's nodes, a ClusterQueue with `quota` on it, a LocalQueue `q`."""
     return [
-        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}},
-        {
-            "apiVersion": "muster.dev/v1alpha1",
-            "kind": "ResourceFlavor",
-            "metadata": {"name": pool},
-            "spec": {"nodeLabels": {POOL_LABEL: pool}},
-        },
-        {
-            "apiVersion": "muster.dev/v1alpha1",
-            "kind": "ClusterQueue",
-            "metadata": {"name": pool},
-            "spec": {"flavors": [{"name": pool, "quota": dict(quota)}]},
-        },
-        {
-            "apiVersion": "muster.dev/v1alpha1",
-            "kind": "LocalQueue",
-            "metadata": {"name": "q", "namespace": namespace},
-            "spec": {"clusterQueue": pool},
-        },
+        objects.namespace(namespace),
+        objects.flavor(pool, {POOL_LABEL: pool}),
+        objects.cluster_queue(pool, pool, quota, preemption=preemption),
+        objects.local_queue(namespace, pool),
     ]
 
 
@@ -205,40 +195,6 @@ def job_docs(count: int, pods: int, namespace: str, tag: str, gpu: int = 0) -> l
         }
         for i in range(count)
     ]
-
-
-def create_all(kc: str, kubeconfig: str, docs: list[Obj], processes: int = 4) -> None:
-    """`kubectl create`, as a user would: `processes` kubectl processes in parallel."""
-    chunk = max(1, -(-len(docs) // processes))
-    # Keep a gang's PodGroup and pods in one stream: cut only before a PodGroup or a Job.
-    cuts = [0]
-    for i in range(chunk, len(docs), chunk):
-        while i < len(docs) and docs[i]["kind"] == "Pod":
-            i += 1
-        if i < len(docs) and i > cuts[-1]:
-            cuts.append(i)
-    cuts.append(len(docs))
-    errors: list[BaseException] = []
-
-    def create(part: list[Obj]) -> None:
-        try:
-            kubectl(
-                kc, kubeconfig, "create", "-f", "-", input=yaml.safe_dump_all(part), timeout=3600
-            )
-        except Exception as error:  # raised again below, in the caller's thread
-            errors.append(error)
-
-    threads = [
-        threading.Thread(target=create, args=(docs[a:b],))
-        for a, b in itertools.pairwise(cuts)
-        if b > a
-    ]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    if errors:
-        raise errors[0]
 
 
 def stages_with_heartbeat(directory: Path, seconds: float) -> Path:
@@ -278,12 +234,14 @@ def quiet_nodes(local: LocalCluster, heartbeat: float, lease: int) -> None:
         "kube-controller-manager": ("--node-monitor-grace-period", f"{2 * lease}s"),
     }
 
-    def patched(name: str, argv: list[str], health_url: str | None) -> None:
+    def patched(
+        name: str, argv: list[str], health_url: str | None, env: dict[str, str] | None = None
+    ) -> None:
         if name in flags:
             flag, value = flags[name]
             argv = list(argv)
             argv[argv.index(flag) + 1] = value
-        start(name, argv, health_url)
+        start(name, argv, health_url, env)
 
     local._start = patched  # type: ignore[method-assign]
 
@@ -306,8 +264,8 @@ def make_nodes(
         for i in range(count)
     ]
     create_all(kc, kubeconfig, cast(list[Obj], docs))
-    deadline = time.monotonic() + 900
-    while time.monotonic() < deadline:
+
+    def all_ready() -> bool:
         items, _ = reader.list(NODE, label_selector=f"{POOL_LABEL}={pool}")
         ready = sum(
             1
@@ -317,10 +275,9 @@ def make_nodes(
                 for c in (n.get("status") or {}).get("conditions") or []
             )
         )
-        if ready >= count:
-            return
-        time.sleep(2.0)
-    raise TimeoutError(f"{count} nodes of pool {pool} not Ready within 900 s")
+        return ready >= count
+
+    wait_for(f"{count} nodes of pool {pool} Ready", all_ready, 900, every=2.0)
 
 
 # --------------------------------------------------------------------------- tracking
@@ -379,16 +336,6 @@ class Tracker:
         return len(self.pods)
 
 
-def wait_for(what: Callable[[], bool], timeout: float, label: str) -> bool:
-    deadline = time.monotonic() + timeout
-    while not what():
-        if time.monotonic() > deadline:
-            print(f"warning: timed out waiting for {label}", file=sys.stderr)
-            return False
-        time.sleep(0.2)
-    return True
-
-
 def last(times: Mapping[str, float], started: float) -> float | None:
     return round(max(times.values()) - started, 2) if times else None
 
@@ -404,128 +351,44 @@ def steady_rate(times: Iterable[float]) -> float | None:
 
 
 # --------------------------------------------------------------------------- metrics
-@dataclass
-class Cluster:
-    """What this benchmark can read of the cluster beyond the API: component pids, and the
-    metrics of kube-scheduler and kube-apiserver (only for a `muster local-cluster` state
-    directory, whose admin certificate reads them)."""
-
-    pids: dict[str, int] = field(default_factory=dict)
-    scheduler_url: str | None = None
-    apiserver_url: str | None = None
-    ssl_context: ssl.SSLContext | None = None
-
-    @classmethod
-    def of(cls, local: LocalCluster | None) -> Cluster:
-        if local is None or local.state is None:
-            return cls()
-        pki = local.directory / "pki"
-        context = ssl.create_default_context()
-        context.check_hostname = False  # kube-scheduler's self-signed loopback certificate
-        context.verify_mode = ssl.CERT_NONE
-        context.load_cert_chain(pki / "admin.crt", pki / "admin.key")
-        scheduler = next(
-            (
-                c.health_url.replace("/healthz", "/metrics")
-                for c in local.state.components
-                if c.name == "kube-scheduler" and c.health_url
-            ),
-            None,
-        )
-        return cls(
-            {c.name: c.pid for c in local.state.components},
-            scheduler,
-            f"https://127.0.0.1:{local.state.api_port}/metrics",
-            context,
-        )
-
-    def _scrape(self, url: str | None, keep: Callable[[str], bool]) -> dict[str, float]:
-        if url is None:
-            return {}
-        try:
-            with urllib.request.urlopen(url, timeout=30, context=self.ssl_context) as response:
-                text = response.read().decode()
-        except OSError as error:
-            print(f"warning: metrics from {url}: {error}", file=sys.stderr)
-            return {}
-        out: dict[str, float] = {}
-        for line in text.splitlines():
-            if keep(line):
-                key, _, value = line.rpartition(" ")
-                out[key] = float(value)
-        return out
-
-    def scheduler_metrics(self) -> dict[str, float]:
-        return self._scrape(self.scheduler_url, lambda line: line.startswith(PODGROUP_METRICS))
-
-    def apiserver_metrics(self) -> dict[str, float]:
-        """Webhook latency, and the latency of every write request."""
-        return self._scrape(
-            self.apiserver_url,
-            lambda line: (
-                line.startswith(WEBHOOK_METRIC)
-                or (line.startswith(REQUEST_METRIC) and _WRITE_VERB.search(line) is not None)
-            ),
-        )
-
-    def cpu(self) -> dict[str, float]:
-        """CPU seconds so far of every cluster process."""
-        out: dict[str, float] = {}
-        for name, pid in self.pids.items():
-            with contextlib.suppress(OSError):
-                out[name] = proc_cpu(f"/proc/{pid}/stat")
-        return out
+def scheduler_metrics(cluster: Cluster, *prefixes: str) -> metrics.Scrape:
+    """kube-scheduler's metrics whose names start with `prefixes` (only on a local cluster,
+    whose admin certificate reads them)."""
+    return metrics.fetch(
+        cluster.metrics_url("kube-scheduler"), cluster.ssl_context(), metrics.starting(*prefixes)
+    )
 
 
-def proc_cpu(path: str) -> float:
-    fields = Path(path).read_text().rsplit(")", 1)[1].split()
-    # After the command: state is field 3, utime 14 and stime 15 (1-based, whole line).
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+def apiserver_metrics(cluster: Cluster) -> metrics.Scrape:
+    """Webhook latency, and the latency of every request."""
+    return metrics.fetch(
+        cluster.metrics_url("kube-apiserver"),
+        cluster.ssl_context(),
+        metrics.starting(WEBHOOK_METRIC, REQUEST_METRIC),
+    )
 
 
-_LABELS = re.compile(r'(\w+)="([^"]*)"')
-
-
-def histogram(
-    before: Mapping[str, float], after: Mapping[str, float], name: str
-) -> list[dict[str, Any]]:
+def histogram(before: metrics.Scrape, after: metrics.Scrape, name: str) -> list[dict[str, Any]]:
     """Per label set (without `le`): count, mean and estimated p50/p99 of what a
     Prometheus histogram recorded between two scrapes."""
-    series: dict[str, dict[str, Any]] = {}
-    for key, value in after.items():
-        if not key.startswith(name):
-            continue
-        metric, _, labels = key.partition("{")
-        labels_map = dict(_LABELS.findall(labels))
-        le = labels_map.pop("le", None)
-        group = ",".join(f"{k}={v}" for k, v in sorted(labels_map.items()))
-        s = series.setdefault(group, {"buckets": {}})
-        delta = value - before.get(key, 0.0)
-        if metric.endswith("_bucket") and le is not None:
-            s["buckets"][float(le)] = delta
-        elif metric.endswith("_sum"):
-            s["sum"] = delta
-        elif metric.endswith("_count"):
-            s["count"] = delta
     out = []
-    for group, s in sorted(series.items()):
-        count = int(s.get("count", 0))
+    for labels, h in sorted(metrics.histograms(before, after, name).items()):
+        count = int(h.count)
         if count <= 0:
             continue
-        buckets = sorted(s["buckets"].items())
         out.append(
             {
-                "labels": group,
+                "labels": ",".join(f"{k}={v}" for k, v in labels),
                 "count": count,
-                "mean_ms": round(1000 * s.get("sum", 0.0) / count, 2),
-                "p50_ms": _quantile(buckets, 0.5, count),
-                "p99_ms": _quantile(buckets, 0.99, count),
+                "mean_ms": round(1000 * h.sum / count, 2),
+                "p50_ms": h.quantile_ms(0.5),
+                "p99_ms": h.quantile_ms(0.99),
             }
         )
     return out
 
 
-def api_latency(before: Mapping[str, float], after: Mapping[str, float]) -> dict[str, Any]:
+def api_latency(before: metrics.Scrape, after: metrics.Scrape) -> dict[str, Any]:
     """Admission webhook calls and write requests (by resource and verb, 20 or more) that the
     apiserver served between two scrapes: count, mean, p50, p99."""
     out: dict[str, Any] = {}
@@ -534,7 +397,7 @@ def api_latency(before: Mapping[str, float], after: Mapping[str, float]) -> dict
         out[f"webhook {labels.get('name', '?')} {labels.get('operation', '')}"] = row
     for row in histogram(before, after, REQUEST_METRIC):
         labels = dict(kv.split("=", 1) for kv in row.pop("labels").split(",") if kv)
-        if row["count"] < 20:
+        if row["count"] < 20 or labels.get("verb") not in WRITE_VERBS:
             continue
         what = labels.get("resource", "?")
         if labels.get("subresource"):
@@ -558,38 +421,6 @@ def writes_per_group(cpu: Mapping[str, Any], groups: int) -> float | None:
     return round(writes / groups, 1) if api and groups else None
 
 
-def _quantile(buckets: list[tuple[float, float]], q: float, count: int) -> float | None:
-    """histogram_quantile: linear within the bucket the rank falls in."""
-    rank = q * count
-    lower, below = 0.0, 0.0
-    for le, cumulative in buckets:
-        if cumulative >= rank:
-            if le == float("inf"):
-                return round(1000 * lower, 2)
-            inside = cumulative - below
-            share = (rank - below) / inside if inside else 1.0
-            return round(1000 * (lower + (le - lower) * share), 2)
-        lower, below = le, cumulative
-    return None
-
-
-def _group_name(name: str) -> str:
-    """Thread names without their serial numbers ("worker-3" -> "worker")."""
-    name = re.sub(r"Thread-\d+ ", "Thread ", name)
-    return re.sub(r"([-_]\d+)+$", "", name)
-
-
-def thread_cpu() -> dict[str, float]:
-    """CPU seconds so far of this process's live threads, by thread name group."""
-    out: defaultdict[str, float] = defaultdict(float)
-    for t in threading.enumerate():
-        if t.native_id is None:
-            continue
-        with contextlib.suppress(OSError):
-            out[_group_name(t.name)] += proc_cpu(f"/proc/self/task/{t.native_id}/stat")
-    return dict(out)
-
-
 @dataclass
 class CpuMeter:
     """CPU seconds spent during a scenario: cluster processes, this process by thread, and
@@ -601,41 +432,37 @@ class CpuMeter:
     threads: dict[str, float] = field(default_factory=dict)
     process: float = 0.0
     children: float = 0.0
-    api: dict[str, float] = field(default_factory=dict)
+    api: metrics.Scrape = field(default_factory=dict)
 
     def start(self) -> None:
-        self.api = self.cluster.apiserver_metrics()
+        self.api = apiserver_metrics(self.cluster)
         self.started = time.monotonic()
-        self.components = self.cluster.cpu()
-        self.threads = thread_cpu()
+        self.components = meter.processes_cpu(self.cluster.component_pids())
+        self.threads = meter.thread_cpu()
         self.process = time.process_time()
-        self.children = _children_cpu()
+        self.children = meter.children_cpu()
 
     def stop(self) -> dict[str, Any]:
         wall = time.monotonic() - self.started
         components = {
-            k: round(v - self.components.get(k, 0.0), 1) for k, v in self.cluster.cpu().items()
+            k: round(v - self.components.get(k, 0.0), 1)
+            for k, v in meter.processes_cpu(self.cluster.component_pids()).items()
         }
         process = time.process_time() - self.process
-        threads = {k: v - self.threads.get(k, 0.0) for k, v in thread_cpu().items()}
+        threads = {k: v - self.threads.get(k, 0.0) for k, v in meter.thread_cpu().items()}
         threads = {k: round(v, 1) for k, v in threads.items() if v >= 0.05}
         threads["(threads that ended: webhook requests, ...)"] = round(
             max(0.0, process - sum(threads.values())), 1
         )
-        api = api_latency(self.api, self.cluster.apiserver_metrics())
+        api = api_latency(self.api, apiserver_metrics(self.cluster))
         return {
             "api_latency": api,
             "wall_seconds": round(wall, 1),
             "cluster_processes": components,
-            "kubectl": round(_children_cpu() - self.children, 1),
+            "kubectl": round(meter.children_cpu() - self.children, 1),
             "this_process": round(process, 1),
             "this_process_threads": dict(sorted(threads.items(), key=lambda kv: -kv[1])),
         }
-
-
-def _children_cpu() -> float:
-    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return float(usage.ru_utime + usage.ru_stime)
 
 
 # --------------------------------------------------------------------------- Muster timers
@@ -701,9 +528,7 @@ class Timers:
                     "calls": len(values),
                     "total_s": round(sum(values), 2),
                     "median_ms": round(1000 * statistics.median(ordered), 3),
-                    "p99_ms": round(
-                        1000 * ordered[min(len(ordered) - 1, len(ordered) * 99 // 100)], 3
-                    ),
+                    "p99_ms": round(1000 * percentile(ordered, 99), 3),
                     "max_ms": round(1000 * ordered[-1], 1),
                 }
                 if name in self.counts:
@@ -749,7 +574,7 @@ class Sampler:
     def _run(self) -> None:
         me = threading.get_ident()
         while not self._stop.wait(self.interval):
-            names = {t.ident: _group_name(t.name) for t in threading.enumerate()}
+            names = {t.ident: meter.thread_group(t.name) for t in threading.enumerate()}
             for ident, frame in sys._current_frames().items():
                 if ident == me:
                     continue
@@ -801,13 +626,19 @@ def _where(frame: FrameType) -> str:
 @dataclass
 class Env:
     args: argparse.Namespace
-    kc: str
-    kubeconfig: str
-    reader: Kube
     cluster: Cluster
+    reader: Kube
     manager: Manager | None = None
     timers: Timers | None = None
     profile: bool = False
+
+    @property
+    def kc(self) -> str:
+        return self.cluster.kc
+
+    @property
+    def kubeconfig(self) -> str:
+        return self.cluster.kubeconfig
 
 
 def delete_and_wait(env: Env, tracker: Tracker, namespace: str) -> float:
@@ -837,7 +668,9 @@ def delete_and_wait(env: Env, tracker: Tracker, namespace: str) -> float:
                 # A collection of thousands may outlast the request's timeout (504) while
                 # the apiserver goes on deleting; the wait below is what counts.
                 print(f"warning: cleanup of {namespace}: HTTP {error.status}", file=sys.stderr)
-        wait_for(lambda: tracker.live_pods() == 0, env.args.timeout, f"pods of {namespace} to go")
+        wait_or_warn(
+            f"pods of {namespace} to go", lambda: tracker.live_pods() == 0, env.args.timeout
+        )
     finally:
         root.setLevel(level)
     return round(time.monotonic() - started, 1)
@@ -851,16 +684,17 @@ def delete_nodes(env: Env, pool: str) -> float:
     started = time.monotonic()
     selector = f"{POOL_LABEL}={pool}"
     core = client.CoreV1Api(env.reader.api_client)
-    deadline = started + env.args.timeout
-    while env.reader.list(NODE, label_selector=selector)[0]:
-        if time.monotonic() > deadline:
-            print(f"warning: nodes of {pool} still there", file=sys.stderr)
-            break
+
+    def gone() -> bool:
+        if not env.reader.list(NODE, label_selector=selector)[0]:
+            return True
         try:
             core.delete_collection_node(label_selector=selector, _preload_content=False)
         except ApiException as error:
             print(f"warning: deleting nodes of {pool}: HTTP {error.status}", file=sys.stderr)
-        time.sleep(2.0)
+        return False
+
+    wait_or_warn(f"nodes of {pool} to go", gone, env.args.timeout, every=2.0)
     return round(time.monotonic() - started, 1)
 
 
@@ -888,17 +722,17 @@ def run_native(env: Env, pool: str) -> dict[str, Any]:
     tracker.start()
     docs = native_docs(args.gangs, namespace, tag, pool)
     pods = args.gangs * GANG_SIZE
-    meter = CpuMeter(env.cluster)
-    before = env.cluster.scheduler_metrics()
-    meter.start()
+    cpu_meter = CpuMeter(env.cluster)
+    before = scheduler_metrics(env.cluster, *PODGROUP_METRICS)
+    cpu_meter.start()
     started = time.monotonic()
     create_all(env.kc, env.kubeconfig, docs)
     created = time.monotonic() - started
-    wait_for(lambda: len(tracker.bound) >= pods, args.timeout, "native pods bound")
-    wait_for(lambda: len(tracker.running) >= pods, 120, "native pods Running")
-    cpu = meter.stop()
-    after = env.cluster.scheduler_metrics()
-    metrics = {name: histogram(before, after, name) for name in PODGROUP_METRICS}
+    wait_or_warn("native pods bound", lambda: len(tracker.bound) >= pods, args.timeout)
+    wait_or_warn("native pods Running", lambda: len(tracker.running) >= pods, 120)
+    cpu = cpu_meter.stop()
+    after = scheduler_metrics(env.cluster, *PODGROUP_METRICS)
+    podgroups = {name: histogram(before, after, name) for name in PODGROUP_METRICS}
     all_bound = last(tracker.bound, started)
     result = {
         "scenario": "native",
@@ -913,8 +747,8 @@ def run_native(env: Env, pool: str) -> dict[str, Any]:
         "pods_bound_per_second": round(len(tracker.bound) / all_bound, 1) if all_bound else None,
         "steady_pods_bound_per_second": steady_rate(tracker.bound.values()),
         "api_writes_per_group": writes_per_group(cpu, args.gangs),
-        "scheduler_metrics": metrics
-        if env.cluster.scheduler_url
+        "scheduler_metrics": podgroups
+        if env.cluster.metrics_url("kube-scheduler")
         else "not available (kube-scheduler's /metrics is read only on a local cluster)",
         "cpu": cpu,
     }
@@ -928,22 +762,14 @@ def start_manager(env: Env) -> Manager:
     setup_logging("warning")
     # Events to a namespace being deleted (each scenario's cleanup) are refused: expected.
     logging.getLogger("controllers.runtime.events").setLevel(logging.ERROR)
-    kube_api = api_client(env.kubeconfig)
-    options = Options(
-        webhook_port=free_port(),
-        leader_elect=True,
-        lease_name=f"bench-{uuid.uuid4().hex[:6]}",
+    env.timers = Timers()
+    return start_controller(
+        api_client(env.kubeconfig),
+        prepare=env.timers.install,
+        settle=2.0,
         workers=env.args.workers,
         bind_workers=env.args.bind_workers,
     )
-    manager = Manager(kube_api, options)
-    env.timers = Timers()
-    env.timers.install(manager)
-    manager.start()
-    if manager.elector is not None:
-        manager.elector.wait_leader(threading.Event())
-    time.sleep(2.0)  # webhooks registered, caches warm
-    return manager
 
 
 def run_muster(
@@ -964,14 +790,7 @@ def run_muster(
     assert timers is not None
     tag = uuid.uuid4().hex[:6]
     namespace = f"bench-{name}-{tag}"
-    kubectl(
-        env.kc,
-        env.kubeconfig,
-        "apply",
-        "-f",
-        "-",
-        input=yaml.safe_dump_all(queue_docs(pool, namespace, quota)),
-    )
+    env.cluster.apply(queue_docs(pool, namespace, quota))
     time.sleep(2.0)  # the queues reach the caches
     tracker = Tracker(env.reader, tag, namespace, workloads=True)
     tracker.start()
@@ -981,18 +800,18 @@ def run_muster(
     passes_before = env.manager.scheduler.passes if env.manager.scheduler else 0
     cycles_before = env.manager.loop.cycles
     timers.reset()
-    meter = CpuMeter(env.cluster)
-    meter.start()
+    cpu_meter = CpuMeter(env.cluster)
+    cpu_meter.start()
     sampler = Sampler() if env.profile else None
     if sampler is not None:
         sampler.start()
     started = time.monotonic()
     create_all(env.kc, env.kubeconfig, docs)
     created = time.monotonic() - started
-    wait_for(lambda: len(tracker.admitted) >= jobs, args.timeout, f"{name} Jobs admitted")
-    wait_for(lambda: len(tracker.bound) >= pods, args.timeout, f"{name} pods bound")
-    wait_for(lambda: len(tracker.running) >= pods, 300, f"{name} pods Running")
-    cpu = meter.stop()
+    wait_or_warn(f"{name} Jobs admitted", lambda: len(tracker.admitted) >= jobs, args.timeout)
+    wait_or_warn(f"{name} pods bound", lambda: len(tracker.bound) >= pods, args.timeout)
+    wait_or_warn(f"{name} pods Running", lambda: len(tracker.running) >= pods, 300)
+    cpu = cpu_meter.stop()
     profile = None
     if sampler is not None:
         sampler.stop()
@@ -1125,15 +944,6 @@ def muster_gang_docs(
     ]
 
 
-def counter_deltas(before: Mapping[str, float], after: Mapping[str, float]) -> dict[str, float]:
-    """Counters (and histogram counts) that moved between two scrapes; buckets left out."""
-    return {
-        key: round(value - before.get(key, 0.0), 3)
-        for key, value in sorted(after.items())
-        if "_bucket" not in key and value != before.get(key, 0.0)
-    }
-
-
 def conditions(obj: Obj | None) -> list[dict[str, Any]]:
     return [
         {k: c.get(k) for k in ("type", "status", "reason", "message") if c.get(k)}
@@ -1157,7 +967,7 @@ def run_preemption(env: Env, native: bool, pool: str) -> dict[str, Any]:
     tag = uuid.uuid4().hex[:6]
     namespace = f"bench-{name}-{tag}"
     low, high, classes = priority_class_docs(tag)
-    kubectl(env.kc, env.kubeconfig, "create", "-f", "-", input=yaml.safe_dump_all(classes))
+    create_all(env.kc, env.kubeconfig, classes)
     nodes = args.preemption_nodes
     size = args.low_gang_pods
     low_gangs = nodes * NODE_CPU // size
@@ -1167,10 +977,10 @@ def run_preemption(env: Env, native: bool, pool: str) -> dict[str, Any]:
     else:
         if env.manager is None:
             env.manager = start_manager(env)
-        queue = queue_docs(pool, namespace, {"cpu": str(10 * nodes * NODE_CPU), "memory": "10Ti"})
         # Preemption within the queue by priority; quota ten times the nodes never binds.
-        queue[2]["spec"]["preemption"] = {"withinQueue": "LowerPriority"}
-        kubectl(env.kc, env.kubeconfig, "apply", "-f", "-", input=yaml.safe_dump_all(queue))
+        quota = {"cpu": str(10 * nodes * NODE_CPU), "memory": "10Ti"}
+        queue = queue_docs(pool, namespace, quota, {"withinQueue": "LowerPriority"})
+        env.cluster.apply(queue)
         time.sleep(2.0)  # the queues reach the caches
     tracker = Tracker(env.reader, tag, namespace, workloads=False)
     tracker.start()
@@ -1185,30 +995,26 @@ def run_preemption(env: Env, native: bool, pool: str) -> dict[str, Any]:
         env.kubeconfig,
         [d for g in gangs for d in make(g, size, namespace, tag, pool, low)],
     )
-    if not wait_for(lambda: bound_of("low-") >= low_gangs * size, args.timeout, "low gangs"):
+    if not wait_or_warn("low gangs", lambda: bound_of("low-") >= low_gangs * size, args.timeout):
         raise TimeoutError(f"{bound_of('low-')} of {low_gangs * size} low-priority pods bound")
     filled = round(time.monotonic() - t, 1)
     low_pods = {k for k in tracker.bound if tracker.gang.get(k, "").startswith("low-")}
-    before = env.cluster._scrape(
-        env.cluster.scheduler_url, lambda line: line.startswith(PREEMPTION_METRICS)
-    )
-    meter = CpuMeter(env.cluster)
-    meter.start()
+    before = scheduler_metrics(env.cluster, *PREEMPTION_METRICS)
+    cpu_meter = CpuMeter(env.cluster)
+    cpu_meter.start()
     started = time.monotonic()
     create_all(
         env.kc, env.kubeconfig, make("high", args.preemptor_pods, namespace, tag, pool, high)
     )
-    all_bound = wait_for(
+    all_bound = wait_or_warn(
+        "the preemptor gang bound",
         lambda: bound_of("high") >= args.preemptor_pods,
         args.preemption_timeout,
-        "the preemptor gang bound",
     )
     preemptor_bound = [t for k, t in tracker.bound.items() if tracker.gang.get(k) == "high"]
     time.sleep(5.0)  # victims' controllers (if any) make their pods again, if they would
-    cpu = meter.stop()
-    after = env.cluster._scrape(
-        env.cluster.scheduler_url, lambda line: line.startswith(PREEMPTION_METRICS)
-    )
+    cpu = cpu_meter.stop()
+    after = scheduler_metrics(env.cluster, *PREEMPTION_METRICS)
     lost = Counter(tracker.gang[k] for k in low_pods if tracker.gone.get(k, 0.0) >= started)
     live = tracker.pods.objects()
     pending_low = sum(
@@ -1243,8 +1049,8 @@ def run_preemption(env: Env, native: bool, pool: str) -> dict[str, Any]:
         "low_pods_recreated_after": recreated,
         "cpu": cpu,
     }
-    if env.cluster.scheduler_url and native:
-        result["kube_scheduler_preemption_metrics"] = counter_deltas(before, after)
+    if env.cluster.metrics_url("kube-scheduler") and native:
+        result["kube_scheduler_preemption_metrics"] = metrics.counter_deltas(before, after)
     if native:
         groups = get_json(env, "podgroups.scheduling.k8s.io", "-n", namespace)
         result["podgroups_with_disruption_target"] = sorted(
@@ -1295,53 +1101,50 @@ def preemption_table(report: Mapping[str, Any]) -> str:
         "low pending after",
         "low recreated",
     )
-    rows = [header]
-    for r in report["scenarios"]:
-        if "error" in r:
-            rows.append((r["scenario"], "failed", r["error"][:60], *[""] * (len(header) - 3)))
-            continue
-        rows.append(
-            (
-                r["scenario"],
-                str(r["victim_gangs"]),
-                ", ".join(r["victim_gangs_partly_evicted"]) or "none",
-                str(r["victim_pods_evicted"]),
-                str(r["preemptor_pods_bound"]),
-                str(r["preemptor_all_bound_seconds"]),
-                str(r["low_pods_pending_after"]),
-                str(r["low_pods_recreated_after"]),
-            )
+
+    def row(r: Mapping[str, Any]) -> tuple[str, ...]:
+        return (
+            r["scenario"],
+            str(r["victim_gangs"]),
+            ", ".join(r["victim_gangs_partly_evicted"]) or "none",
+            str(r["victim_pods_evicted"]),
+            str(r["preemptor_pods_bound"]),
+            str(r["preemptor_all_bound_seconds"]),
+            str(r["low_pods_pending_after"]),
+            str(r["low_pods_recreated_after"]),
         )
-    widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
-    return "\n".join(
-        "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)) for row in rows
-    )
+
+    return scenario_table(header, report, row)
+
+
+def scenario_table(
+    header: Sequence[str],
+    report: Mapping[str, Any],
+    row: Callable[[Mapping[str, Any]], Sequence[str]],
+) -> str:
+    """A row per scenario (a failed one says so, and why)."""
+    rows = [
+        (r["scenario"], "failed", r["error"][:60], *[""] * (len(header) - 3))
+        if "error" in r
+        else row(r)
+        for r in report["scenarios"]
+    ]
+    return render(header, rows)
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
-    binaries = ensure_binaries(build=False)
-    local: LocalCluster | None = None
-    owned = False
-    if args.kubeconfig:
-        kubeconfig = args.kubeconfig
-        directory = Path(kubeconfig).resolve().parent
-        if (directory / STATE_FILE).exists():
-            local = LocalCluster(directory, binaries)
-    else:
-        local = LocalCluster(Path(tempfile.mkdtemp(prefix="muster-sched-bench-")), binaries)
-        quiet_nodes(local, args.node_heartbeat, args.node_lease)
-        local.up()
-        owned = True
-        kubeconfig = str(local.kubeconfig)
-    kc = binaries["kubectl"]
     scenarios = ["native", "muster", "kai"] if args.scenario == "all" else [args.scenario]
-    env = Env(args, kc, kubeconfig, Kube(api_client(kubeconfig, pool_size=8)), Cluster.of(local))
-    env.profile = args.profile
-    results: list[dict[str, Any]] = []
-    setup: dict[str, float] = {}
-    try:
-        kubectl(kc, kubeconfig, "apply", "--server-side", "-f", str(REPO / "crds"))
-        kubectl(kc, kubeconfig, "wait", "--for", "condition=Established", "crd", "--all")
+    with running_cluster(
+        args.kubeconfig,
+        prefix="muster-sched-bench-",
+        prepare=partial(quiet_nodes, heartbeat=args.node_heartbeat, lease=args.node_lease),
+        keep=args.keep,
+    ) as cluster:
+        kc, kubeconfig = cluster.kc, cluster.kubeconfig
+        env = Env(args, cluster, Kube(api_client(kubeconfig, pool_size=8)), profile=args.profile)
+        results: list[dict[str, Any]] = []
+        setup: dict[str, float] = {}
+        cluster.install_crds()
         tag = uuid.uuid4().hex[:6]
         if "preemption" in scenarios:
             pool = f"pre-{tag}"
@@ -1387,15 +1190,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 guarded("kai", lambda: run_muster(env, "kai", pool, args.gpu_jobs, 1, quota, gpu=1))
             )
         if env.manager is not None:
-            env.manager.stop_event.set()
-            env.manager.shutdown()
+            stop_manager(env.manager)
         return {"setup": setup, "load_average_after": os.getloadavg(), "scenarios": results}
-    finally:
-        if owned and local is not None:
-            if args.keep:
-                print(f"cluster kept running: --kubeconfig {local.kubeconfig}", file=sys.stderr)
-            else:
-                local.down()
 
 
 # --------------------------------------------------------------------------- output
@@ -1412,11 +1208,8 @@ def table(report: Mapping[str, Any]) -> str:
         "steady bound/s",
         "per group (ms)",
     )
-    rows = [header]
-    for r in report["scenarios"]:
-        if "error" in r:
-            rows.append((r["scenario"], "failed", r["error"][:60], *[""] * (len(header) - 3)))
-            continue
+
+    def row(r: Mapping[str, Any]) -> tuple[str, ...]:
         if r["scenario"] == "native":
             attempts = r["scheduler_metrics"]
             per_group = "n/a"
@@ -1433,24 +1226,20 @@ def table(report: Mapping[str, Any]) -> str:
         else:
             per_group = f"decide median {r['decide_median_ms']}, p99 {r['decide_p99_ms']}"
             who = "Muster"
-        rows.append(
-            (
-                r["scenario"],
-                who,
-                f"{r['groups']} x {r['pods'] // max(1, r['groups'])}",
-                str(r["create_seconds"]),
-                str(r.get("all_admitted_seconds", "-")),
-                str(r["all_bound_seconds"]),
-                str(r["all_running_seconds"]),
-                str(r["pods_bound_per_second"]),
-                str(r["steady_pods_bound_per_second"]),
-                per_group,
-            )
+        return (
+            r["scenario"],
+            who,
+            f"{r['groups']} x {r['pods'] // max(1, r['groups'])}",
+            str(r["create_seconds"]),
+            str(r.get("all_admitted_seconds", "-")),
+            str(r["all_bound_seconds"]),
+            str(r["all_running_seconds"]),
+            str(r["pods_bound_per_second"]),
+            str(r["steady_pods_bound_per_second"]),
+            per_group,
         )
-    widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
-    return "\n".join(
-        "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)) for row in rows
-    )
+
+    return scenario_table(header, report, row)
 
 
 def cpu_table(report: Mapping[str, Any]) -> str:
@@ -1465,7 +1254,7 @@ def cpu_table(report: Mapping[str, Any]) -> str:
         "cores busy",
         "API writes/group",
     )
-    rows = [header]
+    rows: list[tuple[Any, ...]] = []
     for r in report["scenarios"]:
         cpu = r.get("cpu")
         if not cpu:
@@ -1483,10 +1272,7 @@ def cpu_table(report: Mapping[str, Any]) -> str:
                 str(r.get("api_writes_per_group")),
             )
         )
-    widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
-    return "\n".join(
-        "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)) for row in rows
-    )
+    return render(header, rows)
 
 
 def main(argv: list[str] | None = None) -> None:

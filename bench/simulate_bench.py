@@ -17,13 +17,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-from controllers.runtime.gcpause import paused_collection
-
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import yaml
 
+from controllers.runtime.gcpause import paused_collection
 from quota.simulation.scenario import parse_scenario
 from quota.simulation.simulator import simulate
 

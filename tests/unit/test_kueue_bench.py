@@ -1,11 +1,10 @@
-"""The Kueue side-by-side benchmark's own arithmetic: the writes it attributes to a
-controller, the CPU and memory it reads from /proc, the trace it replays (Kueue's baseline
-shape), and the figures it reports for a trace (Kueue's definitions)."""
+"""The Kueue side-by-side benchmark's own arithmetic: the trace it replays (Kueue's baseline
+shape), the figures it reports for a trace (Kueue's definitions), and the status patches its
+trace runner writes. (What it reads from the audit log and /proc: test_bench_harness.py.)"""
 
 from __future__ import annotations
 
 import importlib.util
-import json
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -24,39 +23,6 @@ def _load() -> ModuleType:
 
 
 kb = _load()
-
-
-def _event(
-    user: str, verb: str, resource: str, sub: str | None = None, stage: str = "ResponseComplete"
-) -> str:
-    ref = {"resource": resource, "namespace": "ns", "name": "x"}
-    if sub:
-        ref["subresource"] = sub
-    return json.dumps({"stage": stage, "verb": verb, "user": {"username": user}, "objectRef": ref})
-
-
-def test_audit_writes_counts_one_users_writes_once_each_by_resource() -> None:
-    lines = [
-        _event("bench-muster", "create", "workloads"),
-        _event("bench-muster", "patch", "workloads", "status"),
-        _event("bench-muster", "patch", "workloads", "status"),
-        _event("bench-muster", "patch", "workloads", "status", stage="ResponseStarted"),
-        _event("bench-muster", "get", "workloads"),  # a read
-        _event("system:kube-scheduler", "create", "pods", "binding"),  # someone else
-        '{"stage": "ResponseComple',  # a line cut at the end of the file
-    ]
-    counts = kb.audit_writes(lines, "bench-muster")
-    assert counts == {"create workloads": 1, "patch workloads/status": 2}
-
-
-def test_proc_figures() -> None:
-    # pid (comm with ") " in it) state ppid ... utime=150 stime=50 cutime=30 cstime=20 ...
-    stat = "42 (we) ird) S 1 42 42 0 -1 4194560 100 0 0 0 150 50 30 20 20 0 4 0 100 1000 200"
-    assert kb.cpu_seconds_of(stat, 100) == pytest.approx(2.5)
-    status = "Name:\tpython\nVmPeak:\t  900000 kB\nVmHWM:\t  143360 kB\nVmRSS:\t  100000 kB\n"
-    assert kb.peak_rss_of(status) == 143360 * 1024
-    with pytest.raises(ValueError):
-        kb.peak_rss_of("Name:\tpython\n")
 
 
 def test_baseline_trace_is_kueues_shape_scaled() -> None:
