@@ -22,8 +22,6 @@ from quota.placement import (
     Unplaceable,
     place_gang,
 )
-from quota.placement.filters import node_reason
-from quota.placement.nodes import demand_of
 
 GPU = "nvidia.com/gpu"
 GI = 1 << 30
@@ -266,13 +264,6 @@ def test_pod_slots_limit_how_many_pods_a_node_takes() -> None:
 
     full = NodeView([node("n0", pods=1)], [BoundPod("a/b", "n0", {})])
     assert not refused(place_gang(full, gang(1))).never
-
-
-def test_a_node_explains_itself() -> None:
-    view = NodeView([node("h100-3")], [BoundPod("a/b", "h100-3", {GPU: 4})])
-    shape = PodShape({GPU: 8})
-    reason = node_reason(view, "h100-3", shape, demand_of(shape.requests))
-    assert reason == "node h100-3: 4 of 8 nvidia.com/gpu free, pod needs 8"
 
 
 # -- partial placement and pod sets -------------------------------------------------------
