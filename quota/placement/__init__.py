@@ -15,9 +15,10 @@ from quota.model.nodes import BoundPod, Node, PodShape, Requirement, SelectorTer
 from quota.placement.framework import Filter, Profile, Refusals, Score
 from quota.placement.gang import GangRequest, Placement, PodSetRequest, Unplaceable, place_gang
 from quota.placement.nodes import NodeView
-from quota.placement.profiles import STRATEGIES, Strategy, profile_for
+from quota.placement.profiles import PROFILES, STRATEGIES, Strategy
 
 __all__ = [
+    "PROFILES",
     "STRATEGIES",
     "BoundPod",
     "Filter",
@@ -35,5 +36,4 @@ __all__ = [
     "Strategy",
     "Unplaceable",
     "place_gang",
-    "profile_for",
 ]

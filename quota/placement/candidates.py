@@ -101,15 +101,18 @@ def _names_single_nodes(shape: PodShape, per_node: frozenset[str]) -> bool:
 
 def _filter(view: NodeView, shape: PodShape, filters: tuple[Filter, ...]) -> Candidates:
     per_node = _names_single_nodes(shape, view.per_node_labels)
+    # With a shape that names single nodes, only the per-node filters go node by node.
+    shared = tuple(f for f in filters if not f.per_node) if per_node else filters
+    own = tuple(f for f in filters if f.per_node) if per_node else ()
     shares: list[Share] = []
     nodes: list[NodeState] = []
     for group in view.classes:
-        if per_node:
-            members = [s for s in group.states if _refusing(filters, s.node, shape) < 0]
-        elif _refusing(filters, group.states[0].node, shape) < 0:
-            members = group.states
-        else:
+        if _refusing(shared, group.states[0].node, shape) >= 0:
             continue
+        members = group.states
+        for f in own:
+            passes = f.passes
+            members = [s for s in members if passes(s.node, shape)]
         if not members:
             continue
         missing = len(group.states) - len(members)

@@ -27,22 +27,20 @@ def _count(refused: Sequence[tuple[Node, int]]) -> int:
     return sum(n for _, n in refused)
 
 
-def labels_match(shape: PodShape, labels: Mapping[str, str], name: str) -> bool:
-    """Node selector and required node affinity both hold for these labels and node name."""
-    for key, wanted in shape.node_selector.items():
-        if labels.get(key) != wanted:
-            return False
-    return not shape.affinity or any(t.matches(labels, name) for t in shape.affinity)
-
-
 class NodeAffinity:
-    """The pod's node selector and required node affinity: the one filter that may read a
-    node's name and per-node labels (the candidates pass then checks node by node)."""
+    """The pod's node selector and required node affinity both hold for the node's labels
+    and name: the one filter that reads per-node facts, checked node by node when the shape
+    names single nodes."""
 
     name = "NodeAffinity"
+    per_node = True
 
     def passes(self, node: Node, shape: PodShape) -> bool:
-        return labels_match(shape, node.labels, node.name)
+        labels = node.labels
+        for key, wanted in shape.node_selector.items():
+            if labels.get(key) != wanted:
+                return False
+        return not shape.affinity or any(t.matches(labels, node.name) for t in shape.affinity)
 
     def summary(self, refused: Sequence[tuple[Node, int]], shape: PodShape) -> Refusals:
         # Nothing to list: the failure's head already names the selection no node matched.
@@ -53,6 +51,7 @@ class NodeReady:
     """The node's Ready condition is True."""
 
     name = "NodeReady"
+    per_node = False
 
     def passes(self, node: Node, shape: PodShape) -> bool:
         return node.ready
@@ -65,6 +64,7 @@ class NodeUnschedulable:
     """The node is not cordoned (`spec.unschedulable`)."""
 
     name = "NodeUnschedulable"
+    per_node = False
 
     def passes(self, node: Node, shape: PodShape) -> bool:
         return not node.unschedulable
@@ -87,6 +87,7 @@ class TaintToleration:
     """Every NoSchedule and NoExecute taint of the node is tolerated by the pod."""
 
     name = "TaintToleration"
+    per_node = False
 
     def passes(self, node: Node, shape: PodShape) -> bool:
         return untolerated(shape.tolerations, node.taints) is None

@@ -26,7 +26,7 @@ from quota.placement.candidates import Candidates, Share, candidates
 from quota.placement.filters import fit_count, fits_one
 from quota.placement.framework import Profile, Score
 from quota.placement.nodes import PODS, Demand, NodeKey, NodeState, NodeView, demand_of
-from quota.placement.profiles import Strategy, profile_for
+from quota.placement.profiles import PROFILES, STRATEGIES, Strategy
 from quota.placement.scoring import lowest_key, scarcity_order
 
 # Free amounts listed in a reason before it says "...": enough to see fragmentation.
@@ -145,7 +145,13 @@ def place_gang(
     `strategy` is a queue's `placementStrategy` (its profile in `profiles.py`) or a profile.
     The view is left as it was; call `view.assume(placement)` to take the room.
     """
-    profile = strategy if isinstance(strategy, Profile) else profile_for(strategy)
+    if isinstance(strategy, str):
+        if strategy not in PROFILES:
+            known = ", ".join(STRATEGIES)
+            raise ValueError(f"unknown placement strategy {strategy!r} (one of {known})")
+        profile = PROFILES[strategy]
+    else:
+        profile = strategy
     floors, gang_floor = _floors(request)
     view.settle()
     plans = _ordered(
@@ -278,15 +284,16 @@ def _place(
         best = tops[best_i]
         assert best is not None
         state = best[0][1]
-        second: NodeKey | None = None
+        batch = min(remaining, fit_count(state.free, demand))
         if runner_up:
+            second: NodeKey | None = None
             for j, top in enumerate(tops):
                 if j != best_i and top and (second is None or better(top[0][0], second)):
                     second = top[0][0]
             if len(best) > 1 and (second is None or better(best[1][0], second)):
                 second = best[1][0]
-        fits = min(remaining, fit_count(state.free, demand))
-        batch = score.batch(fits, best_key[0], None if second is None else second[0], need)
+            if second is not None:
+                batch = score.batch(batch, best_key[0], second[0], need)
         scratch.take(state, demand, batch)
         placed[state.name] = placed.get(state.name, 0) + batch
         tops[best_i] = None

@@ -53,8 +53,8 @@ class BinPack:
     def better(self, a: NodeKey, b: NodeKey) -> bool:
         return a < b
 
-    def batch(self, fits: int, best: int, runner_up: int | None, need: int) -> int:
-        return fits
+    def batch(self, fits: int, best: int, runner_up: int, need: int) -> int:
+        return fits  # never asked: with a lookahead of 1 the best node takes all that fit
 
 
 class Spread:
@@ -69,12 +69,10 @@ class Spread:
     def better(self, a: NodeKey, b: NodeKey) -> bool:
         return a > b
 
-    def batch(self, fits: int, best: int, runner_up: int | None, need: int) -> int:
+    def batch(self, fits: int, best: int, runner_up: int, need: int) -> int:
         """Placing one pod at a time would choose the same node until its free amount falls
         below the runner-up's; this is that count (at least 1), so a wide gang costs one
         step per node, not per pod."""
-        if runner_up is None:
-            return fits
         return min(fits, max(1, -(-(best - runner_up) // need)))
 
 
