@@ -2,8 +2,9 @@
 class and shape.
 
 Nothing a filter reads changes within a view, so `candidates` runs the filters once per
-node class (a node standing for its class), node by node only when the shape names single
-nodes (a hostname selector, a `metadata.name` field), and remembers the answer for the view.
+node class (a node standing for its class) and remembers the answer for the view; a
+`per_node` filter (the pod's node selection) goes node by node when the shape names single
+nodes (a hostname selector, a `metadata.name` field).
 Room is left to the placement walk. When no node passes, the answer carries the reason:
 what the pod asks for, then what each filter ruled out.
 """

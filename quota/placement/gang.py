@@ -5,6 +5,10 @@ call. It reads a `NodeView` and returns plain data: a `Placement` (pod set -> no
 counts) or an `Unplaceable` with a reason a person can act on. It leaves the view as it
 found it; the caller takes the room with `view.assume(placement)` once it decides to.
 
+It runs a profile (`framework.py`, `profiles.py`): each pod set's nodes are the ones that
+pass the profile's filters (`candidates.py`), and the profile's score says which of those
+that still have room goes first (`_place` walks it; room is checked here, node by node).
+
 Identical pods of a pod set are placed in batches: the chosen node takes as many of them
 as fit (the least over resources of free // request), so a node that takes four pods is
 chosen once, not four times. Pod sets go in a fixed order, the largest per-pod request of
