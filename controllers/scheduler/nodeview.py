@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
+from typing import Generic, TypeVar
 
 from controllers.runtime.resources import Obj, object_key
 from controllers.scheduler import pods as p
@@ -29,6 +30,8 @@ from quota.placement import BoundPod, Node, NodeView
 from quota.placement.reservations import held_pods, planned_pods
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 # A bind the watch has not confirmed within this long is forgotten (the pod's room is then
 # counted only if the cache shows it bound). Only a watch stalled that long could make it
@@ -52,56 +55,51 @@ class Assumed:
     at: float
 
 
+class _ByVersion(Generic[T]):
+    """Objects of one kind converted once per resourceVersion; the ones gone are dropped."""
+
+    def __init__(self, convert: Callable[[Obj], T | None], what: str) -> None:
+        self._convert = convert
+        self._what = what  # "node", "pod": for the warning
+        self._cache: dict[str, tuple[str, T | None]] = {}
+
+    def convert(self, objects: Iterable[Obj]) -> dict[str, T]:
+        """Key -> converted object, every object that converts, in the order given."""
+        out: dict[str, T] = {}
+        seen: set[str] = set()
+        for obj in objects:
+            key = object_key(obj)
+            seen.add(key)
+            rv = str((obj.get("metadata") or {}).get("resourceVersion") or "")
+            cached = self._cache.get(key)
+            if cached is None or cached[0] != rv:
+                try:
+                    value: T | None = self._convert(obj)
+                except ManifestError as error:
+                    extra = {"error": describe(error)}
+                    log.warning("%s left out of placement", self._what, extra=extra)
+                    value = None
+                cached = (rv, value)
+                self._cache[key] = cached
+            if cached[1] is not None:
+                out[key] = cached[1]
+        for gone in [k for k in self._cache if k not in seen]:
+            del self._cache[gone]
+        return out
+
+
 class Parsed:
     """Nodes and bound pods converted for placement, cached by resourceVersion."""
 
     def __init__(self) -> None:
-        self._nodes: dict[str, tuple[str, Node | None]] = {}
-        self._pods: dict[str, tuple[str, BoundPod | None]] = {}
+        self._nodes = _ByVersion(node_from_manifest, "node")
+        self._pods = _ByVersion(bound_pod_from_manifest, "pod")
 
     def nodes(self, objects: Iterable[Obj]) -> list[Node]:
-        out: list[Node] = []
-        seen: set[str] = set()
-        for obj in objects:
-            key = object_key(obj)
-            seen.add(key)
-            rv = str((obj.get("metadata") or {}).get("resourceVersion") or "")
-            cached = self._nodes.get(key)
-            if cached is None or cached[0] != rv:
-                try:
-                    node: Node | None = node_from_manifest(obj)
-                except ManifestError as error:
-                    log.warning("node left out of placement", extra={"error": describe(error)})
-                    node = None
-                cached = (rv, node)
-                self._nodes[key] = cached
-            if cached[1] is not None:
-                out.append(cached[1])
-        for gone in [k for k in self._nodes if k not in seen]:
-            del self._nodes[gone]
-        return out
+        return list(self._nodes.convert(objects).values())
 
     def pods(self, objects: Iterable[Obj]) -> dict[str, BoundPod]:
-        out: dict[str, BoundPod] = {}
-        seen: set[str] = set()
-        for obj in objects:
-            key = object_key(obj)
-            seen.add(key)
-            rv = str((obj.get("metadata") or {}).get("resourceVersion") or "")
-            cached = self._pods.get(key)
-            if cached is None or cached[0] != rv:
-                try:
-                    pod = bound_pod_from_manifest(obj)
-                except ManifestError as error:
-                    log.warning("pod left out of placement", extra={"error": describe(error)})
-                    pod = None
-                cached = (rv, pod)
-                self._pods[key] = cached
-            if cached[1] is not None:
-                out[key] = cached[1]
-        for gone in [k for k in self._pods if k not in seen]:
-            del self._pods[gone]
-        return out
+        return self._pods.convert(objects)
 
 
 def build_view(

@@ -5,6 +5,10 @@ call. It reads a `NodeView` and returns plain data: a `Placement` (pod set -> no
 counts) or an `Unplaceable` with a reason a person can act on. It leaves the view as it
 found it; the caller takes the room with `view.assume(placement)` once it decides to.
 
+It runs a profile (`framework.py`, `profiles.py`): each pod set's nodes are the ones that
+pass the profile's filters (`candidates.py`), and the profile's score says which of those
+that still have room goes first (`_place` walks it; room is checked here, node by node).
+
 Identical pods of a pod set are placed in batches: the chosen node takes as many of them
 as fit (the least over resources of free // request), so a node that takes four pods is
 chosen once, not four times. Pod sets go in a fixed order, the largest per-pod request of
@@ -14,29 +18,20 @@ nodes. With minimum counts every pod set first gets its minimum, then as many mo
 
 from __future__ import annotations
 
-import heapq
 from collections.abc import Mapping
 from dataclasses import dataclass
+from itertools import islice
+
+from sortedcontainers import SortedList
 
 from quota.model.nodes import PodShape
 from quota.model.resources import format_amount
-from quota.placement.filters import (
-    Candidates,
-    Share,
-    candidates,
-    fit_count,
-    fits_one,
-)
+from quota.placement.candidates import Candidates, Share, candidates
+from quota.placement.filters import fit_count, fits_one
+from quota.placement.framework import Profile, Score
 from quota.placement.nodes import PODS, Demand, NodeKey, NodeState, NodeView, demand_of
-from quota.placement.scoring import (
-    STRATEGIES,
-    Strategy,
-    better,
-    lowest_key,
-    preferred,
-    scarcity_order,
-    spread_batch,
-)
+from quota.placement.profiles import PROFILES, STRATEGIES, Strategy
+from quota.placement.scoring import lowest_key, scarcity_order
 
 # Free amounts listed in a reason before it says "...": enough to see fragmentation.
 _LISTED = 8
@@ -147,25 +142,33 @@ class _Scratch:
 
 
 def place_gang(
-    view: NodeView, request: GangRequest, strategy: Strategy = "BinPack"
+    view: NodeView, request: GangRequest, strategy: Strategy | Profile = "BinPack"
 ) -> Placement | Unplaceable:
     """Place the whole gang (or at least its minimums) on the view's nodes, or say why not.
 
+    `strategy` is a queue's `placementStrategy` (its profile in `profiles.py`) or a profile.
     The view is left as it was; call `view.assume(placement)` to take the room.
     """
-    if strategy not in STRATEGIES:
-        known = ", ".join(STRATEGIES)
-        raise ValueError(f"unknown placement strategy {strategy!r} (one of {known})")
+    if isinstance(strategy, str):
+        if strategy not in PROFILES:
+            known = ", ".join(STRATEGIES)
+            raise ValueError(f"unknown placement strategy {strategy!r} (one of {known})")
+        profile = PROFILES[strategy]
+    else:
+        profile = strategy
     floors, gang_floor = _floors(request)
     view.settle()
     plans = _ordered(
         view,
-        [_Plan(ps, candidates(view, ps.shape), floors[ps.name]) for ps in request.pod_sets],
+        [
+            _Plan(ps, candidates(view, ps.shape, profile.filters), floors[ps.name])
+            for ps in request.pod_sets
+        ],
     )
     placed: dict[str, dict[str, int]] = {plan.name: {} for plan in plans}
     scratch = _Scratch(view)
     try:
-        result = _place_all(view, request, plans, placed, gang_floor, strategy, scratch)
+        result = _place_all(view, request, plans, placed, gang_floor, profile.score, scratch)
     except BaseException:
         scratch.undo()
         raise
@@ -182,7 +185,7 @@ def _place_all(
     plans: list[_Plan],
     placed: dict[str, dict[str, int]],
     gang_floor: int,
-    strategy: Strategy,
+    score: Score,
     scratch: _Scratch,
 ) -> Placement | Unplaceable:
     """Every pod set's floor first, then as many more pods as fit.
@@ -195,12 +198,12 @@ def _place_all(
         if not plan.floor:
             continue
         before = len(scratch.log)
-        got = _place(view, plan, plan.floor, strategy, scratch, placed[plan.name])
+        got = _place(view, plan, plan.floor, score, scratch, placed[plan.name])
         if got < plan.floor:
             scratch.undo(keep=before)
             return _pod_set_short(view, plan, plan.floor, got, several, before > 0)
     for plan in plans:
-        _place(view, plan, plan.count - plan.floor, strategy, scratch, placed[plan.name])
+        _place(view, plan, plan.count - plan.floor, score, scratch, placed[plan.name])
     total = sum(sum(p.values()) for p in placed.values())
     if total < gang_floor:
         scratch.undo()
@@ -254,7 +257,7 @@ def _place(
     view: NodeView,
     plan: _Plan,
     want: int,
-    strategy: Strategy,
+    score: Score,
     scratch: _Scratch,
     placed: dict[str, int],
 ) -> int:
@@ -265,9 +268,8 @@ def _place(
     demand = plan.demand
     lead = scarcity_order(demand, cands.total_free)[0]
     need = plan.need[lead]
-    spread = strategy == "Spread"
-    # Spread also needs the runner-up, to know how many pods its best node takes.
-    limit = 2 if spread else 1
+    better = score.better
+    runner_up = score.lookahead > 1
     sources: list[Share | None] = [*cands.shares, *([None] if cands.nodes else [])]
     # Each source's best nodes, kept until a batch lands in that source.
     tops: list[list[tuple[NodeKey, NodeState]] | None] = [None] * len(sources)
@@ -278,8 +280,8 @@ def _place(
         for i, share in enumerate(sources):
             top = tops[i]
             if top is None:
-                top = tops[i] = _top(view, share, cands, lead, need, demand, strategy, limit)
-            if top and (best_key is None or better(strategy, top[0][0], best_key)):
+                top = tops[i] = _top(view, share, cands, lead, need, demand, score)
+            if top and (best_key is None or better(top[0][0], best_key)):
                 best_i, best_key = i, top[0][0]
         if best_key is None:
             break
@@ -287,12 +289,15 @@ def _place(
         assert best is not None
         state = best[0][1]
         batch = min(remaining, fit_count(state.free, demand))
-        if spread:
-            others = [t[0][0][0] for j, t in enumerate(tops) if j != best_i and t]
-            if len(best) > 1:
-                others.append(best[1][0][0])
-            if others:
-                batch = min(batch, spread_batch(best_key[0], max(others), need))
+        if runner_up:
+            second: NodeKey | None = None
+            for j, top in enumerate(tops):
+                if j != best_i and top and (second is None or better(top[0][0], second)):
+                    second = top[0][0]
+            if len(best) > 1 and (second is None or better(best[1][0], second)):
+                second = best[1][0]
+            if second is not None:
+                batch = score.batch(batch, best_key[0], second[0], need)
         scratch.take(state, demand, batch)
         placed[state.name] = placed.get(state.name, 0) + batch
         tops[best_i] = None
@@ -307,25 +312,25 @@ def _top(
     lead: str,
     need: int,
     demand: Demand,
-    strategy: Strategy,
-    limit: int,
+    score: Score,
 ) -> list[tuple[NodeKey, NodeState]]:
-    """The best `limit` nodes of one source that fit a pod, best first."""
+    """The best `score.lookahead` nodes of one source that fit a pod, best first."""
+    limit = score.lookahead
     out: list[tuple[NodeKey, NodeState]] = []
     if share is not None:
         states = view.states
         skip = share.skip
-        for key in preferred(share.group.index(lead), strategy, need):
+        for key in score.walk(share.group.index(lead), need):
             state = states[key[2]]
             if key[2] not in skip and fits_one(state.free, demand):
                 out.append((key, state))
                 if len(out) == limit:
                     break
         return out
-    # Nodes that pass one by one (e.g. pinned by hostname) are few: a scan is cheapest.
-    keyed = [(s.key(lead), s) for s in cands.nodes if fits_one(s.free, demand)]
-    pick = heapq.nlargest if strategy == "Spread" else heapq.nsmallest
-    return pick(limit, keyed, key=lambda item: item[0])
+    # Nodes that pass one by one (e.g. pinned by hostname) are few: ordered on the spot.
+    fitting = {s.name: s for s in cands.nodes if fits_one(s.free, demand)}
+    index = SortedList(s.key(lead) for s in fitting.values())
+    return [(key, fitting[key[2]]) for key in islice(score.walk(index, need), limit)]
 
 
 # -- reasons ------------------------------------------------------------------------------

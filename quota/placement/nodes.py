@@ -5,8 +5,9 @@ bound, unfinished pod, Muster's or not. It is the one mutable thing in the place
 `assume` takes room for a placement, `forget` gives it back, `remove_pod` / `add_pod` play
 preemption what-ifs. Placement cost must not grow with nodes x pods, so the view keeps
 indexes: nodes that every filter treats alike share a `NodeClass` (filters run once per
-class), and within a class each resource has a sorted index of nodes by free amount, so
-"the fullest node that still fits" is a bisect and an update is O(log n) per touched node.
+class, `candidates.py`), and within a class each resource has a sorted index of nodes by
+free amount, so "the fullest node that still fits" is a bisect and an update is O(log n)
+per touched node.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from typing import Protocol
 
 from sortedcontainers import SortedList
 
-from quota.model.nodes import BoundPod, Node, Taint
+from quota.model.nodes import BoundPod, Node
 
 PODS = "pods"
 HOSTNAME_LABEL = "kubernetes.io/hostname"
@@ -94,24 +95,14 @@ class NodeState:
 
 
 class NodeClass:
-    """Nodes that every filter treats alike: same labels (per-node ones aside), taints, flags."""
+    """Nodes that every filter treats alike: same labels (per-node ones aside), taints, flags.
 
-    __slots__ = (
-        "allocatables",
-        "indexes",
-        "labels",
-        "ready",
-        "states",
-        "taints",
-        "total",
-        "unschedulable",
-    )
+    A filter's answer for one of them stands for all (`candidates.py`).
+    """
 
-    def __init__(
-        self, labels: Mapping[str, str], taints: tuple[Taint, ...], unschedulable: bool, ready: bool
-    ) -> None:
-        self.labels = labels
-        self.taints = taints
+    __slots__ = ("allocatables", "indexes", "ready", "states", "total", "unschedulable")
+
+    def __init__(self, unschedulable: bool, ready: bool) -> None:
         self.unschedulable = unschedulable
         self.ready = ready
         self.states: list[NodeState] = []
@@ -177,7 +168,7 @@ class NodeView:
             )
             group = by_key.get(class_key)
             if group is None:
-                group = NodeClass(dict(labels), node.taints, node.unschedulable, node.ready)
+                group = NodeClass(node.unschedulable, node.ready)
                 by_key[class_key] = group
                 self.classes.append(group)
             room = free[node.name]

@@ -1,25 +1,23 @@
-"""How placement chooses among the nodes that fit: BinPack (the default) or Spread.
+"""The built-in scores, which choose among the nodes that fit: BinPack and Spread.
 
 Both judge a node on the pod's scarcest resource: of the resources the pod requests, the
 one with the least free room across the nodes it may use, relative to what one pod asks
-(GPUs, on a GPU cluster). BinPack takes the node with the least of it free that still fits,
-so that whole nodes stay free for the big pods that need them; Spread takes the node with
-the most free, so that pods land apart. Ties go by the free amounts of the other resources
-in the view's tie order (`nodes.tie_order`), then by node name (in reverse for Spread, which
-walks the same indexes from the other end), so that equal inputs always place the same way.
+(GPUs, on a GPU cluster). `BinPack` (kube-scheduler's MostAllocated) takes the node with the
+least of it free that still fits, so that whole nodes stay free for the big pods that need
+them; `Spread` (LeastAllocated) takes the node with the most free, so that pods land apart.
+Ties go by the free amounts of the other resources in the view's tie order
+(`nodes.tie_order`), then by node name (in reverse for Spread, which walks the same indexes
+from the other end), so that equal inputs always place the same way. Each is a
+`framework.Score`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from typing import Literal
 
 from sortedcontainers import SortedList
 
 from quota.placement.nodes import Demand, NodeKey, tie_order
-
-Strategy = Literal["BinPack", "Spread"]
-STRATEGIES: tuple[Strategy, ...] = ("BinPack", "Spread")
 
 
 def scarcity_order(demand: Demand, total_free: Callable[[str], int]) -> tuple[str, ...]:
@@ -43,20 +41,40 @@ def lowest_key(need: int) -> NodeKey:
     return (need, (), "")
 
 
-def preferred(index: SortedList[NodeKey], strategy: Strategy, need: int) -> Iterator[NodeKey]:
-    """Keys of the nodes with at least `need` free of the index's resource, best first."""
-    return index.irange(minimum=lowest_key(need), reverse=strategy == "Spread")
+class BinPack:
+    """The fullest node that still fits first: as many pods on it as fit."""
+
+    name = "BinPack"
+    lookahead = 1
+
+    def walk(self, index: SortedList[NodeKey], need: int) -> Iterator[NodeKey]:
+        return index.irange(minimum=lowest_key(need))
+
+    def better(self, a: NodeKey, b: NodeKey) -> bool:
+        return a < b
+
+    def batch(self, fits: int, best: int, runner_up: int, need: int) -> int:
+        return fits  # never asked: with a lookahead of 1 the best node takes all that fit
 
 
-def better(strategy: Strategy, a: NodeKey, b: NodeKey) -> bool:
-    """True when a node keyed `a` is preferred to one keyed `b`."""
-    return a > b if strategy == "Spread" else a < b
+class Spread:
+    """The emptiest node first, until it is no emptier than the runner-up."""
+
+    name = "Spread"
+    lookahead = 2
+
+    def walk(self, index: SortedList[NodeKey], need: int) -> Iterator[NodeKey]:
+        return index.irange(minimum=lowest_key(need), reverse=True)
+
+    def better(self, a: NodeKey, b: NodeKey) -> bool:
+        return a > b
+
+    def batch(self, fits: int, best: int, runner_up: int, need: int) -> int:
+        """Placing one pod at a time would choose the same node until its free amount falls
+        below the runner-up's; this is that count (at least 1), so a wide gang costs one
+        step per node, not per pod."""
+        return min(fits, max(1, -(-(best - runner_up) // need)))
 
 
-def spread_batch(best: int, runner_up: int, need: int) -> int:
-    """How many pods Spread puts on its chosen node before another has more free (at least 1).
-
-    Placing one pod at a time would choose the same node until its free amount falls below
-    the runner-up's; this is that count, so a wide gang costs one step per node, not per pod.
-    """
-    return max(1, -(-(best - runner_up) // need))
+BIN_PACK = BinPack()
+SPREAD = Spread()

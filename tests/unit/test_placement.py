@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import pytest
@@ -10,6 +11,8 @@ from quota.api import ManifestError
 from quota.model.nodeconvert import bound_pod_from_manifest, node_from_manifest, pod_shape_from_spec
 from quota.model.nodes import Taint, Toleration
 from quota.placement import (
+    PROFILES,
+    STRATEGIES,
     BoundPod,
     GangRequest,
     Node,
@@ -17,13 +20,13 @@ from quota.placement import (
     Placement,
     PodSetRequest,
     PodShape,
+    Profile,
+    Refusals,
     Requirement,
     SelectorTerm,
     Unplaceable,
     place_gang,
 )
-from quota.placement.filters import node_reason
-from quota.placement.nodes import demand_of
 
 GPU = "nvidia.com/gpu"
 GI = 1 << 30
@@ -268,13 +271,6 @@ def test_pod_slots_limit_how_many_pods_a_node_takes() -> None:
     assert not refused(place_gang(full, gang(1))).never
 
 
-def test_a_node_explains_itself() -> None:
-    view = NodeView([node("h100-3")], [BoundPod("a/b", "h100-3", {GPU: 4})])
-    shape = PodShape({GPU: 8})
-    reason = node_reason(view, "h100-3", shape, demand_of(shape.requests))
-    assert reason == "node h100-3: 4 of 8 nvidia.com/gpu free, pod needs 8"
-
-
 # -- partial placement and pod sets -------------------------------------------------------
 
 
@@ -495,3 +491,49 @@ def test_a_malformed_affinity_names_the_job_the_field_and_the_rule(
     message = str(error.value)
     assert "(Job ml/train)" in message
     assert f"nodeSelectorTerms[0].matchExpressions[0].{field}: " in message and rule in message
+
+
+# -- the extension points -----------------------------------------------------------------
+
+
+class Draining:
+    """A filter of the kind a new one would be: nodes labelled for draining take no pods."""
+
+    name = "Draining"
+    per_node = False
+
+    def passes(self, node: Node, shape: PodShape) -> bool:
+        return node.labels.get("drain") != "soon"
+
+    def summary(self, refused: Sequence[tuple[Node, int]], shape: PodShape) -> Refusals:
+        return Refusals(nodes=(f"{sum(n for _, n in refused)} draining",))
+
+
+def test_a_filter_added_to_a_profile_rules_nodes_out_and_says_so() -> None:
+    nodes = [node("n0"), node("n1", labels={"drain": "soon"}), node("n2", labels={"drain": "soon"})]
+    view = NodeView(nodes, [BoundPod("a/b", "n0", {GPU: 4})])
+    binpack = PROFILES["BinPack"]
+    guarded = Profile("BinPack+Draining", (*binpack.filters, Draining()), binpack.score)
+
+    # BinPack alone takes the fullest node that fits, n0 then a draining one.
+    assert placed(place_gang(view, gang(2, gpus=4))) == {"n0": 1, "n1": 1}
+    assert placed(place_gang(view, gang(1, gpus=4), guarded)) == {"n0": 1}
+    # The draining nodes' free GPUs no longer count.
+    assert refused(place_gang(view, gang(2, gpus=4), guarded)).reason == (
+        "gang of 2 pods x 4 nvidia.com/gpu: 1 node has 4 free (4 free in total)"
+    )
+    # Nothing but the draining nodes match: the filter's own words make the reason.
+    only_draining = gang(1, gpus=1, node_selector={"drain": "soon"})
+    assert refused(place_gang(view, only_draining, guarded)).reason == (
+        "no Ready node carries labels drain=soon (2 draining)"
+    )
+
+
+def test_a_strategy_and_its_profile_place_alike() -> None:
+    nodes = [node(f"n{i}") for i in range(4)]
+    bound = [BoundPod(f"a/p{i}", f"n{i}", {GPU: i}) for i in range(4)]
+    for strategy in STRATEGIES:
+        by_name = place_gang(NodeView(nodes, bound), gang(6, gpus=2), strategy)
+        by_profile = place_gang(NodeView(nodes, bound), gang(6, gpus=2), PROFILES[strategy])
+        assert by_name == by_profile
+    assert placed(place_gang(NodeView(nodes, bound), gang(1, gpus=2), "Spread")) == {"n0": 1}

@@ -24,8 +24,9 @@ from quota.placement import (
     Unplaceable,
     place_gang,
 )
-from quota.placement.filters import fit_count, static_reason
+from quota.placement.filters import fit_count
 from quota.placement.nodes import demand_of
+from quota.placement.profiles import FILTERS
 
 GPU = "nvidia.com/gpu"
 HOSTNAME = "kubernetes.io/hostname"
@@ -118,10 +119,15 @@ def floors(request: GangRequest) -> tuple[dict[str, int], int]:
     return out, max(request.min_count or 0, sum(out.values()))
 
 
+def usable(node: Node, shape: PodShape) -> bool:
+    """Node by node, every filter of the profiles (placement runs them once per node class)."""
+    return all(f.passes(node, shape) for f in FILTERS)
+
+
 def room_for(nodes: list[Node], free: dict[str, dict[str, int]], shape: PodShape) -> int:
     """Brute force: how many pods of `shape` the nodes could take, node by node."""
     demand = demand_of(shape.requests)
-    return sum(fit_count(free[n.name], demand) for n in nodes if static_reason(n, shape) is None)
+    return sum(fit_count(free[n.name], demand) for n in nodes if usable(n, shape))
 
 
 def with_bound(pods: list[BoundPod], placement: Placement, tag: str) -> list[BoundPod]:
@@ -155,7 +161,7 @@ def test_a_placement_fits_the_free_room_and_meets_every_minimum(
     for ps in request.pod_sets:
         assert pod_floors[ps.name] <= result.count(ps.name) <= ps.count
         for node_name, count in result.nodes[ps.name]:
-            assert count > 0 and static_reason(view.node(node_name), ps.shape) is None
+            assert count > 0 and usable(view.node(node_name), ps.shape)
     assert result.total == sum(result.count(ps.name) for ps in request.pod_sets)
     assert result.total >= gang_floor
     if request.min_count is None and all(ps.min_count is None for ps in request.pod_sets):
@@ -288,7 +294,7 @@ def test_binpack_takes_the_fullest_fitting_node_and_spread_the_emptiest(
     fitting = [
         free[n.name][GPU]
         for n in nodes
-        if static_reason(n, shape) is None and fit_count(free[n.name], demand_of(shape.requests))
+        if usable(n, shape) and fit_count(free[n.name], demand_of(shape.requests))
     ]
     if not fitting:
         assert isinstance(result, Unplaceable)
