@@ -99,6 +99,10 @@ class Ledger:
             for used in path:
                 used[key] = used.get(key, 0) + delta
 
+    def release(self, queue: str, usage: Mapping[FlavorResource, int]) -> None:
+        """Release `usage` from `queue` and all its ancestors (a workload that leaves)."""
+        self.charge(queue, usage, -1)
+
     def headroom(self, queue: str, key: FlavorResource) -> int:
         """How much more of `key` a workload in `queue` may take right now."""
         room = self._free.get(key, 0)

@@ -37,7 +37,7 @@ class Transaction:
 
     def release(self, ledger: Ledger, queue: str, usage: Mapping[FlavorResource, int]) -> None:
         """Release `usage` from `queue` (and its ancestors), tentatively."""
-        ledger.charge(queue, usage, -1)
+        ledger.release(queue, usage)
         self._journal.append((ledger, queue, usage, 1))
 
     def record(self, undo: Callable[[], None]) -> None:

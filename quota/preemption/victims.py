@@ -81,6 +81,7 @@ def select_victims(
     allowed: Callable[[Candidate], bool] | None = None,
     enough: Callable[[Mapping[FlavorResource, int]], bool] | None = None,
     short: bool = False,
+    tx: Transaction | None = None,
 ) -> list[Candidate] | None:
     """Release candidates from `ledger` in order until `fits(chosen)`; then reprieve.
 
@@ -91,17 +92,21 @@ def select_victims(
     once `freed` is released, judged without touching the ledger: candidates are then only
     counted until it holds, and `fits` is asked from there on. `short` says the caller knows
     that `fits([])` is False as the ledger is (the preemptor was just seen not to fit).
+    With `tx`, the victims' release is journaled there for the caller to keep or roll back
+    (a decision that may still fall through); without, it is kept.
     """
-    tx = Transaction()
+    journal = tx if tx is not None else Transaction()
+    mark = journal.checkpoint()
     if enough is not None and allowed is None:
-        chosen = _select_counting(candidates, ledger, fits, enough, tx)
+        chosen = _select_counting(candidates, ledger, fits, enough, journal)
     else:
-        chosen = _select_greedy(candidates, ledger, fits, allowed, tx)
+        chosen = _select_greedy(candidates, ledger, fits, allowed, journal)
     if chosen is None:
-        tx.rollback()
+        journal.rollback(mark)
         return None
-    needed = _reprieve(chosen, ledger, fits, tx, short)
-    tx.commit()
+    needed = _reprieve(chosen, ledger, fits, journal, short)
+    if tx is None:
+        journal.commit()
     return needed
 
 
@@ -115,13 +120,14 @@ def _select_greedy(
     """Release allowed candidates least important first until the preemptor fits."""
     # Cheap refusal first: if evicting every allowed candidate would not be enough, say so
     # after one fit check instead of one per candidate.
+    mark = tx.checkpoint()
     everyone: list[Candidate] = []
     for candidate in candidates:
         if allowed is None or allowed(candidate):
             tx.release(ledger, candidate.queue, candidate.usage)
             everyone.append(candidate)
     enough_room = bool(everyone) and fits(everyone)
-    tx.rollback()
+    tx.rollback(mark)
     if not enough_room:
         return None
     chosen: list[Candidate] = []
