@@ -18,6 +18,11 @@ def node_list(nodes: Sequence[str], most: int = SHOWN) -> str:
     return ", ".join(nodes[:most]) + (f" and {more} more" if more > 0 else "")
 
 
+def named_nodes(nodes: Sequence[str], most: int = SHOWN) -> str:
+    """ "node h100-1", or "nodes h100-1, h100-2, h100-3, h100-4 and 2 more"."""
+    return f"{'node' if len(nodes) == 1 else 'nodes'} {node_list(nodes, most)}"
+
+
 def pods_on_nodes(placed: Iterable[tuple[str, int]], most: int = SHOWN) -> str:
     """ "h100-1 (x4), h100-2 (x4), h100-3 and 2 more nodes": (node, pods) pairs, summed per
     node in the order first seen, a count shown where a node has more than one pod."""
