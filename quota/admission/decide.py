@@ -29,7 +29,7 @@ from quota.admission.state import NO_SHARE, CycleState, Vector
 from quota.model.decisions import Admit, Pending
 from quota.model.flavorassign import Fit, FitFailure, assign_flavors, assign_flavors_pair
 from quota.model.ledger import Ledger
-from quota.model.resources import FlavorResource, flavor_resource, subtracted
+from quota.model.resources import FlavorResource, add_into, on_flavors, subtracted
 from quota.model.snapshot import Assignment, PodSet, QueueSpec, Workload
 from quota.placement.gang import Placement, Unplaceable, place_gang
 
@@ -178,9 +178,13 @@ class Decide:
                                     (state.planned.used[n], shares.get(n, NO_SHARE))
                                     for n in state.tree.paths[queue]
                                 ]
-                            left = min(
-                                share.get(key, 0) - used.get(key, 0) for used, share in levels
-                            )
+                            # The least room under any level's share.
+                            used, share = levels[0]
+                            left = share.get(key, 0) - used.get(key, 0)
+                            for used, share in levels[1:]:
+                                under = share.get(key, 0) - used.get(key, 0)
+                                if under < left:
+                                    left = under
                             room[key] = left
                         if amount * count > left:
                             break
@@ -335,11 +339,7 @@ class Decide:
             assignments.append(
                 Assignment(ps.name, full, dict(flavors), _planned_nodes(request, ps, placed))
             )
-            for resource, amount in ps.per_pod.items():
-                flavor = flavors.get(resource)
-                if flavor is not None and amount:
-                    key = flavor_resource(flavor, resource)
-                    total[key] = total.get(key, 0) + amount * full
+            add_into(total, on_flavors(ps.per_pod, flavors), full)
         charge = total
         if request.running is not None:
             charge = subtracted(total, state.running()[request.running.key][1])

@@ -10,6 +10,7 @@ with its room held, as a preemptor does (node_room.py).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from functools import partial
 
 from quota.admission.candidates import VictimLists
@@ -24,13 +25,13 @@ from quota.preemption.consolidation import consolidate, move_reason
 from quota.preemption.victims import Candidate, started_at
 
 
+@dataclass(frozen=True, slots=True)
 class Moves:
     """Consolidation for the pending workloads of one cycle."""
 
-    def __init__(self, state: CycleState, lists: VictimLists, room: NodeRoom) -> None:
-        self.state = state
-        self.lists = lists
-        self.room = room
+    state: CycleState
+    lists: VictimLists
+    room: NodeRoom
 
     def consolidate(
         self, spec: QueueSpec, request: Request, counts: Sequence[int], fit: Fit

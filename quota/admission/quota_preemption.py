@@ -10,6 +10,7 @@ still cannot be placed, the transaction is rolled back and no one is evicted.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from functools import partial
 from typing import Literal, NamedTuple
 
@@ -38,13 +39,13 @@ class GroupOptions(NamedTuple):
     flavors: list[list[tuple[FlavorResource, int]]]
 
 
+@dataclass(frozen=True, slots=True)
 class QuotaPreemption:
     """Within-queue preemption and reclaim for the pending workloads of one cycle."""
 
-    def __init__(self, state: CycleState, lists: VictimLists, room: NodeRoom) -> None:
-        self.state = state
-        self.lists = lists
-        self.room = room
+    state: CycleState
+    lists: VictimLists
+    room: NodeRoom
 
     def preempt(
         self, spec: QueueSpec, request: Request, counts: tuple[int, ...]

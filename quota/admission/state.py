@@ -176,15 +176,6 @@ class CycleState:
         """The ledgers a workload must fit: both once they may differ."""
         return (self.held, self.planned) if self.diverged else (self.held,)
 
-    def evict(self, victims: Sequence[tuple[str, str, Mapping[FlavorResource, int]]]) -> None:
-        """(key, queue, usage) of workloads chosen to leave: their quota is released in the
-        planned ledger, they are never chosen again, and their queues are re-keyed."""
-        for key, queue, usage in victims:
-            self.planned.release(queue, usage)
-            self.taken.add(key)
-        for queue in sorted({queue for _, queue, _ in victims}):
-            self.order.refresh(queue)
-
 
 def _queue_key(
     inputs: dict[str, tuple[Mapping[FlavorResource, int], Mapping[FlavorResource, int], int]],

@@ -58,6 +58,3 @@ class Transaction:
     def commit(self) -> None:
         """Keep every change: nothing can be rolled back past this point."""
         self._journal.clear()
-
-    def __len__(self) -> int:
-        return len(self._journal)

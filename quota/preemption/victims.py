@@ -10,7 +10,7 @@ guards.
 from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import NamedTuple
 
 from quota.model.ledger import Ledger
@@ -67,10 +67,7 @@ def in_victim_order(
         for w, _ in workloads
     ]
     order = sorted(range(len(keys)), key=keys.__getitem__)
-    new = tuple.__new__  # Candidate(...) without the named tuple's Python-level __new__
-    candidates = [
-        new(Candidate, (w, queue, usage)) for w, usage in map(workloads.__getitem__, order)
-    ]
+    candidates = [Candidate(w, queue, usage) for w, usage in map(workloads.__getitem__, order)]
     return candidates, [keys[i] for i in order]
 
 
@@ -98,7 +95,7 @@ def select_victims(
     journal = tx if tx is not None else Transaction()
     mark = journal.checkpoint()
     if enough is not None and allowed is None:
-        chosen = _select_counting(candidates, ledger, fits, enough, journal)
+        chosen = _release_until_fit(candidates, ledger, fits, enough, journal)
     else:
         chosen = _select_greedy(candidates, ledger, fits, allowed, journal)
     if chosen is None:
@@ -130,33 +127,31 @@ def _select_greedy(
     tx.rollback(mark)
     if not enough_room:
         return None
-    chosen: list[Candidate] = []
-    for candidate in candidates:
-        if allowed is not None and not allowed(candidate):
-            continue
-        tx.release(ledger, candidate.queue, candidate.usage)
-        chosen.append(candidate)
-        if fits(chosen):
-            return chosen
-    return None
+    # Lazily filtered: each candidate is judged once those before it are released.
+    return _release_until_fit(
+        (c for c in candidates if allowed is None or allowed(c)), ledger, fits, None, tx
+    )
 
 
-def _select_counting(
-    candidates: Sequence[Candidate],
+def _release_until_fit(
+    candidates: Iterable[Candidate],
     ledger: Ledger,
     fits: Callable[[Sequence[Candidate]], bool],
-    enough: Callable[[Mapping[FlavorResource, int]], bool],
+    enough: Callable[[Mapping[FlavorResource, int]], bool] | None,
     tx: Transaction,
 ) -> list[Candidate] | None:
-    """The greedy search when a necessary condition on freed amounts is known: adding up
-    usage is far cheaper than releasing from the ledger and assigning flavors, and most
-    searches either fail that condition outright or need only the first few candidates."""
+    """Release candidates in order until the preemptor fits.
+
+    With `enough`, a necessary condition on freed amounts, candidates are only counted until
+    it holds: adding up usage is far cheaper than releasing from the ledger and assigning
+    flavors, and most searches either fail that condition outright or need only the first
+    few candidates."""
     freed: dict[FlavorResource, int] = {}
     chosen: list[Candidate] = []
     released = 0
     for candidate in candidates:
         chosen.append(candidate)
-        if not released:
+        if enough is not None and not released:
             for key, amount in candidate.usage.items():
                 freed[key] = freed.get(key, 0) + amount
             if not enough(freed):
