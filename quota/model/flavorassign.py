@@ -267,11 +267,7 @@ class Planner:
 
     def plan(self, spec: QueueSpec, pod_set: PodSet) -> PodSetPlan:
         """`plan_pod_set(spec, flavors, pod_set)`, worked out once per queue and shape."""
-        # `shape`, without the call when the pod set was met before (a cycle asks this for
-        # every pending pod set, twice).
-        shape = self._shapes.get(id(pod_set))
-        if shape is None:
-            shape = self.shape(pod_set)
+        shape = self.shape(pod_set)
         key = (spec.name, shape)
         plan = self._plans.get(key)
         if plan is None:

@@ -247,10 +247,7 @@ def _spare(used: Vector, floor: Vector, below: Vector | None) -> dict[FlavorReso
     for key, held in used.items():
         give = held - floor.get(key, 0)
         if below is not None:
-            # min(), without the call: this runs for every key of every queue.
-            kids = below.get(key, 0)
-            if kids < give:
-                give = kids
+            give = min(give, below.get(key, 0))
         if give > 0:
             out[key] = give
     return out

@@ -54,14 +54,14 @@ def in_victim_order(
     and their keys in that order.
 
     The same as sorting the candidates with `key=victim_order`, but the keys are worked out
-    in one comprehension and the candidates made after sorting: a cycle sorts most of the
-    admitted workloads of a full cluster this way, and a call per workload was most of it.
+    in one comprehension, kept for the reclaim search's merge, and the candidates made after
+    sorting: a cycle sorts most of the admitted workloads of a full cluster this way.
     """
     keys = [
         (
             w.priority,
             w.disrupts_budget,
-            -(w.admitted_at if w.admitted_at is not None else w.arrival),  # started_at
+            -started_at(w),
             w.key,
         )
         for w, _ in workloads
