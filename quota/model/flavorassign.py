@@ -61,10 +61,7 @@ class GroupPlan:
         self, pinned: Mapping[str, str] | None, per_pod: Mapping[str, int]
     ) -> tuple[tuple[str, tuple[tuple[FlavorResource, int], ...]], ...]:
         """`options`, or only the flavor `pinned` gives the group (a scale-up slice stays on
-        the flavors its running slice holds); `per_pod`: the pod set's requests.
-
-        With nothing pinned (all but scale-up slices) the hot callers read `options`
-        themselves rather than call this: a cycle asks for tens of thousands of groups."""
+        the flavors its running slice holds); `per_pod`: the pod set's requests."""
         if pinned is not None and self.resources[0] in pinned:
             f = pinned[self.resources[0]]
             return ((f, tuple((flavor_resource(f, r), per_pod[r]) for r in self.resources)),)
@@ -270,11 +267,7 @@ class Planner:
 
     def plan(self, spec: QueueSpec, pod_set: PodSet) -> PodSetPlan:
         """`plan_pod_set(spec, flavors, pod_set)`, worked out once per queue and shape."""
-        # `shape`, without the call when the pod set was met before (a cycle asks this for
-        # every pending pod set, twice).
-        shape = self._shapes.get(id(pod_set))
-        if shape is None:
-            shape = self.shape(pod_set)
+        shape = self.shape(pod_set)
         key = (spec.name, shape)
         plan = self._plans.get(key)
         if plan is None:
@@ -320,10 +313,6 @@ class FitFailure(NamedTuple):
 # What `assign_flavors` returns for a failure it was not asked to explain.
 UNEXPLAINED = FitFailure("", (), ())
 
-# A named tuple made by tuple.__new__ rather than its class: the class goes through a
-# Python-level __new__, and flavor assignment makes one or two for every flavor it tries.
-_new = tuple.__new__
-
 
 class Fit(NamedTuple):
     """A flavor per resource for every pod set, and the usage that admission charges."""
@@ -359,7 +348,7 @@ def assign_flavors(
         picked: dict[str, str] = {}
         for group in plan.groups:
             resources = group.resources
-            options = group.options if pinned is None else group.choices(pinned, per_pod)
+            options = group.choices(pinned, per_pod)
             if excluded and options is group.options:
                 options = tuple(o for o in options if o[0] not in excluded)
             shortfalls: list[Shortfall] = []
@@ -377,7 +366,7 @@ def assign_flavors(
                             key, amount = pairs[short]
                             need = amount * count + usage.get(key, 0)
                             shortfalls.append(
-                                _new(Shortfall, (plan.pod_set.name, flavor, resources[short], need))
+                                Shortfall(plan.pod_set.name, flavor, resources[short], need)
                             )
                         continue
                     for key, amount in pairs:
@@ -388,9 +377,9 @@ def assign_flavors(
             else:
                 if not explain:
                     return UNEXPLAINED
-                return _new(FitFailure, (plan.pod_set.name, tuple(shortfalls), plan.skipped))
+                return FitFailure(plan.pod_set.name, tuple(shortfalls), plan.skipped)
         chosen.append(picked)
-    return _new(Fit, (tuple(chosen), usage))
+    return Fit(tuple(chosen), usage)
 
 
 def assign_flavors_pair(
@@ -418,7 +407,7 @@ def assign_flavors_pair(
     group = plan.groups[0]
     resources = group.resources
     pinned = sticky[0] if sticky is not None else None
-    options = group.options if pinned is None else group.choices(pinned, plan.pod_set.per_pod)
+    options = group.choices(pinned, plan.pod_set.per_pod)
     shortfalls: list[Shortfall] = []
     alone: Fit | FitFailure = UNEXPLAINED
     for flavor, pairs in options:
@@ -431,9 +420,9 @@ def assign_flavors_pair(
         if short < 0:
             return fit or _fit_on(flavor, resources, pairs, count), None
         shortfalls.append(
-            _new(Shortfall, (plan.pod_set.name, flavor, resources[short], pairs[short][1] * count))
+            Shortfall(plan.pod_set.name, flavor, resources[short], pairs[short][1] * count)
         )
-    return _new(FitFailure, (plan.pod_set.name, tuple(shortfalls), plan.skipped)), alone
+    return FitFailure(plan.pod_set.name, tuple(shortfalls), plan.skipped), alone
 
 
 _NO_USAGE: Mapping[FlavorResource, int] = {}
@@ -446,9 +435,7 @@ def _fit_on(
     count: int,
 ) -> Fit:
     """One pod set of one group on `flavor`, as `assign_flavors` makes it."""
-    return _new(
-        Fit, (({r: flavor for r in resources},), {key: amount * count for key, amount in pairs})
-    )
+    return Fit(({r: flavor for r in resources},), {key: amount * count for key, amount in pairs})
 
 
 PodSetSignature = tuple[

@@ -99,15 +99,14 @@ class Ledger:
             for used in path:
                 used[key] = used.get(key, 0) + delta
 
+    def release(self, queue: str, usage: Mapping[FlavorResource, int]) -> None:
+        """Release `usage` from `queue` and all its ancestors (a workload that leaves)."""
+        self.charge(queue, usage, -1)
+
     def headroom(self, queue: str, key: FlavorResource) -> int:
         """How much more of `key` a workload in `queue` may take right now."""
         room = self._free.get(key, 0)
-        # Asked for every flavor and resource a workload tries: the path is looked up here
-        # rather than through _limited_path, a call saved on the hottest line of a cycle.
-        limited = self._limited.get(queue)
-        if limited is None:
-            limited = self._limited_path(queue)
-        for _, limits, used in limited:
+        for _, limits, used in self._limited_path(queue):
             cap = limits.get(key)
             if cap is not None:
                 left = cap - used.get(key, 0)
@@ -127,9 +126,7 @@ class Ledger:
         `queue`, or -1 when all fit. Flavor assignment asks this for every flavor it tries:
         one call per group instead of one per resource."""
         free = self._free
-        limited = self._limited.get(queue)
-        if limited is None:
-            limited = self._limited_path(queue)
+        limited = self._limited_path(queue)
         for index, (key, amount) in enumerate(pairs):
             need = amount * count
             if base:

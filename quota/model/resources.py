@@ -8,7 +8,7 @@ A missing key means zero.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from functools import lru_cache
 from typing import TypeVar
 
@@ -53,41 +53,11 @@ def add_into(acc: dict[K, int], vector: Mapping[K, int], times: int = 1) -> None
         acc[key] = acc.get(key, 0) + amount * times
 
 
-def added(a: Mapping[K, int], b: Mapping[K, int]) -> dict[K, int]:
-    """Return a + b."""
-    out = dict(a)
-    add_into(out, b)
-    return out
-
-
 def subtracted(a: Mapping[K, int], b: Mapping[K, int]) -> dict[K, int]:
     """Return a - b (amounts may go negative; callers decide what that means)."""
     out = dict(a)
     add_into(out, b, -1)
     return out
-
-
-def scaled(vector: Mapping[K, int], factor: int) -> dict[K, int]:
-    """Return factor x vector, e.g. a pod's requests times the pod count."""
-    return {key: amount * factor for key, amount in vector.items()}
-
-
-def total(vectors: Iterable[Mapping[K, int]]) -> dict[K, int]:
-    """Sum many vectors."""
-    out: dict[K, int] = {}
-    for vector in vectors:
-        add_into(out, vector)
-    return out
-
-
-def fits(request: Mapping[K, int], available: Mapping[K, int]) -> bool:
-    """True when every requested amount is covered by `available`."""
-    return all(amount <= available.get(key, 0) for key, amount in request.items() if amount > 0)
-
-
-def nonzero(vector: Mapping[K, int]) -> dict[K, int]:
-    """Drop zero entries, so that equality and printing ignore resources nobody uses."""
-    return {key: amount for key, amount in vector.items() if amount != 0}
 
 
 def on_flavors(
@@ -101,7 +71,7 @@ def on_flavors(
     for resource, amount in requests.items():
         flavor = flavors.get(resource)
         if flavor is not None and amount:
-            key = (flavor, resource)
+            key = flavor_resource(flavor, resource)
             out[key] = out.get(key, 0) + amount
     return out
 

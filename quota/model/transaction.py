@@ -37,7 +37,7 @@ class Transaction:
 
     def release(self, ledger: Ledger, queue: str, usage: Mapping[FlavorResource, int]) -> None:
         """Release `usage` from `queue` (and its ancestors), tentatively."""
-        ledger.charge(queue, usage, -1)
+        ledger.release(queue, usage)
         self._journal.append((ledger, queue, usage, 1))
 
     def record(self, undo: Callable[[], None]) -> None:
@@ -58,6 +58,3 @@ class Transaction:
     def commit(self) -> None:
         """Keep every change: nothing can be rolled back past this point."""
         self._journal.clear()
-
-    def __len__(self) -> int:
-        return len(self._journal)

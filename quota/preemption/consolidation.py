@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
 
+from quota.model.nodewords import named_nodes
 from quota.placement.gang import Placement, Unplaceable
 from quota.placement.nodes import NodeView
 from quota.preemption.nodes import Place, WhatIf, placement_nodes
@@ -101,10 +102,8 @@ def consolidate(
 
 def move_reason(preemptor: str, priority: int, nodes: Sequence[str]) -> str:
     """Why a workload is moved (its pods restart on other nodes, room held for them)."""
-    shown = ", ".join(nodes[:4]) + (f" and {len(nodes) - 4} more" if len(nodes) > 4 else "")
-    where = f"nodes {shown}" if len(nodes) != 1 else f"node {shown}"
     return (
-        f"moved to other nodes to free {where} for {preemptor} (priority {priority}), whose "
-        "pods fit nowhere else only because free room is scattered; its pods restart on "
-        "room held for them, and it keeps its place in line"
+        f"moved to other nodes to free {named_nodes(nodes)} for {preemptor} "
+        f"(priority {priority}), whose pods fit nowhere else only because free room is "
+        "scattered; its pods restart on room held for them, and it keeps its place in line"
     )

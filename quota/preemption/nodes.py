@@ -25,6 +25,7 @@ from datetime import UTC, datetime
 from functools import partial
 
 from quota.model.nodes import BoundPod
+from quota.model.nodewords import named_nodes
 from quota.model.snapshot import QueueSpec, Workload
 from quota.model.transaction import Transaction
 from quota.placement.gang import Placement, Unplaceable
@@ -308,8 +309,7 @@ def node_victim_reason(
     preemptor: Workload, victim: Candidate, nodes: Sequence[str], queue: str
 ) -> str:
     """Why a victim was chosen to free nodes (it goes whole: every pod of it)."""
-    shown = ", ".join(nodes[:4]) + (f" and {len(nodes) - 4} more" if len(nodes) > 4 else "")
-    where = f"nodes {shown}" if len(nodes) != 1 else f"node {shown}"
+    where = named_nodes(nodes)
     who = f"{preemptor.key} (priority {preemptor.priority})"
     verb = "preempted" if victim.queue == queue else f"reclaimed by queue {queue}"
     return (

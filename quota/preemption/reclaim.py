@@ -38,6 +38,7 @@ from quota.model.flavorassign import Fit
 from quota.model.ledger import Ledger
 from quota.model.resources import FlavorResource, format_amount
 from quota.model.snapshot import QueueSpec, QueueTree, Workload
+from quota.model.transaction import Transaction
 from quota.preemption.victims import Candidate, VictimKey, select_victims, started_at
 
 Rule = Literal["fair share", "quota"]
@@ -129,6 +130,7 @@ def plan_reclaim(
     try_fit: Callable[[], Fit | None],
     could_stay_under: Callable[[str, Vector, Vector | None], bool],
     covered: Callable[[Mapping[FlavorResource, int]], bool],
+    tx: Transaction | None = None,
 ) -> ReclaimPlan | None:
     """Find workloads of other queues whose eviction lets `preemptor` fit, or None.
 
@@ -137,7 +139,8 @@ def plan_reclaim(
     ceiling is judged on everything it would use: ending above its level on any resource
     would only make it the next queue to be reclaimed from.
     Floors and ceilings come from the fair shares and quotas `index` was built with.
-    `ledger` is the cycle's planned usage; on success the victims stay released in it.
+    `ledger` is the cycle's planned usage; on success the victims stay released in it
+    (journaled in `tx` when given, see `select_victims`).
     `try_fit` assigns flavors to the preemptor against that ledger;
     `could_stay_under(queue, ceiling, limits)` tells whether some flavor choice keeps the
     planned usage of `queue` (the preemptor's leaf or an ancestor) plus the request within
@@ -201,7 +204,7 @@ def plan_reclaim(
                         return False
             return True
 
-        victims = select_victims(candidates, ledger, fits, allowed)
+        victims = select_victims(candidates, ledger, fits, allowed, tx=tx)
         if victims is not None:
             reasons = {
                 v.workload.key: _reason(
@@ -237,6 +240,19 @@ def _reach(
     return reach
 
 
+def _spare(used: Vector, floor: Vector, below: Vector | None) -> dict[FlavorResource, int]:
+    """What a queue can give back: its usage above its floor, and for an inner queue
+    (`below` not None: what its children can give) no more than that."""
+    out: dict[FlavorResource, int] = {}
+    for key, held in used.items():
+        give = held - floor.get(key, 0)
+        if below is not None:
+            give = min(give, below.get(key, 0))
+        if give > 0:
+            out[key] = give
+    return out
+
+
 class ReclaimIndex:
     """The admitted workloads of a cycle as reclaim candidates, per leaf in victim order, and
     what each subtree could give back under each rule.
@@ -254,14 +270,14 @@ class ReclaimIndex:
         "_holding",
         "_keys",
         "_kids",
-        "_leaves",
         "_ledger",
         "_levels",
         "_seen",
-        "_top",
         "_tree",
         "giving",
         "giving_below",
+        "leaves",
+        "top",
     )
 
     def __init__(
@@ -277,7 +293,7 @@ class ReclaimIndex:
         """`leaves`: the leaves with admitted workloads; `candidates(leaf)`: a leaf's admitted
         workloads as candidates, in victim order, and `keys(leaf)` their `victim_order`
         (asked only for leaves a search walks)."""
-        self._leaves = frozenset(leaves)
+        self.leaves = frozenset(leaves)
         self._candidates = candidates
         self._keys = keys
         # Per leaf, built on first use: most searches look at a few leaves, or none.
@@ -290,7 +306,7 @@ class ReclaimIndex:
         # the roots. `giving` holds the leaves with anything to give.
         self._avail: dict[Rule, dict[str, dict[FlavorResource, int]]] = {r: {} for r in _RULES}
         self._kids: dict[Rule, dict[str, dict[FlavorResource, int]]] = {r: {} for r in _RULES}
-        self._top: dict[Rule, dict[FlavorResource, int]] = {r: {} for r in _RULES}
+        self.top: dict[Rule, dict[FlavorResource, int]] = {r: {} for r in _RULES}
         self.giving: dict[Rule, set[str]] = {r: set() for r in _RULES}
         # Per rule and inner queue, the giving leaves of its subtree: a search confined to
         # one department looks at that department's leaves only.
@@ -298,16 +314,16 @@ class ReclaimIndex:
         if ledger.touched is None:
             ledger.touched = []
         self._seen = dict.fromkeys(_RULES, len(ledger.touched))
-        self._build()
+        self.build()
 
-    def _build(self) -> None:
+    def build(self) -> None:
         """Every figure at once, children before parents: each queue is worked out once,
         where refreshing leaf by leaf would work out each ancestor once per leaf below it.
-        The result is the same as refreshing every leaf in `_leaves` (see `_refresh`)."""
+        The result is the same as refreshing every leaf in `leaves` (see `refresh`)."""
         tree = self._tree
         paths = tree.paths
         included: set[str] = set()
-        for leaf in self._leaves:
+        for leaf in self.leaves:
             for name in paths[leaf]:
                 if name in included:
                     break  # and so are its ancestors
@@ -317,28 +333,18 @@ class ReclaimIndex:
         used_of = self._ledger.used
         for rule in _RULES:
             floors = self._levels[rule].floors
-            avail, kids, top = self._avail[rule], self._kids[rule], self._top[rule]
+            avail, kids, top = self._avail[rule], self._kids[rule], self.top[rule]
             for name in order:
                 path = paths[name]
                 inner = bool(tree.children.get(name))
-                below_kids = kids.get(name) if inner else None
-                new: dict[FlavorResource, int] = {}
-                floor = floors(name)
-                for key, held in used_of[name].items():
-                    give = held - floor.get(key, 0)
-                    if inner:
-                        # min(), without the call: this runs for every key of every queue.
-                        below = below_kids.get(key, 0) if below_kids else 0
-                        if below < give:
-                            give = below
-                    if give > 0:
-                        new[key] = give
+                below_kids = kids.get(name, _NOTHING) if inner else None
+                new = _spare(used_of[name], floors(name), below_kids)
                 avail[name] = new
                 target = top if len(path) == 1 else kids.setdefault(path[1], {})
                 for key, give in new.items():
                     target[key] = target.get(key, 0) + give
             below_ = self.giving_below[rule]
-            for leaf in self._leaves:
+            for leaf in self.leaves:
                 if avail.get(leaf):
                     self.giving[rule].add(leaf)
                     for name in paths[leaf][1:]:
@@ -351,38 +357,27 @@ class ReclaimIndex:
 
     def candidates(self, leaf: str) -> Sequence[Candidate]:
         """`leaf`'s admitted workloads as candidates, in victim order."""
-        return self._candidates(leaf) if leaf in self._leaves else ()
+        return self._candidates(leaf) if leaf in self.leaves else ()
 
     def order_keys(self, leaf: str) -> Sequence[VictimKey]:
         """The victim order of `leaf`'s candidates: the merge in `_walk` compares them again
         and again, so they are worked out once per leaf and cycle (with the candidates)."""
-        return self._keys(leaf) if leaf in self._leaves else ()
+        return self._keys(leaf) if leaf in self.leaves else ()
 
-    def _refresh(self, leaf: str, rules: Iterable[Rule] = _RULES) -> None:
+    def refresh(self, leaf: str, rules: Iterable[Rule] = _RULES) -> None:
+        """Work the figures of `leaf`'s path out again under `rules` (its usage changed)."""
         tree = self._tree
         for rule in rules:
             levels = self._levels[rule]
             avail, kids = self._avail[rule], self._kids[rule]
             for name in tree.paths[leaf]:
-                used = self._ledger.used[name]
-                below_kids = kids.get(name)
                 inner = bool(tree.children.get(name))
-                new: dict[FlavorResource, int] = {}
-                floor = levels.floors(name)
-                for key, held in used.items():
-                    give = held - floor.get(key, 0)
-                    if inner:
-                        # min(), without the call: this runs for every key of every queue
-                        # on the path of each leaf charged.
-                        below = below_kids.get(key, 0) if below_kids else 0
-                        if below < give:
-                            give = below
-                    if give > 0:
-                        new[key] = give
+                below_kids = kids.get(name, _NOTHING) if inner else None
+                new = _spare(self._ledger.used[name], levels.floors(name), below_kids)
                 old = avail.get(name, {})
                 avail[name] = new
                 parent = tree.paths[name][1] if len(tree.paths[name]) > 1 else None
-                target = self._top[rule] if parent is None else kids.setdefault(parent, {})
+                target = self.top[rule] if parent is None else kids.setdefault(parent, {})
                 for key in old.keys() | new.keys():
                     delta = new.get(key, 0) - old.get(key, 0)
                     if delta:
@@ -409,7 +404,7 @@ class ReclaimIndex:
         if seen < len(touched):
             for name in sorted(set(touched[seen:])):
                 if self._tree.is_leaf(name):
-                    self._refresh(name, (rule,))
+                    self.refresh(name, (rule,))
             self._seen[rule] = len(touched)
 
     def available(self, rule: Rule) -> Mapping[str, Mapping[FlavorResource, int]]:
@@ -423,7 +418,7 @@ class ReclaimIndex:
         subtree along its path could give, up to the `reach` first levels of the path (see
         `_reach`)."""
         self.sync(rule)
-        avail, kids, top = self._avail[rule], self._kids[rule], self._top[rule]
+        avail, kids, top = self._avail[rule], self._kids[rule], self.top[rule]
         path = self._tree.paths[queue]
         levels = min(reach, len(path))
         out: dict[FlavorResource, int] = {}

@@ -10,7 +10,7 @@ guards.
 from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import NamedTuple
 
 from quota.model.ledger import Ledger
@@ -54,23 +54,20 @@ def in_victim_order(
     and their keys in that order.
 
     The same as sorting the candidates with `key=victim_order`, but the keys are worked out
-    in one comprehension and the candidates made after sorting: a cycle sorts most of the
-    admitted workloads of a full cluster this way, and a call per workload was most of it.
+    in one comprehension, kept for the reclaim search's merge, and the candidates made after
+    sorting: a cycle sorts most of the admitted workloads of a full cluster this way.
     """
     keys = [
         (
             w.priority,
             w.disrupts_budget,
-            -(w.admitted_at if w.admitted_at is not None else w.arrival),  # started_at
+            -started_at(w),
             w.key,
         )
         for w, _ in workloads
     ]
     order = sorted(range(len(keys)), key=keys.__getitem__)
-    new = tuple.__new__  # Candidate(...) without the named tuple's Python-level __new__
-    candidates = [
-        new(Candidate, (w, queue, usage)) for w, usage in map(workloads.__getitem__, order)
-    ]
+    candidates = [Candidate(w, queue, usage) for w, usage in map(workloads.__getitem__, order)]
     return candidates, [keys[i] for i in order]
 
 
@@ -81,6 +78,7 @@ def select_victims(
     allowed: Callable[[Candidate], bool] | None = None,
     enough: Callable[[Mapping[FlavorResource, int]], bool] | None = None,
     short: bool = False,
+    tx: Transaction | None = None,
 ) -> list[Candidate] | None:
     """Release candidates from `ledger` in order until `fits(chosen)`; then reprieve.
 
@@ -91,17 +89,21 @@ def select_victims(
     once `freed` is released, judged without touching the ledger: candidates are then only
     counted until it holds, and `fits` is asked from there on. `short` says the caller knows
     that `fits([])` is False as the ledger is (the preemptor was just seen not to fit).
+    With `tx`, the victims' release is journaled there for the caller to keep or roll back
+    (a decision that may still fall through); without, it is kept.
     """
-    tx = Transaction()
+    journal = tx if tx is not None else Transaction()
+    mark = journal.checkpoint()
     if enough is not None and allowed is None:
-        chosen = _select_counting(candidates, ledger, fits, enough, tx)
+        chosen = _release_until_fit(candidates, ledger, fits, enough, journal)
     else:
-        chosen = _select_greedy(candidates, ledger, fits, allowed, tx)
+        chosen = _select_greedy(candidates, ledger, fits, allowed, journal)
     if chosen is None:
-        tx.rollback()
+        journal.rollback(mark)
         return None
-    needed = _reprieve(chosen, ledger, fits, tx, short)
-    tx.commit()
+    needed = _reprieve(chosen, ledger, fits, journal, short)
+    if tx is None:
+        journal.commit()
     return needed
 
 
@@ -115,42 +117,41 @@ def _select_greedy(
     """Release allowed candidates least important first until the preemptor fits."""
     # Cheap refusal first: if evicting every allowed candidate would not be enough, say so
     # after one fit check instead of one per candidate.
+    mark = tx.checkpoint()
     everyone: list[Candidate] = []
     for candidate in candidates:
         if allowed is None or allowed(candidate):
             tx.release(ledger, candidate.queue, candidate.usage)
             everyone.append(candidate)
     enough_room = bool(everyone) and fits(everyone)
-    tx.rollback()
+    tx.rollback(mark)
     if not enough_room:
         return None
-    chosen: list[Candidate] = []
-    for candidate in candidates:
-        if allowed is not None and not allowed(candidate):
-            continue
-        tx.release(ledger, candidate.queue, candidate.usage)
-        chosen.append(candidate)
-        if fits(chosen):
-            return chosen
-    return None
+    # Lazily filtered: each candidate is judged once those before it are released.
+    return _release_until_fit(
+        (c for c in candidates if allowed is None or allowed(c)), ledger, fits, None, tx
+    )
 
 
-def _select_counting(
-    candidates: Sequence[Candidate],
+def _release_until_fit(
+    candidates: Iterable[Candidate],
     ledger: Ledger,
     fits: Callable[[Sequence[Candidate]], bool],
-    enough: Callable[[Mapping[FlavorResource, int]], bool],
+    enough: Callable[[Mapping[FlavorResource, int]], bool] | None,
     tx: Transaction,
 ) -> list[Candidate] | None:
-    """The greedy search when a necessary condition on freed amounts is known: adding up
-    usage is far cheaper than releasing from the ledger and assigning flavors, and most
-    searches either fail that condition outright or need only the first few candidates."""
+    """Release candidates in order until the preemptor fits.
+
+    With `enough`, a necessary condition on freed amounts, candidates are only counted until
+    it holds: adding up usage is far cheaper than releasing from the ledger and assigning
+    flavors, and most searches either fail that condition outright or need only the first
+    few candidates."""
     freed: dict[FlavorResource, int] = {}
     chosen: list[Candidate] = []
     released = 0
     for candidate in candidates:
         chosen.append(candidate)
-        if not released:
+        if enough is not None and not released:
             for key, amount in candidate.usage.items():
                 freed[key] = freed.get(key, 0) + amount
             if not enough(freed):

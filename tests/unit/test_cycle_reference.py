@@ -1,34 +1,42 @@
 """The admission cycle's shortcuts decide exactly what the plain search decides.
 
 Each shortcut taken for speed (issue 14) has a plain counterpart here, the behaviour before
-it: a reference cycle uses the plain ones, and on random contended snapshots (full
-clusters, preemption and reclaim on, minimum runtimes, zero weights and quotas, empty
-trees) both cycles must return the same decisions, reasons included.
+it. `admission_cycle` is run twice on random contended snapshots (full clusters, preemption
+and reclaim on, minimum runtimes, zero weights and quotas, empty trees): as it is, and with
+the plain counterparts put in place of the shortcuts; both must return the same decisions,
+reasons included.
 """
 
 from __future__ import annotations
 
 import gc
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import replace
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from quota.admission.cycle import _Cycle, _Request, admission_cycle
+from quota.admission import candidates, decide
+from quota.admission.candidates import VictimLists
+from quota.admission.cycle import admission_cycle
+from quota.admission.state import CycleState
 from quota.fairness.fairshare import fair_share
 from quota.model.flavorassign import (
     UNEXPLAINED,
     Fit,
     FitFailure,
+    PodSetPlan,
     assign_flavors,
     assign_flavors_pair,
     plan_pod_set,
 )
 from quota.model.ledger import Ledger
+from quota.model.resources import FlavorResource
 from quota.model.snapshot import FlavorQuota, PodSet, QueueSpec, Snapshot, Workload, queue_tree
 from quota.preemption.reclaim import ReclaimIndex
-from quota.preemption.victims import Candidate, started_at, victim_order
+from quota.preemption.victims import Candidate, VictimKey, started_at, victim_order
 from tests.unit.strategies import CPU, GPU, apply_cycle, snapshots
 from tests.unit.test_reclaim_properties import contended as reclaim_cases
 
@@ -38,80 +46,75 @@ checked = settings(max_examples=150, deadline=None, suppress_health_check=[Healt
 class _PlainIndex(ReclaimIndex):
     """The reclaim figures built leaf by leaf, every ancestor again for each leaf below it."""
 
-    def _build(self) -> None:
-        for leaf in sorted(self._leaves):
-            self._refresh(leaf)
+    def build(self) -> None:
+        for leaf in sorted(self.leaves):
+            self.refresh(leaf)
 
 
-class _PlainCycle(_Cycle):
-    """The cycle before its shortcuts: every admitted workload is asked whether minRuntime
-    protects it, the reclaim figures are built leaf by leaf, a queue's victims are sorted
-    with `victim_order`, one call each, within-queue candidates are picked from the whole
-    sorted queue, and flavors are assigned in both ledgers, then in the planned one, by two
-    calls."""
+def _plain_young(lists: VictimLists) -> list[Candidate]:
+    """Every admitted workload is asked whether minRuntime protects it."""
+    return lists.everyone()
 
-    def _young_victims(self) -> list[Candidate]:
-        return self._all_victims()
 
-    def _assign_both(
-        self,
-        queue: str,
-        request: _Request,
-        sticky: Sequence[Mapping[str, str] | None] | None,
-    ) -> tuple[Fit | FitFailure, Fit | FitFailure | None]:
-        both = assign_flavors(
-            queue, request.plans, request.counts, (self.held, self.planned), sticky
-        )
-        if isinstance(both, Fit):
-            return both, None
-        alone = assign_flavors(queue, request.plans, request.counts, (self.planned,), sticky)
-        return both, alone if isinstance(alone, Fit) else UNEXPLAINED
+def _plain_in_victim_order(
+    workloads: Sequence[tuple[Workload, Mapping[FlavorResource, int]]], queue: str
+) -> tuple[list[Candidate], list[VictimKey]]:
+    """A queue's victims sorted with `victim_order`, one call each."""
+    found = sorted((Candidate(w, queue, usage) for w, usage in workloads), key=victim_order)
+    return found, [victim_order(c) for c in found]
 
-    def _within_queue(
-        self, spec: QueueSpec, w: Workload, contended: set[tuple[str, str]]
-    ) -> list[Candidate]:
-        if spec.within_queue == "Never":
-            return []
-        out: list[Candidate] = []
-        equal_ok = spec.within_queue == "LowerOrNewerEqualPriority"
-        for c in self._victim_list(spec.name):
-            v = c.workload
-            if v.priority >= w.priority:
-                if v.priority > w.priority or not equal_ok:
-                    break  # victim order is by priority: nothing further is allowed
-                if v.arrival <= w.arrival:
-                    continue
-            if v.key in self.taken or contended.isdisjoint(c.usage):
+
+def _plain_within_queue(
+    lists: VictimLists, spec: QueueSpec, w: Workload, contended: set[FlavorResource]
+) -> list[Candidate]:
+    """Within-queue candidates picked from the whole sorted queue."""
+    if spec.within_queue == "Never":
+        return []
+    out: list[Candidate] = []
+    equal_ok = spec.within_queue == "LowerOrNewerEqualPriority"
+    state = lists.state
+    for c in lists.of_queue(spec.name):
+        v = c.workload
+        if v.priority >= w.priority:
+            if v.priority > w.priority or not equal_ok:
+                break  # victim order is by priority: nothing further is allowed
+            if v.arrival <= w.arrival:
                 continue
-            runtime = spec.min_runtime_preempt_s
-            if runtime and self.snapshot.now - started_at(v) < runtime:
-                continue
-            out.append(c)
-        return out
+        if v.key in state.taken or contended.isdisjoint(c.usage):
+            continue
+        runtime = spec.min_runtime_preempt_s
+        if runtime and state.snapshot.now - started_at(v) < runtime:
+            continue
+        out.append(c)
+    return out
 
-    def _victim_list(self, queue: str) -> list[Candidate]:
-        found = self.victim_lists.get(queue)
-        if found is None:
-            found = sorted(
-                (Candidate(w, queue, usage) for w, usage in self.admitted_by_queue.get(queue, ())),
-                key=victim_order,
-            )
-            self.victim_lists[queue] = found
-            self.victim_keys[queue] = [victim_order(c) for c in found]
-        return found
 
-    def _reclaim_index(self) -> ReclaimIndex:
-        if self.reclaim_index is None:
-            self.reclaim_index = _PlainIndex(
-                self.admitted_by_queue,
-                self._victim_list,
-                self._victim_keys,
-                self.planned,
-                self.tree,
-                self.fair.shares,
-                self.quotas,
-            )
-        return self.reclaim_index
+def _plain_pair(
+    queue: str,
+    plans: Sequence[PodSetPlan],
+    counts: Sequence[int],
+    held: Ledger,
+    planned: Ledger,
+    sticky: Sequence[Mapping[str, str] | None] | None,
+) -> tuple[Fit | FitFailure, Fit | FitFailure | None]:
+    """Flavors assigned in both ledgers, then in the planned one, by two calls."""
+    both = assign_flavors(queue, plans, counts, (held, planned), sticky)
+    if isinstance(both, Fit):
+        return both, None
+    alone = assign_flavors(queue, plans, counts, (planned,), sticky)
+    return both, alone if isinstance(alone, Fit) else UNEXPLAINED
+
+
+@contextmanager
+def _plain_cycle() -> Iterator[None]:
+    """`admission_cycle` as it was before its shortcuts."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(VictimLists, "young", _plain_young)
+        patch.setattr(VictimLists, "within_queue", _plain_within_queue)
+        patch.setattr(candidates, "in_victim_order", _plain_in_victim_order)
+        patch.setattr(candidates, "ReclaimIndex", _PlainIndex)
+        patch.setattr(decide, "assign_flavors_pair", _plain_pair)
+        yield
 
 
 @st.composite
@@ -195,21 +198,24 @@ def test_the_cycle_decides_as_the_plain_search_does(snapshot: Snapshot) -> None:
     # The plain cycle works out the usage of the admitted workloads itself, as it does with
     # a fair share computed from another snapshot.
     unshared = replace(fair, queue_workloads={}, snapshot=None)
-    assert _Cycle(snapshot, fair).run() == _PlainCycle(snapshot, unshared).run()
+    fast = admission_cycle(snapshot, fair)
+    with _plain_cycle():
+        plain = admission_cycle(snapshot, unshared)
+    assert fast == plain
 
 
 def _ledger_after(snapshot: Snapshot, charges: Sequence[int]) -> tuple[Ledger, list[str]]:
     """The planned ledger of a cycle over `snapshot`, with some admitted workloads released
     (as victims would be) by the `charges` drawn."""
     fair = fair_share(snapshot)
-    cycle = _Cycle(snapshot, fair)
-    ledger = cycle.planned
-    running = list(cycle._running().values())
+    state = CycleState(snapshot, fair)
+    ledger = state.planned
+    running = list(state.running().values())
     for i in charges:
         if running:
             w, usage = running[i % len(running)]
-            ledger.charge(w.queue, usage, -1)
-    return ledger, sorted(cycle.admitted_by_queue)
+            ledger.release(w.queue, usage)
+    return ledger, sorted(state.admitted_by_queue)
 
 
 @checked
@@ -245,7 +251,7 @@ def test_reclaim_figures_built_at_once_equal_those_built_leaf_by_leaf(
                 assert fast.freeable(rule, name, [key], len(tree.paths[name])) == (
                     plain.freeable(rule, name, [key], len(tree.paths[name]))
                 )
-        assert nonzero(fast._top[rule]) == nonzero(plain._top[rule])
+        assert nonzero(fast.top[rule]) == nonzero(plain.top[rule])
 
 
 @checked

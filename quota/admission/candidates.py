@@ -1,0 +1,151 @@
+"""The victim candidate lists of one admission cycle, each sorted once and shared.
+
+Every admitted workload that may still be chosen becomes a `Candidate` once per cycle, in
+victim order (quota/preemption/victims.py): per leaf queue (shared by within-queue
+preemption and reclaim), all of them, those with pods on nodes, and those a minRuntime still
+protects. Taken ones are filtered where a list is used.
+"""
+
+from __future__ import annotations
+
+from quota.admission.state import CycleState
+from quota.model.resources import FlavorResource
+from quota.model.snapshot import QueueSpec, Workload
+from quota.preemption.reclaim import ReclaimIndex
+from quota.preemption.victims import (
+    Candidate,
+    VictimKey,
+    in_victim_order,
+    pair_holders,
+    started_at,
+    victim_order,
+    within_queue_candidates,
+    within_queue_holders,
+)
+
+
+class VictimLists:
+    """The candidate lists of one cycle, each made on first use."""
+
+    def __init__(self, state: CycleState) -> None:
+        self.state = state
+        self._everyone: list[Candidate] | None = None
+        self._on_nodes: list[Candidate] | None = None
+        self._young: list[Candidate] | None = None
+        self._per_queue: dict[str, list[Candidate]] = {}
+        self._keys: dict[str, list[VictimKey]] = {}
+        # Per queue and (flavor, resource): its admitted workloads holding that pair, in
+        # victim order, with their priorities (see within_queue).
+        self._holders: dict[tuple[str, FlavorResource], tuple[list[Candidate], list[int]]] = {}
+        self._reclaim: ReclaimIndex | None = None
+
+    def close(self) -> None:
+        """Drop the reclaim index: it holds bound methods of this object, a cycle of
+        references the collector would otherwise have to find."""
+        self._reclaim = None
+
+    def of_queue(self, queue: str) -> list[Candidate]:
+        """The admitted workloads of a leaf as candidates in victim order, sorted once per
+        cycle and shared by preemption and reclaim."""
+        found = self._per_queue.get(queue)
+        if found is None:
+            found, keys = in_victim_order(self.state.admitted_by_queue.get(queue, ()), queue)
+            self._per_queue[queue] = found
+            self._keys[queue] = keys
+        return found
+
+    def keys(self, queue: str) -> list[VictimKey]:
+        """`victim_order` of each of `of_queue(queue)`, for the reclaim search's merge."""
+        keys = self._keys.get(queue)
+        if keys is None:
+            self.of_queue(queue)
+            keys = self._keys[queue]
+        return keys
+
+    def everyone(self) -> list[Candidate]:
+        """Every admitted workload as a candidate, in victim order."""
+        if self._everyone is None:
+            self._everyone = sorted(
+                (c for name in self.state.admitted_by_queue for c in self.of_queue(name)),
+                key=victim_order,
+            )
+        return self._everyone
+
+    def young(self) -> list[Candidate]:
+        """Admitted workloads some minRuntime still protects (in their own queue or from
+        reclaim), in victim order: the only ones a failed search may have spared for it.
+
+        A failed search asks after them; walking every admitted workload instead made each
+        failure cost as much as the cluster is large."""
+        if self._young is None:
+            state = self.state
+            now = state.snapshot.now
+            young: list[Candidate] = []
+            for name in state.admitted_by_queue:
+                queue = state.queues[name]
+                preempt, reclaim = queue.min_runtime_preempt_s, queue.min_runtime_reclaim_s
+                if not preempt and not reclaim:
+                    continue
+                for c in self.of_queue(name):
+                    start = started_at(c.workload)
+                    if (preempt and now < start + preempt) or (reclaim and now < start + reclaim):
+                        young.append(c)
+            young.sort(key=victim_order)
+            self._young = young
+        return self._young
+
+    def on_nodes(self) -> list[Candidate]:
+        """Admitted workloads with pods on nodes, in victim order."""
+        if self._on_nodes is None:
+            pods_of = self.state.pods_of
+            self._on_nodes = [c for c in self.everyone() if c.workload.key in pods_of]
+        return self._on_nodes
+
+    def within_queue(
+        self, spec: QueueSpec, w: Workload, contended: set[FlavorResource]
+    ) -> list[Candidate]:
+        """The workloads of `w`'s own queue it may preempt, in victim order."""
+        state = self.state
+        if len(contended) == 1 and spec.within_queue != "Never":
+            # Short of one pair: only the queue's workloads holding it can help. They are
+            # listed once per queue and pair, in victim order, for every search to bisect.
+            pair = next(iter(contended))
+            found = self._holders.get((spec.name, pair))
+            if found is None:
+                found = self._holders[spec.name, pair] = pair_holders(
+                    state.admitted_by_queue.get(spec.name, ()), pair, spec.name
+                )
+            return within_queue_holders(
+                w,
+                spec.within_queue,
+                found[0],
+                found[1],
+                state.taken,
+                state.snapshot.now,
+                spec.min_runtime_preempt_s,
+            )
+        return within_queue_candidates(
+            w,
+            spec.within_queue,
+            spec.name,
+            state.admitted_by_queue.get(spec.name, ()),
+            state.taken,
+            contended,
+            state.snapshot.now,
+            spec.min_runtime_preempt_s,
+        )
+
+    def reclaim_index(self) -> ReclaimIndex:
+        """Every admitted workload as a reclaim candidate, per leaf in victim order."""
+        if self._reclaim is None:
+            state = self.state
+            self._reclaim = ReclaimIndex(
+                state.admitted_by_queue,
+                self.of_queue,
+                self.keys,
+                state.planned,
+                state.tree,
+                state.fair.shares,
+                state.quotas,
+            )
+        return self._reclaim

@@ -1,0 +1,274 @@
+"""Room on nodes for a preemptor, from its first eviction to its admission or lapse.
+
+A workload that fits quota but not nodes may evict lower-priority workloads in its way
+(KEP-5710; the search itself is quota/preemption/nodes.py). It then waits with its room
+held: its placement is written as a `Hold` (placeholder pods every other workload and the
+scheduler loop count as taken) and its quota charged in the planned ledger. In each later
+cycle, at its own turn, the held room is released to it (`release_hold`) and it is placed
+again, into its room or wherever there is room by then; set aside for the borrowing pass, it
+keeps its room until then (`keep_hold`). A hold lapses after the snapshot's hold timeout if
+its victims would not leave: a new plan then does not count on their room (`stuck`), and the
+reason says so (`lapse_words`). A hold keeps its start while no one new is evicted for it,
+so a plan that keeps breaking cannot hold room for ever.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime
+from functools import partial
+
+from quota.admission.candidates import VictimLists
+from quota.admission.requests import Request, request_gang
+from quota.admission.state import CycleState
+from quota.model.decisions import Pending, Preempt, Victim
+from quota.model.flavorassign import Fit
+from quota.model.nodes import BoundPod
+from quota.model.nodewords import pods_on_nodes
+from quota.model.snapshot import Assignment, Hold, QueueSpec, Workload
+from quota.placement.gang import Placement, Unplaceable, place_gang
+from quota.placement.reservations import held_by
+from quota.preemption.nodes import (
+    NodePlan,
+    node_candidates,
+    node_victim_reason,
+    preempt_on_nodes,
+    protected_words,
+)
+from quota.preemption.victims import Candidate
+
+
+@dataclass(frozen=True, slots=True)
+class HeldRoom:
+    """A preemptor's room found on nodes: the plan, and the hold to keep it."""
+
+    plan: NodePlan
+    hold: Hold | None  # None: no pods to place
+
+    def sparing(self, spared: set[str]) -> HeldRoom:
+        """The same room, no longer waiting for the `spared` workloads."""
+        if self.hold is None:
+            return self
+        victims = tuple(v for v in self.hold.victims if v not in spared)
+        return HeldRoom(self.plan, replace(self.hold, victims=victims))
+
+
+class NodeRoom:
+    """Node preemption, holds and lapses for the preemptors of one cycle."""
+
+    def __init__(self, state: CycleState, lists: VictimLists) -> None:
+        self.state = state
+        self.lists = lists
+        # Placeholder pods of holds released at their preemptor's turn (see keep_hold).
+        self._released: dict[str, list[BoundPod]] = {}
+
+    # -- a held room across cycles ----------------------------------------------------------
+
+    def release_hold(self, w: Workload) -> None:
+        """The preemptor's own turn: the room held for it is its own to place into again."""
+        nodes = self.state.nodes
+        if w.hold is None or nodes is None:
+            return
+        keys = self.state.pods_of.pop(held_by(w.key), ())
+        self._released[w.key] = [nodes.remove_pod(k) for k in keys if k in nodes.pods]
+
+    def keep_hold(self, key: str) -> None:
+        """A preemptor set aside for the second pass keeps its room held until then."""
+        pods = self._released.pop(key, None)
+        nodes = self.state.nodes
+        if not pods or nodes is None:
+            return
+        for pod in pods:
+            nodes.add_pod(pod)
+        self.state.pods_of[held_by(key)] = [pod.key for pod in pods]
+
+    def stuck(self, w: Workload) -> frozenset[str]:
+        """Victims of `w`'s lapsed hold that still have pods on nodes: they would not go in
+        time, so a new plan must not count on their room."""
+        snapshot = self.state.snapshot
+        if w.hold is None or snapshot.active_hold(w) is not None:
+            return frozenset()
+        return frozenset(v for v in w.hold.victims if v in self.state.pods_of)
+
+    def lapse_words(self, w: Workload, stuck: frozenset[str]) -> str:
+        """ "the room held since 14:05:00 UTC lapsed after 300s (ns/a did not leave); " """
+        snapshot = self.state.snapshot
+        hold = w.hold
+        if hold is None or snapshot.active_hold(w) is not None:
+            return ""
+        when = datetime.fromtimestamp(hold.since, UTC).strftime("%H:%M:%S UTC")
+        late = f" ({', '.join(sorted(stuck))} did not leave)" if stuck else ""
+        return f"the room held since {when} lapsed after {snapshot.hold_timeout_s:.0f}s{late}; "
+
+    def leaving(self, extra: set[str], stuck: frozenset[str]) -> list[str]:
+        """Workloads already leaving (taken, or `extra` about to be) whose pods still count
+        as room for a preemptor: not a slice taken over by a scale-up, not stuck."""
+        state = self.state
+        return [
+            k
+            for k in sorted(state.taken | extra)
+            if k in state.pods_of and k not in state.replaced and k not in stuck
+        ]
+
+    # -- making room ------------------------------------------------------------------------
+
+    def make_room(
+        self,
+        spec: QueueSpec,
+        request: Request,
+        counts: Sequence[int],
+        fit: Fit,
+        why: Unplaceable | None,
+        quota_victims: Sequence[Candidate] = (),
+    ) -> HeldRoom | Unplaceable:
+        """Make room on nodes for a workload that fits quota (quota/preemption/nodes.py).
+
+        `quota_victims` were just chosen to free quota for it (not yet taken): they count as
+        leaving, and are never chosen twice. Returns the placement held for it with the
+        workloads to evict for nodes (none when leaving ones suffice), or why it still
+        cannot be placed (the view and ledgers then as they were). `why` is the failure of a
+        placement already tried as things are, None when none was.
+        """
+        state = self.state
+        view = state.nodes
+        gang, where = request_gang(state, request, counts, fit.flavors)
+        assert view is not None
+        if gang is None:  # no pods to place: nothing to make room for
+            return HeldRoom(NodePlan(Placement({}, 0, {}), (), {}), None)
+        w = request.workload
+        chosen = {c.workload.key for c in quota_victims}
+        excluded = state.taken | chosen
+        if request.running is not None:
+            excluded.add(request.running.key)
+        now = state.snapshot.now
+        found = node_candidates(w, spec, state.queues, self.lists.on_nodes(), excluded, now)
+        stuck = self.stuck(w)
+        leaving = self.leaving(chosen, stuck)
+        if why is not None and not found.allowed and not found.protected and not leaving:
+            return why
+        plan = preempt_on_nodes(
+            view,
+            found.allowed,
+            state.pods_of,
+            leaving,
+            partial(place_gang, view, gang, spec.placement),
+        )
+        if isinstance(plan, Unplaceable):
+            reason = (
+                why.reason
+                if why is not None
+                else f"quota is available but the pods cannot be placed{where}: {plan.reason}"
+            )
+            if found.allowed:
+                reason = (
+                    f"quota is available but the pods cannot be placed{where} even if every "
+                    "lower-priority workload on its flavor's nodes that its queue may preempt "
+                    f"were evicted: {plan.reason}"
+                )
+            if found.protected:
+                reason += "; " + protected_words(found.protected, now)
+            return Unplaceable(self.lapse_words(w, stuck) + reason, False, plan.pod_set)
+        return HeldRoom(plan, self._hold_for(request, fit, plan, quota_victims))
+
+    def _hold_for(
+        self, request: Request, fit: Fit, plan: NodePlan, quota_victims: Sequence[Candidate]
+    ) -> Hold:
+        """The room to hold for the preemptor: where `plan` placed it. A hold that has not
+        lapsed keeps its start while no one new is evicted for it."""
+        snapshot = self.state.snapshot
+        w = request.workload
+        assignments = held_assignments(w, plan.placement, fit.flavors)
+        new = {c.workload.key for c in (*quota_victims, *plan.victims)}
+        old = snapshot.active_hold(w)
+        victims = set(new)
+        if old is not None:
+            victims.update(v for v in old.victims if v in self.state.taken)
+        since = old.since if old is not None and not new else snapshot.now
+        return Hold(assignments, since, tuple(sorted(victims)))
+
+    def wait(
+        self,
+        spec: QueueSpec,
+        request: Request,
+        fit: Fit,
+        room: HeldRoom,
+        quota_victims: Sequence[Victim] = (),
+    ) -> None:
+        """Record a preemptor that waits with its room held: quota in `planned`, room in the
+        view, victims for nodes (after those chosen for quota) evicted."""
+        state = self.state
+        w = request.workload
+        plan = room.plan
+        state.planned.charge(spec.name, fit.usage)  # its quota is held with its room
+        state.diverged = True
+        for c in plan.victims:
+            state.planned.release(c.queue, c.usage)
+        state.taken.update(c.workload.key for c in plan.victims)
+        for queue in sorted({c.queue for c in plan.victims}):
+            state.order.refresh(queue)
+        victims = (
+            *quota_victims,
+            *(
+                Victim(
+                    c.workload.key,
+                    c.queue,
+                    "Preempted" if c.queue == spec.name else "Reclaimed",
+                    node_victim_reason(w, c, plan.freed[c.workload.key], spec.name),
+                )
+                for c in plan.victims
+            ),
+        )
+        lapsed = self.lapse_words(w, self.stuck(w))
+        if victims:
+            state.preempt.append(Preempt(w.key, victims))
+            n = len(victims)
+            freed = sorted({node for nodes in plan.freed.values() for node in nodes})
+            what = (
+                " and ".join(
+                    part
+                    for part in (
+                        "release quota" if quota_victims else "",
+                        f"leave nodes {', '.join(freed)}" if freed else "",
+                    )
+                    if part
+                )
+                or "leave"
+            )
+            reason = (
+                f"waiting for {n} preempted workload{'s' if n != 1 else ''} to {what}: "
+                f"{', '.join(v.workload for v in victims)}; its room is held: "
+                + placement_words(plan.placement)
+            )
+        else:
+            reason = (
+                "waiting for preempted workloads to leave nodes; its room is held: "
+                + placement_words(plan.placement)
+            )
+        state.pending.append(Pending(w.key, spec.name, lapsed + reason, room.hold))
+
+
+def held_assignments(
+    w: Workload, placed: Placement, flavors: Sequence[Mapping[str, str]] | None = None
+) -> tuple[Assignment, ...]:
+    """`placed` as plans per pod set (for a hold), with the flavors chosen per pod set
+    (the admitted ones when `flavors` is None)."""
+    admitted = {a.pod_set: a.flavors for a in w.admission or ()}
+    return tuple(
+        Assignment(
+            ps.name,
+            placed.count(ps.name),
+            flavors[i] if flavors is not None else admitted.get(ps.name, {}),
+            placed.nodes[ps.name],
+        )
+        for i, ps in enumerate(w.pod_sets)
+        if placed.nodes.get(ps.name)
+    )
+
+
+def placement_words(placed: Placement) -> str:
+    """ "8 pods planned on h100-1 (x4), h100-2 (x4)", shortened past a few nodes."""
+    pods = f"{placed.total} pod{'s' if placed.total != 1 else ''}"
+    return f"{pods} planned on " + pods_on_nodes(
+        pair for pairs in placed.nodes.values() for pair in pairs
+    )

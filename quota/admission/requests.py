@@ -1,0 +1,132 @@
+"""A pending workload prepared for fitting in its queue, and the gang its pods make.
+
+A request is worked out once per cycle: its pod sets planned against the queue's flavors,
+what a scale-up slice adds to the slice it replaces, and its key in the cycle's memo of
+failures (identical shapes fail identically).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from quota.admission.state import CycleState
+from quota.model.flavorassign import Planner, PodSetPlan, SliceBase, slice_base
+from quota.model.nodes import PodShape
+from quota.model.snapshot import Flavor, QueueSpec, Workload
+from quota.placement.gang import GangRequest, PodSetRequest
+
+
+@dataclass(slots=True)
+class Request:
+    """A pending workload prepared for fitting in its queue."""
+
+    workload: Workload
+    plans: tuple[PodSetPlan, ...]
+    counts: tuple[int, ...]  # pods to charge per pod set (the extra pods for a scale-up)
+    base: SliceBase | None  # what the slice it replaces already runs
+    running: Workload | None  # that slice
+    flexible: bool  # some pod set may start with fewer pods (minCount below count)
+    # Its key in the cycle's memo of failures (see `Requests.memo_key`), worked out once: a
+    # request set aside in the first pass is asked again in the second.
+    memo_key: tuple[object, ...] | None
+
+    @property
+    def sticky(self) -> tuple[Mapping[str, str] | None, ...] | None:
+        """The flavors a scale-up slice must keep, per pod set (None: any)."""
+        return self.base.flavors if self.base is not None else None
+
+
+class Requests:
+    """Makes the requests of one cycle, planning pod sets with one shared planner."""
+
+    def __init__(self, state: CycleState) -> None:
+        self.state = state
+        fair = state.fair
+        # Fair share planned the pending pod sets of this snapshot already.
+        planner = fair.planner if fair.snapshot is state.snapshot else None
+        self.planner = planner if planner is not None else Planner(state.snapshot.flavors)
+
+    def make(self, spec: QueueSpec, w: Workload) -> Request | str:
+        """`w` as a request in `spec`, or why it cannot be admitted in this cycle."""
+        state = self.state
+        base: SliceBase | None = None
+        running: Workload | None = None
+        if w.replaces is not None:
+            found = state.running().get(w.replaces)
+            running = found[0] if found is not None else None
+            if running is not None:
+                if w.replaces in state.taken:
+                    return (
+                        f"the slice {w.replaces} it replaces is being evicted; it will be "
+                        "considered again once that slice is gone"
+                    )
+                base = slice_base(w, running)
+        plans: list[PodSetPlan] = []
+        flexible = False
+        for ps in w.pod_sets:
+            plan = self.planner.plan(spec, ps)
+            if plan.impossible is not None:
+                return plan.impossible
+            plans.append(plan)
+            if ps.min_count is not None and ps.min_count < ps.count:
+                flexible = True
+        if base is None:
+            counts = tuple([ps.count for ps in w.pod_sets])
+        else:
+            counts = tuple(max(0, ps.count - base.counts[i]) for i, ps in enumerate(w.pod_sets))
+        memo_key = self.memo_key(spec, w) if base is None else None
+        return Request(w, tuple(plans), counts, base, running, flexible, memo_key)
+
+    def memo_key(self, spec: QueueSpec, w: Workload) -> tuple[object, ...]:
+        """Identical shapes fail identically; priority and arrival matter only to preemption.
+        (Not for a scale-up slice: what it needs depends on the slice it replaces.)"""
+        shape: list[object] = [spec.name]
+        for ps in w.pod_sets:
+            # The planner's shape number: equal numbers, equal signatures.
+            shape.append((self.planner.shape(ps), ps.count, ps.min_count))
+        if spec.within_queue != "Never" or spec.reclaim != "Never":
+            shape.append(w.priority)
+            if spec.within_queue == "LowerOrNewerEqualPriority":
+                shape.append(w.arrival)
+        return tuple(shape)
+
+
+def gang_of(
+    flavors: Mapping[str, Flavor],
+    w: Workload,
+    counts: Sequence[int],
+    chosen: Sequence[Mapping[str, str]],
+    partial: bool,
+) -> tuple[GangRequest | None, str]:
+    """The gang of `w`'s pod sets with `counts` pods on the flavors `chosen` per pod set
+    (None: no pods; partial: its minCounts apply), and " on flavor h100" for reasons.
+
+    A pod's shape is its pod set's, with the node labels of its flavors added to the node
+    selector and their tolerations to its own, as the Job integration writes them into the
+    pod template on admission."""
+    sets: list[PodSetRequest] = []
+    names: set[str] = set()
+    for i, ps in enumerate(w.pod_sets):
+        if not counts[i]:
+            continue
+        selector = dict(ps.node_selector)
+        tolerations = list(ps.tolerations)
+        for name in sorted(set(chosen[i].values())):
+            names.add(name)
+            flavor = flavors.get(name)
+            if flavor is not None:
+                selector.update(flavor.node_labels)
+                tolerations.extend(flavor.tolerations)
+        shape = PodShape(dict(ps.per_pod), selector, ps.affinity, tuple(tolerations))
+        low = ps.min_count if partial and ps.min_count is not None else None
+        sets.append(PodSetRequest(ps.name, counts[i], shape, min(low, counts[i]) if low else None))
+    where = f" on flavor {', '.join(sorted(names))}" if names else ""
+    return (GangRequest(tuple(sets)) if sets else None), where
+
+
+def request_gang(
+    state: CycleState, request: Request, counts: Sequence[int], chosen: Sequence[Mapping[str, str]]
+) -> tuple[GangRequest | None, str]:
+    """The gang to place for `request` on the flavors `chosen` (see `gang_of`)."""
+    return gang_of(state.snapshot.flavors, request.workload, counts, chosen, request.base is None)
