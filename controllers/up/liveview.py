@@ -26,6 +26,7 @@ from controllers.history.queries import TimelineEntry, recent_timeline
 from controllers.plugin.explain import state_of
 from controllers.runtime.resources import CLUSTER_QUEUE, LOCAL_QUEUE, WORKLOAD, Kube, Obj
 from quota.api.quantity import QuantityError, format_quantity, parse_quantity
+from quota.model.nodewords import pods_on_nodes
 
 _WORDS = {
     "created": "queued",
@@ -53,7 +54,7 @@ def decision_line(entry: TimelineEntry) -> str:
     what = f"{at}  {_WORDS.get(entry.event, entry.event)} {entry.namespace}/{entry.name}"
     if entry.event == "placed":
         nodes = entry.detail.get("nodes") or {}
-        what += " on " + ", ".join(f"{n} ({c})" for n, c in sorted(nodes.items()))
+        what += " on " + pods_on_nodes(sorted(nodes.items()))
     elif entry.event in {"preempting", "reclaiming", "consolidating"}:
         what += f": {entry.detail.get('victims')}"
     elif entry.flavors and entry.event == "admitted":

@@ -57,9 +57,10 @@ def test_a_decision_reads_as_a_sentence_with_its_nodes_or_victims() -> None:
         name="gang",
         cluster_queue="q",
         reason="",
-        detail={"nodes": {"h100-1": 1, "h100-0": 1}},
+        detail={"nodes": {"h100-1": 1, "h100-0": 2}},
     )
-    assert decision_line(placed) == "03:05:09  placed ns/gang on h100-0 (1), h100-1 (1)"
+    # The same words the admission cycle's reasons use for where pods go.
+    assert decision_line(placed) == "03:05:09  placed ns/gang on h100-0 (x2), h100-1"
     reclaimed = TimelineEntry(
         at=at,
         event="reclaimed",
