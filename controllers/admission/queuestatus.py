@@ -26,6 +26,7 @@ from quota.api.clusterqueue import ClusterQueueSpec, usage_summary
 from quota.api.conditions import ClusterQueueConditions
 from quota.api.names import QUEUE_FINALIZER
 from quota.api.quantity import format_quantity
+from quota.model.queues import admitted_to
 from quota.model.resources import FlavorResource
 
 log = logging.getLogger(__name__)
@@ -157,10 +158,9 @@ def holding(ctx: Context) -> dict[str, int]:
     """Workloads holding quota per ClusterQueue (from the cache)."""
     counts: dict[str, int] = {}
     for wl in ctx.caches.workloads.objects():
-        if wls.has_quota(wl):
-            cq = ((wl.get("status") or {}).get("admission") or {}).get("clusterQueue")
-            if cq:
-                counts[cq] = counts.get(cq, 0) + 1
+        cq = admitted_to(wl) if wls.has_quota(wl) else None
+        if cq is not None:
+            counts[cq] = counts.get(cq, 0) + 1
     return counts
 
 

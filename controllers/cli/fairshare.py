@@ -26,11 +26,11 @@ from quota.admission.cycle import admission_cycle
 from quota.api import ManifestError
 from quota.api.quantity import format_quantity
 from quota.fairness.fairshare import FairShare, fair_share
+from quota.manifests.cluster import ClusterState, cluster_state
 from quota.model.decisions import CycleResult
 from quota.model.resources import FlavorResource
 from quota.model.snapshot import Snapshot
 from quota.simulation.report import key_name, tree_order
-from quota.simulation.scenario import ClusterState, cluster_state
 
 # Limits on what a file may hold: far above any real cluster or scenario, low enough that a
 # file cannot make the tools run for minutes or exhaust memory before saying what is wrong.
