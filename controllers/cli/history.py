@@ -15,6 +15,7 @@ from rich.table import Table
 from sqlalchemy import Engine, inspect
 from sqlalchemy.exc import DatabaseError
 
+from controllers.cli.options import output_option
 from controllers.history import migrate, queries
 from controllers.history.engine import (
     ENV_VAR,
@@ -31,14 +32,6 @@ _url_option = click.option(
     default=None,
     help=f"postgresql+psycopg://... or sqlite:///PATH (default: ${ENV_VAR}, else "
     "~/.local/share/muster/history.db).",
-)
-_output_option = click.option(
-    "--output",
-    "-o",
-    type=click.Choice(["table", "json"]),
-    default="table",
-    show_default=True,
-    help="Human-readable table or JSON.",
 )
 
 
@@ -199,7 +192,7 @@ def _emit(output: str, data: Any, render: Callable[[Console], None]) -> None:
 @history.command("workload")
 @click.argument("workload", metavar="NAMESPACE/NAME")
 @_url_option
-@_output_option
+@output_option
 def history_workload(workload: str, database_url_flag: str | None, output: str) -> None:
     """A workload's timeline: transitions, placements and preemptions, with reasons."""
     namespace, sep, name = workload.partition("/")
@@ -243,7 +236,7 @@ def history_workload(workload: str, database_url_flag: str | None, output: str) 
     help="Window start: a duration back from now (30m, 24h, 7d) or an ISO timestamp.",
 )
 @_url_option
-@_output_option
+@output_option
 def history_queue(
     cluster_queue: str, since_text: str, database_url_flag: str | None, output: str
 ) -> None:
@@ -305,7 +298,7 @@ def history_queue(
     help="Only preemptions where the preemptor or a victim is in this cluster queue.",
 )
 @_url_option
-@_output_option
+@output_option
 def history_preemptions(
     since_text: str, cluster_queue: str | None, database_url_flag: str | None, output: str
 ) -> None:
