@@ -36,7 +36,7 @@ from quota.api.workload import Workload as WorkloadModel
 from quota.model import convert
 from quota.model.nodeconvert import bound_pod_from_manifest, node_from_manifest
 from quota.model.nodes import BoundPod, Node
-from quota.model.queues import admitted_to, cluster_queue_of, queue_specs
+from quota.model.queues import admitted_to, counts_in, queue_specs
 from quota.model.snapshot import (
     Hold,
     QueueSpec,
@@ -95,7 +95,8 @@ class _Facts:
     invalid: str | None = None  # why the model refuses it
     namespace: str = ""
     queue_name: str = ""  # its LocalQueue
-    admitted_to: str | None = None  # the ClusterQueue it holds quota in
+    admitted_to: str | None = None  # the ClusterQueue of its status.admission
+    holds_quota: bool = False  # admitted, not finished: it holds quota in `admitted_to`
     owner_uid: str = ""  # the Job (or JobSet, TrainJob) behind it
     reserved_at: str = ""  # QuotaReserved's lastTransitionTime
     deleting: bool = False
@@ -122,8 +123,9 @@ def _read_facts(raw: Obj, version: str) -> tuple[_Facts, WorkloadModel | None]:
         deleting=wls.is_deleting(raw),
         requeue_at=wls.requeue_at(raw),
     )
+    facts.admitted_to = admitted_to(raw)
     if wls.has_quota(raw):
-        facts.admitted_to = admitted_to(raw)
+        facts.holds_quota = True
         reserved = wls.condition(raw, wls.QUOTA_RESERVED) or {}
         facts.reserved_at = str(reserved.get("lastTransitionTime") or "")
     return facts, model
@@ -230,17 +232,13 @@ class ViewBuilder:
                 unreadable[object_key(raw)] = (parent, str(error).splitlines()[0][:300])
                 continue
             cq_models[cq.name] = cq
-        # "namespace/name" -> a LocalQueue the model accepts, parsed and as written.
-        lqs: dict[str, LocalQueue] = {}
-        lq_manifests: dict[str, Obj] = {}
+        lqs: dict[str, LocalQueue] = {}  # "namespace/name" -> a LocalQueue the model accepts
         for raw in caches.local_queues.objects():
             key = object_key(raw)
             try:
                 lqs[key] = self._model(f"lq:{key}", raw, LocalQueue)
             except ValidationError as error:
                 log.warning("invalid LocalQueue", extra={"error": str(error)[:300]})
-                continue
-            lq_manifests[key] = raw
         tree = check_queue_tree(cq_models.values(), flavor_models, lqs.values())
         tree = self._with_deletions(tree, cq_models)
 
@@ -275,7 +273,7 @@ class ViewBuilder:
             lq_key = f"{namespace}/{queue_name}"
             lq_of[key] = lq_key
             raw_by_key[key] = raw
-            if facts.admitted_to is not None:
+            if facts.holds_quota and facts.admitted_to is not None:
                 w = self._engine_workload(facts, raw, model, facts.admitted_to)
                 # Pods hold their own room once bound; a Workload with no Job behind it
                 # (written by hand) never gets pods, so its plan must not hold room either.
@@ -318,7 +316,7 @@ class ViewBuilder:
                     )
                 )
                 continue
-            queue = cluster_queue_of(raw, lq_manifests.get)
+            queue = counts_in(facts.admitted_to, lq.spec.cluster_queue)
             assert queue is not None, "its LocalQueue exists (above)"
             w = self._engine_workload(facts, raw, model, queue)
             pending.append(w)

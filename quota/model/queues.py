@@ -32,25 +32,25 @@ def admitted_to(workload: Mapping[str, Any]) -> str | None:
     return str(admission["clusterQueue"]) if admission.get("clusterQueue") else None
 
 
-def cluster_queue_of(workload: Mapping[str, Any], local_queues: LocalQueues) -> str | None:
-    """The ClusterQueue a Workload counts in.
+def counts_in(admitted_to: str | None, local_queue_target: str | None) -> str | None:
+    """The ClusterQueue a Workload counts in, from what it says of itself.
 
     An admitted Workload counts where it was admitted (`admitted_to`): its quota was reserved
     there and is released there, whatever its LocalQueue points at since. Any other Workload
-    counts where its LocalQueue (`spec.queueName`, in its namespace) points now: pointing a
-    LocalQueue elsewhere moves the work waiting in it. None when that LocalQueue does not
-    exist.
+    counts where its LocalQueue points now (`local_queue_target`, None when there is no such
+    LocalQueue): pointing a LocalQueue elsewhere moves the work waiting in it.
     """
-    queue = admitted_to(workload)
-    if queue is not None:
-        return queue
+    return admitted_to if admitted_to is not None else local_queue_target
+
+
+def cluster_queue_of(workload: Mapping[str, Any], local_queues: LocalQueues) -> str | None:
+    """The ClusterQueue a Workload manifest counts in (`counts_in`); its LocalQueue is
+    `spec.queueName` in its namespace."""
     name = (workload.get("spec") or {}).get("queueName")
-    if not name:
-        return None
     namespace = (workload.get("metadata") or {}).get("namespace") or "default"
-    local_queue = local_queues(f"{namespace}/{name}")
+    local_queue = local_queues(f"{namespace}/{name}") if name else None
     target = ((local_queue or {}).get("spec") or {}).get("clusterQueue")
-    return str(target) if target else None
+    return counts_in(admitted_to(workload), str(target) if target else None)
 
 
 def queue_spec(cq: ClusterQueue, active: bool = True, reason: str = "") -> QueueSpec:
