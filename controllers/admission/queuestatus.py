@@ -112,18 +112,17 @@ class QueueStatusPublisher:
         )
 
     def submit_cluster_queue(self, name: str, desired: QueueStatus) -> None:
-        current = self.ctx.caches.cluster_queues.get(name)
-        if current is not None and self._unchanged(current, desired):
-            self.writer.discard(("ClusterQueue", name))
-            return
-        self.writer.submit(("ClusterQueue", name), desired)
+        self._submit("ClusterQueue", self.ctx.caches.cluster_queues.get(name), name, desired)
 
     def submit_local_queue(self, key: str, desired: QueueStatus) -> None:
-        current = self.ctx.caches.local_queues.get(key)
+        self._submit("LocalQueue", self.ctx.caches.local_queues.get(key), key, desired)
+
+    def _submit(self, kind: str, current: Obj | None, key: str, desired: QueueStatus) -> None:
+        """Queue the write of `desired`, unless the cached object already says it."""
         if current is not None and self._unchanged(current, desired):
-            self.writer.discard(("LocalQueue", key))
+            self.writer.discard((kind, key))
             return
-        self.writer.submit(("LocalQueue", key), desired)
+        self.writer.submit((kind, key), desired)
 
     def _unchanged(self, current: Obj, desired: QueueStatus) -> bool:
         import copy
