@@ -26,6 +26,7 @@ from quota.api.clusterqueue import ClusterQueueSpec, usage_summary
 from quota.api.conditions import ClusterQueueConditions
 from quota.api.names import QUEUE_FINALIZER
 from quota.api.quantity import format_quantity
+from quota.model.queues import admitted_to
 from quota.model.resources import FlavorResource
 
 log = logging.getLogger(__name__)
@@ -111,18 +112,17 @@ class QueueStatusPublisher:
         )
 
     def submit_cluster_queue(self, name: str, desired: QueueStatus) -> None:
-        current = self.ctx.caches.cluster_queues.get(name)
-        if current is not None and self._unchanged(current, desired):
-            self.writer.discard(("ClusterQueue", name))
-            return
-        self.writer.submit(("ClusterQueue", name), desired)
+        self._submit("ClusterQueue", self.ctx.caches.cluster_queues.get(name), name, desired)
 
     def submit_local_queue(self, key: str, desired: QueueStatus) -> None:
-        current = self.ctx.caches.local_queues.get(key)
+        self._submit("LocalQueue", self.ctx.caches.local_queues.get(key), key, desired)
+
+    def _submit(self, kind: str, current: Obj | None, key: str, desired: QueueStatus) -> None:
+        """Queue the write of `desired`, unless the cached object already says it."""
         if current is not None and self._unchanged(current, desired):
-            self.writer.discard(("LocalQueue", key))
+            self.writer.discard((kind, key))
             return
-        self.writer.submit(("LocalQueue", key), desired)
+        self.writer.submit((kind, key), desired)
 
     def _unchanged(self, current: Obj, desired: QueueStatus) -> bool:
         import copy
@@ -157,10 +157,9 @@ def holding(ctx: Context) -> dict[str, int]:
     """Workloads holding quota per ClusterQueue (from the cache)."""
     counts: dict[str, int] = {}
     for wl in ctx.caches.workloads.objects():
-        if wls.has_quota(wl):
-            cq = ((wl.get("status") or {}).get("admission") or {}).get("clusterQueue")
-            if cq:
-                counts[cq] = counts.get(cq, 0) + 1
+        cq = admitted_to(wl) if wls.has_quota(wl) else None
+        if cq is not None:
+            counts[cq] = counts.get(cq, 0) + 1
     return counts
 
 

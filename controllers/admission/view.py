@@ -28,7 +28,6 @@ from controllers.state.budgets import budget_breakers
 from controllers.state.caches import Context, job_uid_of_pod
 from quota.api import ManifestError
 from quota.api.clusterqueue import ClusterQueue
-from quota.api.conditions import ClusterQueueConditions
 from quota.api.conditions import PodGroupConditions as PGC
 from quota.api.localqueue import LocalQueue
 from quota.api.queuetree import QueueState, QueueTree, check_queue_tree
@@ -37,6 +36,7 @@ from quota.api.workload import Workload as WorkloadModel
 from quota.model import convert
 from quota.model.nodeconvert import bound_pod_from_manifest, node_from_manifest
 from quota.model.nodes import BoundPod, Node
+from quota.model.queues import admitted_to, counts_in, queue_specs
 from quota.model.snapshot import (
     Hold,
     QueueSpec,
@@ -95,7 +95,8 @@ class _Facts:
     invalid: str | None = None  # why the model refuses it
     namespace: str = ""
     queue_name: str = ""  # its LocalQueue
-    admitted_to: str | None = None  # the ClusterQueue it holds quota in
+    admitted_to: str | None = None  # the ClusterQueue of its status.admission
+    holds_quota: bool = False  # admitted, not finished: it holds quota in `admitted_to`
     owner_uid: str = ""  # the Job (or JobSet, TrainJob) behind it
     reserved_at: str = ""  # QuotaReserved's lastTransitionTime
     deleting: bool = False
@@ -122,10 +123,9 @@ def _read_facts(raw: Obj, version: str) -> tuple[_Facts, WorkloadModel | None]:
         deleting=wls.is_deleting(raw),
         requeue_at=wls.requeue_at(raw),
     )
+    facts.admitted_to = admitted_to(raw)
     if wls.has_quota(raw):
-        facts.admitted_to = str(
-            ((raw.get("status") or {}).get("admission") or {}).get("clusterQueue")
-        )
+        facts.holds_quota = True
         reserved = wls.condition(raw, wls.QUOTA_RESERVED) or {}
         facts.reserved_at = str(reserved.get("lastTransitionTime") or "")
     return facts, model
@@ -222,43 +222,28 @@ class ViewBuilder:
             except ValidationError as error:
                 log.warning("invalid ResourceFlavor", extra={"error": str(error)[:300]})
         cq_models: dict[str, ClusterQueue] = {}
-        invalid: dict[str, tuple[Any, str]] = {}  # name -> (parent as written, why)
+        unreadable: dict[str, tuple[Any, str]] = {}  # name -> (parent as written, why)
         for raw in caches.cluster_queues.objects():
             try:
                 cq = self._model(f"cq:{object_key(raw)}", raw, ClusterQueue)
             except ValidationError as error:
                 log.warning("invalid ClusterQueue", extra={"error": str(error)[:300]})
                 parent = (raw.get("spec") or {}).get("parent")
-                invalid[object_key(raw)] = (parent, str(error).splitlines()[0][:300])
+                unreadable[object_key(raw)] = (parent, str(error).splitlines()[0][:300])
                 continue
             cq_models[cq.name] = cq
-        lq_models: list[LocalQueue] = []
+        lqs: dict[str, LocalQueue] = {}  # "namespace/name" -> a LocalQueue the model accepts
         for raw in caches.local_queues.objects():
+            key = object_key(raw)
             try:
-                lq_models.append(self._model(f"lq:{object_key(raw)}", raw, LocalQueue))
+                lqs[key] = self._model(f"lq:{key}", raw, LocalQueue)
             except ValidationError as error:
                 log.warning("invalid LocalQueue", extra={"error": str(error)[:300]})
-        tree = check_queue_tree(cq_models.values(), flavor_models, lq_models)
+        tree = check_queue_tree(cq_models.values(), flavor_models, lqs.values())
         tree = self._with_deletions(tree, cq_models)
 
         flavors = {rf.name: convert.flavor(rf) for rf in flavor_models}
-        queues: dict[str, QueueSpec] = {}
-        for name, cq in cq_models.items():
-            state = tree.cluster_queues[name]
-            spec = convert.queue_spec(cq, state.active, state.message)
-            if state.reason in (
-                ClusterQueueConditions.PARENT_NOT_FOUND,
-                ClusterQueueConditions.CYCLE,
-            ):
-                # Inactive anyway; detached so that the rest of the tree stays a tree.
-                spec = replace(spec, parent=None)
-            queues[name] = spec
-        for name, (parent, why) in invalid.items():
-            # Still counts what it admitted, under its parent's limits, and admits nothing.
-            up = parent if isinstance(parent, str) and parent in queues else None
-            queues[name] = QueueSpec(name, up, active=False, inactive_reason=f"invalid: {why}")
-        queues = convert.inherit_min_runtimes(queues, cq_models.values())
-        lqs = {f"{lq.metadata.namespace}/{lq.name}": lq for lq in lq_models}
+        queues = queue_specs(cq_models.values(), tree, unreadable)
 
         admitted: list[Workload] = []
         placed_whole: list[str] = []
@@ -288,7 +273,7 @@ class ViewBuilder:
             lq_key = f"{namespace}/{queue_name}"
             lq_of[key] = lq_key
             raw_by_key[key] = raw
-            if facts.admitted_to is not None:
+            if facts.holds_quota and facts.admitted_to is not None:
                 w = self._engine_workload(facts, raw, model, facts.admitted_to)
                 # Pods hold their own room once bound; a Workload with no Job behind it
                 # (written by hand) never gets pods, so its plan must not hold room either.
@@ -331,7 +316,9 @@ class ViewBuilder:
                     )
                 )
                 continue
-            w = self._engine_workload(facts, raw, model, lq.spec.cluster_queue)
+            queue = counts_in(facts.admitted_to, lq.spec.cluster_queue)
+            assert queue is not None, "its LocalQueue exists (above)"
+            w = self._engine_workload(facts, raw, model, queue)
             pending.append(w)
             engine[key] = w
         for w in admitted:

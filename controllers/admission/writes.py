@@ -40,6 +40,7 @@ from controllers.state import workloads as wls
 from controllers.state.caches import Context
 from quota.api.conditions import WorkloadConditions as WC
 from quota.api.quantity import format_quantity
+from quota.lifecycle.eviction import eviction_reason
 from quota.lifecycle.slices import slice_replaced_message
 from quota.model.decisions import Admit, CycleResult, Victim
 from quota.model.snapshot import Assignment, Hold, Workload
@@ -298,14 +299,8 @@ class DecisionWriter:
         raw = view.raw.get(victim.workload)
         if raw is None:
             return None
-        if preemptor is None:
-            reason = WC.CLUSTER_QUEUE_STOPPED
-        elif victim.kind == "Reclaimed":
-            reason = WC.EVICTED_BY_RECLAIM
-        elif victim.kind == "Moved":
-            reason = WC.MOVED
-        else:
-            reason = WC.EVICTED_BY_PREEMPTION
+        # No preemptor: drained by its queue's stopPolicy.
+        reason = eviction_reason(victim.kind if preemptor is not None else None)
         message = victim.reason
         now = self.ctx.now()
         engine = view.engine.get(victim.workload)

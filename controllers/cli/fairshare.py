@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -21,16 +21,17 @@ import yaml
 from rich.console import Console
 from rich.table import Table
 
+from controllers.cli.options import output_option
 from controllers.runtime.gcpause import paused_collection
 from quota.admission.cycle import admission_cycle
 from quota.api import ManifestError
 from quota.api.quantity import format_quantity
 from quota.fairness.fairshare import FairShare, fair_share
+from quota.manifests.cluster import ClusterState, cluster_state
 from quota.model.decisions import CycleResult
 from quota.model.resources import FlavorResource
 from quota.model.snapshot import Snapshot
 from quota.simulation.report import key_name, tree_order
-from quota.simulation.scenario import ClusterState, cluster_state
 
 # Limits on what a file may hold: far above any real cluster or scenario, low enough that a
 # file cannot make the tools run for minutes or exhaust memory before saying what is wrong.
@@ -202,14 +203,6 @@ def _print_fair_share(data: Mapping[str, Any], snapshot: Snapshot) -> None:
     Console().print(table)
 
 
-_output = click.option(
-    "--output",
-    "-o",
-    type=click.Choice(["table", "json"]),
-    default="table",
-    show_default=True,
-    help="Human-readable table or JSON.",
-)
 _now_option = click.option(
     "--now",
     "now",
@@ -225,18 +218,13 @@ _file = click.argument(
 
 @click.command("fairshare")
 @_file
-@_output
+@output_option
 @_now_option
 def fairshare(file: Path, output: str, now: str | None) -> None:
     """Print each queue's fair share, usage and demand per flavor/resource for FILE."""
     state = _state(file, now)
-    fair = fair_share(state.snapshot)
-    data = fair_share_table(state.snapshot, fair)
-    if output == "json":
-        json.dump(data, sys.stdout, indent=2)
-        sys.stdout.write("\n")
-        return
-    _print_fair_share(data, state.snapshot)
+    data = fair_share_table(state.snapshot, fair_share(state.snapshot))
+    _report(output, data, lambda: _print_fair_share(data, state.snapshot))
 
 
 def _print_decisions(result: CycleResult) -> None:
@@ -263,15 +251,20 @@ def _print_decisions(result: CycleResult) -> None:
 
 @click.command("admit")
 @_file
-@_output
+@output_option
 @_now_option
 def admit(file: Path, output: str, now: str | None) -> None:
     """Run one admission cycle on FILE and print what it decides."""
     state = _state(file, now)
     with paused_collection():
         result = admission_cycle(state.snapshot)
+    _report(output, result.to_dict(), lambda: _print_decisions(result))
+
+
+def _report(output: str, data: Any, table: Callable[[], None]) -> None:
+    """`data` as JSON on stdout (`--output json`), else the `table`."""
     if output == "json":
-        json.dump(result.to_dict(), sys.stdout, indent=2)
+        json.dump(data, sys.stdout, indent=2)
         sys.stdout.write("\n")
-        return
-    _print_decisions(result)
+    else:
+        table()

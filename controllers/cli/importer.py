@@ -27,7 +27,7 @@ from quota.api import ManifestError
 from quota.api.meta import parse_duration
 from quota.importers import SOURCES, ImportInputError, ImportResult, import_documents
 from quota.importers.simulation import to_scenario
-from quota.simulation.scenario import cluster_state
+from quota.manifests.cluster import cluster_state
 from quota.simulation.simulator import simulate
 
 QUEUES_FILE = "queues.yaml"  # what to apply to the cluster

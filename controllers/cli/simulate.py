@@ -21,6 +21,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from controllers.cli.fairshare import load_documents
+from controllers.cli.options import out_dir_option
 from controllers.runtime.gcpause import paused_collection
 from controllers.simreport.history import write_history
 from controllers.simreport.html import render_html
@@ -90,13 +91,7 @@ def _load(path: Path) -> Scenario:
     show_default=True,
     help="What to print: a table per queue, the full JSON, or a self-contained HTML page.",
 )
-@click.option(
-    "--out",
-    "out_dir",
-    type=click.Path(file_okay=False, path_type=Path),
-    default=None,
-    help="Also write result.json, report.html and history.db into this directory.",
-)
+@out_dir_option("Also write result.json, report.html and history.db into this directory.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed for generator jitter.")
 @click.option(
     "--until",

@@ -19,6 +19,7 @@ from controllers.history import transitions as history
 from controllers.history.records import TransitionKind, WorkloadTransition
 from controllers.runtime.resources import Obj
 from controllers.state.caches import Context
+from quota.model.queues import cluster_queue_of
 
 log = logging.getLogger("muster.controller")
 
@@ -38,11 +39,8 @@ class HistoryFeed:
         self.recording = False
 
     def cluster_queue_of(self, wl: Obj) -> str:
-        """The ClusterQueue a Workload's LocalQueue points at now ("" if unknown)."""
-        namespace = (wl.get("metadata") or {}).get("namespace")
-        lq_name = (wl.get("spec") or {}).get("queueName")
-        lq = self.ctx.caches.local_queues.get(f"{namespace}/{lq_name}") if lq_name else None
-        return str(((lq or {}).get("spec") or {}).get("clusterQueue") or "")
+        """The ClusterQueue the Workload counts in ("" if none: its LocalQueue is gone)."""
+        return cluster_queue_of(wl, self.ctx.caches.local_queues.get) or ""
 
     def on_workload(self, kind: str, old: Obj | None, new: Obj | None) -> None:
         """Record what the leader sees happen to a Workload (creation, requeue, finish).

@@ -22,6 +22,7 @@ from controllers.runtime.informer import Informer
 from controllers.state import workloads as wls
 from controllers.state.caches import Caches
 from quota.api.quantity import QuantityError, Unit, parse_quantity, unit_of
+from quota.model.queues import cluster_queue_of
 
 ACTIVE = "Active"
 
@@ -33,18 +34,6 @@ def amount(value: Any, resource: str) -> float | None:
     except QuantityError:
         return None
     return base / 1000 if unit_of(resource) is Unit.MILLICORES else float(base)
-
-
-def cluster_queue_of(wl: Mapping[str, Any], local_queues: Informer) -> str:
-    """The ClusterQueue a Workload counts in: its admission's, else its LocalQueue's ("" when
-    the LocalQueue does not exist)."""
-    admission = (wl.get("status") or {}).get("admission") or {}
-    if admission.get("clusterQueue"):
-        return str(admission["clusterQueue"])
-    namespace = (wl.get("metadata") or {}).get("namespace")
-    queue = (wl.get("spec") or {}).get("queueName")
-    lq = local_queues.get(f"{namespace}/{queue}") if queue else None
-    return str(((lq or {}).get("spec") or {}).get("clusterQueue") or "")
 
 
 def _is_active(cq: Mapping[str, Any] | None) -> bool:
@@ -111,7 +100,7 @@ class StateCollector(Collector):
         for wl in caches.workloads.objects():
             if wls.is_finished(wl):
                 continue
-            cq = cluster_queue_of(wl, caches.local_queues)
+            cq = cluster_queue_of(wl, caches.local_queues.get) or ""
             if wls.has_quota(wl):
                 holding[cq] += 1
             elif cq:

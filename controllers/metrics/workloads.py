@@ -12,9 +12,9 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from controllers.metrics import definitions as m
-from controllers.metrics.collector import cluster_queue_of
 from controllers.runtime.informer import Informer
 from controllers.state import workloads as wls
+from quota.model.queues import cluster_queue_of
 
 
 def _since(wl: Mapping[str, Any], type_: str) -> str:
@@ -51,7 +51,7 @@ class WorkloadCounters:
         # change this replica watched happen counts.
         if old is None or new is None or not self.is_leader():
             return
-        cq = cluster_queue_of(new, self.local_queues)
+        cq = cluster_queue_of(new, self.local_queues.get) or ""
         if _became(old, new, wls.QUOTA_RESERVED) and wls.has_quota(new):
             m.ADMITTED_WORKLOADS.labels(cq).inc()
             waited = wait_seconds(new)

@@ -17,6 +17,7 @@ from controllers.plugin.kube import get_one, list_all
 from controllers.runtime.resources import EVENT, JOB, POD_GROUP, WORKLOAD, Kube, Obj
 from controllers.state import workloads as wls
 from quota.api.names import JOB_UID_LABEL, QUEUE_LABEL
+from quota.model.queues import admitted_to
 
 INITIALLY_SCHEDULED = "PodGroupInitiallyScheduled"
 # (namespace, workload) -> the history store's timeline of it, or why there is none.
@@ -106,11 +107,11 @@ def explain(
     for wl in workloads:
         wl_name = wl["metadata"]["name"]
         state, reason = state_of(wl)
-        admission = (wl.get("status") or {}).get("admission") or {}
+        admitted_in = admitted_to(wl)
         line = Text(f"Workload {wl_name}", style="bold")
         line.append(f"  {state}", "green" if state == "admitted" else "magenta")
-        if admission.get("clusterQueue"):
-            line.append(f"  in {admission['clusterQueue']}")
+        if admitted_in is not None:
+            line.append(f"  in {admitted_in}")
         console.print(line)
         console.print(Text("  why: ", style="dim") + Text(reason or "-"))
         if not wls.is_finished(wl):

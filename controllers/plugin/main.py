@@ -13,6 +13,7 @@ from kubernetes import config
 from rich.console import Console
 from rich.table import Table
 
+from controllers.cli.options import out_dir_option
 from controllers.plugin.kube import Target
 from quota.simulation.report import format_seconds
 
@@ -163,13 +164,9 @@ def resume(target: Target, queue: str) -> None:
     is_flag=True,
     help="Print the exported scenario (YAML for `muster simulate`) and stop.",
 )
-@click.option(
-    "--out",
-    "out_dir",
-    type=click.Path(file_okay=False, path_type=Path),
-    default=None,
-    help="Also write both runs' html reports (the views of `muster simulate --output html`) "
-    "into this directory: now.html and with-change.html.",
+@out_dir_option(
+    "Also write both runs' html reports (the views of `muster simulate --output html`) "
+    "into this directory: now.html and with-change.html."
 )
 @click.option("--color", type=COLOR, default="auto", show_default=True)
 @click.pass_obj

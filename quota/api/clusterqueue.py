@@ -8,10 +8,9 @@ from typing import Annotated, Literal, Self
 
 from pydantic import Field, WithJsonSchema, model_validator
 
-from quota.api.conditions import CONDITIONS_LIST, Condition
+from quota.api.conditions import Condition, conditions_field
 from quota.api.meta import (
     API_VERSION,
-    DNS_SUBDOMAIN,
     INT32_MAX,
     INT32_MIN,
     ApiModel,
@@ -21,6 +20,7 @@ from quota.api.meta import (
     LabelSelector,
     PrinterColumn,
     cel,
+    reference,
     validations,
 )
 from quota.api.quantity import RESOURCE_LIST_SCHEMA, ResourceList, format_quantity
@@ -63,12 +63,7 @@ class FlavorQuota(ApiModel):
         )
     )
 
-    name: str = Field(
-        min_length=1,
-        max_length=253,
-        pattern=DNS_SUBDOMAIN,
-        description="The ResourceFlavor this entry is about.",
-    )
+    name: str = reference("The ResourceFlavor this entry is about.")
     quota: ResourceList = Field(
         default_factory=dict,
         description="Guaranteed amount per resource (e.g. cpu: 64, memory: 512Gi, "
@@ -145,13 +140,10 @@ class Consolidation(ApiModel):
 class ClusterQueueSpec(ApiModel):
     """The queue's place in the tree, its share of capacity and its admission policy."""
 
-    parent: str | None = Field(
-        None,
-        min_length=1,
-        max_length=253,
-        pattern=DNS_SUBDOMAIN,
-        description="The parent ClusterQueue. Queues without a parent are roots; only leaf "
+    parent: str | None = reference(
+        "The parent ClusterQueue. Queues without a parent are roots; only leaf "
         "queues (queues no other queue names as parent) hold workloads.",
+        optional=True,
     )
     priority: int = Field(
         0,
@@ -242,12 +234,9 @@ class ClusterQueueStatus(ApiModel):
         max_length=MAX_SUMMARY,
         description="Usage against quota at a glance, e.g. 'h100: gpu 6/8 cpu 40/64'.",
     )
-    conditions: list[Condition] = Field(
-        default_factory=list,
-        max_length=16,
-        description="Active (with reason Ready, ParentNotFound, Cycle, FlavorNotFound, "
-        "AncestorInactive or Stopped).",
-        json_schema_extra=CONDITIONS_LIST,
+    conditions: list[Condition] = conditions_field(
+        "Active (with reason Ready, ParentNotFound, Cycle, FlavorNotFound, "
+        "AncestorInactive or Stopped)."
     )
 
 

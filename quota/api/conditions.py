@@ -21,10 +21,20 @@ CONDITION_TYPE_PATTERN = (
 REASON_PATTERN = r"^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$"
 
 # Conditions form a map keyed by type (one condition per type), as metav1 declares them.
-CONDITIONS_LIST: dict[str, Any] = {
+_CONDITIONS_LIST: dict[str, Any] = {
     "x-kubernetes-list-type": "map",
     "x-kubernetes-list-map-keys": ["type"],
 }
+
+
+def conditions_field(description: str) -> Any:
+    """The `status.conditions` field of a kind; `description` names its types and reasons."""
+    return Field(
+        default_factory=list,
+        max_length=16,
+        description=description,
+        json_schema_extra=_CONDITIONS_LIST,
+    )
 
 
 class Condition(ApiModel):

@@ -7,26 +7,23 @@ from typing import Literal
 from pydantic import Field
 
 from quota.api.clusterqueue import FlavorResources
-from quota.api.conditions import CONDITIONS_LIST, Condition
+from quota.api.conditions import Condition, conditions_field
 from quota.api.meta import (
     API_VERSION,
-    DNS_SUBDOMAIN,
     ApiModel,
     ApiObject,
     CrdInfo,
     PrinterColumn,
+    reference,
 )
 
 
 class LocalQueueSpec(ApiModel):
     """Which ClusterQueue the namespace's workloads are queued in."""
 
-    cluster_queue: str = Field(
-        min_length=1,
-        max_length=253,
-        pattern=DNS_SUBDOMAIN,
-        description="The leaf ClusterQueue that admits this namespace's workloads. Jobs select "
-        "this LocalQueue with the label muster.dev/queue-name.",
+    cluster_queue: str = reference(
+        "The leaf ClusterQueue that admits this namespace's workloads. Jobs select "
+        "this LocalQueue with the label muster.dev/queue-name."
     )
 
 
@@ -39,12 +36,9 @@ class LocalQueueStatus(ApiModel):
         default_factory=dict,
         description="What this queue's admitted workloads use per flavor and resource.",
     )
-    conditions: list[Condition] = Field(
-        default_factory=list,
-        max_length=16,
-        description="Active (with reason Ready, ClusterQueueNotFound, ClusterQueueNotLeaf or "
-        "ClusterQueueInactive).",
-        json_schema_extra=CONDITIONS_LIST,
+    conditions: list[Condition] = conditions_field(
+        "Active (with reason Ready, ClusterQueueNotFound, ClusterQueueNotLeaf or "
+        "ClusterQueueInactive)."
     )
 
 

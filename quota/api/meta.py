@@ -37,6 +37,18 @@ DNS_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 DNS_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
 
 
+def reference(description: str, *, optional: bool = False) -> Any:
+    """A field naming another object by its name (a DNS subdomain, as the apiserver checks
+    names); `optional`: None when not set."""
+    return Field(
+        None if optional else ...,
+        min_length=1,
+        max_length=253,
+        pattern=DNS_SUBDOMAIN,
+        description=description,
+    )
+
+
 def _numeric(annotation: object) -> bool:
     """Whether a field's type is a number (possibly optional or annotated), not a bool."""
     if annotation in (int, float):

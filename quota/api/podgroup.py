@@ -8,7 +8,7 @@ from typing import Literal, Self
 
 from pydantic import Field, model_validator
 
-from quota.api.conditions import CONDITIONS_LIST, Condition
+from quota.api.conditions import Condition, conditions_field
 from quota.api.meta import (
     API_VERSION,
     DNS_LABEL,
@@ -137,12 +137,9 @@ class PodGroupSpec(ApiModel):
 class PodGroupStatus(ApiModel):
     """Scheduling state of the group, written by the scheduler."""
 
-    conditions: list[Condition] = Field(
-        default_factory=list,
-        max_length=16,
-        description="PodGroupInitiallyScheduled (reasons Unschedulable, SchedulerError) and "
-        "DisruptionTarget (reason PreemptionByScheduler).",
-        json_schema_extra=CONDITIONS_LIST,
+    conditions: list[Condition] = conditions_field(
+        "PodGroupInitiallyScheduled (reasons Unschedulable, SchedulerError) and "
+        "DisruptionTarget (reason PreemptionByScheduler)."
     )
     scheduled: int = Field(
         0, ge=0, le=2**31 - 1, description="How many pods of the group are bound to nodes."

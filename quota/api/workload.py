@@ -7,11 +7,10 @@ from typing import Any, Literal, Self
 
 from pydantic import AwareDatetime, Field, model_validator
 
-from quota.api.conditions import CONDITIONS_LIST, Condition
+from quota.api.conditions import Condition, conditions_field
 from quota.api.meta import (
     API_VERSION,
     DNS_LABEL,
-    DNS_SUBDOMAIN,
     INT32_MAX,
     INT32_MIN,
     ApiModel,
@@ -20,6 +19,7 @@ from quota.api.meta import (
     PrinterColumn,
     Toleration,
     cel,
+    reference,
     validations,
 )
 from quota.api.quantity import ResourceList
@@ -106,12 +106,7 @@ class WorkloadSpec(ApiModel):
         )
     )
 
-    queue_name: str = Field(
-        min_length=1,
-        max_length=253,
-        pattern=DNS_SUBDOMAIN,
-        description="The LocalQueue, in the workload's namespace, to queue in.",
-    )
+    queue_name: str = reference("The LocalQueue, in the workload's namespace, to queue in.")
     priority_class_name: str | None = Field(
         None,
         max_length=253,
@@ -247,11 +242,8 @@ class WorkloadStatus(ApiModel):
     """Admission and lifecycle of the workload, written by the controller."""
 
     admission: Admission | None = Field(None, description="Set while quota is reserved.")
-    conditions: list[Condition] = Field(
-        default_factory=list,
-        max_length=16,
-        description="QuotaReserved, Admitted, Evicted, Preempted, Requeued, Finished, PodsReady.",
-        json_schema_extra=CONDITIONS_LIST,
+    conditions: list[Condition] = conditions_field(
+        "QuotaReserved, Admitted, Evicted, Preempted, Requeued, Finished, PodsReady."
     )
     requeue_state: RequeueState | None = None
     nomination: Nomination | None = Field(

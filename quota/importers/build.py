@@ -13,8 +13,8 @@ from quota.api import API_VERSION, ManifestError, parse_manifest, wire
 from quota.api.meta import INT32_MAX, INT32_MIN
 from quota.importers.reader import SourceObject
 from quota.importers.report import ImportInputError, Origin, Unmapped, refuse
+from quota.manifests.documents import MAX_TREE_DEPTH
 from quota.model.nodeconvert import node_from_manifest
-from quota.simulation.scenario import MAX_TREE_DEPTH
 
 MAX_WEIGHT = 1_000_000  # ClusterQueueSpec.over_quota_weight's bound
 DEFAULT_FLAVOR = "default"  # KAI and Volcano queues have no flavors: one for the whole cluster

@@ -21,17 +21,15 @@ from quota.importers.build import (
     ClusterState,
     QueueDraft,
     cluster_queues,
-    whole_cluster_flavor,
 )
 from quota.importers.reader import SourceObject
 from quota.importers.report import ImportResult, Unmapped, refuse
 from quota.importers.workloads import (
-    PodSetSource,
+    GroupedWork,
     QueuedWork,
-    finished,
-    owned_by,
-    pod_group_work,
-    queue_work,
+    pod_work,
+    queued_import,
+    refuse_other_source,
     skipped,
 )
 
@@ -189,40 +187,20 @@ def import_kai(objects: Sequence[SourceObject]) -> ImportResult:
     unmapped: list[Unmapped] = []
     state = ClusterState()
     drafts: dict[str, QueueDraft] = {}
-    jobs: list[SourceObject] = []
-    groups: dict[tuple[str, str], SourceObject] = {}
-    pods: list[SourceObject] = []
+    found = GroupedWork(GROUP)
     for obj in objects:
-        if state.take(obj):
+        if state.take(obj) or found.take(obj):
             continue
+        refuse_other_source(obj, "kai", "KAI")
         if obj.group == GROUP and obj.kind == "Queue":
             if obj.name in drafts:
                 refuse(obj.origin, "metadata.name", "Queue defined twice")
             drafts[obj.name] = _queue(obj, unmapped)
-        elif obj.group == GROUP and obj.kind == "PodGroup":
-            groups[(obj.namespace, obj.name)] = obj
-        elif obj.api_version == "batch/v1" and obj.kind == "Job":
-            jobs.append(obj)
-        elif obj.api_version == "v1" and obj.kind == "Pod":
-            pods.append(obj)
-        elif obj.group in ("kueue.x-k8s.io", "scheduling.volcano.sh", "batch.volcano.sh"):
-            tool = "kueue" if obj.group.startswith("kueue") else "volcano"
-            refuse(
-                obj.origin,
-                "apiVersion",
-                f"{obj.api_version} {obj.kind} is not a KAI object (use `muster import {tool}`)",
-            )
         else:
             skipped(obj, "", "not a KAI queue, a Node or queued work: left out", unmapped)
     queues = cluster_queues(drafts, unmapped)
-    parents = {d.parent for d in drafts.values() if d.parent}
-    leaves = {name: d.origin for name, d in drafts.items() if name not in parents}
-    flavor = (
-        whole_cluster_flavor(drafts[next(iter(drafts))].origin, state.nodes) if drafts else None
-    )
-
     work: list[QueuedWork] = []
-    for obj in jobs:
+    for obj in found.jobs:
         queue, path = _queue_label(obj)
         if not queue:
             skipped(
@@ -233,34 +211,13 @@ def import_kai(objects: Sequence[SourceObject]) -> ImportResult:
             )
             continue
         work.append(QueuedWork(obj, queue, path, job=True))
-    members: dict[tuple[str, str], list[SourceObject]] = {}
-    for obj in pods:
-        if finished(obj) or owned_by(obj, {"Job"}):
-            continue  # done, or counted through its Job
-        group = obj.meta_strings("annotations").get(GROUP_ANNOTATION)
-        if group:
-            members.setdefault((obj.namespace, group), []).append(obj)
-            continue
-        queue, path = _queue_label(obj)
-        if not queue:
-            skipped(
-                obj,
-                "metadata.labels[kai.scheduler/queue]",
-                "the pod names no KAI queue: left out",
-                unmapped,
-            )
-            continue
-        spec = obj.spec()
-        work.append(
-            QueuedWork(
-                obj,
-                queue,
-                path,
-                pod_sets=[PodSetSource("main", 1, spec, "spec")],
-                class_name=obj.text(spec.get("priorityClassName"), "spec.priorityClassName"),
-            )
-        )
-    work += pod_group_work(groups, members, _queue_of_group, GROUP_ANNOTATION, unmapped)
-    local, imported = queue_work(work, leaves, parents, state, unmapped)
-    manifests = [*state.class_docs, *([flavor] if flavor else []), *queues, *local, *state.nodes]
-    return ImportResult(tuple(manifests), tuple(imported), tuple(unmapped))
+    work += pod_work(
+        found.pods,
+        found.groups,
+        GROUP_ANNOTATION,
+        _queue_of_group,
+        _queue_label,
+        ("metadata.labels[kai.scheduler/queue]", "the pod names no KAI queue: left out"),
+        unmapped,
+    )
+    return queued_import(drafts, queues, work, state, unmapped)

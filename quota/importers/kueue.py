@@ -34,8 +34,10 @@ from quota.importers.workloads import (
     finished,
     owned_by,
     pod_group_sets,
+    refuse_other_source,
     resolve_priority,
     skipped,
+    skipped_fields,
     workload,
 )
 
@@ -293,9 +295,7 @@ def _cluster_queue(
             "unset: Kueue admits from no namespace, Muster from every namespace",
             unmapped,
         )
-    for key, reason in _CQ_UNMAPPED.items():
-        if spec.get(key):
-            skipped(obj, f"spec.{key}", reason, unmapped)
+    skipped_fields(obj, spec, _CQ_UNMAPPED, unmapped)
     draft = QueueDraft(
         obj.name, obj.origin, weight=_weight(obj, spec), weight_path="spec.fairSharing.weight"
     )
@@ -559,14 +559,8 @@ def import_kueue(objects: Sequence[SourceObject]) -> ImportResult:
             ("v1", "Pod"),
         ):
             by_kind.setdefault(obj.kind, []).append(obj)
-        elif obj.group in ("scheduling.run.ai", "scheduling.volcano.sh", "batch.volcano.sh"):
-            refuse(
-                obj.origin,
-                "apiVersion",
-                f"{obj.api_version} {obj.kind} is not a Kueue object (use `muster import "
-                f"{'kai' if 'run.ai' in obj.group else 'volcano'}`)",
-            )
         else:
+            refuse_other_source(obj, "kueue", "Kueue")
             skipped(obj, "", "not a Kueue queue object, a Node or queued work: left out", unmapped)
     flavors = _flavors(by_kind.pop("ResourceFlavor", []), unmapped)
     flavor_names = {f["metadata"]["name"] for f in flavors}

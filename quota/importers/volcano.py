@@ -21,18 +21,19 @@ from quota.importers.build import (
     ClusterState,
     QueueDraft,
     cluster_queues,
-    whole_cluster_flavor,
 )
 from quota.importers.reader import SourceObject
 from quota.importers.report import ImportResult, Unmapped, refuse
 from quota.importers.workloads import (
+    GroupedWork,
     PodSetSource,
     QueuedWork,
-    finished,
     owned_by,
-    pod_group_work,
-    queue_work,
+    pod_work,
+    queued_import,
+    refuse_other_source,
     skipped,
+    skipped_fields,
 )
 
 GROUP = "scheduling.volcano.sh"
@@ -105,9 +106,7 @@ def _queue(
             "Muster reclaims from any queue above its fair share; a queue cannot opt out",
             unmapped,
         )
-    for field, reason in _QUEUE_UNMAPPED.items():
-        if spec.get(field):
-            skipped(obj, f"spec.{field}", reason, unmapped)
+    skipped_fields(obj, spec, _QUEUE_UNMAPPED, unmapped)
     priority = obj.integer(spec.get("priority"), "spec.priority", low=0, high=INT32_MAX)
     strategy = obj.choice(
         spec.get("dequeueStrategy"), "spec.dequeueStrategy", ("fifo", "traverse"), "traverse"
@@ -177,32 +176,17 @@ def import_volcano(objects: Sequence[SourceObject]) -> ImportResult:
     state = ClusterState()
     queue_objects: dict[str, SourceObject] = {}
     vcjobs: list[SourceObject] = []
-    jobs: list[SourceObject] = []
-    groups: dict[tuple[str, str], SourceObject] = {}
-    pods: list[SourceObject] = []
+    found = GroupedWork(GROUP)
     for obj in objects:
-        if state.take(obj):
+        if state.take(obj) or found.take(obj):
             continue
+        refuse_other_source(obj, "volcano", "Volcano")
         if obj.group == GROUP and obj.kind == "Queue":
             if obj.name in queue_objects:
                 refuse(obj.origin, "metadata.name", "Queue defined twice")
             queue_objects[obj.name] = obj
-        elif obj.group == GROUP and obj.kind == "PodGroup":
-            groups[(obj.namespace, obj.name)] = obj
         elif obj.group == JOB_GROUP and obj.kind == "Job":
             vcjobs.append(obj)
-        elif obj.api_version == "batch/v1" and obj.kind == "Job":
-            jobs.append(obj)
-        elif obj.api_version == "v1" and obj.kind == "Pod":
-            pods.append(obj)
-        elif obj.group in ("kueue.x-k8s.io", "scheduling.run.ai"):
-            tool = "kueue" if obj.group.startswith("kueue") else "kai"
-            refuse(
-                obj.origin,
-                "apiVersion",
-                f"{obj.api_version} {obj.kind} is not a Volcano object "
-                f"(use `muster import {tool}`)",
-            )
         else:
             skipped(obj, "", "not a Volcano queue, a Node or queued work: left out", unmapped)
     root_defined = ROOT in queue_objects
@@ -220,11 +204,6 @@ def import_volcano(objects: Sequence[SourceObject]) -> ImportResult:
         name: _queue(obj, root_defined, resources, unmapped) for name, obj in queue_objects.items()
     }
     queues = cluster_queues(drafts, unmapped)
-    parents = {d.parent for d in drafts.values() if d.parent}
-    leaves = {name: d.origin for name, d in drafts.items() if name not in parents}
-    flavor = (
-        whole_cluster_flavor(next(iter(drafts.values())).origin, state.nodes) if drafts else None
-    )
 
     work: list[QueuedWork] = []
     for obj in vcjobs:
@@ -241,7 +220,7 @@ def import_volcano(objects: Sequence[SourceObject]) -> ImportResult:
                 class_name=class_name,
             )
         )
-    for obj in jobs:
+    for obj in found.jobs:
         named = obj.meta_strings("annotations").get(QUEUE_ANNOTATION) or obj.meta_strings(
             "labels"
         ).get(QUEUE_ANNOTATION, "")
@@ -261,36 +240,25 @@ def import_volcano(objects: Sequence[SourceObject]) -> ImportResult:
                 job=True,
             )
         )
-    members: dict[tuple[str, str], list[SourceObject]] = {}
-    for obj in pods:
-        if finished(obj) or owned_by(obj, {"Job"}):
-            continue  # done, or counted through its (Volcano or batch) Job
-        group = obj.meta_strings("annotations").get(GROUP_ANNOTATION)
-        if group:
-            members.setdefault((obj.namespace, group), []).append(obj)
-            continue
-        named = obj.meta_strings("annotations").get(QUEUE_ANNOTATION, "")
-        if not named:
-            skipped(
-                obj,
-                f"metadata.annotations[{QUEUE_ANNOTATION}]",
-                "the pod names no Volcano queue or PodGroup: left out",
-                unmapped,
-            )
-            continue
-        spec = obj.spec()
-        work.append(
-            QueuedWork(
-                obj,
-                named,
-                f"metadata.annotations[{QUEUE_ANNOTATION}]",
-                pod_sets=[PodSetSource("main", 1, spec, "spec")],
-                class_name=obj.text(spec.get("priorityClassName"), "spec.priorityClassName"),
-            )
-        )
     # A Volcano Job's own PodGroup is not work of its own: the Job is the workload.
-    own = {k: g for k, g in groups.items() if not owned_by(g, {"Job"})}
-    work += pod_group_work(own, members, _queue_of_group, GROUP_ANNOTATION, unmapped)
-    local, imported = queue_work(work, leaves, parents, state, unmapped)
-    manifests = [*state.class_docs, *([flavor] if flavor else []), *queues, *local, *state.nodes]
-    return ImportResult(tuple(manifests), tuple(imported), tuple(unmapped))
+    own = {k: g for k, g in found.groups.items() if not owned_by(g, {"Job"})}
+    work += pod_work(
+        found.pods,
+        own,
+        GROUP_ANNOTATION,
+        _queue_of_group,
+        _queue_annotation,
+        (
+            f"metadata.annotations[{QUEUE_ANNOTATION}]",
+            "the pod names no Volcano queue or PodGroup: left out",
+        ),
+        unmapped,
+    )
+    return queued_import(drafts, queues, work, state, unmapped)
+
+
+def _queue_annotation(obj: SourceObject) -> tuple[str, str]:
+    """The queue a pod names, and where."""
+    return obj.meta_strings("annotations").get(QUEUE_ANNOTATION, ""), (
+        f"metadata.annotations[{QUEUE_ANNOTATION}]"
+    )

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from quota.api import ManifestError
@@ -18,10 +18,17 @@ from quota.api.meta import parse_duration
 from quota.api.names import QUEUE_LABEL
 from quota.api.quantity import format_quantity
 from quota.api.workload import MAX_POD_COUNT, MAX_POD_SETS
-from quota.importers.build import ClusterState, local_queue, manifest
+from quota.importers.build import (
+    ClusterState,
+    QueueDraft,
+    local_queue,
+    manifest,
+    whole_cluster_flavor,
+)
 from quota.importers.reader import SourceObject
 from quota.importers.report import (
     ImportedWorkload,
+    ImportResult,
     Origin,
     Unmapped,
     from_manifest_error,
@@ -226,6 +233,15 @@ def skipped(obj: SourceObject, path: str, reason: str, unmapped: list[Unmapped])
     unmapped.append(Unmapped(obj.origin, path, reason))
 
 
+def skipped_fields(
+    obj: SourceObject, spec: Mapping[str, Any], reasons: Mapping[str, str], unmapped: list[Unmapped]
+) -> None:
+    """Record each field of `spec` in `reasons` that is set: Muster does not map it, and why."""
+    for key, reason in reasons.items():
+        if spec.get(key):
+            skipped(obj, f"spec.{key}", reason, unmapped)
+
+
 @dataclass(frozen=True)
 class QueuedWork:
     """Work that names its queue directly (KAI, Volcano): a batch Job (`job`), or pod sets
@@ -290,6 +306,89 @@ def pod_group_work(
     return work
 
 
+# The API groups each source's import reads.
+_SOURCES = {
+    "kueue.x-k8s.io": "kueue",
+    "scheduling.run.ai": "kai",
+    "scheduling.volcano.sh": "volcano",
+    "batch.volcano.sh": "volcano",
+}
+
+
+def refuse_other_source(obj: SourceObject, source: str, name: str) -> None:
+    """Refuse an object of another source's API (this import is `muster import {source}`,
+    of `name`'s objects), naming the import that reads it."""
+    other = _SOURCES.get(obj.group)
+    if other is not None and other != source:
+        refuse(
+            obj.origin,
+            "apiVersion",
+            f"{obj.api_version} {obj.kind} is not a {name} object (use `muster import {other}`)",
+        )
+
+
+@dataclass
+class GroupedWork:
+    """The work objects of a source whose work names its queue (KAI, Volcano): its PodGroups
+    (by namespace and name), batch Jobs and pods, in file order."""
+
+    group: str  # the source's PodGroup API group
+    groups: dict[tuple[str, str], SourceObject] = field(default_factory=dict)
+    jobs: list[SourceObject] = field(default_factory=list)
+    pods: list[SourceObject] = field(default_factory=list)
+
+    def take(self, obj: SourceObject) -> bool:
+        """Keep `obj` if it is one of those; whether it was."""
+        if obj.group == self.group and obj.kind == "PodGroup":
+            self.groups[(obj.namespace, obj.name)] = obj
+        elif obj.api_version == "batch/v1" and obj.kind == "Job":
+            self.jobs.append(obj)
+        elif obj.api_version == "v1" and obj.kind == "Pod":
+            self.pods.append(obj)
+        else:
+            return False
+        return True
+
+
+def pod_work(
+    pods: Sequence[SourceObject],
+    groups: Mapping[tuple[str, str], SourceObject],
+    group_annotation: str,
+    queue_of_group: Callable[[SourceObject], str],
+    queue_of_pod: Callable[[SourceObject], tuple[str, str]],
+    no_queue: tuple[str, str],
+    unmapped: list[Unmapped],
+) -> list[QueuedWork]:
+    """The pods that are neither done nor run by a Job: each alone, on the queue
+    `queue_of_pod` names (queue, field naming it), then each PodGroup (`groups`, which
+    `group_annotation` on a pod names) with its pods. A pod that names neither is left out
+    with `no_queue` (field, reason)."""
+    work: list[QueuedWork] = []
+    members: dict[tuple[str, str], list[SourceObject]] = {}
+    for obj in pods:
+        if finished(obj) or owned_by(obj, {"Job"}):
+            continue  # done, or counted through its Job
+        group = obj.meta_strings("annotations").get(group_annotation)
+        if group:
+            members.setdefault((obj.namespace, group), []).append(obj)
+            continue
+        queue, path = queue_of_pod(obj)
+        if not queue:
+            skipped(obj, *no_queue, unmapped)
+            continue
+        spec = obj.spec()
+        work.append(
+            QueuedWork(
+                obj,
+                queue,
+                path,
+                pod_sets=[PodSetSource("main", 1, spec, "spec")],
+                class_name=obj.text(spec.get("priorityClassName"), "spec.priorityClassName"),
+            )
+        )
+    return work + pod_group_work(groups, members, queue_of_group, group_annotation, unmapped)
+
+
 def queue_work(
     work: Sequence[QueuedWork],
     leaves: Mapping[str, Origin],
@@ -336,6 +435,25 @@ def queue_work(
             )
         )
     return list(local.values()), out
+
+
+def queued_import(
+    drafts: Mapping[str, QueueDraft],
+    queues: Sequence[dict[str, Any]],
+    work: Sequence[QueuedWork],
+    state: ClusterState,
+    unmapped: list[Unmapped],
+) -> ImportResult:
+    """The import of a source whose work names its queue (KAI, Volcano): its priority
+    classes, one flavor for the whole cluster, the ClusterQueues (`queues`, built from
+    `drafts`), a LocalQueue per queue and namespace with work, the nodes; and the work."""
+    parents = {d.parent for d in drafts.values() if d.parent}
+    leaves = {name: d.origin for name, d in drafts.items() if name not in parents}
+    first = next(iter(drafts.values()), None)
+    flavor = [whole_cluster_flavor(first.origin, state.nodes)] if first is not None else []
+    local, imported = queue_work(work, leaves, parents, state, unmapped)
+    manifests = [*state.class_docs, *flavor, *queues, *local, *state.nodes]
+    return ImportResult(tuple(manifests), tuple(imported), tuple(unmapped))
 
 
 def owned_by(obj: SourceObject, kinds: set[str]) -> str | None:

@@ -1,21 +1,47 @@
-"""What an eviction does to a workload once its pods are gone.
+"""Why a workload is evicted, and what an eviction does to it once its pods are gone.
 
 The quota it held is released, its requeue count goes up by one, and it competes for quota
-again only after the backoff for that count. The controller writes the texts here into the
-Workload's conditions and the simulator into its history, so both tell the same story.
+again only after the backoff for that count. The controller writes the reasons and texts
+here into the Workload's conditions and the simulator into its history, so both tell the
+same story.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import TypeVar
+from typing import Literal, TypeVar
 
 from quota.api.conditions import WorkloadConditions as WC
 from quota.lifecycle.backoff import DEFAULT_BACKOFF, Backoff
 
 # The controller keeps time as datetimes, the simulator as seconds.
 Moment = TypeVar("Moment", float, datetime)
+
+# The reason each kind of victim (quota.model.decisions.VictimKind) is evicted with.
+_REASONS = {
+    "Preempted": WC.EVICTED_BY_PREEMPTION,
+    "Reclaimed": WC.EVICTED_BY_RECLAIM,
+    "Moved": WC.MOVED,
+}
+
+
+def eviction_reason(victim_kind: str | None) -> str:
+    """The reason of an eviction (its Evicted condition's): that of the victim's kind, or
+    ClusterQueueStopped for a workload drained by its queue's stopPolicy (`None`)."""
+    if victim_kind is None:
+        return WC.CLUSTER_QUEUE_STOPPED
+    return _REASONS[victim_kind]
+
+
+def recorded_as(reason: str) -> Literal["preempted", "reclaimed", "evicted"]:
+    """What the history calls an eviction with this reason: a preemption or a reclaim (both
+    name their preemptor), else an eviction whose reason says why (a drain, a move)."""
+    if reason == WC.EVICTED_BY_PREEMPTION:
+        return "preempted"
+    if reason == WC.EVICTED_BY_RECLAIM:
+        return "reclaimed"
+    return "evicted"
 
 
 @dataclass(frozen=True, slots=True)

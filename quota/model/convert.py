@@ -1,19 +1,18 @@
 """From API objects to the engine's snapshot types: the one place that knows both shapes.
 
 The controller builds its snapshot from the watch caches, `muster fairshare` / `muster admit`
-from a file and the simulator from a scenario; all three go through these functions, so a
-ClusterQueue means the same thing to each of them. Everything here is pure: models and plain
-dicts (decoded manifests such as Nodes and Jobs) in, frozen snapshot values out.
+from a file and the simulator from a scenario; all three go through these functions (and
+`queues.py` for the queues), so a flavor or a Workload means the same thing to each of them.
+Everything here is pure: models and plain dicts (decoded manifests such as Nodes and Jobs) in,
+frozen snapshot values out.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import replace
 from typing import Any
 
 from quota.api import ManifestError, parse_manifest
-from quota.api.clusterqueue import ClusterQueue
 from quota.api.meta import Toleration as TolerationModel
 from quota.api.names import ELASTIC_ANNOTATION, JOB_POD_SET, MIN_PARALLELISM_ANNOTATION, QUEUE_LABEL
 from quota.api.quantity import QuantityError, format_quantity, parse_quantity
@@ -26,68 +25,9 @@ from quota.model.resources import FlavorResource
 from quota.model.snapshot import (
     Assignment,
     Flavor,
-    FlavorQuota,
     PodSet,
-    QueueSpec,
     Workload,
 )
-
-# Partial admission, as Kueue's job-min-parallelism: the Job may start with fewer pods, down
-# to this many, when all of them do not fit. Ignored for elastic Jobs, which resize instead.
-
-
-def queue_spec(cq: ClusterQueue, active: bool = True, reason: str = "") -> QueueSpec:
-    """A ClusterQueue as the engine sees it; `active`/`reason` come from the tree check."""
-    spec = cq.spec
-    preemption = spec.preemption
-    preempt_min = preemption.preempt_min_runtime
-    reclaim_min = preemption.reclaim_min_runtime
-    return QueueSpec(
-        name=cq.name,
-        parent=spec.parent,
-        priority=spec.priority,
-        over_quota_weight=float(spec.over_quota_weight),
-        flavors=tuple(FlavorQuota(f.name, dict(f.quota), dict(f.limit)) for f in spec.flavors),
-        queueing_strategy=spec.queueing_strategy,
-        within_queue=preemption.within_queue,
-        reclaim=preemption.reclaim,
-        min_runtime_preempt_s=preempt_min.total_seconds() if preempt_min else 0.0,
-        min_runtime_reclaim_s=reclaim_min.total_seconds() if reclaim_min else 0.0,
-        stop_policy=spec.stop_policy,
-        placement=spec.placement_strategy,
-        movable=spec.consolidation.movable,
-        movable_below=spec.consolidation.below_priority,
-        active=active,
-        inactive_reason="" if active else reason,
-    )
-
-
-def inherit_min_runtimes(
-    queues: Mapping[str, QueueSpec], cluster_queues: Iterable[ClusterQueue]
-) -> dict[str, QueueSpec]:
-    """`queues` with each queue's minimum runtimes taken from its nearest ancestor that
-    sets one, where it sets none itself: protecting a department's workloads protects its
-    teams' (a queue may still say `0s` to opt out)."""
-    own = {cq.name: cq.spec.preemption for cq in cluster_queues}
-    out: dict[str, QueueSpec] = {}
-    for name, spec in queues.items():
-        preempt = own[name].preempt_min_runtime if name in own else None
-        reclaim = own[name].reclaim_min_runtime if name in own else None
-        seen = {name}
-        parent = spec.parent
-        while (preempt is None or reclaim is None) and parent in own and parent not in seen:
-            seen.add(parent)
-            if preempt is None:
-                preempt = own[parent].preempt_min_runtime
-            if reclaim is None:
-                reclaim = own[parent].reclaim_min_runtime
-            parent = queues[parent].parent if parent in queues else None
-        out[name] = replace(
-            spec,
-            min_runtime_preempt_s=preempt.total_seconds() if preempt else 0.0,
-            min_runtime_reclaim_s=reclaim.total_seconds() if reclaim else 0.0,
-        )
-    return out
 
 
 def toleration(model: TolerationModel) -> Toleration | None:
@@ -152,8 +92,7 @@ def workload(
 ) -> Workload:
     """A Workload for the engine: admitted when `status.admission` is set, pending otherwise.
 
-    `cluster_queue` is the leaf queue it belongs to (resolve the LocalQueue with
-    `cluster_queue_of`; an admitted workload's own `status.admission.clusterQueue` wins).
+    `cluster_queue` is the leaf queue it counts in (`quota.model.queues.cluster_queue_of`).
     The priority is `spec.priority`, else the value of `spec.priorityClassName` in
     `priority_classes`, else 0.
     """
@@ -163,9 +102,7 @@ def workload(
         priority = priority_classes.get(wl.spec.priority_class_name)
     admission = wl.status.admission
     assignments: tuple[Assignment, ...] | None = None
-    queue = cluster_queue
     if admission is not None:
-        queue = admission.cluster_queue
         assignments = pod_set_assignments(admission.pod_set_assignments)
         if admitted_at is None:
             admitted_at = arrival
@@ -173,7 +110,7 @@ def workload(
         admitted_at = None
     return Workload(
         key=f"{namespace}/{wl.name}",
-        queue=queue,
+        queue=cluster_queue,
         priority=priority or 0,
         arrival=arrival,
         pod_sets=pod_sets(wl),
@@ -190,14 +127,6 @@ def pod_set_assignments(entries: Iterable[PodSetAssignment]) -> tuple[Assignment
         Assignment(a.name, a.count, dict(a.flavors), tuple((n.name, n.count) for n in a.nodes))
         for a in entries
     )
-
-
-def cluster_queue_of(wl: WorkloadModel, local_queues: Mapping[tuple[str, str], str]) -> str | None:
-    """The ClusterQueue behind the Workload's LocalQueue, or None when there is no such queue.
-
-    `local_queues` maps (namespace, LocalQueue name) to its `spec.clusterQueue`.
-    """
-    return local_queues.get((wl.metadata.namespace or "default", wl.spec.queue_name))
 
 
 def node_is_ready(node: Mapping[str, Any]) -> bool:
@@ -370,6 +299,8 @@ def job_to_workload_model(
         "requests": {r: format_quantity(v, r) for r, v in requests.items()},
     }
     annotations = meta.get("annotations") or {}
+    # Partial admission, as Kueue's job-min-parallelism: the Job may start with fewer pods,
+    # down to this many, when all of them do not fit. Elastic Jobs resize instead.
     minimum = annotations.get(MIN_PARALLELISM_ANNOTATION)
     if minimum is not None and not job_is_elastic(job) and pods:
         try:

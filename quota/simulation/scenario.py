@@ -1,4 +1,4 @@
-"""Scenarios for `muster simulate`, and cluster states for `muster fairshare` / `muster admit`.
+"""Scenarios for `muster simulate`.
 
 A scenario is a multi-document YAML of the manifests an admin already has — ResourceFlavor,
 ClusterQueue, LocalQueue (muster.dev/v1alpha1), PriorityClass (scheduling.k8s.io/v1),
@@ -21,54 +21,54 @@ a scenario without any simulates quota alone. A Node written without conditions 
 a node whose allocatable has no `pods` entry takes the kubelet's default of 110 pods.
 
 Everything here is pure: it takes decoded YAML documents and returns frozen values, or raises
-ManifestError naming the document index, the object, the field and the rule.
+ManifestError naming the document index, the object, the field and the rule. The documents
+every file of manifests holds are read by quota.manifests.documents; this module adds the
+scenario's own kinds and timing.
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, Final, Literal, Self
 
 from pydantic import AwareDatetime, Field, ValidationError, model_validator
-from pydantic_core import ErrorDetails
 
-from quota.api import ManifestError, parse_manifest
-from quota.api.clusterqueue import ClusterQueue
-from quota.api.conditions import find_condition
-from quota.api.localqueue import LocalQueue
+from quota.api import ManifestError
 from quota.api.meta import DNS_SUBDOMAIN, ApiModel, Duration, ObjectMeta, parse_duration
 from quota.api.names import ELASTIC_ANNOTATION, JOB_POD_SET, QUEUE_LABEL
-from quota.api.quantity import QuantityError, ResourceList, format_quantity, parse_quantity
-from quota.api.queuetree import check_queue_tree
-from quota.api.resourceflavor import ResourceFlavor
-from quota.api.workload import Workload as WorkloadModel
+from quota.api.quantity import ResourceList, format_quantity
 from quota.lifecycle.backoff import REQUEUE_BASE_S, REQUEUE_MAX_S
+from quota.manifests.documents import (
+    Documents,
+    capacity,
+    flavors,
+    invalid,
+    priority_classes,
+    problem,
+    queues,
+    read_documents,
+    ready,
+    subject,
+)
 from quota.model import convert
 from quota.model.nodeconvert import node_from_manifest
 from quota.model.nodes import Node
 from quota.model.resources import FlavorResource
-from quota.model.snapshot import Flavor, PodSet, QueueSpec, Snapshot, Workload
+from quota.model.snapshot import Flavor, PodSet, QueueSpec
 
 SCENARIO_API: Final = "simulate.muster.dev/v1alpha1"
 SUBMIT_AT_ANNOTATION = "muster.dev/submit-at"
 RUN_FOR_ANNOTATION = "muster.dev/run-for"
 DEFAULT_START = datetime(2025, 1, 6, 9, 0, tzinfo=UTC)  # a Monday morning, for the history
 DEFAULT_MAX_PODS = 110  # the kubelet's default, for nodes that do not say
-_DNS = re.compile(DNS_SUBDOMAIN)
 # A simulated span is sampled every sample interval; more samples than this would take
 # minutes and gigabytes, so such a scenario is refused with what to change.
 MAX_SAMPLES = 100_000
-MAX_TREE_DEPTH = 32  # levels of ClusterQueues, far more than any organisation has
 # Simulated wall-clock time stays well inside what datetime can represent.
 EARLIEST_START = datetime(1970, 1, 1, tzinfo=UTC)
 LATEST_START = datetime(9000, 1, 1, tzinfo=UTC)
-
-# Cross-object rules the tree check reports that make a scenario or cluster file unusable
-# (as opposed to Stopped, which is a legitimate state to simulate).
-_BROKEN_TREE = {"Cycle": "spec.parent", "ParentNotFound": "spec.parent"}
 
 
 # ----------------------------------------------------------------- simulation-only kinds
@@ -297,328 +297,46 @@ class Scenario:
         return len(self.jobs) + sum(g.workload_count() for g in self.generators)
 
 
-@dataclass(frozen=True)
-class ClusterState:
-    """A cluster file for `muster fairshare` / `muster admit`: one snapshot, plus names."""
-
-    snapshot: Snapshot
-    # Workload key -> its LocalQueue ("" for admitted workloads found by ClusterQueue).
-    local_queue_of: Mapping[str, str] = field(default_factory=dict)
-
-
 # -------------------------------------------------------------------------- parsing
 
 
-def _path(loc: tuple[int | str, ...]) -> str:
-    text = ""
-    for part in loc:
-        if isinstance(part, int) or "." in part or "/" in part:
-            text += f"[{part}]"
-        else:
-            text += f".{part}" if text else part
-    return text
-
-
-def _rule(error: ErrorDetails) -> str:
-    if error["type"] == "missing":
-        return "required field is missing"
-    if error["type"] == "extra_forbidden":
-        return "unknown field (check the spelling; the files in examples/ use every field)"
-    message = error["msg"].removeprefix("Value error, ")
-    if error["type"] not in ("value_error", "missing"):
-        message += f" (got {error['input']!r})"
-    return message
-
-
-def _problem(error: ErrorDetails) -> tuple[str, str]:
-    path, rule = _path(error["loc"]), _rule(error)
-    if rule.startswith("[") and "]: " in rule:
-        # A rule about one entry of a mapping starts with its key: "[nvidia.com/gpu]: ...".
-        entry, _, rule = rule.partition(": ")
-        path += entry
-    return path, rule
-
-
-def _subject(doc: Mapping[str, Any]) -> str:
-    kind = doc.get("kind") or "object without kind"
-    meta = doc.get("metadata")
-    meta = meta if isinstance(meta, Mapping) else {}
-    name = meta.get("name")
-    if not name:
-        return str(kind)
-    namespace = meta.get("namespace")
-    return f"{kind} {namespace}/{name}" if namespace else f"{kind} {name}"
-
-
-def _error(index: int, doc: Mapping[str, Any], path: str, rule: str) -> ManifestError:
-    return ManifestError(index, _subject(doc), [(path, rule)])
-
-
 @dataclass
-class _Docs:
-    """Documents sorted by kind, each with its index in the file."""
+class _SimDocs:
+    """The scenario's own kinds, each with its index in the file."""
 
-    flavors: list[tuple[int, ResourceFlavor]] = field(default_factory=list)
-    cluster_queues: list[tuple[int, ClusterQueue]] = field(default_factory=list)
-    local_queues: list[tuple[int, LocalQueue]] = field(default_factory=list)
-    workloads: list[tuple[int, WorkloadModel]] = field(default_factory=list)
-    priority_classes: list[tuple[int, Mapping[str, Any]]] = field(default_factory=list)
-    nodes: list[tuple[int, Mapping[str, Any]]] = field(default_factory=list)
-    jobs: list[tuple[int, Mapping[str, Any]]] = field(default_factory=list)
     simulations: list[tuple[int, Simulation]] = field(default_factory=list)
     node_pools: list[tuple[int, NodePool]] = field(default_factory=list)
     generators: list[tuple[int, WorkloadGenerator]] = field(default_factory=list)
     scale_events: list[tuple[int, ScaleEvent]] = field(default_factory=list)
-    raw: dict[int, Mapping[str, Any]] = field(default_factory=dict)
 
-
-# Kubernetes kinds a scenario or cluster file may hold, with the apiVersion each must have.
-_CORE_KINDS_BY_KIND = {
-    "Namespace": "v1",
-    "Node": "v1",
-    "PriorityClass": "scheduling.k8s.io/v1",
-    "Job": "batch/v1",
-}
-
-
-def _name_of(doc: Mapping[str, Any], index: int, namespaced: bool) -> tuple[str, str]:
-    """The namespace and name of a Kubernetes object, checked as the apiserver checks them."""
-    meta = doc.get("metadata")
-    if not isinstance(meta, Mapping) or not meta.get("name"):
-        raise _error(index, doc, "metadata.name", "required field is missing")
-    fields = [("metadata.name", meta["name"])]
-    if namespaced and meta.get("namespace") is not None:
-        fields.append(("metadata.namespace", meta["namespace"]))
-    for path, value in fields:
-        limit = 63 if path == "metadata.namespace" else 253
-        if not isinstance(value, str) or len(value) > limit or not _DNS.fullmatch(value):
-            raise _error(
-                index,
-                doc,
-                path,
-                f"{value!r} is not a valid name: lower-case letters, digits, '-' and '.', "
-                f"starting and ending with a letter or digit, at most {limit} characters",
-            )
-    for field_name in ("labels", "annotations"):
-        value = meta.get(field_name)
-        if value is not None and not (
-            isinstance(value, Mapping)
-            and all(isinstance(k, str) and isinstance(v, str) for k, v in value.items())
-        ):
-            raise _error(
-                index, doc, f"metadata.{field_name}", "must be a mapping of strings to strings"
-            )
-    namespace = str(meta.get("namespace") or ("default" if namespaced else ""))
-    return namespace, str(meta["name"])
-
-
-def _sort(docs: Sequence[Any], accepted: frozenset[str], tool: str) -> _Docs:
-    """Validate each document of a kind `tool` accepts and file it by kind; names unique."""
-    out = _Docs()
-    seen: dict[tuple[str, str, str], int] = {}
-    for index, doc in enumerate(docs):
-        if doc is None:
-            continue  # an empty document (a stray "---") is not an object
-        if not isinstance(doc, Mapping):
-            raise ManifestError(index, "document", [("", "expected a mapping (a manifest)")])
+    def file(self, docs: Documents, index: int, doc: Mapping[str, Any]) -> None:
+        """Check one document of a simulation-only kind and file it (`OtherKinds`)."""
         kind = str(doc.get("kind") or "")
-        api_version = str(doc.get("apiVersion") or "")
-        if kind not in accepted:
-            raise _error(
-                index,
-                doc,
-                "kind",
-                f"kind {kind!r} is not accepted by {tool} (one of {', '.join(sorted(accepted))})",
-            )
-        out.raw[index] = doc
-        if kind in SIM_KINDS:
-            model_type = SIM_KINDS[kind]
-            if api_version != SCENARIO_API:
-                raise _error(index, doc, "apiVersion", f"{kind} needs apiVersion {SCENARIO_API}")
-            try:
-                sim = model_type.model_validate(doc)
-            except ValidationError as error:
-                problems = [_problem(e) for e in error.errors(include_url=False)]
-                raise ManifestError(index, _subject(doc), problems) from None
-            if not sim.metadata.name and kind != "Simulation":
-                raise _error(index, doc, "metadata.name", "required field is missing")
-            _remember(seen, (kind, "", sim.metadata.name or ""), index, doc)
-            if isinstance(sim, Simulation):
-                if out.simulations:
-                    raise _error(index, doc, "kind", "at most one Simulation per scenario")
-                out.simulations.append((index, sim))
-            elif isinstance(sim, NodePool):
-                out.node_pools.append((index, sim))
-            elif isinstance(sim, WorkloadGenerator):
-                out.generators.append((index, sim))
-            elif isinstance(sim, ScaleEvent):
-                out.scale_events.append((index, sim))
-            continue
-        if kind in _CORE_KINDS_BY_KIND:
-            expected = _CORE_KINDS_BY_KIND[kind]
-            if api_version != expected:
-                raise _error(index, doc, "apiVersion", f"{kind} needs apiVersion {expected}")
-            namespaced = kind == "Job"
-            namespace, name = _name_of(doc, index, namespaced)
-            _remember(seen, (kind, namespace, name), index, doc)
-            if kind == "Node":
-                _check_node(index, doc)
-                out.nodes.append((index, doc))
-            elif kind == "PriorityClass":
-                _check_priority_class(index, doc)
-                out.priority_classes.append((index, doc))
-            elif kind == "Job":
-                out.jobs.append((index, doc))
-            continue
-        model = parse_manifest(doc, index)
-        namespace = model.metadata.namespace or ""
-        if isinstance(model, LocalQueue | WorkloadModel):
-            namespace = namespace or "default"
-        if not model.name:
-            raise _error(index, doc, "metadata.name", "required field is missing")
-        _remember(seen, (kind, namespace, model.name), index, doc)
-        if isinstance(model, ResourceFlavor):
-            out.flavors.append((index, model))
-        elif isinstance(model, ClusterQueue):
-            out.cluster_queues.append((index, model))
-        elif isinstance(model, LocalQueue):
-            out.local_queues.append((index, model))
-        elif isinstance(model, WorkloadModel):
-            out.workloads.append((index, model))
-    return out
-
-
-def _remember(
-    seen: dict[tuple[str, str, str], int],
-    key: tuple[str, str, str],
-    index: int,
-    doc: Mapping[str, Any],
-) -> None:
-    if key in seen:
-        raise _error(
-            index,
-            doc,
-            "metadata.name",
-            f"duplicate: document {seen[key]} already defines {key[0]} "
-            + (f"{key[1]}/{key[2]}" if key[1] else key[2]),
-        )
-    seen[key] = index
-
-
-def _check_node(index: int, doc: Mapping[str, Any]) -> None:
-    node_from_manifest(doc, index=index)  # the type of every field placement reads
-    status = doc.get("status")
-    allocatable = status.get("allocatable") if isinstance(status, Mapping) else None
-    if not isinstance(allocatable, Mapping) or not allocatable:
-        raise _error(index, doc, "status.allocatable", "required: what the node offers to pods")
-    for resource, value in allocatable.items():
+        if doc.get("apiVersion") != SCENARIO_API:
+            raise invalid(index, doc, "apiVersion", f"{kind} needs apiVersion {SCENARIO_API}")
         try:
-            parse_quantity(value, str(resource))
-        except QuantityError as error:
-            raise _error(
-                index, doc, f"status.allocatable[{resource}]", str(error).split(": ", 1)[-1]
-            ) from None
+            sim = SIM_KINDS[kind].model_validate(doc)
+        except ValidationError as error:
+            problems = [problem(e) for e in error.errors(include_url=False)]
+            raise ManifestError(index, subject(doc), problems) from None
+        if not sim.metadata.name and kind != "Simulation":
+            raise invalid(index, doc, "metadata.name", "required field is missing")
+        docs.remember((kind, "", sim.metadata.name or ""), index, doc)
+        if isinstance(sim, Simulation):
+            if self.simulations:
+                raise invalid(index, doc, "kind", "at most one Simulation per scenario")
+            self.simulations.append((index, sim))
+        elif isinstance(sim, NodePool):
+            self.node_pools.append((index, sim))
+        elif isinstance(sim, WorkloadGenerator):
+            self.generators.append((index, sim))
+        elif isinstance(sim, ScaleEvent):
+            self.scale_events.append((index, sim))
 
 
-def _check_priority_class(index: int, doc: Mapping[str, Any]) -> None:
-    value = doc.get("value")
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise _error(index, doc, "value", f"required: a whole number (got {value!r})")
-
-
-def _priority_classes(docs: _Docs) -> tuple[dict[str, int], str | None]:
-    classes: dict[str, int] = {}
-    default: str | None = None
-    for index, doc in docs.priority_classes:
-        name = str(doc["metadata"]["name"])
-        classes[name] = int(doc["value"])
-        if doc.get("globalDefault"):
-            if default is not None:
-                raise _error(
-                    index, doc, "globalDefault", f"PriorityClass {default} is already the default"
-                )
-            default = name
-    return classes, default
-
-
-def _check_depth(docs: _Docs) -> None:
-    """Refuse a queue tree deeper than MAX_TREE_DEPTH (before the tree checks, whose cost
-    grows with the square of the depth). Cycles and missing parents are the tree check's."""
-    parents = {cq.name: cq.spec.parent for _, cq in docs.cluster_queues}
-    depth: dict[str, int] = {}
-    for index, cq in docs.cluster_queues:
-        chain: list[str] = []
-        name: str | None = cq.name
-        while name is not None and name in parents and name not in depth:
-            if name in chain:
-                break  # a cycle: reported by the tree check
-            chain.append(name)
-            name = parents[name]
-        below = depth.get(name, 0) if name is not None else 0
-        for offset, queue in enumerate(reversed(chain)):
-            depth[queue] = below + offset + 1
-        if depth.get(cq.name, 0) > MAX_TREE_DEPTH:
-            raise _error(
-                index,
-                docs.raw[index],
-                "spec.parent",
-                f"the queue is {depth[cq.name]} levels deep; a queue tree has at most "
-                f"{MAX_TREE_DEPTH} levels",
-            )
-
-
-def _queues(docs: _Docs) -> tuple[dict[str, QueueSpec], dict[tuple[str, str], str]]:
-    """Check the tree and LocalQueues; raise on what makes the file unusable."""
-    _check_depth(docs)
-    flavor_names = [rf for _, rf in docs.flavors]
-    tree = check_queue_tree(
-        [cq for _, cq in docs.cluster_queues], flavor_names, [lq for _, lq in docs.local_queues]
-    )
-    queues: dict[str, QueueSpec] = {}
-    for index, cq in docs.cluster_queues:
-        state = tree.cluster_queues[cq.name]
-        if not state.active and state.reason in _BROKEN_TREE:
-            raise _error(index, docs.raw[index], _BROKEN_TREE[state.reason], state.message)
-        if not state.active and state.reason == "FlavorNotFound":
-            known = {rf.name for _, rf in docs.flavors}
-            position = next(i for i, f in enumerate(cq.spec.flavors) if f.name not in known)
-            raise _error(index, docs.raw[index], f"spec.flavors[{position}].name", state.message)
-        queues[cq.name] = convert.queue_spec(cq, state.active, state.message)
-    local: dict[tuple[str, str], str] = {}
-    for index, lq in docs.local_queues:
-        key = (lq.metadata.namespace or "default", lq.name)
-        lq_state = tree.local_queues.get((lq.metadata.namespace or "", lq.name))
-        target = lq.spec.cluster_queue
-        if target not in queues:
-            raise _error(
-                index,
-                docs.raw[index],
-                "spec.clusterQueue",
-                f"ClusterQueue {target!r} does not exist",
-            )
-        if lq_state is not None and lq_state.reason == "ClusterQueueNotLeaf":
-            raise _error(index, docs.raw[index], "spec.clusterQueue", lq_state.message)
-        local[key] = target
-    # As the controller does (controllers/admission/view.py): protection flows down the tree.
-    return convert.inherit_min_runtimes(queues, [cq for _, cq in docs.cluster_queues]), local
-
-
-def _flavors(docs: _Docs) -> dict[str, Flavor]:
-    return {rf.name: convert.flavor(rf) for _, rf in docs.flavors}
-
-
-def _ready(node: Mapping[str, Any]) -> Mapping[str, Any]:
-    # In a scenario a Node without conditions is taken to be Ready: writing the kubelet's
-    # status by hand is noise; a node written NotReady stays NotReady.
-    status = node.get("status") or {}
-    if status.get("conditions"):
-        return node
-    return {**node, "status": {**status, "conditions": [{"type": "Ready", "status": "True"}]}}
-
-
-def _pool_nodes(docs: _Docs) -> list[Mapping[str, Any]]:
+def _pool_nodes(sim: _SimDocs) -> list[Mapping[str, Any]]:
     nodes: list[Mapping[str, Any]] = []
-    for _, pool in docs.node_pools:
+    for _, pool in sim.node_pools:
         allocatable = {r: format_quantity(v, r) for r, v in pool.spec.allocatable.items()}
         for i in range(pool.spec.count):
             nodes.append(
@@ -636,19 +354,19 @@ def _pool_nodes(docs: _Docs) -> list[Mapping[str, Any]]:
     return nodes
 
 
-def _nodes(docs: _Docs) -> tuple[Node, ...] | None:
+def _nodes(docs: Documents, sim: _SimDocs) -> tuple[Node, ...] | None:
     """The scenario's nodes as placement sees them; None when it has none (quota-only)."""
     nodes: list[Node] = []
     names: dict[str, int] = {}
     for index, doc in docs.nodes:
-        node = node_from_manifest(_ready(doc), index=index)
+        node = node_from_manifest(ready(doc), index=index)
         names[node.name] = index
         nodes.append(node)
-    for index, pool in docs.node_pools:
+    for index, pool in sim.node_pools:
         for i in range(pool.spec.count):
             name = f"{pool.metadata.name}-{i}"
             if name in names:
-                raise _error(
+                raise invalid(
                     index,
                     docs.raw[index],
                     "metadata.name",
@@ -681,29 +399,26 @@ def _nodes(docs: _Docs) -> tuple[Node, ...] | None:
 
 
 def _capacity(
-    docs: _Docs, flavors: Mapping[str, Flavor], strict: bool
+    docs: Documents, sim: _SimDocs, flavors: Mapping[str, Flavor]
 ) -> dict[FlavorResource, int] | None:
-    nodes = [_ready(doc) for _, doc in docs.nodes] + _pool_nodes(docs)
-    if not nodes:
+    found = capacity(docs, flavors, _pool_nodes(sim))
+    if found is None:
         return None
-    capacity = convert.node_capacity(nodes, flavors)
-    if strict:
-        # A simulated flavor no node provides can never admit anything: that is a mistake in
-        # the scenario, not an interesting outcome.
-        used = {f.name for _, cq in docs.cluster_queues for f in cq.spec.flavors}
-        for index, rf in docs.flavors:
-            if rf.name not in used:
-                continue
-            provided = any(amount > 0 for (fl, _), amount in capacity.items() if fl == rf.name)
-            if not provided:
-                raise _error(
-                    index,
-                    docs.raw[index],
-                    "spec.nodeLabels",
-                    "no Node or NodePool of the scenario carries all of these labels, so the "
-                    "flavor would have no capacity",
-                )
-    return capacity or None
+    # A simulated flavor no node provides can never admit anything: that is a mistake in
+    # the scenario, not an interesting outcome.
+    used = {f.name for _, cq in docs.cluster_queues for f in cq.spec.flavors}
+    for index, rf in docs.flavors:
+        if rf.name not in used:
+            continue
+        if not any(amount > 0 for (fl, _), amount in found.items() if fl == rf.name):
+            raise invalid(
+                index,
+                docs.raw[index],
+                "spec.nodeLabels",
+                "no Node or NodePool of the scenario carries all of these labels, so the "
+                "flavor would have no capacity",
+            )
+    return found or None
 
 
 def _seconds(value: timedelta) -> float:
@@ -717,21 +432,21 @@ def _job_timing(index: int, doc: Mapping[str, Any]) -> tuple[float, float]:
     try:
         submit = parse_duration(raw_submit).total_seconds()
     except ValueError as error:
-        raise _error(index, doc, path, str(error)) from None
+        raise invalid(index, doc, path, str(error)) from None
     path = f"metadata.annotations[{RUN_FOR_ANNOTATION}]"
     if RUN_FOR_ANNOTATION not in annotations:
-        raise _error(index, doc, path, "required: how long the Job runs once admitted (e.g. 2h)")
+        raise invalid(index, doc, path, "required: how long the Job runs once admitted (e.g. 2h)")
     try:
         run_for = parse_duration(annotations[RUN_FOR_ANNOTATION]).total_seconds()
     except ValueError as error:
-        raise _error(index, doc, path, str(error)) from None
+        raise invalid(index, doc, path, str(error)) from None
     if run_for <= 0:
-        raise _error(index, doc, path, "must be a positive duration")
+        raise invalid(index, doc, path, "must be a positive duration")
     return submit, run_for
 
 
 def _jobs(
-    docs: _Docs,
+    docs: Documents,
     local: Mapping[tuple[str, str], str],
     classes: Mapping[str, int],
     default_class: str | None,
@@ -745,7 +460,7 @@ def _jobs(
         queue = model.spec.queue_name
         cluster_queue = local.get((namespace, queue))
         if cluster_queue is None:
-            raise _error(
+            raise invalid(
                 index,
                 doc,
                 f"metadata.labels[{QUEUE_LABEL}]",
@@ -768,10 +483,13 @@ def _jobs(
 
 
 def _generators(
-    docs: _Docs, local: Mapping[tuple[str, str], str], classes: Mapping[str, int]
+    docs: Documents,
+    sim: _SimDocs,
+    local: Mapping[tuple[str, str], str],
+    classes: Mapping[str, int],
 ) -> tuple[Generator, ...]:
     out: list[Generator] = []
-    for index, gen in docs.generators:
+    for index, gen in sim.generators:
         doc = docs.raw[index]
         targets: list[Target] = []
         if gen.spec.all_local_queues:
@@ -780,7 +498,7 @@ def _generators(
             namespace, _, name = target.rpartition("/")
             namespace = namespace or "default"
             if (namespace, name) not in local:
-                raise _error(
+                raise invalid(
                     index,
                     doc,
                     f"spec.targets[{i}]",
@@ -792,7 +510,7 @@ def _generators(
             priority = cls.priority or 0
             if cls.priority_class_name is not None:
                 if cls.priority_class_name not in classes:
-                    raise _error(
+                    raise invalid(
                         index,
                         doc,
                         f"spec.classes[{i}].priorityClassName",
@@ -815,17 +533,17 @@ def _generators(
     return tuple(out)
 
 
-def _scale_events(docs: _Docs, jobs: Sequence[JobSpec]) -> tuple[Scale, ...]:
+def _scale_events(docs: Documents, sim: _SimDocs, jobs: Sequence[JobSpec]) -> tuple[Scale, ...]:
     by_key = {job.key: job for job in jobs}
     out: list[Scale] = []
-    for index, event in docs.scale_events:
+    for index, event in sim.scale_events:
         doc = docs.raw[index]
         name = event.spec.job if "/" in event.spec.job else f"default/{event.spec.job}"
         job = by_key.get(name)
         if job is None:
-            raise _error(index, doc, "spec.job", f"Job {name} does not exist in the scenario")
+            raise invalid(index, doc, "spec.job", f"Job {name} does not exist in the scenario")
         if not job.elastic:
-            raise _error(
+            raise invalid(
                 index,
                 doc,
                 "spec.job",
@@ -840,25 +558,23 @@ SCENARIO_KINDS = frozenset(
     {"ResourceFlavor", "ClusterQueue", "LocalQueue", "PriorityClass", "Node", "Namespace", "Job"}
     | set(SIM_KINDS)
 )
-CLUSTER_KINDS = frozenset(
-    {"ResourceFlavor", "ClusterQueue", "LocalQueue", "PriorityClass", "Node", "Namespace"}
-    | {"Workload"}
-)
 
 
-def _check_span(docs: _Docs, settings: Settings, jobs: Sequence[JobSpec]) -> None:
+def _check_span(
+    docs: Documents, sim: _SimDocs, settings: Settings, jobs: Sequence[JobSpec]
+) -> None:
     """Refuse a scenario whose simulated span needs more samples than MAX_SAMPLES: name the
     Job (or the Simulation's `until`) that makes it so long, and what to change."""
     interval = settings.sample_interval_s
     if settings.until_s is not None:
         if settings.until_s / interval > MAX_SAMPLES:
-            index, _ = docs.simulations[0] if docs.simulations else (0, None)
+            index, _ = sim.simulations[0] if sim.simulations else (0, None)
             raise ManifestError(
                 index,
-                "Simulation" if docs.simulations else "the command line",
+                "Simulation" if sim.simulations else "the command line",
                 [
                     (
-                        "spec.until" if docs.simulations else "--until",
+                        "spec.until" if sim.simulations else "--until",
                         f"{settings.until_s:,.0f}s at a sample interval of {interval:,.0f}s is "
                         f"more than {MAX_SAMPLES:,} samples; shorten it or raise "
                         "spec.sampleInterval",
@@ -869,7 +585,7 @@ def _check_span(docs: _Docs, settings: Settings, jobs: Sequence[JobSpec]) -> Non
     for (index, doc), job in zip(docs.jobs, jobs, strict=True):
         end = job.submit_at + job.run_for
         if end / interval > MAX_SAMPLES:
-            raise _error(
+            raise invalid(
                 index,
                 doc,
                 f"metadata.annotations[{RUN_FOR_ANNOTATION}]",
@@ -881,26 +597,27 @@ def _check_span(docs: _Docs, settings: Settings, jobs: Sequence[JobSpec]) -> Non
 
 def parse_scenario(docs: Sequence[Any], name: str = "scenario") -> Scenario:
     """Check and resolve a scenario's documents; raise ManifestError on the first problem."""
-    sorted_docs = _sort(docs, SCENARIO_KINDS, "muster simulate")
-    classes, default_class = _priority_classes(sorted_docs)
-    queues, local = _queues(sorted_docs)
-    flavors = _flavors(sorted_docs)
-    capacity = _capacity(sorted_docs, flavors, strict=True)
-    jobs = _jobs(sorted_docs, local, classes, default_class)
+    sim = _SimDocs()
+    read = read_documents(docs, SCENARIO_KINDS, "muster simulate", sim.file)
+    classes, default_class = priority_classes(read)
+    specs, local = queues(read)
+    engine_flavors = flavors(read)
+    found = _capacity(read, sim, engine_flavors)
+    jobs = _jobs(read, local, classes, default_class)
     settings = Settings(name=name)
-    if sorted_docs.simulations:
-        index, sim = sorted_docs.simulations[0]
-        spec = sim.spec
+    if sim.simulations:
+        index, simulation = sim.simulations[0]
+        spec = simulation.spec
         if not EARLIEST_START <= spec.start <= LATEST_START:
-            raise _error(
+            raise invalid(
                 index,
-                sorted_docs.raw[index],
+                read.raw[index],
                 "spec.start",
                 f"must be between {EARLIEST_START:%Y-%m-%d} and {LATEST_START:%Y-%m-%d} "
                 f"(got {spec.start.isoformat()})",
             )
         settings = Settings(
-            name=sim.metadata.name or name,
+            name=simulation.metadata.name or name,
             start=spec.start.astimezone(UTC),
             until_s=_seconds(spec.until) if spec.until is not None else None,
             requeue_base_s=_seconds(spec.requeue_base),
@@ -908,150 +625,15 @@ def parse_scenario(docs: Sequence[Any], name: str = "scenario") -> Scenario:
             eviction_delay_s=_seconds(spec.eviction_delay),
             sample_interval_s=max(1.0, _seconds(spec.sample_interval)),
         )
-    _check_span(sorted_docs, settings, jobs)
+    _check_span(read, sim, settings, jobs)
     return Scenario(
         settings=settings,
-        queues=queues,
-        flavors=flavors,
-        capacity=capacity,
+        queues=specs,
+        flavors=engine_flavors,
+        capacity=found,
         jobs=jobs,
-        generators=_generators(sorted_docs, local, classes),
-        scale_events=_scale_events(sorted_docs, jobs),
+        generators=_generators(read, sim, local, classes),
+        scale_events=_scale_events(read, sim, jobs),
         local_queues=local,
-        nodes=_nodes(sorted_docs),
+        nodes=_nodes(read, sim),
     )
-
-
-def _check_admission(
-    index: int,
-    doc: Mapping[str, Any],
-    wl: WorkloadModel,
-    queues: Mapping[str, QueueSpec],
-    flavors: Mapping[str, Flavor],
-) -> None:
-    """An admission the file claims must be one Muster could have made: to a leaf queue, of
-    pod sets the Workload has, at most their count, on flavors that exist and the queue
-    lists for each requested resource. Anything else would be counted wrongly."""
-    admission = wl.status.admission
-    assert admission is not None
-    queue = queues[admission.cluster_queue]
-    if any(spec.parent == queue.name for spec in queues.values()):
-        raise _error(
-            index,
-            doc,
-            "status.admission.clusterQueue",
-            f"ClusterQueue {queue.name!r} has child queues; only a leaf queue admits",
-        )
-    pod_sets = {ps.name: ps for ps in wl.spec.pod_sets}
-    listed = {fq.flavor for fq in queue.flavors}
-    for i, assignment in enumerate(admission.pod_set_assignments):
-        path = f"status.admission.podSetAssignments[{i}]"
-        pod_set = pod_sets.get(assignment.name)
-        if pod_set is None:
-            raise _error(
-                index,
-                doc,
-                f"{path}.name",
-                f"no pod set {assignment.name!r} in spec.podSets ({', '.join(pod_sets)})",
-            )
-        if assignment.count > pod_set.count:
-            raise _error(
-                index,
-                doc,
-                f"{path}.count",
-                f"{assignment.count} pods admitted, but pod set {pod_set.name} has {pod_set.count}",
-            )
-        for resource in pod_set.requests:
-            chosen = assignment.flavors.get(resource)
-            where = f"{path}.flavors[{resource}]"
-            if chosen is None:
-                if assignment.count:
-                    raise _error(index, doc, where, "required: the flavor the resource came from")
-                continue
-            if chosen not in flavors:
-                raise _error(index, doc, where, f"ResourceFlavor {chosen!r} does not exist")
-            if chosen not in listed:
-                raise _error(
-                    index,
-                    doc,
-                    where,
-                    f"ClusterQueue {queue.name} lists no flavor {chosen!r}",
-                )
-
-
-def cluster_state(docs: Sequence[Any], now: float) -> ClusterState:
-    """The snapshot a cluster file describes (for `muster fairshare` and `muster admit`).
-
-    A pending Workload's `spec.queueName` names a LocalQueue of its namespace; in files
-    without that LocalQueue it may name a ClusterQueue directly. An admitted Workload
-    (`status.admission` set) is charged to `status.admission.clusterQueue`. Arrival is
-    `metadata.creationTimestamp` (workloads without one arrive first, in file order), and
-    the admission time is the QuotaReserved condition's lastTransitionTime.
-    """
-    sorted_docs = _sort(docs, CLUSTER_KINDS, "muster fairshare / muster admit")
-    classes, _ = _priority_classes(sorted_docs)
-    queues, local = _queues(sorted_docs)
-    flavors = _flavors(sorted_docs)
-    capacity = _capacity(sorted_docs, flavors, strict=False)
-    admitted: list[Workload] = []
-    pending: list[Workload] = []
-    lq_of: dict[str, str] = {}
-    for index, wl in sorted_docs.workloads:
-        doc = sorted_docs.raw[index]
-        namespace = wl.metadata.namespace or "default"
-        class_name = wl.spec.priority_class_name
-        if wl.spec.priority is None and class_name and class_name not in classes:
-            raise _error(
-                index,
-                doc,
-                "spec.priorityClassName",
-                f"PriorityClass {class_name!r} does not exist in the file "
-                "(add it, or set spec.priority)",
-            )
-        created = wl.metadata.creation_timestamp
-        arrival = created.timestamp() if created is not None else float(index)
-        admission = wl.status.admission
-        if admission is not None:
-            if admission.cluster_queue not in queues:
-                raise _error(
-                    index,
-                    doc,
-                    "status.admission.clusterQueue",
-                    f"ClusterQueue {admission.cluster_queue!r} does not exist",
-                )
-            _check_admission(index, doc, wl, queues, flavors)
-            reserved = find_condition(wl.status.conditions, "QuotaReserved")
-            admitted_at = reserved.last_transition_time.timestamp() if reserved else arrival
-            engine = convert.workload(
-                wl,
-                admission.cluster_queue,
-                arrival=arrival,
-                admitted_at=admitted_at,
-                priority_classes=classes,
-            )
-            admitted.append(engine)
-            lq_of[engine.key] = wl.spec.queue_name
-            continue
-        cluster_queue = local.get((namespace, wl.spec.queue_name))
-        if cluster_queue is None and wl.spec.queue_name in queues:
-            cluster_queue = wl.spec.queue_name
-        if cluster_queue is None:
-            raise _error(
-                index,
-                doc,
-                "spec.queueName",
-                f"queue {wl.spec.queue_name!r} does not exist: no LocalQueue "
-                f"{namespace}/{wl.spec.queue_name} and no ClusterQueue of that name",
-            )
-        engine = convert.workload(wl, cluster_queue, arrival=arrival, priority_classes=classes)
-        pending.append(engine)
-        lq_of[engine.key] = wl.spec.queue_name
-    snapshot = Snapshot(
-        now=now,
-        queues=queues,
-        flavors=flavors,
-        capacity=capacity,
-        admitted=tuple(admitted),
-        pending=tuple(pending),
-    )
-    return ClusterState(snapshot=snapshot, local_queue_of=lq_of)

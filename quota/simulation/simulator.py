@@ -44,10 +44,14 @@ from dataclasses import dataclass, field, replace
 from typing import Literal
 
 from quota.admission.cycle import admission_cycle
-from quota.api.conditions import WorkloadConditions as WC
 from quota.fairness.fairshare import FairShare, fair_share
 from quota.lifecycle.backoff import Backoff
-from quota.lifecycle.eviction import Requeue, requeue_after_eviction
+from quota.lifecycle.eviction import (
+    Requeue,
+    eviction_reason,
+    recorded_as,
+    requeue_after_eviction,
+)
 from quota.lifecycle.slices import (
     pods_after_scale_down,
     slice_replaced_message,
@@ -65,6 +69,7 @@ from quota.model.snapshot import (
     Snapshot,
     Workload,
     pod_set_usage,
+    queue_tree,
 )
 from quota.simulation.scenario import Scenario, Settings
 
@@ -538,6 +543,7 @@ class _Job:
     waited: float = 0.0
     evictions: int = 0
     requeue: Requeue | None = None  # after its last eviction
+    evicted_for: str = ""  # the reason of its last eviction
     hold: Hold | None = None  # moved (consolidation): the room it goes to
     flavors: dict[str, str] = field(default_factory=dict)
     resizes: list[Resize] = field(default_factory=list)
@@ -599,15 +605,9 @@ class _Simulation:
         self.seed = seed
         self.record = record
         self.queues = scenario.queues
-        paths: dict[str, tuple[str, ...]] = {}
-        for name in self.queues:
-            path = [name]
-            parent = self.queues[name].parent
-            while parent is not None and parent in self.queues and parent not in path:
-                path.append(parent)
-                parent = self.queues[parent].parent
-            paths[name] = (*path, TOTAL)
-        self.paths = paths
+        # Each queue's path up to its root, then the whole cluster: what a workload's usage
+        # adds to.
+        self.paths = {name: (*path, TOTAL) for name, path in queue_tree(self.queues).paths.items()}
         self.meter = _Meter([*sorted(self.queues), TOTAL], self.settings.sample_interval_s)
         self.jobs: dict[str, _Job] = {}
         self.job_of: dict[str, _Job] = {}  # engine key -> Job
@@ -862,12 +862,11 @@ class _Simulation:
             return
         job = self.job_of[victim.workload]
         self.evictions += 1
-        kind: TransitionKind = "preempted" if victim.kind == "Preempted" else "reclaimed"
-        if not actor or victim.kind == "Moved":
-            kind = "evicted"  # drained by its queue's stopPolicy, or moved (the reason says)
+        # No actor: drained by its queue's stopPolicy.
+        job.evicted_for = eviction_reason(victim.kind if actor else None)
         job.evictions += 1
         job.hold = victim.hold
-        self._log(t, kind, job, w, reason=victim.reason, actor=actor)
+        self._log(t, recorded_as(job.evicted_for), job, w, reason=victim.reason, actor=actor)
         if self.settings.eviction_delay_s > 0:
             self.admitted[victim.workload] = replace(w, evicting=True, hold=victim.hold)
             self.push(t + self.settings.eviction_delay_s, _EVICTED, victim.workload)
@@ -884,8 +883,7 @@ class _Simulation:
         job.state = "backoff"
         job.pending_since = t
         requeues = job.requeue.count if job.requeue is not None else 0
-        moved = WC.MOVED if job.hold is not None else ""
-        job.requeue = requeue_after_eviction(requeues, reason=moved, backoff=self.backoff)
+        job.requeue = requeue_after_eviction(requeues, reason=job.evicted_for, backoff=self.backoff)
         self.push(job.requeue.competes_at(t), _REQUEUE, job.key, job.run)
 
     def _scale(self, job: _Job, parallelism: int, t: float) -> None:

@@ -144,7 +144,7 @@ def test_docs_document_every_field_of_shared_types(shared: type[BaseModel]) -> N
 
 def test_the_example_workload_fits_its_own_queue() -> None:
     from quota.admission.cycle import admission_cycle
-    from quota.simulation.scenario import cluster_state
+    from quota.manifests.cluster import cluster_state
 
     docs = list(yaml.safe_load_all((REPO / "examples/api/three-team-gpu.yaml").read_text()))
     # `muster admit` reads queues and Workloads; the PodGroup is the scheduler's business.

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from quota.api import ClusterQueue, ManifestError, ResourceFlavor, Workload, parse_manifest
+from quota.api import ManifestError, ResourceFlavor, Workload, parse_manifest
 from quota.model import convert
 from quota.model.nodes import Taint, Toleration
 from quota.model.snapshot import Assignment, Flavor
@@ -17,48 +17,6 @@ GI = 1 << 30
 
 def model(doc: dict[str, Any]) -> Any:
     return parse_manifest({"apiVersion": "muster.dev/v1alpha1", **doc}, 0)
-
-
-def test_a_cluster_queue_keeps_its_tree_place_quotas_and_policies() -> None:
-    cq = model(
-        {
-            "kind": "ClusterQueue",
-            "metadata": {"name": "team-a"},
-            "spec": {
-                "parent": "research",
-                "priority": 3,
-                "overQuotaWeight": 2,
-                "queueingStrategy": "StrictFIFO",
-                "preemption": {
-                    "withinQueue": "LowerPriority",
-                    "reclaim": "Never",
-                    "preemptMinRuntime": "10m",
-                    "reclaimMinRuntime": "1h",
-                },
-                "flavors": [
-                    {"name": "h100", "quota": {GPU: 8, "cpu": "500m"}, "limit": {GPU: 16}},
-                    {"name": "a100", "quota": {GPU: 4, "memory": "64Gi"}},
-                ],
-            },
-        }
-    )
-    assert isinstance(cq, ClusterQueue)
-    spec = convert.queue_spec(cq)
-    assert (spec.name, spec.parent, spec.priority, spec.over_quota_weight) == (
-        "team-a",
-        "research",
-        3,
-        2.0,
-    )
-    assert [f.flavor for f in spec.flavors] == ["h100", "a100"]  # preference order kept
-    assert spec.quota_for("h100", "cpu") == 500
-    assert spec.quota_for("a100", "memory") == 64 * GI
-    assert spec.limit_for("h100", GPU) == 16 and spec.limit_for("a100", GPU) is None
-    assert spec.queueing_strategy == "StrictFIFO"
-    assert (spec.within_queue, spec.reclaim) == ("LowerPriority", "Never")
-    assert (spec.min_runtime_preempt_s, spec.min_runtime_reclaim_s) == (600.0, 3600.0)
-    inactive = convert.queue_spec(cq, active=False, reason="parent missing")
-    assert not inactive.active and inactive.inactive_reason == "parent missing"
 
 
 def test_a_flavor_carries_labels_taints_and_the_tolerations_it_adds() -> None:
@@ -125,27 +83,20 @@ def test_a_pending_workload_takes_its_priority_from_its_class() -> None:
     assert dict(ps.node_selector) == {"zone": "a"}
 
 
-def test_an_admitted_workload_is_charged_to_the_queue_that_admitted_it() -> None:
+def test_an_admitted_workload_carries_its_admission() -> None:
     doc = {
         **WORKLOAD,
         "status": {
             "admission": {
-                "clusterQueue": "elsewhere",
+                "clusterQueue": "team",
                 "podSetAssignments": [{"name": "workers", "count": 3, "flavors": {GPU: "h100"}}],
             }
         },
     }
     engine = convert.workload(model(doc), "team", arrival=5.0, admitted_at=9.0)
-    assert engine.queue == "elsewhere"
     assert engine.admission == (Assignment("workers", 3, {GPU: "h100"}),)
     assert engine.admitted_at == 9.0
     assert engine.priority == 0  # no class mapping given, no spec.priority
-
-
-def test_local_queues_map_workloads_to_cluster_queues() -> None:
-    wl = model(WORKLOAD)
-    assert convert.cluster_queue_of(wl, {("ns", "q"): "team"}) == "team"
-    assert convert.cluster_queue_of(wl, {("other", "q"): "team"}) is None
 
 
 def node(name: str, labels: dict[str, str], gpus: str, **extra: Any) -> dict[str, Any]:

@@ -12,7 +12,7 @@ import yaml
 from controllers.state import workloads as wls
 from quota.api.conditions import WorkloadConditions as WC
 from quota.lifecycle.backoff import DEFAULT_BACKOFF, REQUEUE_BASE_S, REQUEUE_MAX_S, Backoff
-from quota.lifecycle.eviction import requeue_after_eviction
+from quota.lifecycle.eviction import eviction_reason, recorded_as, requeue_after_eviction
 from quota.lifecycle.slices import (
     pods_after_scale_down,
     slice_replaced_message,
@@ -91,6 +91,21 @@ def test_each_eviction_counts_one_more_requeue_and_waits_longer_up_to_the_cap() 
     seen = [requeue_after_eviction(n, backoff=backoff) for n in (1, 4, 11)]
     assert [(r.count, r.delay_s) for r in seen] == [(2, 10.0), (5, 60.0), (12, 60.0)]
     assert seen[-1].requeued_message.endswith("after 60s backoff (requeue #12)")
+
+
+def test_each_eviction_gives_its_reason_and_is_recorded_as_what_it_was() -> None:
+    reasons = {kind: eviction_reason(kind) for kind in ("Preempted", "Reclaimed", "Moved", None)}
+    assert reasons == {
+        "Preempted": "Preempted",
+        "Reclaimed": "Reclaimed",
+        "Moved": "Moved",
+        None: "ClusterQueueStopped",  # drained by the queue's stopPolicy
+    }
+    recorded = [recorded_as(reason) for reason in reasons.values()]
+    assert recorded == ["preempted", "reclaimed", "evicted", "evicted"]
+    # A move is not paced: the room it goes to is held for it now.
+    assert requeue_after_eviction(2, reason=reasons["Moved"]).delay_s == 0
+    assert requeue_after_eviction(2, reason=reasons["Preempted"]).delay_s > 0
 
 
 def test_a_requeued_workload_competes_after_its_backoff_on_either_clock() -> None:

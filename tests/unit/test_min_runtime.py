@@ -8,7 +8,7 @@ from typing import Any
 from quota.admission.cycle import admission_cycle
 from quota.api import parse_manifest
 from quota.api.clusterqueue import ClusterQueue
-from quota.model import convert
+from quota.model.queues import inherit_min_runtimes, queue_spec
 from quota.model.snapshot import Snapshot
 from tests.unit.strategies import workload
 from tests.unit.test_preemption_nodes import H100, NOW, gangs, gpu_nodes
@@ -34,7 +34,7 @@ def cluster_queue(
 
 
 def specs(*cqs: ClusterQueue) -> dict[str, Any]:
-    return convert.inherit_min_runtimes({cq.name: convert.queue_spec(cq) for cq in cqs}, list(cqs))
+    return inherit_min_runtimes({cq.name: queue_spec(cq) for cq in cqs}, list(cqs))
 
 
 def test_a_team_inherits_its_departments_min_runtimes_unless_it_sets_its_own() -> None:

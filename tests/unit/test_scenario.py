@@ -9,7 +9,8 @@ import pytest
 import yaml
 
 from quota.api import ManifestError
-from quota.simulation.scenario import cluster_state, parse_scenario
+from quota.manifests.cluster import cluster_state
+from quota.simulation.scenario import parse_scenario
 
 REPO = Path(__file__).resolve().parents[2]
 GPU = "nvidia.com/gpu"
