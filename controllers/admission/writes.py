@@ -31,7 +31,6 @@ from kubernetes.client.exceptions import ApiException
 from controllers.admission.assumed import Assumptions
 from controllers.admission.view import View
 from controllers.history import transitions as history
-from controllers.jobs.batchjob import job_key_of_workload
 from controllers.runtime import apply
 from controllers.runtime.client import NotLeaderError
 from controllers.runtime.coalesce import CoalescingWriter
@@ -335,10 +334,8 @@ class DecisionWriter:
                 "identity": self.ctx.identity,
             },
         )
+        # The recorder tells the victim's owner too, of any kind (jobs/ownerevents.py).
         self.ctx.events.emit(written, "Warning", reason, victim.reason)
-        job = self._job_of(written)
-        if job is not None:
-            self.ctx.events.emit(job, "Warning", reason, victim.reason)
         now = self.ctx.now()
         self._record(
             lambda: [
@@ -405,10 +402,6 @@ class DecisionWriter:
             self._record_preemption(view, preemptor, evicted, kind, hold)
 
     # ---------------------------------------------------------------- pending reasons
-    def _job_of(self, wl: Obj) -> Obj | None:
-        job_key = job_key_of_workload(wl)
-        return self.ctx.caches.jobs.get(job_key) if job_key else None
-
     def _submit_pending(
         self, view: View, key: str, reason: str, message: str, nomination: Obj | None
     ) -> None:
@@ -475,12 +468,10 @@ class DecisionWriter:
             f"{(w.get('metadata') or {}).get('namespace')}/{(w.get('metadata') or {}).get('name')}"
             for w, _, _ in evicted
         )
-        verb = {"consolidate": "Moving", "reclaim": "Reclaiming"}.get(strategy, "Preempting")
+        verb = {"consolidate": WC.MOVING, "reclaim": WC.RECLAIMING}.get(strategy, WC.PREEMPTING)
         message = f"{decision.reason} ({names})"
+        # The recorder tells the preemptor's owner too, of any kind (jobs/ownerevents.py).
         self.ctx.events.emit(raw, "Normal", verb, message)
-        job = self._job_of(raw)
-        if job is not None:
-            self.ctx.events.emit(job, "Normal", verb, message)
         self._record(lambda: [decision])
 
 

@@ -38,6 +38,8 @@ from controllers.history.records import (
 from controllers.state import workloads as wls
 from quota.api.conditions import WorkloadConditions as WC
 from quota.api.quantity import parse_quantity
+from quota.lifecycle.eviction import recorded_as
+from quota.model.queues import admitted_to
 
 Obj = Mapping[str, Any]
 K = TransitionKind
@@ -47,8 +49,6 @@ K = TransitionKind
 # they are rebuilt from the status only when a new leader replays what the cluster shows.
 WATCHED_KINDS = frozenset({K.CREATED, K.REQUEUED, K.FINISHED})
 
-_EVICTION_KINDS = {WC.EVICTED_BY_PREEMPTION: K.PREEMPTED, WC.EVICTED_BY_RECLAIM: K.RECLAIMED}
-# A move (consolidation) is recorded as an eviction whose reason says where it goes.
 _MAX_REASON = 2000
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
@@ -134,10 +134,6 @@ def admission_amounts(wl: Obj) -> tuple[dict[str, str], dict[str, int]]:
     return flavors, amounts
 
 
-def _admitted_queue(wl: Obj) -> str:
-    return str(((wl.get("status") or {}).get("admission") or {}).get("clusterQueue") or "")
-
-
 def created(wl: Obj, *, cluster_queue: str = "") -> WorkloadTransition:
     """The Workload was created (for its Job), at its creationTimestamp."""
     return _base(
@@ -164,7 +160,7 @@ def admitted(
         K.ADMITTED,
         at or _condition_time(wl, wls.QUOTA_RESERVED),
         attempt(wl),
-        cluster_queue=_admitted_queue(wl),
+        cluster_queue=admitted_to(wl) or "",
         flavors=flavors,
         resources=amounts,
         reason=(reason if reason is not None else str(cond.get("message") or ""))[:_MAX_REASON],
@@ -185,10 +181,10 @@ def evicted(
     flavors, amounts = admission_amounts(wl)
     return _base(
         wl,
-        _EVICTION_KINDS.get(str(cond.get("reason")), K.EVICTED),
+        K(recorded_as(str(cond.get("reason") or ""))),
         at or _condition_time(wl, wls.EVICTED),
         sequence,
-        cluster_queue=_admitted_queue(wl) or cluster_queue,
+        cluster_queue=admitted_to(wl) or cluster_queue,
         flavors=flavors,
         resources=amounts,
         reason=_sentence(str(cond.get("reason") or ""), str(cond.get("message") or "")),
@@ -213,7 +209,7 @@ def requeued(
         K.REQUEUED,
         at or _condition_time(wl, wls.REQUEUED),
         count,
-        cluster_queue=_admitted_queue(wl) or cluster_queue,
+        cluster_queue=admitted_to(wl) or cluster_queue,
         reason=message[:_MAX_REASON],
     )
 
@@ -232,7 +228,7 @@ def finished(
         K.SLICE_REPLACED if reason == WC.SLICE_REPLACED else K.FINISHED,
         at or _condition_time(wl, wls.FINISHED),
         attempt(wl),
-        cluster_queue=_admitted_queue(wl) or cluster_queue,
+        cluster_queue=admitted_to(wl) or cluster_queue,
         flavors=flavors,
         resources=amounts,
         reason=_sentence(reason, str(cond.get("message") or "")),

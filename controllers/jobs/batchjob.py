@@ -15,7 +15,7 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from controllers.jobs.framework import Admission, Integration, owner_of, put_flavors, register
+from controllers.jobs.framework import Admission, Integration, put_flavors, register
 from controllers.runtime.informer import Informer
 from controllers.runtime.resources import JOB, Obj
 from controllers.state.caches import Caches
@@ -287,9 +287,3 @@ BATCH_JOB = register(
         owner_of_pod=_job_of_pod,
     )
 )
-
-
-def job_key_of_workload(wl: Mapping[str, Any]) -> str | None:
-    """The Job key ("ns/name") a Workload belongs to."""
-    owner = owner_of(wl)
-    return owner[1] if owner is not None and owner[0] is BATCH_JOB else None

@@ -186,9 +186,9 @@ OWNER_EVENTS = frozenset(
         WC.CLUSTER_QUEUE_STOPPED,
         WC.LOCAL_QUEUE_STOPPED,
         WC.MOVED,
-        "Preempting",
-        "Reclaiming",
-        "Moving",
+        WC.PREEMPTING,
+        WC.RECLAIMING,
+        WC.MOVING,
     }
 )
 

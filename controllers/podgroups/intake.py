@@ -65,6 +65,7 @@ from quota.api.meta import API_VERSION
 from quota.api.names import JOB_POD_SET, QUEUE_LABEL, WORKLOAD_FINALIZER
 from quota.api.quantity import format_quantity
 from quota.model.nodeconvert import pod_requests
+from quota.model.queues import admitted_to
 
 log = logging.getLogger(__name__)
 
@@ -441,7 +442,7 @@ class PodGroupIntake:
             self._tell(fk, pg, Told("finished", "Completed", message, 0))
             return None
         minimum = fk.min_count(pg)
-        queue = ((wl.get("status") or {}).get("admission") or {}).get("clusterQueue")
+        queue = admitted_to(wl)
         if placed or bound >= minimum > 0:
             self._tell(
                 fk,

@@ -22,6 +22,7 @@ from controllers.state.caches import Caches
 from controllers.state.foreigngroups import foreign_owner
 from quota.api.conditions import PodGroupConditions as PGC
 from quota.api.quantity import QuantityError, parse_resource_list
+from quota.model.queues import admitted_to
 
 # Pod set -> ((node, pods), ...): the nodes an admission was planned on.
 Plan = dict[str, tuple[tuple[str, int], ...]]
@@ -229,7 +230,6 @@ def collect(
             continue
         pod_set, _, per_pod = sets[0]
         first_stage = sum(n for name, n, _ in sets if name in first) if first else 0
-        status = wl.get("status") or {}
         since = wls.parse_time(
             (wls.condition(wl, wls.QUOTA_RESERVED) or {}).get("lastTransitionTime")
         )
@@ -240,7 +240,7 @@ def collect(
             pod_set=pod_set,
             admitted=sum(count for _, count, _ in sets),
             priority=int((wl.get("spec") or {}).get("priority") or 0),
-            cluster_queue=str((status.get("admission") or {}).get("clusterQueue") or ""),
+            cluster_queue=admitted_to(wl) or "",
             admitted_at=since,
             scheduled=_scheduled(wl, caches.pod_groups.get(key), remembered),
             plan=plan_of(wl),

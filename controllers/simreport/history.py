@@ -9,7 +9,7 @@ from pathlib import Path
 
 from controllers.history import migrate
 from controllers.history.engine import make_engine
-from controllers.history.recorder import write_records
+from controllers.history.rows import write_records
 from controllers.history.records import (
     PreemptionDecision,
     QueueSample,

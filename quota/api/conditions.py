@@ -152,6 +152,11 @@ class WorkloadConditions:
     # Finished, for a slice replaced by a larger one
     SLICE_REPLACED = "WorkloadSliceReplaced"
 
+    # Event reasons on a preemptor (and its owner): whom it evicts, by the plan's strategy.
+    PREEMPTING = "Preempting"
+    RECLAIMING = "Reclaiming"
+    MOVING = "Moving"
+
 
 class PodGroupConditions:
     """Condition types and reasons of PodGroups, as scheduling.k8s.io/v1beta1 names them
