@@ -9,7 +9,6 @@ from pathlib import Path
 
 from controllers.history import migrate
 from controllers.history.engine import make_engine
-from controllers.history.rows import write_records
 from controllers.history.records import (
     PreemptionDecision,
     QueueSample,
@@ -17,6 +16,7 @@ from controllers.history.records import (
     Victim,
     WorkloadTransition,
 )
+from controllers.history.rows import write_records
 from quota.model.resources import FlavorResource
 from quota.simulation.simulator import SimResult
 
