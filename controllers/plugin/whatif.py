@@ -37,13 +37,14 @@ from quota.api.meta import parse_duration
 from quota.api.names import QUEUE_LABEL
 from quota.api.queuetree import check_queue_tree
 from quota.api.resourceflavor import ResourceFlavor
+from quota.simulation.results import SimResult
 from quota.simulation.scenario import (
     RUN_FOR_ANNOTATION,
     SCENARIO_API,
     SUBMIT_AT_ANNOTATION,
     parse_scenario,
 )
-from quota.simulation.simulator import SimResult, simulate
+from quota.simulation.simulator import simulate
 
 # User priority classes only: the apiserver's system classes sit above what a Job may use.
 _MAX_USER_PRIORITY = 1_000_000_000

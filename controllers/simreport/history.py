@@ -18,7 +18,7 @@ from controllers.history.records import (
 )
 from controllers.history.rows import write_records
 from quota.model.resources import FlavorResource
-from quota.simulation.simulator import SimResult
+from quota.simulation.results import SimResult
 
 
 def _uid(result: SimResult, job: str) -> str:

@@ -18,7 +18,7 @@ from quota.simulation.report import (
     queue_keys,
     queue_stats,
 )
-from quota.simulation.simulator import SimResult
+from quota.simulation.results import SimResult
 
 _STYLE = """
 body { font-family: system-ui, sans-serif; margin: 2em; color: #222; }

@@ -20,7 +20,7 @@ from quota.simulation.report import (
     queue_stats,
     timeline,
 )
-from quota.simulation.simulator import SimResult
+from quota.simulation.results import SimResult
 
 # Points per plotted series, node rows and time columns per heat map, and workloads whose
 # timeline is embedded: the data stays well under a megabyte whatever the run.

@@ -16,7 +16,7 @@ from quota.simulation.report import (
     placement_stats,
     queue_stats,
 )
-from quota.simulation.simulator import SimResult
+from quota.simulation.results import SimResult
 
 QUOTA_ONLY = (
     "quota-only mode: the scenario has no Node or NodePool, so workloads are admitted on quota "

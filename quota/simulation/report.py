@@ -24,7 +24,7 @@ from typing import Any
 from quota.model.nodes import Node
 from quota.model.resources import FlavorResource
 from quota.model.snapshot import QueueSpec
-from quota.simulation.simulator import TOTAL, Bucket, JobOutcome, NodeEvent, SimResult
+from quota.simulation.results import TOTAL, Bucket, JobOutcome, NodeEvent, SimResult
 
 # Times in the JSON are rounded to the millisecond: finer digits are float noise.
 _DIGITS = 3

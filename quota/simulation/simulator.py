@@ -31,23 +31,22 @@ Without nodes the simulation admits on quota alone.
 
 Everything is deterministic for a scenario and a seed (the seed only feeds the jitter of
 workload generators). Usage, fair share and demand per queue are kept as step functions and
-integrated exactly, so averages are time-weighted.
+integrated exactly, so averages are time-weighted (`meter.py`). What a run returns is in
+`results.py`; the pending set, which keeps big runs fast, in `pending.py`; the Job the loop
+moves from state to state in `jobs.py`.
 """
 
 from __future__ import annotations
 
-import bisect
 import heapq
 import random
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, replace
-from typing import Literal
+from dataclasses import replace
 
 from quota.admission.cycle import admission_cycle
 from quota.fairness.fairshare import FairShare, fair_share
 from quota.lifecycle.backoff import Backoff
 from quota.lifecycle.eviction import (
-    Requeue,
     eviction_reason,
     recorded_as,
     requeue_after_eviction,
@@ -58,526 +57,34 @@ from quota.lifecycle.slices import (
     superseded_slice,
 )
 from quota.model.decisions import CycleResult, Victim
-from quota.model.flavorassign import pod_set_signature
-from quota.model.nodes import BoundPod, Node
-from quota.model.resources import FlavorResource
+from quota.model.nodes import BoundPod
 from quota.model.snapshot import (
     Assignment,
-    Hold,
-    PodSet,
-    QueueSpec,
     Snapshot,
     Workload,
     pod_set_usage,
     queue_tree,
 )
-from quota.simulation.scenario import Scenario, Settings
-
-Vector = dict[FlavorResource, int]
-TransitionKind = Literal[
-    "created",
-    "admitted",
-    "preempted",
-    "reclaimed",
-    "evicted",
-    "requeued",
-    "slice_replaced",
-    "finished",
-]
-Measure = Literal["usage", "fairShare", "demand"]
-MEASURES: tuple[Measure, ...] = ("usage", "fairShare", "demand")
-TOTAL = ""  # the pseudo-queue for the whole cluster in the meter
+from quota.simulation.jobs import WAITING, Job, with_count
+from quota.simulation.meter import Meter, Vector
+from quota.simulation.pending import Pending
+from quota.simulation.results import (
+    TOTAL,
+    JobOutcome,
+    NodeEvent,
+    PreemptionRecord,
+    Resize,
+    SimResult,
+    Transition,
+    TransitionKind,
+)
+from quota.simulation.scenario import Scenario
 
 # Events of one instant are applied in this order: what frees quota before what asks for it.
 _COMPLETE, _EVICTED, _SCALE, _ARRIVE, _REQUEUE = range(5)
 # Cycles at one instant keep running while they evict (each round admits the preemptors of
 # the previous one); the engine's anti-ping-pong rules end this long before the cap.
 MAX_CYCLES_PER_INSTANT = 64
-# Workloads of one shape and queue a cycle is shown at first (see _Pending).
-INITIAL_WINDOW = 2
-# The plot timeline keeps at most this many buckets, doubling their width as time goes on.
-MAX_BUCKETS = 1024
-# Job states in which it waits for admission (its wait time grows).
-_WAITING = ("pending", "backoff")
-# How the admission cycle words a wait that placement, not quota, decided.
-PLACEMENT_REASON_PREFIXES = ("quota is available but the pods cannot be placed",)
-
-
-def is_placement_reason(reason: str) -> bool:
-    """Whether a pending reason says the pods could not be placed (quota allowed them)."""
-    return reason.startswith(PLACEMENT_REASON_PREFIXES)
-
-
-# --------------------------------------------------------------------------- results
-
-
-@dataclass(frozen=True, slots=True)
-class Transition:
-    """One step of a workload's life, for the history store."""
-
-    at: float
-    kind: TransitionKind
-    job: str  # "namespace/name" of the Job
-    workload: str  # the engine's key of the slice it concerns
-    sequence: int  # tells repeated transitions of one kind apart (requeues, slices)
-    local_queue: str
-    cluster_queue: str
-    flavors: Mapping[str, str] = field(default_factory=dict)
-    resources: Mapping[str, int] = field(default_factory=dict)
-    reason: str = ""
-    actor: str = ""  # the preemptor, for evictions
-
-
-@dataclass(frozen=True, slots=True)
-class PreemptionRecord:
-    """A preemptor and the victims one cycle chose for it."""
-
-    at: float
-    preemptor: str  # Job key
-    cluster_queue: str
-    sequence: int
-    victims: tuple[tuple[str, str, int, Victim], ...]  # (job, cluster queue, priority, victim)
-
-
-@dataclass(frozen=True, slots=True)
-class Resize:
-    """A scale event of an elastic Job and when the running pods reached the new size."""
-
-    at: float
-    parallelism: int
-    effective_at: float | None
-
-
-@dataclass(frozen=True, slots=True)
-class JobOutcome:
-    """What happened to one Job (or generated workload)."""
-
-    key: str
-    local_queue: str
-    cluster_queue: str
-    priority: int
-    submitted_at: float
-    admitted_at: float | None  # first admission
-    finished_at: float | None
-    evictions: int
-    waited: float  # seconds spent pending (including backoff) before its last admission
-    flavors: Mapping[str, str]  # resource -> flavor of its last admission
-    resizes: tuple[Resize, ...] = ()
-    last_pending_reason: str = ""  # why it last waited, as the admission cycle said
-    # Seconds of `waited` during which the cycle said its pods could not be placed: quota
-    # allowed it, the nodes did not (only in scenarios with nodes).
-    placement_wait: float = 0.0
-
-
-@dataclass(frozen=True, slots=True)
-class NodeEvent:
-    """From `at` on, the pods bound to `node` request `used` in all (pod slots included)."""
-
-    at: float
-    node: str
-    used: Mapping[str, int]
-
-
-@dataclass(frozen=True, slots=True)
-class Bucket:
-    """Time-averaged measures over [start, end) per queue and flavor/resource."""
-
-    start: float
-    end: float
-    values: Mapping[str, Mapping[Measure, Mapping[FlavorResource, float]]]
-
-
-@dataclass(frozen=True)
-class SimResult:
-    """Everything a report needs from one simulation."""
-
-    settings: Settings
-    seed: int
-    queues: Mapping[str, QueueSpec]
-    capacity: Mapping[FlavorResource, int]  # what was shared at the root
-    jobs: tuple[JobOutcome, ...]
-    end: float  # simulated seconds covered
-    makespan: float
-    # Per queue (TOTAL for the whole cluster): integral over [0, end] of each measure.
-    integrals: Mapping[str, Mapping[Measure, Mapping[FlavorResource, float]]]
-    timeline: tuple[Bucket, ...]  # for plots
-    samples: tuple[Bucket, ...]  # at settings.sample_interval_s, for the history store
-    transitions: tuple[Transition, ...]
-    preemptions: tuple[PreemptionRecord, ...]
-    cycles: int
-    evictions: int
-    finished_all: bool
-    # The nodes pods were placed on (None: quota-only mode) and every change of their use,
-    # in time order, starting from nothing used at time 0.
-    nodes: tuple[Node, ...] | None = None
-    node_events: tuple[NodeEvent, ...] = ()
-
-
-# ----------------------------------------------------------------------- the meter
-
-
-class _Meter:
-    """Step functions per queue and measure, integrated exactly and bucketed on the way."""
-
-    def __init__(self, names: list[str], sample_interval: float) -> None:
-        self.names = names
-        self.current: dict[str, dict[Measure, Vector]] = {
-            n: {m: {} for m in MEASURES} for n in names
-        }
-        self.since: dict[tuple[str, Measure], float] = {}
-        self.total: dict[str, dict[Measure, dict[FlavorResource, float]]] = {
-            n: {m: {} for m in MEASURES} for n in names
-        }
-        self.sample_interval = sample_interval
-        self.samples: list[Bucket] = []
-        self._sample_mark = self._marks()
-        self.width = 1.0
-        self.timeline: list[Bucket] = []
-        self._timeline_mark = self._marks()
-
-    def _flush(self, name: str, measure: Measure, t: float) -> None:
-        since = self.since.get((name, measure), 0.0)
-        if t > since:
-            acc = self.total[name][measure]
-            for key, value in self.current[name][measure].items():
-                if value:
-                    acc[key] = acc.get(key, 0.0) + value * (t - since)
-        self.since[(name, measure)] = t
-
-    def set(
-        self, name: str, measure: Measure, vector: Mapping[FlavorResource, int], t: float
-    ) -> None:
-        """The measure is `vector` from time `t` on."""
-        if self.current[name][measure] != vector:
-            self._flush(name, measure, t)
-            self.current[name][measure] = dict(vector)
-
-    def add(self, name: str, vector: Mapping[FlavorResource, int], sign: int, t: float) -> None:
-        """Usage of `name` changes by sign x vector at time `t`."""
-        self._flush(name, "usage", t)
-        current = self.current[name]["usage"]
-        for key, amount in vector.items():
-            current[key] = current.get(key, 0) + sign * amount
-
-    def integrals_at(self, t: float) -> dict[str, dict[Measure, dict[FlavorResource, float]]]:
-        """Integrals of every measure over [0, t], for t at or after the last change.
-
-        A pure read: closing a bucket must not move `since`, or a later, earlier-ending
-        bucket of the other series would count the same interval twice.
-        """
-        out: dict[str, dict[Measure, dict[FlavorResource, float]]] = {}
-        for name in self.names:
-            per: dict[Measure, dict[FlavorResource, float]] = {}
-            for measure in MEASURES:
-                acc = dict(self.total[name][measure])
-                elapsed = t - self.since.get((name, measure), 0.0)
-                if elapsed > 0:
-                    for key, value in self.current[name][measure].items():
-                        if value:
-                            acc[key] = acc.get(key, 0.0) + value * elapsed
-                per[measure] = acc
-            out[name] = per
-        return out
-
-    def _marks(self) -> tuple[float, dict[str, dict[Measure, dict[FlavorResource, float]]]]:
-        return 0.0, {n: {m: {} for m in MEASURES} for n in self.names}
-
-    def advance(self, t: float) -> None:
-        """Close every sample and timeline bucket that ends at or before `t`."""
-        while self._sample_mark[0] + self.sample_interval <= t:
-            self._sample_mark = self._close(self._sample_mark, self.sample_interval, self.samples)
-        while self._timeline_mark[0] + self.width <= t:
-            self._timeline_mark = self._close(self._timeline_mark, self.width, self.timeline)
-            if len(self.timeline) >= MAX_BUCKETS:
-                # MAX_BUCKETS is even and buckets start at 0, so pairs merge exactly and the
-                # open bucket starts on a boundary of the doubled width.
-                self.timeline = [
-                    _merge(a, b)
-                    for a, b in zip(self.timeline[0::2], self.timeline[1::2], strict=True)
-                ]
-                self.width *= 2
-
-    def _close(
-        self,
-        mark: tuple[float, dict[str, dict[Measure, dict[FlavorResource, float]]]],
-        width: float,
-        into: list[Bucket],
-    ) -> tuple[float, dict[str, dict[Measure, dict[FlavorResource, float]]]]:
-        start, before = mark
-        end = start + width
-        now = self.integrals_at(end)
-        values: dict[str, dict[Measure, dict[FlavorResource, float]]] = {}
-        for name in self.names:
-            per: dict[Measure, dict[FlavorResource, float]] = {}
-            for measure in MEASURES:
-                old = before[name][measure]
-                per[measure] = {
-                    key: (amount - old.get(key, 0.0)) / width
-                    for key, amount in now[name][measure].items()
-                    if amount - old.get(key, 0.0) > 0
-                }
-            values[name] = per
-        into.append(Bucket(start, end, values))
-        return end, now
-
-    def finish(self, t: float) -> None:
-        """Close the last, partial buckets at `t` (the end of the simulation)."""
-        self.advance(t)
-        for mark, into in ((self._sample_mark, self.samples), (self._timeline_mark, self.timeline)):
-            if t > mark[0]:
-                self._close(mark, t - mark[0], into)
-
-
-def _merge(a: Bucket, b: Bucket) -> Bucket:
-    wa, wb = a.end - a.start, b.end - b.start
-    values: dict[str, dict[Measure, dict[FlavorResource, float]]] = {}
-    for name in a.values.keys() | b.values.keys():
-        per: dict[Measure, dict[FlavorResource, float]] = {}
-        for measure in MEASURES:
-            va = a.values.get(name, {}).get(measure, {})
-            vb = b.values.get(name, {}).get(measure, {})
-            per[measure] = {
-                key: (va.get(key, 0.0) * wa + vb.get(key, 0.0) * wb) / (wa + wb)
-                for key in va.keys() | vb.keys()
-            }
-        values[name] = per
-    return Bucket(a.start, b.end, values)
-
-
-# ---------------------------------------------------------------------- pending
-
-
-ShapeKey = tuple[int, tuple[object, ...]]  # (priority, pod sets' signatures and counts)
-
-
-class _Line:
-    """Pending workloads of one shape in one queue, oldest first.
-
-    Admission takes workloads from the front, so removal there just moves `head`; a
-    workload leaving from elsewhere is marked gone and skipped. Either way no removal
-    shifts the list, which matters when a queue holds tens of thousands.
-    """
-
-    __slots__ = ("gone", "head", "items", "live")
-
-    def __init__(self) -> None:
-        self.items: list[Workload] = []
-        self.head = 0
-        self.gone: set[int] = set()  # ids of removed workloads still in `items`
-        self.live = 0
-
-    def add(self, w: Workload) -> None:
-        items = self.items
-        if len(items) == self.head or _age(items[-1]) <= _age(w):
-            items.append(w)  # the usual case: arrivals come in time order
-        else:
-            bisect.insort(items, w, lo=self.head, key=_age)
-        self.live += 1
-
-    def remove(self, w: Workload) -> None:
-        self.live -= 1
-        if self.items[self.head] is w:
-            self.head += 1
-            self._skip()
-        else:
-            self.gone.add(id(w))
-        if self.head > 1024 and self.head * 2 > len(self.items):
-            self.items = [x for x in self.items[self.head :] if id(x) not in self.gone]
-            self.gone.clear()
-            self.head = 0
-
-    def _skip(self) -> None:
-        items, gone = self.items, self.gone
-        while self.head < len(items) and id(items[self.head]) in gone:
-            gone.discard(id(items[self.head]))
-            self.head += 1
-
-    def first(self, n: int) -> list[Workload]:
-        """The `n` oldest workloads."""
-        if not self.gone:
-            return self.items[self.head : self.head + n]
-        out: list[Workload] = []
-        for w in self.items[self.head :]:
-            if id(w) not in self.gone:
-                out.append(w)
-                if len(out) == n:
-                    break
-        return out
-
-
-class _Pending:
-    """Pending workloads, grouped per queue by shape (priority, pod sets), oldest first.
-
-    Two things make a simulation of thousands of pending workloads fast without changing
-    what is decided:
-
-    - Fair share depends on pending workloads only through their summed requests per queue
-      and shape, so the fair-share snapshot carries one aggregate per shape instead of
-      every workload (exactly the same demand, hence the same shares).
-    - Workloads of one shape in one queue differ only in age, and the engine rejects a shape
-      that failed once for every younger copy in the same cycle. So a cycle is shown, per
-      queue and shape, only the oldest `window` of them (INITIAL_WINDOW at first). When a
-      cycle admits (or starts preemption for) every workload of a window that hid others,
-      its decisions are thrown away and the cycle is run again on the same state with that
-      window doubled, so what is carried out is what a cycle over every pending workload
-      would decide. A window shrinks back to what its shape used plus one. Scale-up slices
-      are always shown.
-    """
-
-    def __init__(self) -> None:
-        self.by_key: dict[str, Workload] = {}
-        self.shapes: dict[str, dict[ShapeKey, _Line]] = {}
-        self.slices: dict[str, Workload] = {}
-        self.window: dict[tuple[str, ShapeKey], int] = {}
-        # id(pod sets) -> (pod sets, key); holding the tuple keeps its id from being reused.
-        self._shape_of: dict[int, tuple[tuple[PodSet, ...], tuple[object, ...]]] = {}
-        self._shown: list[tuple[tuple[str, ShapeKey], list[Workload]]] = []
-        # (queue, shape) -> how many workloads the aggregate last built for it stands for,
-        # and that aggregate; rebuilt only when the count changes.
-        self._aggregates: dict[tuple[str, ShapeKey], tuple[int, Workload]] = {}
-
-    def _shape(self, w: Workload) -> ShapeKey:
-        cached = self._shape_of.get(id(w.pod_sets))
-        if cached is None:
-            signature = tuple((pod_set_signature(ps), ps.count, ps.min_count) for ps in w.pod_sets)
-            cached = (w.pod_sets, signature)
-            self._shape_of[id(w.pod_sets)] = cached
-        return w.priority, cached[1]
-
-    def add(self, w: Workload) -> None:
-        self.by_key[w.key] = w
-        if w.replaces is not None:
-            self.slices[w.key] = w
-            return
-        by_shape = self.shapes.setdefault(w.queue, {})
-        shape = self._shape(w)
-        line = by_shape.get(shape)
-        if line is None:
-            line = by_shape[shape] = _Line()
-        line.add(w)
-
-    def remove(self, key: str) -> Workload | None:
-        w = self.by_key.pop(key, None)
-        if w is None:
-            return None
-        if w.replaces is not None:
-            del self.slices[key]
-            return w
-        by_shape = self.shapes[w.queue]
-        shape = self._shape(w)
-        line = by_shape[shape]
-        line.remove(w)
-        if not line.live:
-            del by_shape[shape]
-        return w
-
-    def shown(self) -> list[Workload]:
-        """The workloads one cycle decides about (see the class docstring)."""
-        out: list[Workload] = []
-        self._shown = []
-        for queue, by_shape in self.shapes.items():
-            for shape, line in by_shape.items():
-                size = self.window.get((queue, shape), INITIAL_WINDOW)
-                head = line.first(size)
-                out.extend(head)
-                if line.live > size:
-                    self._shown.append(((queue, shape), head))
-        out.extend(self.slices.values())
-        return out
-
-    def aggregated(self) -> list[Workload]:
-        """One workload per queue and shape carrying their summed pods (for fair share)."""
-        out: list[Workload] = []
-        for queue, by_shape in self.shapes.items():
-            for shape, line in by_shape.items():
-                n = line.live
-                cached = self._aggregates.get((queue, shape))
-                if cached is None or cached[0] != n:
-                    first = line.first(1)[0]
-                    pod_sets = tuple(replace(ps, count=ps.count * n) for ps in first.pod_sets)
-                    # The first workload's key keeps aggregates of one snapshot distinct.
-                    cached = (n, replace(first, key=f"{first.key}~{n}", pod_sets=pod_sets))
-                    self._aggregates[(queue, shape)] = cached
-                out.append(cached[1])
-        out.extend(self.slices.values())
-        return out
-
-    def feedback(self, progressed: set[str]) -> bool:
-        """Resize the windows after a cycle; True when a saturated window calls for another."""
-        again = False
-        for (queue, shape), head in self._shown:
-            used = sum(1 for w in head if w.key in progressed)
-            if used == len(head):
-                self.window[(queue, shape)] = 2 * len(head)
-                again = True
-            elif used + 1 < len(head):
-                self.window[(queue, shape)] = max(INITIAL_WINDOW, used + 1)
-        return again
-
-
-def _age(w: Workload) -> tuple[float, str]:
-    return w.arrival, w.key
-
-
-# ------------------------------------------------------------------------ jobs
-
-
-@dataclass(slots=True)
-class _Job:
-    key: str
-    local_queue: str
-    cluster_queue: str
-    priority: int
-    submit_at: float
-    run_for: float
-    pod_sets: tuple[PodSet, ...]  # at the desired parallelism
-    elastic: bool
-    state: Literal["waiting", "pending", "backoff", "running", "finished"] = "waiting"
-    workload: str = ""  # the engine key of its pending or running slice
-    scale_slice: str | None = None  # a pending scale-up slice
-    slices: int = 0
-    run: int = 0  # bumps on every admission and eviction, so stale completions are ignored
-    first_admitted: float | None = None
-    finished_at: float | None = None
-    pending_since: float = 0.0
-    waited: float = 0.0
-    evictions: int = 0
-    requeue: Requeue | None = None  # after its last eviction
-    evicted_for: str = ""  # the reason of its last eviction
-    hold: Hold | None = None  # moved (consolidation): the room it goes to
-    flavors: dict[str, str] = field(default_factory=dict)
-    resizes: list[Resize] = field(default_factory=list)
-    reason: str = ""
-    placement_wait: float = 0.0
-    placement_since: float | None = None  # since when the cycle has said "cannot place"
-    pods: int = 0  # pods ever bound, for unique pod names
-
-    def waited_for_placement(self, t: float) -> float:
-        """Seconds spent waiting for placement up to `t`."""
-        since = self.placement_since
-        return self.placement_wait + (t - since if since is not None else 0.0)
-
-    def note(self, reason: str, t: float) -> None:
-        """The cycle at `t` kept the Job pending for `reason`, until the next decision."""
-        self.stop_placement_wait(t)
-        if is_placement_reason(reason):
-            self.placement_since = t
-        self.reason = reason
-
-    def stop_placement_wait(self, t: float) -> None:
-        if self.placement_since is not None:
-            self.placement_wait += t - self.placement_since
-            self.placement_since = None
-
-    def new_slice_key(self) -> str:
-        self.slices += 1
-        return self.key if self.slices == 1 else f"{self.key}-slice-{self.slices}"
-
-
-def _with_count(pod_sets: tuple[PodSet, ...], count: int) -> tuple[PodSet, ...]:
-    """An elastic Job's pod sets at a new parallelism (its single pod set resizes)."""
-    first, *rest = pod_sets
-    return (replace(first, count=count), *rest)
 
 
 def _flavors_of(assignments: tuple[Assignment, ...]) -> dict[str, str]:
@@ -594,9 +101,6 @@ def _resources_of(w: Workload) -> dict[str, int]:
     return out
 
 
-# ---------------------------------------------------------------------- simulation
-
-
 class _Simulation:
     def __init__(self, scenario: Scenario, seed: int, record: bool) -> None:
         self.scenario = scenario
@@ -608,10 +112,10 @@ class _Simulation:
         # Each queue's path up to its root, then the whole cluster: what a workload's usage
         # adds to.
         self.paths = {name: (*path, TOTAL) for name, path in queue_tree(self.queues).paths.items()}
-        self.meter = _Meter([*sorted(self.queues), TOTAL], self.settings.sample_interval_s)
-        self.jobs: dict[str, _Job] = {}
-        self.job_of: dict[str, _Job] = {}  # engine key -> Job
-        self.pending = _Pending()
+        self.meter = Meter([*sorted(self.queues), TOTAL], self.settings.sample_interval_s)
+        self.jobs: dict[str, Job] = {}
+        self.job_of: dict[str, Job] = {}  # engine key -> Job
+        self.pending = Pending()
         self.admitted: dict[str, Workload] = {}
         self.usage_of: dict[str, Vector] = {}
         self.heap: list[tuple[float, int, int, str, int]] = []
@@ -643,7 +147,7 @@ class _Simulation:
     def load(self) -> None:
         for spec in self.scenario.jobs:
             self._add_job(
-                _Job(
+                Job(
                     spec.key,
                     spec.local_queue,
                     spec.cluster_queue,
@@ -674,7 +178,7 @@ class _Simulation:
                             runtime = cls.runtime_s
                         key = f"{target.namespace}/{gen.name}-{cls.name}-{number}"
                         self._add_job(
-                            _Job(
+                            Job(
                                 key,
                                 target.local_queue,
                                 target.cluster_queue,
@@ -688,7 +192,7 @@ class _Simulation:
         for scale in self.scenario.scale_events:
             self.push(scale.at, _SCALE, scale.job, scale.parallelism)
 
-    def _add_job(self, job: _Job) -> None:
+    def _add_job(self, job: Job) -> None:
         if job.key in self.jobs:
             raise ValueError(f"two workloads are named {job.key}; rename one of them")
         self.jobs[job.key] = job
@@ -737,7 +241,7 @@ class _Simulation:
         self,
         t: float,
         kind: TransitionKind,
-        job: _Job,
+        job: Job,
         w: Workload | None,
         reason: str = "",
         actor: str = "",
@@ -764,11 +268,11 @@ class _Simulation:
             )
         )
 
-    def _arrive(self, job: _Job, t: float) -> None:
+    def _arrive(self, job: Job, t: float) -> None:
         self._log(t, "created", job, None)
         self._submit(job, t, requeued=False)
 
-    def _submit(self, job: _Job, t: float, requeued: bool) -> None:
+    def _submit(self, job: Job, t: float, requeued: bool) -> None:
         key = job.new_slice_key() if job.elastic or job.slices == 0 else job.key
         if not job.elastic and job.slices == 0:
             job.slices = 1
@@ -800,7 +304,7 @@ class _Simulation:
         for name in self.paths[w.queue]:
             self.meter.add(name, usage, sign, t)
 
-    def _complete(self, job: _Job, t: float) -> None:
+    def _complete(self, job: Job, t: float) -> None:
         w = self.admitted.pop(job.workload)
         self._charge(w, -1, t)
         self._unbind(w.key, t)
@@ -810,7 +314,7 @@ class _Simulation:
         self.finished += 1
         self._log(t, "finished", job, w, reason="the Job completed")
 
-    def _drop_scale_slice(self, job: _Job) -> None:
+    def _drop_scale_slice(self, job: Job) -> None:
         if job.scale_slice is not None:
             self.pending.remove(job.scale_slice)
             self.job_of.pop(job.scale_slice, None)
@@ -849,7 +353,7 @@ class _Simulation:
         self._log(t, "admitted", job, admitted, reason=reason)
         self._resized(job, admitted, t)
 
-    def _resized(self, job: _Job, running: Workload, t: float) -> None:
+    def _resized(self, job: Job, running: Workload, t: float) -> None:
         """Close the open resize once the running slice has the size it asked for."""
         if job.resizes and job.resizes[-1].effective_at is None:
             size = running.admission[0].count if running.admission else 0
@@ -886,11 +390,11 @@ class _Simulation:
         job.requeue = requeue_after_eviction(requeues, reason=job.evicted_for, backoff=self.backoff)
         self.push(job.requeue.competes_at(t), _REQUEUE, job.key, job.run)
 
-    def _scale(self, job: _Job, parallelism: int, t: float) -> None:
+    def _scale(self, job: Job, parallelism: int, t: float) -> None:
         if job.state == "finished":
             return
         job.resizes.append(Resize(t, parallelism, None))
-        job.pod_sets = _with_count(job.pod_sets, parallelism)
+        job.pod_sets = with_count(job.pod_sets, parallelism)
         if job.state in ("waiting", "backoff"):
             return
         if job.state == "pending":
@@ -940,7 +444,7 @@ class _Simulation:
 
     # -- placement ---------------------------------------------------------------------------
 
-    def _bind(self, w: Workload, job: _Job, superseded: str | None, t: float) -> Workload:
+    def _bind(self, w: Workload, job: Job, superseded: str | None, t: float) -> Workload:
         """Bind the pods of newly admitted `w` where its admission placed them.
 
         A scale-up slice takes over the pods of the slice it replaces (`superseded`) where
@@ -1138,7 +642,7 @@ class _Simulation:
                 admitted_at=j.first_admitted,
                 finished_at=j.finished_at,
                 evictions=j.evictions,
-                waited=j.waited + (end - j.pending_since if j.state in _WAITING else 0.0),
+                waited=j.waited + (end - j.pending_since if j.state in WAITING else 0.0),
                 flavors=dict(j.flavors),
                 resizes=tuple(j.resizes),
                 last_pending_reason=j.reason,

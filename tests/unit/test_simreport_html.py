@@ -22,8 +22,9 @@ from controllers.simreport import pagedata
 from controllers.simreport.html import render_html
 from controllers.simreport.pagedata import embed
 from quota.simulation.report import queue_keys, queue_stats
+from quota.simulation.results import SimResult
 from quota.simulation.scenario import parse_scenario
-from quota.simulation.simulator import SimResult, simulate
+from quota.simulation.simulator import simulate
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "examples"

@@ -11,11 +11,12 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-import quota.simulation.simulator as simulator
+import quota.simulation.pending as pending
 from controllers.main import main
 from quota.simulation.report import queue_stats, to_json
+from quota.simulation.results import SimResult
 from quota.simulation.scenario import parse_scenario
-from quota.simulation.simulator import SimResult, simulate
+from quota.simulation.simulator import simulate
 
 REPO = Path(__file__).resolve().parents[2]
 GPU = "nvidia.com/gpu"
@@ -338,7 +339,7 @@ def test_showing_a_cycle_only_the_oldest_of_each_shape_changes_no_decision(
     ]
     scenario = parse_scenario(docs)
     windowed = to_json(simulate(scenario, 0))
-    monkeypatch.setattr(simulator, "INITIAL_WINDOW", 10**9)
+    monkeypatch.setattr(pending, "INITIAL_WINDOW", 10**9)
     everything = to_json(simulate(scenario, 0))
     assert windowed["evictions"] > 0
 

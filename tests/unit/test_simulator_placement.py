@@ -18,8 +18,9 @@ from controllers.cli.simulate import with_placement
 from controllers.main import main
 from controllers.simreport.html import render_html
 from quota.simulation.report import node_timeline, to_json
+from quota.simulation.results import TOTAL, SimResult
 from quota.simulation.scenario import Scenario, parse_scenario
-from quota.simulation.simulator import TOTAL, SimResult, simulate
+from quota.simulation.simulator import simulate
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "examples" / "placement-binpack-vs-spread.yaml"
