@@ -25,16 +25,13 @@ class Request:
     plans: tuple[PodSetPlan, ...]
     counts: tuple[int, ...]  # pods to charge per pod set (the extra pods for a scale-up)
     base: SliceBase | None  # what the slice it replaces already runs
+    # The flavors a scale-up slice must keep, per pod set (None: any): its base's.
+    sticky: tuple[Mapping[str, str] | None, ...] | None
     running: Workload | None  # that slice
     flexible: bool  # some pod set may start with fewer pods (minCount below count)
     # Its key in the cycle's memo of failures (see `Requests.memo_key`), worked out once: a
     # request set aside in the first pass is asked again in the second.
     memo_key: tuple[object, ...] | None
-
-    @property
-    def sticky(self) -> tuple[Mapping[str, str] | None, ...] | None:
-        """The flavors a scale-up slice must keep, per pod set (None: any)."""
-        return self.base.flavors if self.base is not None else None
 
 
 class Requests:
@@ -75,8 +72,11 @@ class Requests:
             counts = tuple([ps.count for ps in w.pod_sets])
         else:
             counts = tuple(max(0, ps.count - base.counts[i]) for i, ps in enumerate(w.pod_sets))
-        memo_key = self.memo_key(spec, w) if base is None else None
-        return Request(w, tuple(plans), counts, base, running, flexible, memo_key)
+        if base is None:
+            return Request(
+                w, tuple(plans), counts, None, None, running, flexible, self.memo_key(spec, w)
+            )
+        return Request(w, tuple(plans), counts, base, base.flavors, running, flexible, None)
 
     def memo_key(self, spec: QueueSpec, w: Workload) -> tuple[object, ...]:
         """Identical shapes fail identically; priority and arrival matter only to preemption.
