@@ -83,14 +83,13 @@ class Decide:
             return "never" if memo_key in self._never else "pending"
         if within_share and not self._could_stay_within_share(spec.name, request):
             return self._put_aside(request)  # decided in the second pass, fitting or not
-        sticky = request.sticky
         reserved: Fit | FitFailure | None = None  # what the planned ledger alone gives
         if state.diverged:
             result, reserved = assign_flavors_pair(
-                spec.name, request.plans, request.counts, state.held, state.planned, sticky
+                spec.name, request.plans, request.counts, state.held, state.planned
             )
         else:
-            result = assign_flavors(spec.name, request.plans, request.counts, (state.held,), sticky)
+            result = assign_flavors(spec.name, request.plans, request.counts, (state.held,))
         if isinstance(result, Fit):
             if within_share and self._beyond_share(spec.name, result):
                 return self._put_aside(request)
@@ -166,9 +165,8 @@ class Decide:
             count = request.counts[i]
             if not count:
                 continue
-            pinned = request.base.flavors[i] if request.base is not None else None
             for group in plan.groups:
-                for _, pairs in group.choices(pinned, plan.pod_set.per_pod):
+                for _, pairs in group.options:
                     for key, amount in pairs:
                         left = room.get(key)
                         if left is None:
@@ -264,7 +262,7 @@ class Decide:
                     break
                 excluded |= tried
                 other = assign_flavors(
-                    spec.name, request.plans, counts, ledgers, None, excluded, explain=False
+                    spec.name, request.plans, counts, ledgers, excluded, explain=False
                 )
                 if not isinstance(other, Fit):
                     break
@@ -292,9 +290,7 @@ class Decide:
         got = tuple(placed.count(ps.name) for ps in request.workload.pod_sets)
         if got != counts:
             # Partial placement (minCount): charge quota for the pods that were placed.
-            refit = assign_flavors(
-                spec.name, request.plans, got, state.ledgers(), None, explain=False
-            )
+            refit = assign_flavors(spec.name, request.plans, got, state.ledgers(), explain=False)
             if not isinstance(refit, Fit):  # fewer pods than already fitted: cannot happen
                 raise AssertionError(f"{request.workload.key}: {got} pods stopped fitting")
             counts, fit = got, refit

@@ -58,7 +58,6 @@ class QuotaPreemption:
         if spec.within_queue == "Never" and spec.reclaim == "Never":
             return NoEviction()
         w = request.workload
-        sticky = request.sticky
         options, room, contended = self._options(spec.name, request, counts)
         if not contended:
             return NoEviction()  # nothing is short in the planned ledger: evicting cannot help
@@ -68,9 +67,7 @@ class QuotaPreemption:
         planned = state.planned
 
         def try_fit() -> Fit | None:
-            fit = assign_flavors(
-                spec.name, request.plans, counts, (planned,), sticky, explain=False
-            )
+            fit = assign_flavors(spec.name, request.plans, counts, (planned,), explain=False)
             return fit if isinstance(fit, Fit) else None
 
         tx = Transaction()
@@ -259,11 +256,10 @@ class QuotaPreemption:
         room: dict[FlavorResource, int] = {}
         need: dict[FlavorResource, int] = {}
         for i, plan in enumerate(request.plans):
-            pinned = request.base.flavors[i] if request.base is not None else None
             count = counts[i]
             for group in plan.groups:
                 flavors: list[list[tuple[FlavorResource, int]]] = []
-                for _, pairs in group.choices(pinned, plan.pod_set.per_pod):
+                for _, pairs in group.options:
                     needs: list[tuple[FlavorResource, int]] = []
                     for key, amount in pairs:
                         needed = amount * count

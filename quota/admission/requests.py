@@ -25,8 +25,6 @@ class Request:
     plans: tuple[PodSetPlan, ...]
     counts: tuple[int, ...]  # pods to charge per pod set (the extra pods for a scale-up)
     base: SliceBase | None  # what the slice it replaces already runs
-    # The flavors a scale-up slice must keep, per pod set (None: any): its base's.
-    sticky: tuple[Mapping[str, str] | None, ...] | None
     running: Workload | None  # that slice
     flexible: bool  # some pod set may start with fewer pods (minCount below count)
     # Its key in the cycle's memo of failures (see `Requests.memo_key`), worked out once: a
@@ -61,22 +59,20 @@ class Requests:
                 base = slice_base(w, running)
         plans: list[PodSetPlan] = []
         flexible = False
-        for ps in w.pod_sets:
+        for i, ps in enumerate(w.pod_sets):
             plan = self.planner.plan(spec, ps)
             if plan.impossible is not None:
                 return plan.impossible
-            plans.append(plan)
+            # A scale-up slice stays on the flavors its running slice holds.
+            plans.append(plan if base is None else plan.pinned(base.flavors[i]))
             if ps.min_count is not None and ps.min_count < ps.count:
                 flexible = True
         if base is None:
             counts = tuple([ps.count for ps in w.pod_sets])
         else:
             counts = tuple(max(0, ps.count - base.counts[i]) for i, ps in enumerate(w.pod_sets))
-        if base is None:
-            return Request(
-                w, tuple(plans), counts, None, None, running, flexible, self.memo_key(spec, w)
-            )
-        return Request(w, tuple(plans), counts, base, base.flavors, running, flexible, None)
+        memo_key = self.memo_key(spec, w) if base is None else None
+        return Request(w, tuple(plans), counts, base, running, flexible, memo_key)
 
     def memo_key(self, spec: QueueSpec, w: Workload) -> tuple[object, ...]:
         """Identical shapes fail identically; priority and arrival matter only to preemption.
