@@ -24,7 +24,6 @@ from quota.admission.candidates import VictimLists
 from quota.admission.decide import Decide
 from quota.admission.moves import Moves
 from quota.admission.node_room import NodeRoom
-from quota.admission.outcome import Outcome
 from quota.admission.quota_preemption import QuotaPreemption
 from quota.admission.requests import Requests
 from quota.admission.state import CycleState
@@ -118,21 +117,19 @@ def _pass(
                 index = len(items)
                 break
             outcome = decide.consider(spec, w, within_share=beyond is not None)
-            if outcome is Outcome.BEYOND:
+            if outcome == "beyond":
                 assert beyond is not None
                 beyond.setdefault(name, []).append(w)
                 continue
-            if outcome is Outcome.ADMITTED:
+            if outcome == "admitted":
                 moved = True
                 break
-            if outcome is Outcome.NEVER:
+            if outcome == "never":
                 continue  # no node could ever host it: it must not hold up the queue
-            if spec.queueing_strategy == "StrictFIFO" or outcome is Outcome.WAITING:
+            if spec.queueing_strategy == "StrictFIFO" or outcome == "waiting":
                 if spec.queueing_strategy == "StrictFIFO":
                     why = f"waiting behind {w.key}, the head of StrictFIFO queue {name}" + (
-                        " (it is waiting for preempted workloads)"
-                        if outcome is Outcome.WAITING
-                        else ""
+                        " (it is waiting for preempted workloads)" if outcome == "waiting" else ""
                     )
                     state.pending.extend(Pending(x.key, name, why) for x in items[index:])
                     index = len(items)

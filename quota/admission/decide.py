@@ -76,21 +76,20 @@ class Decide:
         request = self._set_aside.pop(w.key, None) or self.requests.make(spec, w)
         if isinstance(request, str):
             state.pending.append(Pending(w.key, spec.name, request))
-            return Outcome.PENDING
+            return "pending"
         memo_key = request.memo_key
         if memo_key is not None and memo_key in self._memo:
             state.pending.append(Pending(w.key, spec.name, self._memo[memo_key]))
-            return Outcome.NEVER if memo_key in self._never else Outcome.PENDING
+            return "never" if memo_key in self._never else "pending"
         if within_share and not self._could_stay_within_share(spec.name, request):
             return self._put_aside(request)  # decided in the second pass, fitting or not
-        sticky = request.sticky
         reserved: Fit | FitFailure | None = None  # what the planned ledger alone gives
         if state.diverged:
             result, reserved = assign_flavors_pair(
-                spec.name, request.plans, request.counts, state.held, state.planned, sticky
+                spec.name, request.plans, request.counts, state.held, state.planned
             )
         else:
-            result = assign_flavors(spec.name, request.plans, request.counts, (state.held,), sticky)
+            result = assign_flavors(spec.name, request.plans, request.counts, (state.held,))
         if isinstance(result, Fit):
             if within_share and self._beyond_share(spec.name, result):
                 return self._put_aside(request)
@@ -118,7 +117,7 @@ class Decide:
         if memo_key is not None:
             self._memo[memo_key] = reason
         state.pending.append(Pending(w.key, spec.name, reason))
-        return Outcome.PENDING
+        return "pending"
 
     def _reserve(self, spec: QueueSpec, request: Request, reserved: Fit) -> Outcome:
         """`request` fits once evictions in flight complete (`reserved`, in the planned
@@ -131,9 +130,9 @@ class Decide:
             outcome = self.room.make_room(spec, request, request.counts, reserved, None)
             if isinstance(outcome, Unplaceable):
                 state.pending.append(Pending(w.key, spec.name, outcome.reason))
-                return Outcome.PENDING
+                return "pending"
             self.room.wait(spec, request, reserved, outcome)
-            return Outcome.WAITING
+            return "waiting"
         state.planned.charge(spec.name, reserved.usage)
         state.pending.append(
             Pending(
@@ -142,7 +141,7 @@ class Decide:
                 "waiting for preempted workloads to release quota; its room is reserved",
             )
         )
-        return Outcome.WAITING
+        return "waiting"
 
     # -- the fair-share pass ----------------------------------------------------------------
 
@@ -152,7 +151,7 @@ class Decide:
         if request.base is None:
             self._set_aside[request.workload.key] = request
         self.room.keep_hold(request.workload.key)
-        return Outcome.BEYOND
+        return "beyond"
 
     def _could_stay_within_share(self, queue: str, request: Request) -> bool:
         """Whether some flavor per resource group keeps `queue` and its ancestors within fair
@@ -166,9 +165,8 @@ class Decide:
             count = request.counts[i]
             if not count:
                 continue
-            pinned = request.base.flavors[i] if request.base is not None else None
             for group in plan.groups:
-                for _, pairs in group.choices(pinned, plan.pod_set.per_pod):
+                for _, pairs in group.options:
                     for key, amount in pairs:
                         left = room.get(key)
                         if left is None:
@@ -252,7 +250,7 @@ class Decide:
         state = self.state
         if state.nodes is None:
             self._admit(spec, request, counts, fit, None)
-            return Outcome.ADMITTED
+            return "admitted"
         placed = first = self._place(spec, request, counts, fit)
         first_fit = fit
         if isinstance(first, Unplaceable) and request.base is None:
@@ -264,7 +262,7 @@ class Decide:
                     break
                 excluded |= tried
                 other = assign_flavors(
-                    spec.name, request.plans, counts, ledgers, None, excluded, explain=False
+                    spec.name, request.plans, counts, ledgers, excluded, explain=False
                 )
                 if not isinstance(other, Fit):
                     break
@@ -277,9 +275,9 @@ class Decide:
             still = self.room.make_room(spec, request, counts, first_fit, first)
             if isinstance(still, HeldRoom):
                 self.room.wait(spec, request, first_fit, still)
-                return Outcome.WAITING
+                return "waiting"
             if self.moves.consolidate(spec, request, counts, first_fit):
-                return Outcome.WAITING
+                return "waiting"
             placed = still
         if isinstance(placed, Unplaceable):
             w = request.workload
@@ -288,19 +286,17 @@ class Decide:
                 if placed.never:
                     self._never.add(memo_key)
             state.pending.append(Pending(w.key, spec.name, placed.reason))
-            return Outcome.NEVER if placed.never else Outcome.PENDING
+            return "never" if placed.never else "pending"
         got = tuple(placed.count(ps.name) for ps in request.workload.pod_sets)
         if got != counts:
             # Partial placement (minCount): charge quota for the pods that were placed.
-            refit = assign_flavors(
-                spec.name, request.plans, got, state.ledgers(), None, explain=False
-            )
+            refit = assign_flavors(spec.name, request.plans, got, state.ledgers(), explain=False)
             if not isinstance(refit, Fit):  # fewer pods than already fitted: cannot happen
                 raise AssertionError(f"{request.workload.key}: {got} pods stopped fitting")
             counts, fit = got, refit
         state.nodes.assume(placed)
         self._admit(spec, request, counts, fit, placed)
-        return Outcome.ADMITTED
+        return "admitted"
 
     def _place(
         self, spec: QueueSpec, request: Request, counts: Sequence[int], fit: Fit

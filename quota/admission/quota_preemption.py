@@ -16,7 +16,7 @@ from typing import Literal, NamedTuple
 
 from quota.admission.candidates import VictimLists
 from quota.admission.node_room import HeldRoom, NodeRoom
-from quota.admission.outcome import NoEviction, Outcome
+from quota.admission.outcome import NoEviction
 from quota.admission.requests import Request
 from quota.admission.state import CycleState
 from quota.model.decisions import Pending, Preempt, Victim
@@ -49,7 +49,7 @@ class QuotaPreemption:
 
     def preempt(
         self, spec: QueueSpec, request: Request, counts: tuple[int, ...]
-    ) -> Literal[Outcome.WAITING] | NoEviction:
+    ) -> Literal["waiting"] | NoEviction:
         """Try within-queue preemption, then reclaim; on success record the decision (the
         preemptor then waits). NoEviction's words say why no one could be evicted, when
         there is more to say than the failure to fit: minRuntime protects some, or the
@@ -58,7 +58,6 @@ class QuotaPreemption:
         if spec.within_queue == "Never" and spec.reclaim == "Never":
             return NoEviction()
         w = request.workload
-        sticky = request.sticky
         options, room, contended = self._options(spec.name, request, counts)
         if not contended:
             return NoEviction()  # nothing is short in the planned ledger: evicting cannot help
@@ -68,9 +67,7 @@ class QuotaPreemption:
         planned = state.planned
 
         def try_fit() -> Fit | None:
-            fit = assign_flavors(
-                spec.name, request.plans, counts, (planned,), sticky, explain=False
-            )
+            fit = assign_flavors(spec.name, request.plans, counts, (planned,), explain=False)
             return fit if isinstance(fit, Fit) else None
 
         tx = Transaction()
@@ -146,7 +143,7 @@ class QuotaPreemption:
                 + ", ".join(v.workload for v in victims),
             )
         )
-        return Outcome.WAITING
+        return "waiting"
 
     def _with_nodes(
         self,
@@ -158,7 +155,7 @@ class QuotaPreemption:
         tx: Transaction,
         chosen: list[Candidate],
         victims: list[Victim],
-    ) -> Literal[Outcome.WAITING] | NoEviction:
+    ) -> Literal["waiting"] | NoEviction:
         """One decision with placement: the quota victims count as gone; if the gang still
         cannot be placed, lower priorities in its way go too, or no one goes at all."""
         state = self.state
@@ -179,7 +176,7 @@ class QuotaPreemption:
         for queue in sorted({c.queue for c in kept}):
             state.order.refresh(queue)
         self.room.wait(spec, request, fit, outcome, victims)
-        return Outcome.WAITING
+        return "waiting"
 
     def _reprieve_for_quota(
         self,
@@ -259,11 +256,10 @@ class QuotaPreemption:
         room: dict[FlavorResource, int] = {}
         need: dict[FlavorResource, int] = {}
         for i, plan in enumerate(request.plans):
-            pinned = request.base.flavors[i] if request.base is not None else None
             count = counts[i]
             for group in plan.groups:
                 flavors: list[list[tuple[FlavorResource, int]]] = []
-                for _, pairs in group.choices(pinned, plan.pod_set.per_pod):
+                for _, pairs in group.options:
                     needs: list[tuple[FlavorResource, int]] = []
                     for key, amount in pairs:
                         needed = amount * count

@@ -31,11 +31,6 @@ class Request:
     # request set aside in the first pass is asked again in the second.
     memo_key: tuple[object, ...] | None
 
-    @property
-    def sticky(self) -> tuple[Mapping[str, str] | None, ...] | None:
-        """The flavors a scale-up slice must keep, per pod set (None: any)."""
-        return self.base.flavors if self.base is not None else None
-
 
 class Requests:
     """Makes the requests of one cycle, planning pod sets with one shared planner."""
@@ -64,11 +59,12 @@ class Requests:
                 base = slice_base(w, running)
         plans: list[PodSetPlan] = []
         flexible = False
-        for ps in w.pod_sets:
+        for i, ps in enumerate(w.pod_sets):
             plan = self.planner.plan(spec, ps)
             if plan.impossible is not None:
                 return plan.impossible
-            plans.append(plan)
+            # A scale-up slice stays on the flavors its running slice holds.
+            plans.append(plan if base is None else plan.pinned(base.flavors[i]))
             if ps.min_count is not None and ps.min_count < ps.count:
                 flexible = True
         if base is None:

@@ -11,7 +11,7 @@ always takes one flavor per resource.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from typing import NamedTuple
 
@@ -57,16 +57,6 @@ class GroupPlan:
     # flavor tried (a cycle tries tens of thousands).
     options: tuple[tuple[str, tuple[tuple[FlavorResource, int], ...]], ...]
 
-    def choices(
-        self, pinned: Mapping[str, str] | None, per_pod: Mapping[str, int]
-    ) -> tuple[tuple[str, tuple[tuple[FlavorResource, int], ...]], ...]:
-        """`options`, or only the flavor `pinned` gives the group (a scale-up slice stays on
-        the flavors its running slice holds); `per_pod`: the pod set's requests."""
-        if pinned is not None and self.resources[0] in pinned:
-            f = pinned[self.resources[0]]
-            return ((f, tuple((flavor_resource(f, r), per_pod[r]) for r in self.resources)),)
-        return self.options
-
 
 @dataclass(frozen=True, slots=True)
 class PodSetPlan:
@@ -78,6 +68,24 @@ class PodSetPlan:
     # or every flavor is ruled out); None when some flavor may host every group.
     impossible: str | None
     skipped: tuple[str, ...]  # flavor conflicts, for reasons shown to users
+
+    def pinned(self, flavors: Mapping[str, str] | None) -> PodSetPlan:
+        """This plan with every group that `flavors` (resource -> flavor) names held to that
+        one flavor: a scale-up slice stays on the flavors its running slice holds. Pinned
+        once per request, so flavor assignment and the checks before a victim search only
+        ever walk `options`."""
+        if not flavors:
+            return self
+        per_pod = self.pod_set.per_pod
+        groups: list[GroupPlan] = []
+        for group in self.groups:
+            f = flavors.get(group.resources[0])
+            if f is None:
+                groups.append(group)
+            else:
+                pairs = tuple((flavor_resource(f, r), per_pod[r]) for r in group.resources)
+                groups.append(GroupPlan(group.resources, (f,), ((f, pairs),)))
+        return replace(self, groups=tuple(groups))
 
 
 def _resource_groups(flavor_resources: Sequence[tuple[str, tuple[str, ...]]]) -> dict[str, int]:
@@ -326,14 +334,13 @@ def assign_flavors(
     plans: Sequence[PodSetPlan],
     counts: Sequence[int],
     ledgers: Sequence[Ledger],
-    sticky: Sequence[Mapping[str, str] | None] | None = None,
     excluded: frozenset[str] = frozenset(),
     explain: bool = True,
 ) -> Fit | FitFailure:
     """Pick flavors for the pod sets at `counts` pods so the whole workload fits every ledger.
 
-    `sticky` pins the flavors of pod sets that already run (an elastic scale-up stays on the
-    flavors of its running slice). Flavors in `excluded` are not considered (their nodes
+    A scale-up slice's plans are pinned to the flavors it runs on (`PodSetPlan.pinned`).
+    Flavors in `excluded` are not considered (their nodes
     could not take the pods). Pod sets are charged one after another, so two pod sets
     asking for the same flavor see each other's requests. With `explain` False a failure
     is `UNEXPLAINED`, for callers that only ask whether the workload fits (victim searches
@@ -343,13 +350,11 @@ def assign_flavors(
     chosen: list[dict[str, str]] = []
     for index, plan in enumerate(plans):
         count = counts[index]
-        per_pod = plan.pod_set.per_pod
-        pinned = sticky[index] if sticky is not None else None
         picked: dict[str, str] = {}
         for group in plan.groups:
             resources = group.resources
-            options = group.choices(pinned, per_pod)
-            if excluded and options is group.options:
+            options = group.options
+            if excluded:
                 options = tuple(o for o in options if o[0] not in excluded)
             shortfalls: list[Shortfall] = []
             for flavor, pairs in options:
@@ -388,7 +393,6 @@ def assign_flavors_pair(
     counts: Sequence[int],
     first: Ledger,
     second: Ledger,
-    sticky: Sequence[Mapping[str, str] | None] | None = None,
 ) -> tuple[Fit | FitFailure, Fit | FitFailure | None]:
     """`assign_flavors` against both ledgers and, when that fails, against `second` alone
     (unexplained; None when both fit).
@@ -399,18 +403,16 @@ def assign_flavors_pair(
     checks each flavor against both ledgers anyway; otherwise from two calls.
     """
     if len(plans) != 1 or len(plans[0].groups) != 1 or not counts[0]:
-        both = assign_flavors(queue, plans, counts, (first, second), sticky)
+        both = assign_flavors(queue, plans, counts, (first, second))
         if isinstance(both, Fit):
             return both, None
-        return both, assign_flavors(queue, plans, counts, (second,), sticky, explain=False)
+        return both, assign_flavors(queue, plans, counts, (second,), explain=False)
     plan, count = plans[0], counts[0]
     group = plan.groups[0]
     resources = group.resources
-    pinned = sticky[0] if sticky is not None else None
-    options = group.choices(pinned, plan.pod_set.per_pod)
     shortfalls: list[Shortfall] = []
     alone: Fit | FitFailure = UNEXPLAINED
-    for flavor, pairs in options:
+    for flavor, pairs in group.options:
         at = first.first_short(queue, pairs, count, _NO_USAGE)
         alone_at = second.first_short(queue, pairs, count, _NO_USAGE)
         fit = None

@@ -43,8 +43,13 @@ class Ledger:
         # read tens of thousands of times a cycle for a few thousand charges.
         self._free: dict[FlavorResource, int] = dict(amount)
         # Per queue, the (name, limits, usage) of the queues on its path that have any limit;
-        # most trees limit few queues, so the walk is usually empty.
-        self._limited: dict[str, tuple[_LimitedQueue, ...]] = {}
+        # most trees limit few queues, so the walk is usually empty. Laid out for every queue
+        # up front (a few hundred tuples) rather than on first use: headroom is asked tens of
+        # thousands of times a cycle. Valid as long as the usage dicts are the same objects.
+        self._limited: dict[str, tuple[_LimitedQueue, ...]] = {
+            queue: tuple((name, limits[name], self.used[name]) for name in path if limits.get(name))
+            for queue, path in paths.items()
+        }
         # Per queue, the usage dicts of its path (itself first): what every charge updates.
         self._path_used: dict[str, tuple[dict[FlavorResource, int], ...]] = {}
         # When set, every charged queue is appended here, so that figures derived from
@@ -67,20 +72,10 @@ class Ledger:
     def copy(self) -> Ledger:
         """An independent ledger with the same usage."""
         twin = Ledger(self.paths, self.limits, self.amount)
-        twin.used = {name: dict(usage) for name, usage in self.used.items()}
+        for name, usage in self.used.items():
+            twin.used[name].update(usage)  # into its own dicts, which its paths hold
         twin._free = dict(self._free)
         return twin
-
-    def _limited_path(self, queue: str) -> tuple[_LimitedQueue, ...]:
-        found = self._limited.get(queue)
-        if found is None:
-            found = tuple(
-                (name, self.limits[name], self.used[name])
-                for name in self.paths[queue]
-                if self.limits.get(name)
-            )
-            self._limited[queue] = found
-        return found
 
     def charge(self, queue: str, usage: Mapping[FlavorResource, int], sign: int = 1) -> None:
         """Add (sign=1) or release (sign=-1) `usage` on `queue` and all its ancestors."""
@@ -106,7 +101,7 @@ class Ledger:
     def headroom(self, queue: str, key: FlavorResource) -> int:
         """How much more of `key` a workload in `queue` may take right now."""
         room = self._free.get(key, 0)
-        for _, limits, used in self._limited_path(queue):
+        for _, limits, used in self._limited[queue]:
             cap = limits.get(key)
             if cap is not None:
                 left = cap - used.get(key, 0)
@@ -126,7 +121,7 @@ class Ledger:
         `queue`, or -1 when all fit. Flavor assignment asks this for every flavor it tries:
         one call per group instead of one per resource."""
         free = self._free
-        limited = self._limited_path(queue)
+        limited = self._limited[queue]
         for index, (key, amount) in enumerate(pairs):
             need = amount * count
             if base:
@@ -144,7 +139,7 @@ class Ledger:
         room = self._free.get(key, 0)
         binder: str | None = None
         bound = self.amount.get(key, 0)
-        for name, limits, used in self._limited_path(queue):
+        for name, limits, used in self._limited[queue]:
             cap = limits.get(key)
             if cap is not None:
                 left = cap - used.get(key, 0)

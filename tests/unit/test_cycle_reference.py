@@ -95,13 +95,12 @@ def _plain_pair(
     counts: Sequence[int],
     held: Ledger,
     planned: Ledger,
-    sticky: Sequence[Mapping[str, str] | None] | None,
 ) -> tuple[Fit | FitFailure, Fit | FitFailure | None]:
     """Flavors assigned in both ledgers, then in the planned one, by two calls."""
-    both = assign_flavors(queue, plans, counts, (held, planned), sticky)
+    both = assign_flavors(queue, plans, counts, (held, planned))
     if isinstance(both, Fit):
         return both, None
-    alone = assign_flavors(queue, plans, counts, (planned,), sticky)
+    alone = assign_flavors(queue, plans, counts, (planned,))
     return both, alone if isinstance(alone, Fit) else UNEXPLAINED
 
 
@@ -278,20 +277,21 @@ def test_flavors_in_both_ledgers_then_the_planned_one_as_two_calls_would(
         ledger.charge("q", {(f, r): data.draw(small) for f in "abc" for r in resources})
     per_pod = {r: data.draw(st.integers(min_value=0, max_value=3)) for r in resources}
     pod_set = PodSet("main", data.draw(st.integers(min_value=0, max_value=3)), per_pod)
-    plan = plan_pod_set(spec, {}, pod_set)
-    sticky = (
-        ({r: data.draw(st.sampled_from("abc")) for r in resources},)
+    # Pinned as a scale-up slice's plan is, or not.
+    pinned = (
+        {r: data.draw(st.sampled_from("abc")) for r in resources}
         if data.draw(st.booleans())
         else None
     )
+    plan = plan_pod_set(spec, {}, pod_set).pinned(pinned)
     counts = (pod_set.count,)
-    both = assign_flavors("q", (plan,), counts, (held, planned), sticky)
+    both = assign_flavors("q", (plan,), counts, (held, planned))
     alone = (
         None
         if isinstance(both, Fit)
-        else assign_flavors("q", (plan,), counts, (planned,), sticky, explain=False)
+        else assign_flavors("q", (plan,), counts, (planned,), explain=False)
     )
-    assert assign_flavors_pair("q", (plan,), counts, held, planned, sticky) == (both, alone)
+    assert assign_flavors_pair("q", (plan,), counts, held, planned) == (both, alone)
 
 
 @settings(max_examples=30)
