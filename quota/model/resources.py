@@ -9,7 +9,7 @@ A missing key means zero.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from functools import lru_cache
+from functools import cache, lru_cache
 from typing import TypeVar
 
 # A quota is always per flavor and resource: ("h100", "nvidia.com/gpu").
@@ -23,27 +23,20 @@ _BYTE_RESOURCES = frozenset({MEMORY, "ephemeral-storage", "storage"})
 _BINARY_SUFFIXES = (("Ti", 1 << 40), ("Gi", 1 << 30), ("Mi", 1 << 20), ("Ki", 1 << 10))
 
 
-# The one key object of every (flavor, resource) pair met, per flavor and resource. Hot
-# loops look the same few pairs up in many dicts (ledgers, shares, quotas, usage, plans):
-# a dict that holds the very object asked for confirms the match by identity, where an
-# equal copy is compared item by item on every lookup. A cluster names a handful of pairs,
-# so the table stays small for the life of the process.
-SHARED_KEYS: dict[str, dict[str, FlavorResource]] = {}
-
-
+@cache
 def flavor_resource(flavor: str, resource: str) -> FlavorResource:
-    """The shared (flavor, resource) key (see `SHARED_KEYS`)."""
-    per_flavor = SHARED_KEYS.get(flavor)
-    if per_flavor is None:
-        per_flavor = SHARED_KEYS[flavor] = {}
-    key = per_flavor.get(resource)
-    if key is None:
-        key = per_flavor[resource] = (flavor, resource)
-    return key
+    """The one key object of the pair (flavor, resource), the same object every time.
+
+    Hot loops look the same few pairs up in many dicts (ledgers, shares, quotas, usage,
+    plans): a dict that holds the very object asked for confirms the match by identity, where
+    an equal copy is compared item by item on every lookup. A cluster names a handful of
+    pairs, so the cache stays small for the life of the process.
+    """
+    return (flavor, resource)
 
 
 def interned(vector: Mapping[FlavorResource, int]) -> dict[FlavorResource, int]:
-    """`vector` with its keys replaced by the shared ones (see `SHARED_KEYS`)."""
+    """`vector` with its keys replaced by the shared ones (see `flavor_resource`)."""
     return {flavor_resource(*key): amount for key, amount in vector.items()}
 
 

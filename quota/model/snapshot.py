@@ -13,7 +13,7 @@ from typing import Literal
 
 from quota.lifecycle.slices import superseded_slice
 from quota.model.nodes import BoundPod, Node, SelectorTerm, Taint, Toleration
-from quota.model.resources import SHARED_KEYS, FlavorResource, flavor_resource
+from quota.model.resources import FlavorResource, flavor_resource
 
 QueueingStrategy = Literal["StrictFIFO", "BestEffortFIFO"]
 WithinQueuePolicy = Literal["Never", "LowerPriority", "LowerOrNewerEqualPriority"]
@@ -254,17 +254,11 @@ def pod_set_usage(
         if ps.name != assignment.pod_set:
             return out
         flavors, count = assignment.flavors, assignment.count
-        keys = SHARED_KEYS
         for resource, amount in ps.per_pod.items():
             if amount:
                 flavor = flavors.get(resource)
                 if flavor is not None:
-                    # flavor_resource, inlined: this loop runs for every resource of every
-                    # workload.
-                    per_flavor = keys.get(flavor)
-                    key = per_flavor.get(resource) if per_flavor is not None else None
-                    if key is None:
-                        key = flavor_resource(flavor, resource)
+                    key = flavor_resource(flavor, resource)
                     out[key] = held = amount * count
                     if into is not None:
                         into[key] = into.get(key, 0) + held
