@@ -145,13 +145,13 @@ def bench(scale: int, per_leaf: int, repeat: int, out: Callable[[str], None]) ->
     figures: dict[str, float] = {}
 
     _, demand = usage_and_demand(snapshot, tree)
-    times, _ = timed(lambda: distribute(queues, tree, demand, tight), repeat)
+    times, _ = timed(lambda: distribute(queues, tree, demand, tight), repeat, collect_each=False)
     figures["fair_share_ms"] = statistics.median(times) * 1e3
     out(
         f"fair share, {len(queues):,} queues ({len(leaves):,} leaves) x {len(RESOURCES)} "
         f"resources: median {figures['fair_share_ms']:.2f} ms over {repeat} runs"
     )
-    times, _ = timed(lambda: fair_share(snapshot), max(1, repeat // 5))
+    times, _ = timed(lambda: fair_share(snapshot), max(1, repeat // 5), collect_each=False)
     figures["fair_share_with_demand_ms"] = statistics.median(times) * 1e3
     out(
         f"fair share incl. demand of {len(pending):,} pending workloads: median "
@@ -403,7 +403,7 @@ def memory(pending: int, out: Callable[[str], None], top: bool = False) -> dict[
         f"{figures['view_rss_mib']:.0f} MiB RSS"
     )
     # The next cycle's view when nothing changed: what every cycle pays per Workload.
-    rebuilds, _ = timed(views.build, 5)
+    rebuilds, _ = timed(views.build, 5, collect_each=False)
     figures["view_rebuild_seconds"] = statistics.median(rebuilds)
     out(
         f"memory: the view rebuilt with nothing changed (what each later cycle pays): "
