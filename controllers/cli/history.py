@@ -57,21 +57,27 @@ def _engine(flag: str | None, *, read: bool = False) -> Iterator[Engine]:
             if problem is not None:
                 raise click.ClickException(f"history store at {where} {problem}")
         yield engine
-    except migrate.MigrationError as err:
-        raise click.ClickException(f"history store at {where} {err}") from None
-    except DatabaseError as err:
-        reason = str(err.orig).strip().splitlines()[0] if err.orig else str(err)
-        if "no such table" in reason or "does not exist" in reason:
-            raise click.ClickException(
-                f"history store at {where} has no schema; run `muster db upgrade`"
-            ) from None
-        if "not a database" in reason or "malformed" in reason:
-            raise click.ClickException(
-                f"history store at {where} is not an SQLite database, or is damaged: {reason}"
-            ) from None
-        raise click.ClickException(f"history store at {where} is unreachable: {reason}") from None
+    except (migrate.MigrationError, DatabaseError) as err:
+        raise store_problem(err, where) from None
     finally:
         engine.dispose()
+
+
+def store_problem(err: migrate.MigrationError | DatabaseError, where: str) -> click.ClickException:
+    """What a person is told when the history store at `where` cannot be used, by any command
+    that reads or writes it: which store, what is wrong, and what to do."""
+    if isinstance(err, migrate.MigrationError):
+        return click.ClickException(f"history store at {where} {err}")
+    reason = str(err.orig).strip().splitlines()[0] if err.orig else str(err)
+    if "no such table" in reason or "does not exist" in reason:
+        return click.ClickException(
+            f"history store at {where} has no schema; run `muster db upgrade`"
+        )
+    if "not a database" in reason or "malformed" in reason:
+        return click.ClickException(
+            f"history store at {where} is not an SQLite database, or is damaged: {reason}"
+        )
+    return click.ClickException(f"history store at {where} is unreachable: {reason}")
 
 
 # --- muster db ---------------------------------------------------------------------------------

@@ -19,9 +19,12 @@ from pathlib import Path
 import click
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from sqlalchemy.exc import DatabaseError
 
 from controllers.cli.fairshare import load_documents
+from controllers.cli.history import store_problem
 from controllers.cli.options import out_dir_option
+from controllers.history.migrate import MigrationError
 from controllers.runtime.gcpause import paused_collection
 from controllers.simreport.history import write_history
 from controllers.simreport.html import render_html
@@ -178,7 +181,12 @@ def simulate_command(
             )
             history_path = directory / "history.db"
         history_path.parent.mkdir(parents=True, exist_ok=True)
-        count = write_history(result, history_path)
+        try:
+            count = write_history(result, history_path)
+        except (MigrationError, DatabaseError) as problem:
+            # Nothing was written: a store that is not a database, or one a newer Muster
+            # migrated, is refused before its first record (`migrate.upgrade` checks first).
+            raise store_problem(problem, str(history_path)) from None
         notes.append(f"{count:,} history records in {history_path}")
     if out_dir is not None:
         notes.append(f"result.json and report.html in {out_dir}")

@@ -381,6 +381,30 @@ def test_bad_history_stores_get_a_message_and_reads_create_nothing(tmp_path: Pat
     assert not (tmp_path / "no").exists()
 
 
+def test_the_simulator_refuses_a_history_store_it_cannot_use_and_changes_nothing(
+    tmp_path: Path,
+) -> None:
+    scenario = str(REPO / "examples" / "elastic.yaml")
+    junk = tmp_path / "junk.db"
+    junk.write_text("not a database at all")
+    assert_refused(run("simulate", "--history", str(junk), scenario), "junk.db", "not an SQLite")
+    assert junk.read_text() == "not a database at all"
+
+    newer = tmp_path / "newer.db"
+    assert run("simulate", "--history", str(newer), scenario).exit_code == 0
+
+    def rows() -> int:
+        with sqlite3.connect(newer) as conn:
+            return int(conn.execute("select count(*) from workload_transitions").fetchone()[0])
+
+    recorded = rows()
+    assert recorded > 0
+    with sqlite3.connect(newer) as conn:
+        conn.execute("update alembic_version set version_num = '9000'")
+    assert_refused(run("simulate", "--history", str(newer), scenario), "newer.db", "newer Muster")
+    assert rows() == recorded
+
+
 # ------------------------------------------------------------------- mutations
 
 
