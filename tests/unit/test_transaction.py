@@ -29,10 +29,11 @@ AMOUNT = {GPU: 16, CPU: 64}
 
 usages = st.dictionaries(st.sampled_from(KEYS), st.integers(min_value=0, max_value=9), max_size=2)
 # One step: a charge, a release, a recorded side change, or a checkpoint.
-steps = st.one_of(
+Step = tuple[str, str, dict[FlavorResource, int]]
+steps: st.SearchStrategy[Step] = st.one_of(
     st.tuples(st.just("charge"), st.sampled_from(sorted(PATHS)), usages),
     st.tuples(st.just("release"), st.sampled_from(sorted(PATHS)), usages),
-    st.tuples(st.just("record"), st.integers(min_value=-3, max_value=3), st.just({})),
+    st.tuples(st.just("record"), st.integers(min_value=-3, max_value=3).map(str), st.just({})),
     st.tuples(st.just("mark"), st.just(""), st.just({})),
 )
 
@@ -56,11 +57,15 @@ def _state(ledger: Ledger, side: list[int]) -> State:
     return (used, room, list(side))
 
 
+def _drop_last(side: list[int]) -> None:
+    side.pop()
+
+
 def _run(
     tx: Transaction,
     ledger: Ledger,
     side: list[int],
-    program: list[tuple[str, str, dict[FlavorResource, int]]],
+    program: list[Step],
 ) -> list[tuple[int, State]]:
     """Apply `program`; return each checkpoint with the state it was taken in."""
     marks = []
@@ -72,7 +77,7 @@ def _run(
         elif op == "record":
             delta = int(arg)
             side.append(delta)
-            tx.record(side.pop)
+            tx.record(lambda: _drop_last(side))
         else:
             marks.append((tx.checkpoint(), _state(ledger, side)))
     return marks
@@ -81,7 +86,7 @@ def _run(
 @settings(max_examples=200, deadline=None)
 @given(program=st.lists(steps, max_size=25), pick=st.integers(min_value=0))
 def test_a_rollback_to_any_checkpoint_restores_exactly_what_was_there(
-    program: list[tuple[str, str, dict[FlavorResource, int]]], pick: int
+    program: list[Step], pick: int
 ) -> None:
     ledger, side, tx = _ledger(), list[int](), Transaction()
     start = _state(ledger, side)
@@ -98,7 +103,7 @@ def test_a_rollback_to_any_checkpoint_restores_exactly_what_was_there(
 @settings(max_examples=100, deadline=None)
 @given(program=st.lists(steps, min_size=1, max_size=25))
 def test_committed_changes_stay_and_a_later_rollback_undoes_only_what_came_after(
-    program: list[tuple[str, str, dict[FlavorResource, int]]],
+    program: list[Step],
 ) -> None:
     ledger, side, tx = _ledger(), list[int](), Transaction()
     _run(tx, ledger, side, program)
