@@ -41,7 +41,9 @@ from quota.api.names import (
     ADMISSION_GATE,
     ELASTIC_ANNOTATION,
     ELASTIC_POD_LABEL,
+    JOB_UID_POD_LABEL,
     MIN_PARALLELISM_ANNOTATION,
+    OWNER_UID_POD_LABEL,
     QUEUE_LABEL,
     SCHEDULER_NAME,
 )
@@ -56,6 +58,9 @@ JOB_CONTROLLERS = (
 )
 # Kubelets (mirror pods of static pods carry spec.nodeName).
 NODES_GROUP = "system:nodes"
+# The labels Muster's scheduler finds a workload's pods by (`state.caches.job_uid_of_pod`):
+# only the Job controller, creating the pods of a Job, may set them in a managed namespace.
+POD_OWNER_LABELS = (OWNER_UID_POD_LABEL, JOB_UID_POD_LABEL, "controller-uid")
 MANAGED_RULE = "Muster manages every workload in this namespace (managedNamespaceSelector)"
 
 
@@ -306,9 +311,19 @@ def refuse_pod(
     controller_user: str,
 ) -> str | None:
     """Why a pod in a managed namespace is refused, or None: created on a node by name
-    (past every scheduler and admission; kubelets' mirror pods excepted), or its admission
-    gate lifted by anyone but Muster (who lifts it only for the pods admission grants)."""
+    (past every scheduler and admission; kubelets' mirror pods excepted), created with a
+    label that makes Muster's scheduler count it as a Job's pod by anyone but the Job
+    controller (it would take an admitted pod's place, with a shape of its own), or its
+    admission gate lifted by anyone but Muster (who lifts it only for the pods admission
+    grants)."""
     node = (pod.get("spec") or {}).get("nodeName")
+    labels = (pod.get("metadata") or {}).get("labels") or {}
+    forged = [k for k in POD_OWNER_LABELS if k in labels]
+    if old is None and forged and user not in JOB_CONTROLLERS:
+        return (
+            f"{_subject(pod)}: metadata.labels[{forged[0]}] cannot be set by {user}: "
+            f"{MANAGED_RULE}, and only the Job controller labels a pod as a Job's"
+        )
     if old is None and node and NODES_GROUP not in groups:
         return (
             f"{_subject(pod)}: spec.nodeName ({node}) cannot be set: {MANAGED_RULE}, and a "

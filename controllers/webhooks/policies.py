@@ -43,7 +43,12 @@ from controllers.runtime.resources import (
     Kube,
     Obj,
 )
-from controllers.webhooks.decisions import JOB_CONTROLLERS, MANAGED_RULE, NODES_GROUP
+from controllers.webhooks.decisions import (
+    JOB_CONTROLLERS,
+    MANAGED_RULE,
+    NODES_GROUP,
+    POD_OWNER_LABELS,
+)
 from quota.api.names import (
     ADMISSION_GATE,
     ELASTIC_ANNOTATION,
@@ -498,6 +503,9 @@ def managed_policies(managed: Managed, scheduler_name: str = SCHEDULER_NAME) -> 
             }
         ],
     )
+    controllers = ", ".join(_cel(u) for u in JOB_CONTROLLERS)
+    job_controller = f"request.userInfo.username in [{controllers}]"
+    owner_labels = ", ".join(_cel(k) for k in POD_OWNER_LABELS)
     gated = (
         "has({0}.spec.schedulingGates)"
         f" && {{0}}.spec.schedulingGates.exists(g, g.name == {_cel(ADMISSION_GATE)})"
@@ -514,6 +522,16 @@ def managed_policies(managed: Managed, scheduler_name: str = SCHEDULER_NAME) -> 
                 f" object.spec.nodeName + ') cannot be set: {rule}, and a pod reaches a node"
                 " only through admission and a scheduler; leave spec.nodeName empty and run"
                 " the pod in a Job'",
+                "reason": "Forbidden",
+            },
+            {
+                "expression": f"request.operation != 'CREATE' || ({job_controller})"
+                f" || !has(object.metadata.labels) || ![{owner_labels}].exists(k,"
+                " k in object.metadata.labels)",
+                "messageExpression": f"{_subject(_cel('Pod'))} + ': metadata.labels[' +"
+                f" [{owner_labels}].filter(k, k in object.metadata.labels)[0] + '] cannot be set"
+                f" by ' + request.userInfo.username + ': {rule}, and only the Job controller"
+                " labels a pod as a Job\\'s'",
                 "reason": "Forbidden",
             },
             {
@@ -534,7 +552,6 @@ def managed_policies(managed: Managed, scheduler_name: str = SCHEDULER_NAME) -> 
         " || (has(o.value) ? o.value : '') == (has(t.value) ? t.value : ''))))"
     )
     tolerations = "has({0}.spec.tolerations) ? {0}.spec.tolerations : []"
-    controllers = ", ".join(_cel(u) for u in JOB_CONTROLLERS)
     flavors = _validating(
         MANAGED_FLAVORS_POLICY,
         _match([POD_RULE], ["CREATE", "UPDATE"], {}),
@@ -550,7 +567,7 @@ def managed_policies(managed: Managed, scheduler_name: str = SCHEDULER_NAME) -> 
                 "name": "exempt",
                 "expression": "variables.scheduler != '' ? has(object.spec.schedulerName)"
                 " && object.spec.schedulerName == variables.scheduler"
-                f" : request.userInfo.username in [{controllers}]",
+                f" : {job_controller}",
             },
             {
                 "name": "tolerated",

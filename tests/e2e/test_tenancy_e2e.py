@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,6 +24,7 @@ import pytest
 import yaml
 
 from controllers.localcluster.kubectl import kubectl
+from controllers.webhooks import decisions
 from tests.conftest import ClusterHandle
 from tests.e2e.controller_harness import (
     Controller,
@@ -58,6 +60,10 @@ class Tenancy:
     flavor: str
     taint: dict[str, str]
     kubeconfig: str  # the user's: a ServiceAccount token, nothing else
+
+    @property
+    def user(self) -> str:
+        return f"system:serviceaccount:{self.team}:alice"
 
     def as_user(self, *args: str, input: str | None = None) -> subprocess.CompletedProcess[str]:
         return kubectl(self.cluster.kubectl_bin, self.kubeconfig, *args, input=input, check=False)
@@ -141,7 +147,8 @@ def tenancy(
         flavor(mark, mark, nodeTaints=[taint], tolerations=[{**taint, "operator": "Equal"}]),
         cq_manifest(cq, [{"name": mark, "quota": {"cpu": "4"}, "limit": {"cpu": "4"}}]),
         local_queue("default", team, cq),
-        local_queue("labelled", open_, cq),
+        cq_manifest(cq + "-open", [{"name": mark, "quota": {"cpu": "2"}, "limit": {"cpu": "2"}}]),
+        local_queue("labelled", open_, cq + "-open"),
     )
     directory = tmp_path_factory.mktemp("tenancy")
     ctl = Controller(
@@ -231,25 +238,50 @@ def test_unlabelled_jobs_join_the_default_queue_and_never_run_beyond_its_quota(
         "patch", "job", "second", "-n", team, "--type=merge", "-p", '{"spec":{"suspend":false}}'
     )
     assert result.returncode != 0
-    assert f"Job {team}/second: spec.suspend cannot be set to false by " in result.stderr
-    assert "only Muster starts a workload" in result.stderr
-    assert "LocalQueue default" in result.stderr
+    # The policy's words are the webhook's (`decisions.refuse_start`).
+    second = job("second", team, None, parallelism=3)
+    said = decisions.refuse_start(
+        second | {"spec": {**second["spec"], "suspend": False}},
+        second | {"spec": {**second["spec"], "suspend": True}},
+        tenancy.user,
+        "muster",
+    )
+    assert said is not None and said in result.stderr, result.stderr
+    assert f"Job {team}/second: spec.suspend cannot be set to false by {tenancy.user}" in said
+    assert "LocalQueue default" in said
     assert not pods_of(cluster, team, "second")
     assert not admitted(workloads_of(cluster, team, "second")[0])
 
 
 def test_pods_reach_a_flavors_nodes_only_through_admission(tenancy: Tenancy) -> None:
     team, toleration = tenancy.team, {**tenancy.taint, "operator": "Equal"}
-    _, refusal = tenancy.create(pod("tolerant", team, tolerations=[toleration]))
-    assert f"Pod {team}/tolerant: spec.tolerations tolerate the taint " in refusal, refusal
-    assert f"of ResourceFlavor {tenancy.flavor}" in refusal
+    flavor = {"metadata": {"name": tenancy.flavor}, "spec": {"nodeTaints": [tenancy.taint]}}
+    tolerant = pod("tolerant", team, tolerations=[toleration])
+    _, refusal = tenancy.create(tolerant)
+    # The policy's words are the webhook's (`decisions.refuse_toleration`).
+    said = decisions.refuse_toleration(
+        tolerant, None, flavor, scheduler_name="muster-scheduler", user=tenancy.user
+    )
+    assert said is not None and said in refusal, refusal
+    assert f"Pod {team}/tolerant: spec.tolerations tolerate the taint " in said
+    assert f"of ResourceFlavor {tenancy.flavor}" in said
     # An empty-key Exists tolerates every taint: refused too.
     _, refusal = tenancy.create(pod("tolerates-all", team, tolerations=[{"operator": "Exists"}]))
     assert "spec.tolerations tolerate the taint" in refusal, refusal
     nodes = tenancy.cluster.get_json("nodes", "-l", f"muster-e2e/pool={tenancy.flavor}")
     node = nodes["items"][0]["metadata"]["name"]  # type: ignore[index]
-    _, refusal = tenancy.create(pod("pinned", team, nodeName=node))
-    assert f"Pod {team}/pinned: spec.nodeName ({node}) cannot be set" in refusal, refusal
+    pinned = pod("pinned", team, nodeName=node)
+    _, refusal = tenancy.create(pinned)
+    said = decisions.refuse_pod(pinned, None, tenancy.user, [], "muster")
+    assert said is not None and said in refusal, refusal
+    assert f"Pod {team}/pinned: spec.nodeName ({node}) cannot be set" in said
+    # A pod that says it is a Job's would take an admitted pod's place: the Job controller's.
+    forged = pod("forged", team, schedulerName="muster-scheduler")
+    forged["metadata"]["labels"] = {"batch.kubernetes.io/controller-uid": "any-jobs-uid"}
+    _, refusal = tenancy.create(forged)
+    said = decisions.refuse_pod(forged, None, tenancy.user, [], "muster")
+    assert said is not None and said in refusal, refusal
+    assert "metadata.labels[batch.kubernetes.io/controller-uid] cannot be set" in said
     # Muster's scheduler may be named: it binds only the pods of admitted workloads.
     allowed, refusal = tenancy.create(
         pod("muster-placed", team, tolerations=[toleration], schedulerName="muster-scheduler"),
@@ -287,10 +319,10 @@ def test_lifting_the_admission_gate_by_hand_is_refused_and_binds_nothing(
         "-p", '[{"op":"remove","path":"/spec/schedulingGates"}]',
     )  # fmt: skip
     assert result.returncode != 0
-    assert (
-        f"Pod {team}/{name}: spec.schedulingGates: gate {GATE} cannot be removed by "
-        in result.stderr
-    ), result.stderr
+    ungated = waiting | {"spec": {**waiting["spec"], "schedulingGates": []}}
+    said = decisions.refuse_pod(ungated, waiting, tenancy.user, [], "muster")
+    assert said is not None and said in result.stderr, result.stderr
+    assert f"Pod {team}/{name}: spec.schedulingGates: gate {GATE} cannot be removed by" in said
     pods = live(pods_of(cluster, team, "elastic"))
     assert len([p for p in pods if p["spec"].get("nodeName")]) == 1
     assert len([p for p in pods if gated(p)]) == 5
@@ -312,6 +344,32 @@ def test_a_namespace_not_selected_behaves_as_before(tenancy: Tenancy) -> None:
         allowed, refusal = tenancy.create(pod("free", open_, **extra), dry_run=True)
         assert allowed and not refusal, refusal
     cluster.wait_for(
-        "the labelled Job to be admitted", lambda: bool(workloads_of(cluster, open_, "queued"))
+        "the labelled Job to be admitted",
+        lambda: any(admitted(w) for w in workloads_of(cluster, open_, "queued")),
     )
     assert not workloads_of(cluster, open_, "plain")
+    # Here nothing refuses lifting a gate by hand, and Muster's scheduler still binds no
+    # more pods than admitted: an elastic Job grown past its queue's quota (2 cpu, 1 used).
+    _, refusal = tenancy.create(job("elastic", open_, "labelled", elastic=True))
+    assert not refusal, refusal
+    cluster.wait_for(
+        "the elastic Job's pod to be bound",
+        lambda: any(p["spec"].get("nodeName") for p in pods_of(cluster, open_, "elastic")),
+    )
+    cluster.kubectl(
+        "patch", "job", "elastic", "-n", open_, "--type=merge", "-p", '{"spec":{"parallelism":4}}'
+    )
+    cluster.wait_for(
+        "gated pods",
+        lambda: len([p for p in live(pods_of(cluster, open_, "elastic")) if gated(p)]) == 3,
+    )
+    name = next(p for p in pods_of(cluster, open_, "elastic") if gated(p))["metadata"]["name"]
+    result = tenancy.as_user(
+        "patch", "pod", name, "-n", open_, "--type=json",
+        "-p", '[{"op":"remove","path":"/spec/schedulingGates"}]',
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    time.sleep(3)  # several scheduler passes (each at most 2 s apart)
+    pods = live(pods_of(cluster, open_, "elastic"))
+    assert [p["spec"].get("nodeName") for p in pods if p["metadata"]["name"] == name] == [None]
+    assert len([p for p in pods if p["spec"].get("nodeName")]) == 1
