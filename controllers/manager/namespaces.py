@@ -45,14 +45,15 @@ def parse_selector(text: str) -> dict[str, Any] | None:
         key, values, operator = term.lstrip("!").strip(), [], "DoesNotExist"
         if (found := _SET.match(term)) is not None:
             key = found["key"]
-            values = [v.strip() for v in found["values"].split(",")]
+            values = [v.strip() for v in found["values"].split(",") if v.strip()]
             operator = "In" if found["op"] == "in" else "NotIn"
         elif (found := _EQUALITY.match(term)) is not None:
             key, values = found["key"], [found["value"]]
             operator = "NotIn" if found["op"] == "!=" else "="
         elif not term.startswith("!"):
             operator = "Exists"
-        bad = [v for v in values if not _VALUE.fullmatch(v)] or (operator == "In" and not values)
+        sets = operator in ("In", "NotIn")
+        bad = [v for v in values if not _VALUE.fullmatch(v)] or (sets and not values)
         if not term or not _KEY.fullmatch(key) or bad:
             raise ValueError(
                 f"{term!r} is not a label selector term: write key, !key, key=value, "
