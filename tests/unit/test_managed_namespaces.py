@@ -14,7 +14,7 @@ from controllers.jobs.batchjob import BATCH_JOB
 from controllers.jobs.framework import DEFAULT_LOCAL_QUEUE, queue_of
 from controllers.jobs.reconciler import Reconciler
 from controllers.manager.namespaces import parse_selector
-from controllers.runtime.resources import JOB, NAMESPACE
+from controllers.runtime.resources import JOB
 from controllers.state.budgets import selects
 from controllers.webhooks import configurations, decisions, policies, reviews
 from tests.unit.test_controller_jobs import Harness, job_dict
@@ -99,7 +99,6 @@ def test_the_selector_picks_namespaces_as_the_apiserver_does() -> None:
     assert selects(selector, {"muster.dev/managed": "true"})
     assert not selects(selector, {"muster.dev/managed": "true", "legacy": ""})
     assert not selects(selector, {})
-    assert NAMESPACE.name == "Namespace"
 
 
 # ------------------------------------------------------------ the queue an object is in
