@@ -106,44 +106,39 @@ def tenancy(
     mark = unique("tenancy")
     selector = f"muster-e2e/tenancy={mark}"
     team, lonely, open_ = unique("team"), unique("lonely"), unique("open")
-    for ns, managed in ((team, True), (lonely, True), (open_, False)):
-        labels = {"muster-e2e/tenancy": mark} if managed else {}
-        apply(
-            cluster,
-            {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns, "labels": labels}},
-        )
-    # The user: `edit` in all three namespaces, through a ServiceAccount of the first.
-    apply(
-        cluster,
+    namespaces = [
         {
             "apiVersion": "v1",
-            "kind": "ServiceAccount",
-            "metadata": {"name": "alice", "namespace": team},
-        },
-    )
-    for ns in (team, lonely, open_):
-        apply(
-            cluster,
-            {
-                "apiVersion": "rbac.authorization.k8s.io/v1",
-                "kind": "RoleBinding",
-                "metadata": {"name": "alice-edit", "namespace": ns},
-                "roleRef": {
-                    "apiGroup": "rbac.authorization.k8s.io",
-                    "kind": "ClusterRole",
-                    "name": "edit",
-                },
-                "subjects": [{"kind": "ServiceAccount", "name": "alice", "namespace": team}],
-            },
-        )
+            "kind": "Namespace",
+            "metadata": {"name": ns, "labels": {"muster-e2e/tenancy": mark} if managed else {}},
+        }
+        for ns, managed in ((team, True), (lonely, True), (open_, False))
+    ]
+    # The user: `edit` in all three namespaces, through a ServiceAccount of the first.
+    account = {"apiVersion": "v1", "kind": "ServiceAccount"}
+    edit = {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "edit"}
+    bindings = [
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "RoleBinding",
+            "metadata": {"name": "alice-edit", "namespace": ns},
+            "roleRef": edit,
+            "subjects": [{"kind": "ServiceAccount", "name": "alice", "namespace": team}],
+        }
+        for ns in (team, lonely, open_)
+    ]
     # GPU nodes, tainted, and the flavor that names the taint and adds its toleration.
     taint = {"key": "muster-e2e/tenancy", "value": mark, "effect": "NoSchedule"}
     cluster.nodes(
         1, cpu="8", memory="64Gi", gpu=8, labels={"muster-e2e/pool": mark}, taints=[taint]
     )
     cq = unique("cq")
+    # One apply, in this order (kubectl creates the namespaces first).
     apply(
         cluster,
+        *namespaces,
+        {**account, "metadata": {"name": "alice", "namespace": team}},
+        *bindings,
         flavor(mark, mark, nodeTaints=[taint], tolerations=[{**taint, "operator": "Equal"}]),
         cq_manifest(cq, [{"name": mark, "quota": {"cpu": "4"}, "limit": {"cpu": "4"}}]),
         local_queue("default", team, cq),
@@ -168,8 +163,7 @@ def tenancy(
         )
     finally:
         ctl.stop()
-        for ns in (team, lonely, open_):
-            cluster.kubectl("delete", "namespace", ns, "--wait=false", check=False)
+        cluster.kubectl("delete", "namespace", team, lonely, open_, "--wait=false", check=False)
 
 
 def pod(name: str, namespace: str, **spec: Any) -> dict[str, Any]:
