@@ -14,6 +14,11 @@ since Kubernetes 1.36). Where the apiserver does not serve it, the controller re
 webhooks that make the same decisions instead (`configurations.configurations(policies=False)`);
 `tests/e2e/test_admission_policies_e2e.py` sends the same cases through the real apiserver's
 policies and through the webhook handlers and compares the outcome and the words.
+
+With managed namespaces (`Managed`, docs/tenancy.md) more policies are bound to those
+namespaces (`managed_policies`): unlabelled objects queued in LocalQueue `default`, and the
+refusals of `decisions.refuse_start`, `refuse_pod` and `refuse_toleration`, with their words
+(`tests/e2e/test_tenancy_e2e.py` compares them).
 """
 
 from __future__ import annotations
