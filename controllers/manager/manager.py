@@ -272,10 +272,13 @@ class Manager:
         if self.managed.informer is not None:
 
             def on_namespace(kind: str, old: Obj | None, new: Obj | None) -> None:
-                # Selected or let go: its objects are queued afresh, or left alone.
-                before = ((old or {}).get("metadata") or {}).get("labels")
-                if new is None or before != (new.get("metadata") or {}).get("labels"):
-                    integrations.requeue_all(((new or old or {}).get("metadata") or {})["name"])
+                # Labelled into or out of the selector: its objects are queued afresh, or let
+                # go. (A new namespace has no objects yet, a deleted one none left, and the
+                # leader looks at every object when it starts.)
+                if old is None or new is None:
+                    return
+                if old["metadata"].get("labels") != new["metadata"].get("labels"):
+                    integrations.requeue_all(new["metadata"]["name"])
 
             self.managed.informer.add_handler(on_namespace)
 
