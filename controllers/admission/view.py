@@ -294,8 +294,9 @@ class ViewBuilder:
                     (
                         key,
                         INADMISSIBLE,
-                        f"LocalQueue {queue_name} does not exist in namespace "
-                        f"{namespace}; create it, or fix the Job's label muster.dev/queue-name",
+                        f"LocalQueue {queue_name} does not exist in namespace {namespace}; "
+                        "label the Job muster.dev/queue-name=<a LocalQueue of the namespace>, "
+                        f"or ask an admin to create LocalQueue {queue_name}",
                     )
                 )
                 continue

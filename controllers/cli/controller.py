@@ -11,7 +11,7 @@ import re
 import sys
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -32,6 +32,16 @@ def scheduler_name_option(value: str) -> str:
             "leave pods to kube-scheduler"
         )
     return name
+
+
+def managed_namespaces_option(value: str) -> dict[str, Any] | None:
+    """The --managed-namespace-selector value as a LabelSelector (None: unset)."""
+    from controllers.manager.namespaces import parse_selector
+
+    try:
+        return parse_selector(value)
+    except ValueError as error:
+        raise click.UsageError(f"--managed-namespace-selector {value!r}: {error}") from None
 
 
 def history_options(
@@ -251,6 +261,16 @@ def lease_timing(lease_duration: float, renew_deadline: float, retry_period: flo
     "loop, whole groups at a time; an empty string leaves every pod to kube-scheduler.",
 )
 @click.option(
+    "--managed-namespace-selector",
+    default="",
+    metavar="SELECTOR",
+    help="Namespaces (a label selector, as kubectl's -l: 'muster.dev/managed=true', "
+    "'team in (a,b)') where Muster manages every workload of a kind it integrates: one "
+    "without the queue label joins the namespace's LocalQueue 'default', only Muster starts "
+    "workloads, and pods reach a flavor's nodes only through its admission (docs/tenancy.md). "
+    "Unset: no namespace is managed.",
+)
+@click.option(
     "--bind-workers",
     type=click.IntRange(min=1),
     default=16,
@@ -314,6 +334,7 @@ def controller(
     usage_fairness_half_life: str,
     usage_fairness_k: float,
     scheduler_name: str,
+    managed_namespace_selector: str,
     bind_workers: int,
     bind_qps: float,
     preemption_hold_timeout: float,
@@ -328,6 +349,7 @@ def controller(
     from controllers.runtime.logs import setup_logging
 
     scheduler_name = scheduler_name_option(scheduler_name)
+    managed = managed_namespaces_option(managed_namespace_selector)
     if leader_elect:
         lease_timing(lease_duration, renew_deadline, retry_period)
     history_settings = history_options(
@@ -367,6 +389,7 @@ def controller(
         preemption_hold_timeout=preemption_hold_timeout,
         metrics_port=metrics_port,
         metrics_bind=metrics_bind,
+        managed_namespace_selector=managed,
     )
     try:
         manager = Manager(api_client(kubeconfig), options)

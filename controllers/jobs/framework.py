@@ -37,7 +37,12 @@ from controllers.runtime.informer import Informer
 from controllers.runtime.resources import Kind, Obj
 from controllers.state.caches import Caches, Context
 from quota.api.conditions import WorkloadConditions as WC
+from quota.api.names import QUEUE_LABEL
 from quota.model import convert
+
+# The LocalQueue an object without the queue label joins in a managed namespace (Kueue's
+# default LocalQueue of `manageJobsWithoutQueueName`).
+DEFAULT_LOCAL_QUEUE = "default"
 
 
 class GenericJob(Protocol):
@@ -278,6 +283,39 @@ def owner_of(wl: Mapping[str, Any]) -> tuple[Integration, str] | None:
         if integration is not None:
             return integration, f"{meta.get('namespace')}/{ref.get('name')}"
     return None
+
+
+def child_of_managed_kind(obj: Mapping[str, Any]) -> bool:
+    """Whether the object's controller (owner reference) is of a kind Muster queues (a
+    JobSet's Jobs, a TrainJob's JobSet): its owner is queued, and it is not on its own."""
+    refs = (obj.get("metadata") or {}).get("ownerReferences") or []
+    return any(
+        ref.get("controller") and f"{ref.get('apiVersion')}/{ref.get('kind')}" in _registry
+        for ref in refs
+    )
+
+
+def queue_of(obj: Mapping[str, Any], *, managed: bool) -> str | None:
+    """The LocalQueue an object of an integrated kind is in, or None when Muster leaves it
+    alone: its queue label; without one, in a `managed` namespace, `DEFAULT_LOCAL_QUEUE`,
+    unless it belongs to an object Muster queues. The one rule for the reconciler, the
+    webhooks (`controllers.webhooks.decisions`) and the admission policies' CEL
+    (`controllers.webhooks.policies`, which say the same with the binding's namespace
+    selector standing for `managed`)."""
+    label = convert.job_queue_name(obj)
+    if label:
+        return label
+    if managed and not child_of_managed_kind(obj):
+        return DEFAULT_LOCAL_QUEUE
+    return None
+
+
+def in_queue(obj: Obj, queue: str) -> Obj:
+    """A view of the object labelled with the queue it is in (a shallow copy: do not
+    mutate), so that what reads the label (the Workload spec) reads that queue."""
+    meta = dict(obj.get("metadata") or {})
+    meta["labels"] = {**(meta.get("labels") or {}), QUEUE_LABEL: queue}
+    return {**obj, "metadata": meta}
 
 
 def same_request(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:

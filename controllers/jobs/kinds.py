@@ -75,6 +75,17 @@ def suspend_rules() -> list[dict[str, object]]:
     ]
 
 
+def managed_webhook_rules() -> list[dict[str, object]]:
+    """The rules of the webhook of managed namespaces (docs/tenancy.md): updates of every
+    kind (only Muster starts them) and pods created or updated (nodes by name, gates and
+    flavors' tolerations)."""
+    kinds: list[dict[str, object]] = [
+        {**k.rule(), "scope": "Namespaced", "operations": ["UPDATE"]} for k in KINDS
+    ]
+    pods = {"apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods"]}
+    return [*kinds, {**pods, "scope": "Namespaced", "operations": ["CREATE", "UPDATE"]}]
+
+
 def chart_template() -> str:
     """charts/muster/templates/_kinds.tpl: the named templates rbac.yaml and webhooks.yaml
     include, so that the chart lists exactly the kinds this module does."""
@@ -88,6 +99,7 @@ def chart_template() -> str:
         "the workload kinds Muster queues. Do not edit. */}}\n"
         + block("muster.kindRbacRules", rbac_rules())
         + block("muster.suspendWebhookRules", suspend_rules())
+        + block("muster.managedWebhookRules", managed_webhook_rules())
     )
 
 

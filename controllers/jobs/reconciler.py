@@ -12,7 +12,8 @@ only through `GenericJob`:
 - evicted: suspend, wait until its pods are gone, restore the original template, and give
   the quota back with a requeue backoff;
 - finished: mark the Workload Finished, which releases its quota at once;
-- leaving (the object deleted, its queue label removed, or the Workload deleted): the
+- leaving (the object deleted, its queue label removed outside a managed namespace, its
+  namespace no longer managed, or the Workload deleted): the
   Workload's finalizer keeps it, and its quota, until no pod of the object runs or
   terminates any more (Kueue's resource-in-use finalizer); an object that lost its label
   gets its template restored and is left alone.
@@ -28,7 +29,14 @@ from collections.abc import Callable
 from datetime import datetime
 
 from controllers.jobs import slices
-from controllers.jobs.framework import GenericJob, Integration, owner_of, same_request
+from controllers.jobs.framework import (
+    GenericJob,
+    Integration,
+    in_queue,
+    owner_of,
+    queue_of,
+    same_request,
+)
 from controllers.runtime import apply
 from controllers.runtime.resources import WORKLOAD, Obj, object_key
 from controllers.state import workloads as wls
@@ -65,10 +73,21 @@ class Reconciler:
     """Moves one object of a kind towards what its Workloads say. Returns a delay to requeue
     after (or None); raising requeues with backoff."""
 
-    def __init__(self, ctx: Context, integration: Integration) -> None:
+    def __init__(
+        self,
+        ctx: Context,
+        integration: Integration,
+        managed: Callable[[str], bool] = lambda namespace: False,
+    ) -> None:
         self.ctx = ctx
         self.integration = integration
         self.wrap = integration.wrapper(ctx.caches)
+        # Whether a namespace is managed (`controllers.manager.namespaces`).
+        self.managed = managed
+
+    def queue_of(self, obj: Obj) -> str | None:
+        """The LocalQueue the object is in (`framework.queue_of`), None if not Muster's."""
+        return queue_of(obj, managed=self.managed(str(obj["metadata"].get("namespace") or "")))
 
     # -- small writers
     def _update_object(self, job: GenericJob, mutate: Callable[[GenericJob], bool]) -> Obj | None:
@@ -118,9 +137,9 @@ class Reconciler:
         retry, waiting = self._settle_leaving(key, obj)
         if obj is None or waiting:
             return retry
-        job = self.wrap(obj)
-        if not job.queue_name():
+        if not self.queue_of(obj):
             return retry
+        job = self.wrap(obj)
         if wls.is_deleting(obj):
             return retry  # owner references take its Workloads; their finalizers wait above
         uid = obj["metadata"]["uid"]
@@ -162,7 +181,7 @@ class Reconciler:
                     namespace, name = key.split("/", 1)
                     live, looked = self.ctx.kube.get(kind, namespace, name), True
                 mine = live is not None and live["metadata"]["uid"] == uid
-                if mine and live is not None and self.wrap(live).queue_name():
+                if mine and live is not None and self.queue_of(live):
                     continue  # the cache lags; its event brings the object back
                 self._let_go(wl, live if mine else None)
                 retry = LEAVING_RETRY_SECONDS
@@ -206,7 +225,8 @@ class Reconciler:
                 unlabelled,
                 "Normal",
                 "LeftQueue",
-                f"queue label removed: Workload {wl['metadata']['name']} deleted; its quota is "
+                f"not queued any more (queue label removed, or its namespace no longer managed): "
+                f"Workload {wl['metadata']['name']} deleted; its quota is "
                 "released once the Job's pods are gone",
             )
         # Not forgotten from the cache: the finalizer keeps it, and the watch brings it back
@@ -266,6 +286,10 @@ class Reconciler:
         """The Workload spec the object asks for; a slice also names itself and the slice
         it replaces."""
         values, default = priority_classes(self.ctx)
+        queue = self.queue_of(job.object)
+        if queue and queue != job.queue_name():
+            # Unlabelled in a managed namespace: its Workload asks for the default queue.
+            job = self.wrap(in_queue(job.object, queue))
         spec = job.workload_spec(values, global_default=default, count=count)
         if slice_name:
             spec["sliceName"] = slice_name

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from controllers.jobs.framework import Integration, owner_of
 from controllers.jobs.kinds import KINDS
 from controllers.jobs.reconciler import Reconciler
+from controllers.manager.namespaces import ManagedNamespaces
 from controllers.runtime.informer import Informer
 from controllers.runtime.resources import Kube, Obj, object_key
 from controllers.runtime.workers import WorkerPool
@@ -49,9 +50,12 @@ class Integrations:
         kube: Kube,
         is_leader: Callable[[], bool],
         stop_event: threading.Event,
+        managed: ManagedNamespaces,
         watch_timeout: int = 300,
     ) -> None:
         self.ctx = ctx
+        # In managed namespaces unlabelled objects are queued too, so all are watched.
+        self.managed = managed
         self.kube = kube
         self.is_leader = is_leader
         self.stop_event = stop_event
@@ -65,7 +69,7 @@ class Integrations:
             if not integration.builtin and not self._watch(caches, integration):
                 continue
             queue: WorkQueue[str] = WorkQueue(integration.plural)
-            reconciler = Reconciler(self.ctx, integration)
+            reconciler = Reconciler(self.ctx, integration, self.managed)
             workers = WorkerPool(
                 integration.kind.name.lower(),
                 queue,
@@ -87,7 +91,7 @@ class Integrations:
             Informer(
                 self.kube,
                 integration.kind,
-                label_selector=QUEUE_LABEL,
+                label_selector=None if self.managed.enabled else QUEUE_LABEL,
                 watch_timeout=self.watch_timeout,
                 name=integration.kind.plural,
             ),
@@ -143,10 +147,12 @@ class Integrations:
             if running.integration is found[0]:
                 running.queue.add(found[1])
 
-    def requeue_all(self) -> None:
+    def requeue_all(self, namespace: str | None = None) -> None:
+        """Queue every object (of `namespace` only, if given)."""
         for running in self.running:
             for key in running.informer.list_keys():
-                running.queue.add(key)
+                if namespace is None or key.startswith(f"{namespace}/"):
+                    running.queue.add(key)
 
     def start_workers(
         self,

@@ -18,6 +18,7 @@ import socket
 import threading
 import uuid
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 from kubernetes import client
@@ -30,6 +31,7 @@ from controllers.history.store import HistoryStore, queue_readings
 from controllers.jobs.orphans import OrphanSweeper
 from controllers.jobs.ownerevents import OwnerEventRecorder
 from controllers.manager.integrations import Integrations
+from controllers.manager.namespaces import ManagedNamespaces
 from controllers.manager.options import Options
 from controllers.metrics.collector import Sources, StateCollector
 from controllers.metrics.definitions import REGISTRY
@@ -37,9 +39,9 @@ from controllers.metrics.server import MetricsServer
 from controllers.metrics.workloads import WorkloadCounters
 from controllers.podgroups.intake import PodGroupIntake
 from controllers.runtime.client import FencedKube
-from controllers.runtime.informer import wait_all_synced
+from controllers.runtime.informer import Informer, wait_all_synced
 from controllers.runtime.leader import LeaderElector, lease_request_timeout
-from controllers.runtime.resources import NAMESPACE, Kube, Obj
+from controllers.runtime.resources import JOB, NAMESPACE, Kube, Obj
 from controllers.scheduler.loop import SchedulerLoop
 from controllers.scheduler.pods import node_of, placement_inputs
 from controllers.state.caches import Caches, Context, Recorder
@@ -65,6 +67,11 @@ class Manager:
         self.stop_event = threading.Event()
         self.exit_code = 0
         self.caches = Caches.create(self.kube)
+        self.managed = ManagedNamespaces(self.kube, options.managed_namespace_selector)
+        if self.managed.informer is not None:
+            # Unlabelled Jobs are queued too in managed namespaces: watch every Job.
+            self.caches = replace(self.caches, jobs=Informer(self.kube, JOB))
+            self.caches.add_extra(self.managed.informer)
         # Workload Events an owner takes reach it too, whatever its kind.
         self.events = OwnerEventRecorder(self.kube if options.events else None, self.identity)
         self.history: HistoryStore | None = None
@@ -128,7 +135,9 @@ class Manager:
                 self.ctx, self.kube, options.scheduler_name, self.is_leader, self.stop_event
             )
         # The workload kinds (Jobs; JobSet, TrainJob only where their CRDs are served).
-        self.integrations = Integrations(self.ctx, self.kube, self.is_leader, self.stop_event)
+        self.integrations = Integrations(
+            self.ctx, self.kube, self.is_leader, self.stop_event, self.managed
+        )
         self.orphans = OrphanSweeper(self.ctx, self.is_leader)
         self.feed = HistoryFeed(self.ctx, self.is_leader)
         settings = WebhookSettings(
@@ -143,6 +152,7 @@ class Manager:
             enabled=options.webhooks,
             scheduler_name=options.scheduler_name,
             job_admission=options.job_admission,
+            managed_namespace_selector=self.managed.selector,
         )
         self.webhooks = WebhookServing(self.kube, settings, self.caches, self.is_leader)
         self._threads: list[threading.Thread] = []
@@ -259,6 +269,18 @@ class Manager:
         ):
             informer.add_handler(on_queue_object)
         self.caches.nodes.add_handler(on_node)
+        if self.managed.informer is not None:
+
+            def on_namespace(kind: str, old: Obj | None, new: Obj | None) -> None:
+                # Labelled into or out of the selector: its objects are queued afresh, or let
+                # go. (A new namespace has no objects yet, a deleted one none left, and the
+                # leader looks at every object when it starts.)
+                if old is None or new is None:
+                    return
+                if old["metadata"].get("labels") != new["metadata"].get("labels"):
+                    integrations.requeue_all(new["metadata"]["name"])
+
+            self.managed.informer.add_handler(on_namespace)
 
     def _spawn(self, name: str, target: Callable[[], Any]) -> None:
         thread = threading.Thread(target=target, name=name, daemon=True)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from controllers.history.store import HistorySettings
 from quota.api.names import SCHEDULER_NAME
@@ -50,3 +51,7 @@ class Options:
     # (`muster controller` serves them on 8080 unless told otherwise).
     metrics_port: int | None = None
     metrics_bind: str = "0.0.0.0"
+    # A metav1.LabelSelector of the namespaces where every workload of an integrated kind is
+    # queued, labelled or not, and nodes are reachable only through admission (docs/
+    # tenancy.md); None: no namespace is managed.
+    managed_namespace_selector: dict[str, Any] | None = None

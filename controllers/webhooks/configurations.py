@@ -22,15 +22,18 @@ import logging
 from typing import Any
 
 from controllers.jobs.framework import Admission
-from controllers.jobs.kinds import admitted_by, suspend_rules
+from controllers.jobs.kinds import admitted_by, managed_webhook_rules, suspend_rules
 from controllers.runtime import apply
 from controllers.runtime.resources import MUTATING_WEBHOOK, VALIDATING_WEBHOOK, Kube, Obj
 from controllers.webhooks import policies as admission_policies
 from controllers.webhooks.reviews import (
     MUTATE_JOB_PATH,
+    MUTATE_MANAGED_JOB_PATH,
+    MUTATE_MANAGED_SUSPEND_PATH,
     MUTATE_POD_PATH,
     MUTATE_SUSPEND_PATH,
     VALIDATE_JOB_PATH,
+    VALIDATE_MANAGED_PATH,
     VALIDATE_QUEUES_PATH,
 )
 from quota.api.names import OWNER_UID_POD_LABEL
@@ -65,14 +68,25 @@ def _webhook(
     *,
     system: bool = False,
     failure: str = "Fail",
+    namespaces: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """One webhook of a configuration (`system`: kube-system's objects too)."""
+    """One webhook of a configuration (`system`: kube-system's objects too; `namespaces`:
+    only those the managed-namespace selector picks, never kube-system)."""
+    selector: dict[str, Any] = {} if system else admission_policies.NOT_SYSTEM
+    if namespaces is not None:
+        selector = {
+            **({"matchLabels": namespaces["matchLabels"]} if namespaces.get("matchLabels") else {}),
+            "matchExpressions": [
+                *admission_policies.NOT_SYSTEM["matchExpressions"],
+                *(namespaces.get("matchExpressions") or []),
+            ],
+        }
     return {
         "name": name,
         "clientConfig": client_config,
         "rules": rules,
         "objectSelector": object_selector,
-        "namespaceSelector": {} if system else admission_policies.NOT_SYSTEM,
+        "namespaceSelector": selector,
         "failurePolicy": failure,
         "matchPolicy": "Equivalent",
         "sideEffects": "None",
@@ -97,12 +111,14 @@ def configurations(
     url_base: str | None = None,
     service: tuple[str, str, int] | None = None,
     policies: bool = True,
+    managed: admission_policies.Managed | None = None,
 ) -> tuple[Obj | None, Obj]:
     """The MutatingWebhookConfiguration and ValidatingWebhookConfiguration to register.
 
     With `policies` (the apiserver evaluates Muster's admission policies, `policies.py`),
     the workload kinds and their pods are left to those and only the queue objects'
-    webhook remains: there is then no MutatingWebhookConfiguration (None)."""
+    webhook remains: there is then no MutatingWebhookConfiguration (None). Without them,
+    `managed` namespaces get webhooks of their own (the managed policies' work)."""
     # The same scope as the admission policies: labelled objects, never kube-system.
     labelled = admission_policies.LABELLED
 
@@ -143,20 +159,50 @@ def configurations(
         "operations": ["CREATE"],
     }
     owned = {"matchExpressions": [{"key": OWNER_UID_POD_LABEL, "operator": "Exists"}]}
-    mutating = _configuration(
-        "MutatingWebhookConfiguration",
-        [
+    mutating_hooks = [
+        {
+            **_webhook("mjob.muster.dev", cc(MUTATE_JOB_PATH), job_rules("CREATE"), labelled),
+            "reinvocationPolicy": "IfNeeded",
+        },
+        # The kinds Muster's generic rule admits, with the queue label: created suspended.
+        _webhook("msuspend.muster.dev", cc(MUTATE_SUSPEND_PATH), suspend_rules(), labelled),
+        _webhook("mpod.muster.dev", cc(MUTATE_POD_PATH), [pod_rule], owned),
+    ]
+    vjob = _webhook("vjob.muster.dev", cc(VALIDATE_JOB_PATH), job_rules("UPDATE"), labelled)
+    validating_hooks = [vjob, queues]
+    if managed is not None:
+        # Every object of the managed namespaces: the path tells the handler they are.
+        ns = managed.selector
+        mutating_hooks += [
             {
-                **_webhook("mjob.muster.dev", cc(MUTATE_JOB_PATH), job_rules("CREATE"), labelled),
+                **_webhook(
+                    "mjob-managed.muster.dev",
+                    cc(MUTATE_MANAGED_JOB_PATH),
+                    job_rules("CREATE"),
+                    {},
+                    namespaces=ns,
+                ),
                 "reinvocationPolicy": "IfNeeded",
             },
-            # The kinds Muster's generic rule admits, with the queue label: created suspended.
-            _webhook("msuspend.muster.dev", cc(MUTATE_SUSPEND_PATH), suspend_rules(), labelled),
-            _webhook("mpod.muster.dev", cc(MUTATE_POD_PATH), [pod_rule], owned),
-        ],
-    )
-    vjob = _webhook("vjob.muster.dev", cc(VALIDATE_JOB_PATH), job_rules("UPDATE"), labelled)
-    return mutating, _configuration("ValidatingWebhookConfiguration", [vjob, queues])
+            _webhook(
+                "msuspend-managed.muster.dev",
+                cc(MUTATE_MANAGED_SUSPEND_PATH),
+                suspend_rules(),
+                {},
+                namespaces=ns,
+            ),
+        ]
+        validating_hooks.append(
+            _webhook(
+                "vmanaged.muster.dev",
+                cc(VALIDATE_MANAGED_PATH),
+                managed_webhook_rules(),
+                {},
+                namespaces=ns,
+            )
+        )
+    mutating = _configuration("MutatingWebhookConfiguration", mutating_hooks)
+    return mutating, _configuration("ValidatingWebhookConfiguration", validating_hooks)
 
 
 def register(kube: Kube, mutating: Obj | None, validating: Obj) -> None:

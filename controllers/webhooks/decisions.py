@@ -15,6 +15,12 @@
 - The other kinds Muster's generic rule admits (`controllers.jobs.framework.Admission`),
   on CREATE (`mutate_suspend`): created suspended; and their pods (`mutate_pod`): to
   Muster's scheduler.
+- In managed namespaces (docs/tenancy.md): objects without the queue label are queued in the
+  namespace's LocalQueue `default` (`mutate_job`, `mutate_suspend` with `managed`); only
+  Muster starts a workload (`refuse_start`) or lifts the admission gate from a pod, no pod
+  is created on a node by name (`refuse_pod`), and a pod that tolerates a ResourceFlavor's
+  taint must be one Muster's scheduler places (`refuse_toleration`): Muster's admission is
+  the only way onto a flavor's nodes.
 - Muster's queue objects (`validate_queue_object`): the full API model check, which covers
   rules CEL cannot express (exact quantities, unique names), plus warnings for cross-object
   problems (missing parent, cycle, LocalQueue at a parent queue) that the Active condition
@@ -28,26 +34,46 @@ import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from controllers.jobs.batchjob import is_elastic, min_parallelism, queue_name
+from controllers.jobs.batchjob import is_elastic, min_parallelism
+from controllers.jobs.framework import child_of_managed_kind, queue_of
 from quota.api import ManifestError, parse_manifest
 from quota.api.names import (
     ADMISSION_GATE,
     ELASTIC_ANNOTATION,
     ELASTIC_POD_LABEL,
+    JOB_UID_POD_LABEL,
     MIN_PARALLELISM_ANNOTATION,
+    OWNER_UID_POD_LABEL,
     QUEUE_LABEL,
     SCHEDULER_NAME,
 )
 
 # What an unset spec.schedulerName means: the pod is kube-scheduler's.
 DEFAULT_SCHEDULER = "default-scheduler"
+# Who creates the pods of Jobs: the Job controller, under its own ServiceAccount
+# (kube-controller-manager's --use-service-account-credentials) or as kube-controller-manager.
+JOB_CONTROLLERS = (
+    "system:serviceaccount:kube-system:job-controller",
+    "system:kube-controller-manager",
+)
+# Kubelets (mirror pods of static pods carry spec.nodeName).
+NODES_GROUP = "system:nodes"
+# The labels Muster's scheduler finds a workload's pods by (`state.caches.job_uid_of_pod`):
+# only the Job controller, creating the pods of a Job, may set them in a managed namespace.
+POD_OWNER_LABELS = (OWNER_UID_POD_LABEL, JOB_UID_POD_LABEL, "controller-uid")
+MANAGED_RULE = "Muster manages every workload in this namespace (managedNamespaceSelector)"
 
 
-def mutate_suspend(obj: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """JSON patch for a labelled JobSet or TrainJob being created: created suspended, so that
-    nothing runs before Muster admits it (its pods get Muster's scheduler at admission,
-    through the owner label and `mutate_pod`)."""
-    if not queue_name(obj) or not isinstance(obj.get("spec"), Mapping):
+def queue_name(obj: Mapping[str, Any], managed: bool = False) -> str | None:
+    """The LocalQueue of an object under review (`framework.queue_of`)."""
+    return queue_of(obj, managed=managed)
+
+
+def mutate_suspend(obj: Mapping[str, Any], managed: bool = False) -> list[dict[str, Any]]:
+    """JSON patch for a JobSet or TrainJob in a queue being created (`managed`: in a managed
+    namespace): created suspended, so that nothing runs before Muster admits it (its pods
+    get Muster's scheduler at admission, through the owner label and `mutate_pod`)."""
+    if not queue_name(obj, managed) or not isinstance(obj.get("spec"), Mapping):
         return []
     if obj["spec"].get("suspend"):
         return []
@@ -74,15 +100,16 @@ def _escape(segment: str) -> str:
 
 
 def mutate_job(
-    job: Mapping[str, Any], scheduler_name: str = SCHEDULER_NAME
+    job: Mapping[str, Any], scheduler_name: str = SCHEDULER_NAME, managed: bool = False
 ) -> list[dict[str, Any]]:
-    """JSON patch operations for a labelled Job being created.
+    """JSON patch operations for a Job in a queue being created (`managed`: in a managed
+    namespace, where a Job without the label is in the LocalQueue `default`).
 
     `scheduler_name` is the scheduler that places the Job's pods ("" leaves them to
     kube-scheduler). A schedulerName the user set to another scheduler is kept: they asked
     for it by name, and Muster still admits the Job under quota either way.
     """
-    if not queue_name(job):
+    if not queue_name(job, managed):
         return []
     ops: list[dict[str, Any]] = []
     if not (job.get("spec") or {}).get("suspend"):
@@ -242,6 +269,126 @@ def malformed_job(job: object) -> str | None:
     if not all(isinstance(g, Mapping) for g in pod_spec.get("schedulingGates") or []):
         return "spec.template.spec.schedulingGates entries must be mappings"
     return None
+
+
+def _subject(obj: Mapping[str, Any]) -> str:
+    meta = obj.get("metadata") or {}
+    name = meta.get("name") or "(generated)"
+    return f"{obj.get('kind') or 'object'} {meta.get('namespace') or ''}/{name}"
+
+
+def _suspended(obj: Mapping[str, Any] | None) -> bool:
+    return bool(((obj or {}).get("spec") or {}).get("suspend"))
+
+
+def refuse_start(
+    obj: Mapping[str, Any], old: Mapping[str, Any] | None, user: str, controller_user: str
+) -> str | None:
+    """Why an update of a workload in a managed namespace is refused, or None: only Muster
+    (`controller_user`) unsuspends it, once admitted under quota. An object owned by one
+    Muster queues (a JobSet's Jobs) is started by its owner's controller."""
+    if old is None or user == controller_user or child_of_managed_kind(old):
+        return None
+    if not _suspended(old) or _suspended(obj):
+        return None
+    return (
+        f"{_subject(obj)}: spec.suspend cannot be set to false by {user}: {MANAGED_RULE}, "
+        "and only Muster starts a workload, once it is admitted under quota in LocalQueue "
+        f"{queue_name(obj, True)}"
+    )
+
+
+def _gated(pod: Mapping[str, Any] | None) -> bool:
+    gates = ((pod or {}).get("spec") or {}).get("schedulingGates") or []
+    return any(isinstance(g, Mapping) and g.get("name") == ADMISSION_GATE for g in gates)
+
+
+def refuse_pod(
+    pod: Mapping[str, Any],
+    old: Mapping[str, Any] | None,
+    user: str,
+    groups: list[str],
+    controller_user: str,
+) -> str | None:
+    """Why a pod in a managed namespace is refused, or None: created on a node by name
+    (past every scheduler and admission; kubelets' mirror pods excepted), created with a
+    label that makes Muster's scheduler count it as a Job's pod by anyone but the Job
+    controller (it would take an admitted pod's place, with a shape of its own), or its
+    admission gate lifted by anyone but Muster (who lifts it only for the pods admission
+    grants)."""
+    node = (pod.get("spec") or {}).get("nodeName")
+    labels = (pod.get("metadata") or {}).get("labels") or {}
+    forged = [k for k in POD_OWNER_LABELS if k in labels]
+    if old is None and forged and user not in JOB_CONTROLLERS:
+        return (
+            f"{_subject(pod)}: metadata.labels[{forged[0]}] cannot be set by {user}: "
+            f"{MANAGED_RULE}, and only the Job controller labels a pod as a Job's"
+        )
+    if old is None and node and NODES_GROUP not in groups:
+        return (
+            f"{_subject(pod)}: spec.nodeName ({node}) cannot be set: {MANAGED_RULE}, and a "
+            "pod reaches a node only through admission and a scheduler; leave spec.nodeName "
+            "empty and run the pod in a Job"
+        )
+    if old is not None and _gated(old) and not _gated(pod) and user != controller_user:
+        return (
+            f"{_subject(pod)}: spec.schedulingGates: gate {ADMISSION_GATE} cannot be removed "
+            f"by {user}: {MANAGED_RULE}, and only Muster lifts it, for the pods admission grants"
+        )
+    return None
+
+
+def _tolerates(toleration: Mapping[str, Any], taint: Mapping[str, Any]) -> bool:
+    """Kubernetes' matching of a toleration and a taint; a numeric comparison (Lt, Gt) of
+    the taint's key counts as tolerating it (refused rather than evaluated)."""
+    effect = toleration.get("effect") or ""
+    if effect and effect != taint.get("effect"):
+        return False
+    key, operator = toleration.get("key") or "", toleration.get("operator") or "Equal"
+    if not key:
+        return operator == "Exists"
+    if key != taint.get("key"):
+        return False
+    if operator == "Equal":
+        return (toleration.get("value") or "") == (taint.get("value") or "")
+    return True
+
+
+def refuse_toleration(
+    pod: Mapping[str, Any],
+    old: Mapping[str, Any] | None,
+    flavor: Mapping[str, Any],
+    *,
+    scheduler_name: str,
+    user: str,
+) -> str | None:
+    """Why a pod in a managed namespace that tolerates one of the ResourceFlavor's
+    `spec.nodeTaints` is refused, or None. Allowed: pods Muster's scheduler places (it binds
+    only pods of admitted workloads, never more than admitted) and, with Muster's scheduler
+    off, the Job controller's (of Jobs only Muster starts here). Checked at creation, and on
+    an update that changes the tolerations."""
+    spec = pod.get("spec") or {}
+    tolerations = [t for t in spec.get("tolerations") or [] if isinstance(t, Mapping)]
+    if old is not None and tolerations == list((old.get("spec") or {}).get("tolerations") or []):
+        return None
+    if scheduler_name and spec.get("schedulerName") == scheduler_name:
+        return None
+    if not scheduler_name and user in JOB_CONTROLLERS:
+        return None
+    taints = ((flavor.get("spec") or {}).get("nodeTaints")) or []
+    tolerated = [
+        str(t.get("key"))
+        for t in taints
+        if isinstance(t, Mapping) and any(_tolerates(o, t) for o in tolerations)
+    ]
+    if not tolerated:
+        return None
+    return (
+        f"{_subject(pod)}: spec.tolerations tolerate the taint {tolerated[0]} of "
+        f"ResourceFlavor {(flavor.get('metadata') or {}).get('name')}: {MANAGED_RULE}, and "
+        "only Muster's admission puts a pod on a flavor's nodes; run it in a Job (queued "
+        "under quota), without the toleration"
+    )
 
 
 def validate_queue_object(

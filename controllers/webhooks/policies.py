@@ -14,6 +14,11 @@ since Kubernetes 1.36). Where the apiserver does not serve it, the controller re
 webhooks that make the same decisions instead (`configurations.configurations(policies=False)`);
 `tests/e2e/test_admission_policies_e2e.py` sends the same cases through the real apiserver's
 policies and through the webhook handlers and compares the outcome and the words.
+
+With managed namespaces (`Managed`, docs/tenancy.md) more policies are bound to those
+namespaces (`managed_policies`): unlabelled objects queued in LocalQueue `default`, and the
+refusals of `decisions.refuse_start`, `refuse_pod` and `refuse_toleration`, with their words
+(`tests/e2e/test_tenancy_e2e.py` compares them).
 """
 
 from __future__ import annotations
@@ -23,12 +28,14 @@ import hashlib
 import json
 import logging
 import time
+from dataclasses import dataclass
 from typing import Any
 
 import yaml
 from kubernetes.client.exceptions import ApiException
 
-from controllers.jobs.framework import Admission
+from controllers.jobs import kinds as workload_kinds
+from controllers.jobs.framework import DEFAULT_LOCAL_QUEUE, Admission
 from controllers.jobs.kinds import admitted_by
 from controllers.runtime import apply
 from controllers.runtime.resources import (
@@ -40,6 +47,12 @@ from controllers.runtime.resources import (
     Kind,
     Kube,
     Obj,
+)
+from controllers.webhooks.decisions import (
+    JOB_CONTROLLERS,
+    MANAGED_RULE,
+    NODES_GROUP,
+    POD_OWNER_LABELS,
 )
 from quota.api.names import (
     ADMISSION_GATE,
@@ -142,6 +155,7 @@ def _kind_rules(admission: Admission) -> list[dict[str, Any]]:
 
 
 POD_RULE = {"apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods"]}
+SUSPEND_MUTATION = "Object{spec: Object.spec{suspend: true}}"
 
 
 def _mutating(
@@ -179,9 +193,8 @@ def _apply(expression: str) -> dict[str, Any]:
     return {"patchType": "ApplyConfiguration", "applyConfiguration": {"expression": expression}}
 
 
-def mutating_policies(scheduler_name: str = SCHEDULER_NAME) -> list[Obj]:
-    """The MutatingAdmissionPolicies and their bindings: what `decisions.mutate_job`,
-    `mutate_suspend` and `mutate_pod` do, evaluated by the apiserver."""
+def _job_mutations() -> list[dict[str, Any]]:
+    """What creating a Job in a queue sets, as one JSON patch."""
     # A JSON patch, not an apply configuration: the apiserver applies it without a typed
     # merge of the whole Job (0.45 ms per create in all, `controller_bench --baseline`).
     # Each operation is there only where its condition holds, so a plain Job gets suspend
@@ -213,15 +226,18 @@ def mutating_policies(scheduler_name: str = SCHEDULER_NAME) -> list[Obj]:
         f" + (!variables.elastic || ({has_gate}) ? []"
         f" : has({pod_spec}.schedulingGates) ? [{append_gate}] : [{add_gates}])"
     )
-    job_mutations = [{"patchType": "JSONPatch", "jsonPatch": {"expression": job_patch}}]
-    queue_set = [
-        {"name": "queue-name-set", "expression": f"({_label('object', QUEUE_LABEL)}) != ''"}
-    ]
-    jobs = _mutating(
-        JOBS_POLICY,
-        _match(_kind_rules(Admission.BATCH_JOB), ["CREATE"], LABELLED),
-        job_mutations,
-        conditions=queue_set,
+    return [{"patchType": "JSONPatch", "jsonPatch": {"expression": job_patch}}]
+
+
+def _job_policy(
+    name: str, selector: dict[str, Any], condition: dict[str, str], scheduler_name: str
+) -> list[Obj]:
+    """The mutating policy of the Jobs `condition` puts in a queue, and its binding."""
+    return _mutating(
+        name,
+        _match(_kind_rules(Admission.BATCH_JOB), ["CREATE"], selector),
+        _job_mutations(),
+        conditions=[condition],
         variables=[
             _scheduler_variable(scheduler_name),
             {
@@ -233,6 +249,15 @@ def mutating_policies(scheduler_name: str = SCHEDULER_NAME) -> list[Obj]:
         # Another mutation after ours (a second policy or webhook) may reset what we set.
         reinvocation="IfNeeded",
     )
+
+
+QUEUE_SET = {"name": "queue-name-set", "expression": f"({_label('object', QUEUE_LABEL)}) != ''"}
+
+
+def mutating_policies(scheduler_name: str = SCHEDULER_NAME) -> list[Obj]:
+    """The MutatingAdmissionPolicies and their bindings: what `decisions.mutate_job`,
+    `mutate_suspend` and `mutate_pod` do, evaluated by the apiserver."""
+    jobs = _job_policy(JOBS_POLICY, LABELLED, QUEUE_SET, scheduler_name)
     # The kinds Muster's generic rule admits (JobSet, TrainJob) with the queue label:
     # created suspended. Their pods reach Muster's scheduler at admission, through the
     # owner label and the pods policy. Every mutating policy needs the kind's schema, which
@@ -242,8 +267,8 @@ def mutating_policies(scheduler_name: str = SCHEDULER_NAME) -> list[Obj]:
     suspend = _mutating(
         SUSPEND_POLICY,
         _match(_kind_rules(Admission.SUSPEND), ["CREATE"], LABELLED),
-        [_apply("Object{spec: Object.spec{suspend: true}}")],
-        conditions=queue_set,
+        [_apply(SUSPEND_MUTATION)],
+        conditions=[QUEUE_SET],
     )
     # Pods of admitted objects of those kinds (the owner label Muster put on their
     # templates at admission): to Muster's scheduler. No other pod matches.
@@ -383,6 +408,197 @@ def validating_policies() -> list[Obj]:
     ]
 
 
+# ------------------------------------------------------------- managed namespaces
+
+MANAGED_JOBS_POLICY = "muster-managed-jobs"
+MANAGED_SUSPEND_POLICY = "muster-managed-suspend"
+MANAGED_START_POLICY = "muster-managed-start"
+MANAGED_PODS_POLICY = "muster-managed-pods"
+MANAGED_FLAVORS_POLICY = "muster-managed-flavors"
+# In the chart's copy: replaced by the Helm value and the chart's ServiceAccount.
+_CHART_NAMESPACES = "CHART-MANAGED-NAMESPACES"
+_CHART_CONTROLLER = "CHART-CONTROLLER-USER"
+
+
+@dataclass(frozen=True)
+class Managed:
+    """Managed namespaces, as the policies need them."""
+
+    selector: dict[str, Any]  # metav1.LabelSelector of the namespaces, on every binding
+    controller: str  # Muster's username: the only one that starts workloads or lifts gates
+
+
+def _child(obj: str) -> str:
+    """CEL: `framework.child_of_managed_kind`."""
+    names = ", ".join(_cel(k.name) for k in workload_kinds.KINDS)
+    return (
+        f"has({obj}.metadata.ownerReferences) && {obj}.metadata.ownerReferences.exists(r,"
+        f" has(r.controller) && r.controller && (r.apiVersion + '/' + r.kind) in [{names}])"
+    )
+
+
+def _subject(kind: str) -> str:
+    """CEL: `decisions._subject` (the namespace from the request: a new object may not
+    carry it yet)."""
+    name = (
+        "(has(object.metadata.name) && object.metadata.name != ''"
+        " ? object.metadata.name : '(generated)')"
+    )
+    return f"{kind} + ' ' + request.namespace + '/' + {name}"
+
+
+def _in(managed: Managed, docs: list[Obj]) -> list[Obj]:
+    """The bindings among `docs` limited to the managed namespaces."""
+    for doc in docs:
+        if doc["kind"].endswith("Binding"):
+            doc["spec"]["matchResources"] = {"namespaceSelector": managed.selector}
+    return docs
+
+
+def _validating(
+    name: str,
+    match: dict[str, Any],
+    variables: list[dict[str, str]],
+    validations: list[dict[str, str]],
+    binding: dict[str, Any] | None = None,
+    param_kind: dict[str, str] | None = None,
+) -> list[Obj]:
+    spec: dict[str, Any] = {"matchConstraints": match}
+    if param_kind is not None:
+        spec["paramKind"] = param_kind
+    spec |= {"variables": variables, "validations": validations, "failurePolicy": "Fail"}
+    kind = "ValidatingAdmissionPolicy"
+    extra = {"validationActions": ["Deny"], **(binding or {})}
+    return [_policy(name, kind, spec), _binding(name, kind, extra)]
+
+
+def managed_policies(managed: Managed, scheduler_name: str = SCHEDULER_NAME) -> list[Obj]:
+    """The policies of managed namespaces (docs/tenancy.md), bound to them: objects without
+    the queue label queued in LocalQueue `default` (`decisions.mutate_job`,
+    `mutate_suspend` with `managed`), and `decisions.refuse_start`, `refuse_pod` and
+    `refuse_toleration`, with the same words."""
+    own = f"({_label('object', QUEUE_LABEL)}) == '' && !({_child('object')})"
+    unlabelled = {"name": "unlabelled", "expression": own}
+    jobs = _job_policy(MANAGED_JOBS_POLICY, {}, unlabelled, scheduler_name)
+    suspend = _mutating(
+        MANAGED_SUSPEND_POLICY,
+        _match(_kind_rules(Admission.SUSPEND), ["CREATE"], {}),
+        [_apply(SUSPEND_MUTATION)],
+        conditions=[unlabelled],
+    )
+    controller = {"name": "controller", "expression": _cel(managed.controller)}
+    muster = "request.userInfo.username == variables.controller"
+    rule = MANAGED_RULE  # inside a CEL string literal: it holds no quote
+    suspended = "has({0}.spec.suspend) && {0}.spec.suspend"
+    queue = f"({_label('object', QUEUE_LABEL)})"
+    kinds = [dict(k.rule()) for k in workload_kinds.KINDS]
+    start = _validating(
+        MANAGED_START_POLICY,
+        _match(kinds, ["UPDATE"], {}),
+        [controller],
+        [
+            {
+                "expression": f"{muster} || ({_child('oldObject')})"
+                f" || !({suspended.format('oldObject')}) || ({suspended.format('object')})",
+                "messageExpression": f"{_subject('object.kind')} + ': spec.suspend cannot be set"
+                f" to false by ' + request.userInfo.username + ': {rule}, and only Muster"
+                " starts a workload, once it is admitted under quota in LocalQueue ' + ("
+                f"{queue} != '' ? {queue} : {_cel(DEFAULT_LOCAL_QUEUE)})",
+                "reason": "Forbidden",
+            }
+        ],
+    )
+    controllers = ", ".join(_cel(u) for u in JOB_CONTROLLERS)
+    job_controller = f"request.userInfo.username in [{controllers}]"
+    owner_labels = ", ".join(_cel(k) for k in POD_OWNER_LABELS)
+    gated = (
+        "has({0}.spec.schedulingGates)"
+        f" && {{0}}.spec.schedulingGates.exists(g, g.name == {_cel(ADMISSION_GATE)})"
+    )
+    pods = _validating(
+        MANAGED_PODS_POLICY,
+        _match([POD_RULE], ["CREATE", "UPDATE"], {}),
+        [controller],
+        [
+            {
+                "expression": "request.operation != 'CREATE' || !has(object.spec.nodeName)"
+                f" || object.spec.nodeName == '' || {_cel(NODES_GROUP)} in request.userInfo.groups",
+                "messageExpression": f"{_subject(_cel('Pod'))} + ': spec.nodeName (' +"
+                f" object.spec.nodeName + ') cannot be set: {rule}, and a pod reaches a node"
+                " only through admission and a scheduler; leave spec.nodeName empty and run"
+                " the pod in a Job'",
+                "reason": "Forbidden",
+            },
+            {
+                "expression": f"request.operation != 'CREATE' || ({job_controller})"
+                f" || !has(object.metadata.labels) || ![{owner_labels}].exists(k,"
+                " k in object.metadata.labels)",
+                "messageExpression": f"{_subject(_cel('Pod'))} + ': metadata.labels[' +"
+                f" [{owner_labels}].filter(k, k in object.metadata.labels)[0] + '] cannot be set"
+                f" by ' + request.userInfo.username + ': {rule}, and only the Job controller"
+                " labels a pod as a Job\\'s'",
+                "reason": "Forbidden",
+            },
+            {
+                "expression": f"request.operation != 'UPDATE' || {muster}"
+                f" || !({gated.format('oldObject')}) || ({gated.format('object')})",
+                "messageExpression": f"{_subject(_cel('Pod'))} + ': spec.schedulingGates: gate"
+                f" {ADMISSION_GATE} cannot be removed by ' + request.userInfo.username + ':"
+                f" {rule}, and only Muster lifts it, for the pods admission grants'",
+                "reason": "Forbidden",
+            },
+        ],
+    )
+    # Evaluated once per ResourceFlavor (every flavor is a parameter; none: nothing to do).
+    tolerates = (
+        "(!has(o.effect) || o.effect == '' || o.effect == t.effect)"
+        " && ((!has(o.key) || o.key == '') ? (has(o.operator) && o.operator == 'Exists')"
+        " : (o.key == t.key && ((has(o.operator) && o.operator != '' && o.operator != 'Equal')"
+        " || (has(o.value) ? o.value : '') == (has(t.value) ? t.value : ''))))"
+    )
+    tolerations = "has({0}.spec.tolerations) ? {0}.spec.tolerations : []"
+    flavors = _validating(
+        MANAGED_FLAVORS_POLICY,
+        _match([POD_RULE], ["CREATE", "UPDATE"], {}),
+        [
+            _scheduler_variable(scheduler_name),
+            {"name": "tolerations", "expression": tolerations.format("object")},
+            {
+                "name": "changed",
+                "expression": "request.operation == 'CREATE'"
+                f" || ({tolerations.format('oldObject')}) != variables.tolerations",
+            },
+            {
+                "name": "exempt",
+                "expression": "variables.scheduler != '' ? has(object.spec.schedulerName)"
+                " && object.spec.schedulerName == variables.scheduler"
+                f" : {job_controller}",
+            },
+            {
+                "name": "tolerated",
+                "expression": "(has(params.spec) && has(params.spec.nodeTaints)"
+                " ? params.spec.nodeTaints : [])"
+                f".filter(t, variables.tolerations.exists(o, {tolerates})).map(t, t.key)",
+            },
+        ],
+        [
+            {
+                "expression": "!variables.changed || variables.exempt"
+                " || size(variables.tolerated) == 0",
+                "messageExpression": f"{_subject(_cel('Pod'))} + ': spec.tolerations tolerate"
+                " the taint ' + variables.tolerated[0] + ' of ResourceFlavor ' +"
+                f" params.metadata.name + ': {rule}, and only Muster\\'s admission puts a pod"
+                " on a flavor\\'s nodes; run it in a Job (queued under quota), without the"
+                " toleration'",
+                "reason": "Forbidden",
+            }
+        ],
+        binding={"paramRef": {"selector": {}, "parameterNotFoundAction": "Allow"}},
+        param_kind={"apiVersion": "muster.dev/v1alpha1", "kind": "ResourceFlavor"},
+    )
+    return _in(managed, jobs + suspend + start + pods + flavors)
+
+
 PROBE_POLICY = "muster-probe"
 PROBE_LABEL = "muster.dev/admission-probe"
 WORKLOAD_RULE = {
@@ -446,11 +662,14 @@ def _probe_policies(scheduler_name: str) -> list[Obj]:
     ]
 
 
-def policies(scheduler_name: str = SCHEDULER_NAME) -> list[Obj]:
+def policies(scheduler_name: str = SCHEDULER_NAME, managed: Managed | None = None) -> list[Obj]:
     """Every policy and binding Muster registers, in the order to create them (a binding
-    after its policy, the probe last)."""
+    after its policy, the probe last: it answers once the apiserver holds all the others)."""
     return (
-        mutating_policies(scheduler_name) + validating_policies() + _probe_policies(scheduler_name)
+        mutating_policies(scheduler_name)
+        + validating_policies()
+        + (managed_policies(managed, scheduler_name) if managed is not None else [])
+        + _probe_policies(scheduler_name)
     )
 
 
@@ -523,27 +742,48 @@ def remove_ours(kube: Kube, kind: Kind, name: str) -> bool:
     return apply.delete(kube, kind, obj, unchanged=True)
 
 
-def unregister(kube: Kube) -> None:
-    """Remove every policy and binding of Muster's (bindings first)."""
-    for doc in reversed(policies()):
+def unregister(kube: Kube, *, managed_only: bool = False) -> None:
+    """Remove every policy and binding of Muster's (bindings first); `managed_only`: those of
+    managed namespaces (left by a run that managed some)."""
+    every = Managed({}, "")
+    docs = managed_policies(every) if managed_only else policies(managed=every)
+    for doc in reversed(docs):
         remove_ours(kube, KINDS[doc["kind"]], doc["metadata"]["name"])
 
 
 def chart_template() -> str:
     """charts/muster/templates/policies.yaml: these policies as Helm renders them, the
-    scheduler name from `.Values.schedulerName`. Regenerate with
+    scheduler name from `.Values.schedulerName`, those of managed namespaces (bound to
+    `.Values.managedNamespaceSelector`, Muster's username the chart's ServiceAccount's)
+    only when some namespace is managed. Regenerate with
     `python -m controllers.webhooks.policies > charts/muster/templates/policies.yaml`;
     tests/unit/test_chart.py checks that the file is current."""
-    body = yaml.safe_dump_all(policies(_CHART_SCHEDULER), sort_keys=False, width=1000)
-    body = body.replace(_cel(_CHART_SCHEDULER), "'{{ .Values.schedulerName }}'")
-    body = body.replace(
-        f"labels:\n    {PART_OF}: muster\n",
-        f'labels:\n    {PART_OF}: muster\n    {{{{- include "muster.labels" . | nindent 4 }}}}\n',
-    )
+
+    def body(docs: list[Obj]) -> str:
+        text = yaml.safe_dump_all(docs, sort_keys=False, width=1000)
+        text = text.replace(_cel(_CHART_SCHEDULER), "'{{ .Values.schedulerName }}'")
+        text = text.replace(
+            _cel(_CHART_CONTROLLER),
+            "'system:serviceaccount:{{ .Release.Namespace }}:"
+            '{{ include "muster.serviceAccountName" . }}\'',
+        )
+        text = text.replace(
+            f"namespaceSelector: {_CHART_NAMESPACES}",
+            "namespaceSelector:\n      {{- toYaml .Values.managedNamespaceSelector | nindent 6 }}",
+        )
+        labels = f"labels:\n    {PART_OF}: muster\n"
+        return text.replace(labels, labels + '    {{- include "muster.labels" . | nindent 4 }}\n')
+
+    # A placeholder YAML scalar where the selector goes (replaced above).
+    managed = Managed(_CHART_NAMESPACES, _CHART_CONTROLLER)  # type: ignore[arg-type]
     return (
         "# Generated by `python -m controllers.webhooks.policies` from controllers/webhooks/\n"
         "# policies.py: Job admission evaluated by the apiserver itself (Kubernetes 1.36+).\n"
-        '{{- if eq (include "muster.jobAdmission" .) "policies" }}\n' + body + "{{- end }}\n"
+        '{{- if eq (include "muster.jobAdmission" .) "policies" }}\n'
+        + body(policies(_CHART_SCHEDULER))
+        + '{{- if include "muster.managed" . }}\n# Managed namespaces (docs/tenancy.md).\n---\n'
+        + body(managed_policies(managed, _CHART_SCHEDULER))
+        + "{{- end }}\n{{- end }}\n"
     )
 
 

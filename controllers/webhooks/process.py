@@ -18,7 +18,8 @@ child dies the controller starts another on the same socket; if the controller d
 child sees its control socket close and exits.
 
 Control messages are JSON lines:
-- controller -> child: `{"certs": {"cert": PEM, "key": PEM}}`, `{"id": N, "warnings": [...]}`
+- controller -> child: `{"certs": {"cert": PEM, "key": PEM}}`, `{"id": N, "warnings": [...]}`,
+  `{"flavors": [RESOURCEFLAVOR, ...]}` (managed namespaces: the taints pods are checked against)
 - child -> controller: `{"ready": true}`, `{"id": N, "ask": OBJECT}`,
   `{"observed": [[path, status, seconds], ...]}`
 """
@@ -36,7 +37,7 @@ import sys
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from controllers.metrics import definitions as metrics
@@ -96,9 +97,12 @@ class WebhookProcess:
         *,
         scheduler_name: str,
         queue_warnings: Callable[[Mapping[str, Any]], list[str]] | None = None,
+        controller_user: str = "",
     ) -> None:
         self.bind_host = host
         self.scheduler_name = scheduler_name
+        self.controller_user = controller_user
+        self._flavors: Sequence[Mapping[str, Any]] = []
         self.queue_warnings = queue_warnings
         self._listener = listening_socket(host, port)
         self.port: int = self._listener.getsockname()[1]
@@ -120,6 +124,22 @@ class WebhookProcess:
             control = self._control
         if control is not None:
             self._send_certs(control, bundle.serving)
+
+    def send_flavors(self, flavors: Sequence[Mapping[str, Any]]) -> None:
+        """The ResourceFlavors now (their names and taints), for the checks of managed
+        namespaces; a child started later gets them too."""
+        with self._lock:
+            self._flavors = flavors
+            control = self._control
+        if control is not None:
+            self._send(control, {"flavors": list(flavors)})
+
+    def _send(self, control: _Lines, message: Mapping[str, Any]) -> None:
+        try:
+            control.send(message)
+        except OSError as error:
+            # The child is gone; the supervisor starts another, which gets the news.
+            log.warning("could not tell the webhook process: %s", error)
 
     def start(self) -> None:
         """Start the child and return; it serves once its imports are done (seconds on a busy
@@ -174,6 +194,8 @@ class WebhookProcess:
             str(theirs.fileno()),
             "--scheduler-name",
             self.scheduler_name,
+            "--controller-user",
+            self.controller_user,
             "--log-level",
             logging.getLevelName(logging.getLogger().getEffectiveLevel()).lower(),
         ]
@@ -185,9 +207,11 @@ class WebhookProcess:
         control = _Lines(ours)
         with self._lock:
             self._child, self._control = child, control
-            serving = self._serving
+            serving, flavors = self._serving, self._flavors
         assert serving is not None
         self._send_certs(control, serving)
+        if flavors:
+            self._send(control, {"flavors": list(flavors)})
 
     def _send_certs(self, control: _Lines, serving: KeyPair) -> None:
         try:
@@ -253,13 +277,18 @@ class _Child:
     """The webhook process: serves on the inherited socket, asks the controller for what
     only its caches know, and exits when the controller goes away."""
 
-    def __init__(self, listen_fd: int, control_fd: int, scheduler_name: str) -> None:
+    def __init__(
+        self, listen_fd: int, control_fd: int, scheduler_name: str, controller_user: str
+    ) -> None:
         self.control = _Lines(socket.socket(fileno=control_fd))
         self.listener = socket.socket(fileno=listen_fd)
+        self.handlers = WebhookHandlers(
+            self.ask_warnings, scheduler_name=scheduler_name, controller_user=controller_user
+        )
         self.server = WebhookServer(
             "",
             0,
-            WebhookHandlers(self.ask_warnings, scheduler_name=scheduler_name),
+            self.handlers,
             sock=self.listener,
             observe=self.observe,
         )
@@ -315,6 +344,8 @@ class _Child:
                     self.server.start()
                     self._started = True
                     self.control.send({"ready": True})
+            elif "flavors" in message:
+                self.handlers.flavors = list(message["flavors"])
             elif "id" in message:
                 with self._lock:
                     waiting = self._asked.get(message["id"])
@@ -328,12 +359,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--listen-fd", type=int, required=True)
     parser.add_argument("--control-fd", type=int, required=True)
     parser.add_argument("--scheduler-name", default="")
+    parser.add_argument("--controller-user", default="")
     parser.add_argument("--log-level", default="warning")
     args = parser.parse_args(argv)
     from controllers.runtime.logs import setup_logging
 
     setup_logging(args.log_level)
-    _Child(args.listen_fd, args.control_fd, args.scheduler_name).run()
+    _Child(args.listen_fd, args.control_fd, args.scheduler_name, args.controller_user).run()
     # Daemon threads may be mid-review; the controller is gone, so nobody waits for them.
     os._exit(0)
 

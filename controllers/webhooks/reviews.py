@@ -13,6 +13,9 @@ from controllers.webhooks.decisions import (
     mutate_job,
     mutate_pod,
     mutate_suspend,
+    refuse_pod,
+    refuse_start,
+    refuse_toleration,
     validate_job,
     validate_queue_object,
 )
@@ -23,6 +26,10 @@ VALIDATE_JOB_PATH = "/validate-batch-v1-job"
 VALIDATE_QUEUES_PATH = "/validate-muster-dev-v1alpha1"
 MUTATE_SUSPEND_PATH = "/mutate-suspend"
 MUTATE_POD_PATH = "/mutate-v1-pod"
+# Managed namespaces (docs/tenancy.md): the webhooks that select them say so by their path.
+MUTATE_MANAGED_JOB_PATH = "/mutate-managed-batch-v1-job"
+MUTATE_MANAGED_SUSPEND_PATH = "/mutate-managed-suspend"
+VALIDATE_MANAGED_PATH = "/validate-managed"
 
 
 def review_response(
@@ -48,7 +55,9 @@ class WebhookHandlers:
     """Routes AdmissionReview requests to the decisions (`decisions.py`).
 
     `scheduler_name` goes into the pods of every labelled Job created ("" leaves them to
-    kube-scheduler); the controller sets it from `--scheduler-name`.
+    kube-scheduler); the controller sets it from `--scheduler-name`. In managed namespaces,
+    `controller_user` is Muster's username and `flavors` the ResourceFlavors (name and
+    `spec.nodeTaints`), which the controller sends whenever they change.
     """
 
     def __init__(
@@ -56,9 +65,29 @@ class WebhookHandlers:
         queue_warnings: Callable[[Mapping[str, Any]], list[str]] | None = None,
         *,
         scheduler_name: str = SCHEDULER_NAME,
+        controller_user: str = "",
     ):
         self.queue_warnings = queue_warnings
         self.scheduler_name = scheduler_name
+        self.controller_user = controller_user
+        self.flavors: list[Mapping[str, Any]] = []
+
+    def _managed(self, request: Mapping[str, Any], obj: Mapping[str, Any]) -> str | None:
+        """Why an object in a managed namespace is refused (`decisions.refuse_*`), or None."""
+        old = request.get("oldObject")
+        user_info = request.get("userInfo") or {}
+        user = str(user_info.get("username") or "")
+        if obj.get("kind") != "Pod":
+            return refuse_start(obj, old, user, self.controller_user)
+        groups = [str(g) for g in user_info.get("groups") or []]
+        refusal = refuse_pod(obj, old, user, groups, self.controller_user)
+        for flavor in self.flavors:
+            if refusal is not None:
+                break
+            refusal = refuse_toleration(
+                obj, old, flavor, scheduler_name=self.scheduler_name, user=user
+            )
+        return refusal
 
     def handle(self, path: str, review: Mapping[str, Any]) -> dict[str, Any]:
         request = review.get("request") if isinstance(review, Mapping) else None
@@ -67,6 +96,16 @@ class WebhookHandlers:
         uid = str(request.get("uid", ""))
         obj = request.get("object") or {}
         old = request.get("oldObject")
+        managed = path in (MUTATE_MANAGED_JOB_PATH, MUTATE_MANAGED_SUSPEND_PATH)
+        if managed:
+            path = MUTATE_JOB_PATH if path == MUTATE_MANAGED_JOB_PATH else MUTATE_SUSPEND_PATH
+        if path == VALIDATE_MANAGED_PATH:
+            if not isinstance(obj, Mapping) or not isinstance(old or {}, Mapping):
+                return review_response(uid, allowed=False, message="object must be a mapping")
+            # A new object may not carry its namespace yet; the refusals name it.
+            meta = {"namespace": request.get("namespace"), **(obj.get("metadata") or {})}
+            refusal = self._managed(request, {**obj, "metadata": meta})
+            return review_response(uid, allowed=refusal is None, message=refusal)
         if path in (MUTATE_JOB_PATH, VALIDATE_JOB_PATH):
             for which, job in (("object", obj), ("oldObject", old)):
                 problem = None if job is None and which == "oldObject" else malformed_job(job)
@@ -77,14 +116,15 @@ class WebhookHandlers:
             refusal = validate_job(obj, None)
             if refusal is not None:
                 return review_response(uid, allowed=False, message=refusal)
-            return review_response(uid, allowed=True, patch=mutate_job(obj, self.scheduler_name))
+            patch = mutate_job(obj, self.scheduler_name, managed)
+            return review_response(uid, allowed=True, patch=patch)
         if path == VALIDATE_JOB_PATH:
             refusal = validate_job(obj, old)
             return review_response(uid, allowed=refusal is None, message=refusal)
         if path == MUTATE_SUSPEND_PATH:
             if not isinstance(obj, Mapping):
                 return review_response(uid, allowed=False, message="object must be a mapping")
-            return review_response(uid, allowed=True, patch=mutate_suspend(obj))
+            return review_response(uid, allowed=True, patch=mutate_suspend(obj, managed))
         if path == MUTATE_POD_PATH:
             if not isinstance(obj, Mapping):
                 return review_response(uid, allowed=False, message="object must be a mapping")

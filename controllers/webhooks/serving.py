@@ -15,6 +15,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from kubernetes import client
+
+from controllers.runtime.informer import Informer
 from controllers.runtime.resources import Kube
 from controllers.state.caches import Caches
 from controllers.webhooks import configurations, policies
@@ -46,6 +49,30 @@ class WebhookSettings:
     # evaluates (policies.py); "webhooks": by calls to this replica; "auto": policies where
     # the apiserver serves them.
     job_admission: str = "auto"
+    # The namespaces Muster manages (metav1.LabelSelector; None: none), docs/tenancy.md.
+    managed_namespace_selector: dict[str, Any] | None = None
+
+
+def whoami(kube: Kube) -> str:
+    """This process's username, as the apiserver authenticates it (a SelfSubjectReview)."""
+    review = client.AuthenticationV1Api(kube.api_client).create_self_subject_review(
+        client.V1SelfSubjectReview()
+    )
+    user = review.status.user_info if review.status is not None else None
+    if user is None or not user.username:
+        raise RuntimeError("the apiserver did not say who this controller is (SelfSubjectReview)")
+    return str(user.username)
+
+
+def _taints(flavors: Informer) -> list[dict[str, Any]]:
+    """Every ResourceFlavor's name and node taints, as the webhook process checks pods."""
+    return [
+        {
+            "metadata": {"name": f["metadata"]["name"]},
+            "spec": {"nodeTaints": (f.get("spec") or {}).get("nodeTaints") or []},
+        }
+        for f in sorted(flavors.objects(), key=lambda f: str(f["metadata"]["name"]))
+    ]
 
 
 class WebhookServing:
@@ -66,6 +93,7 @@ class WebhookServing:
         self.server: WebhookProcess | None = None
         # Whether the apiserver evaluates Muster's admission policies (asked once).
         self._policies: bool | None = None
+        self._username: str | None = None
 
     def url_base(self) -> str:
         """Where the apiserver reaches this replica's server directly (local clusters)."""
@@ -106,11 +134,14 @@ class WebhookServing:
                         "the apiserver does not serve MutatingAdmissionPolicy "
                         "(Kubernetes before 1.36): Jobs are admitted through the webhooks"
                     )
+            managed = self._managed()
             if self._policies:
                 # Before the webhook configurations, which say "Muster is up": a labelled Job
                 # created once they exist is created suspended.
                 scheduler = self.options.scheduler_name
-                policies.register(self.kube, policies.policies(scheduler))
+                policies.register(self.kube, policies.policies(scheduler, managed))
+                if managed is None:
+                    policies.unregister(self.kube, managed_only=True)
                 policies.wait_active(self.kube, self.options.namespace, scheduler)
             else:
                 # Told to use the webhooks where policies of an earlier run may remain.
@@ -120,10 +151,19 @@ class WebhookServing:
                 url_base=None if service else self.url_base(),
                 service=service,
                 policies=self._policies,
+                managed=managed,
             )
             configurations.register(self.kube, mutating, validating)
         except Exception:
             log.exception("could not register the admission policies and webhook configurations")
+
+    def _managed(self) -> policies.Managed | None:
+        """The managed namespaces with Muster's own username (asked of the apiserver at
+        start: the one identity that may start workloads and lift gates there)."""
+        selector = self.options.managed_namespace_selector
+        if selector is None or self._username is None:
+            return None
+        return policies.Managed(selector, self._username)
 
     def _cert_changed(self, bundle: CertBundle) -> None:
         if self.server is not None:
@@ -172,12 +212,20 @@ class WebhookServing:
         )
         bind = self.options.bind or ("0.0.0.0" if self.options.service else self.options.host)
         # In a process of its own: a busy controller must not delay reviews (process.py).
+        if self.options.managed_namespace_selector is not None:
+            self._username = whoami(self.kube)
         self.server = WebhookProcess(
             bind,
             self.options.port,
             scheduler_name=self.options.scheduler_name,
             queue_warnings=self.queue_warnings,
+            controller_user=self._username or "",
         )
+        if self.options.managed_namespace_selector is not None:
+            server = self.server
+            flavors = self.caches.flavors
+            # Pods of managed namespaces are checked against every flavor's taints.
+            flavors.add_handler(lambda kind, old, new: server.send_flavors(_taints(flavors)))
         self.certs.on_change(self._cert_changed)
         self.certs.ensure()
         self.server.start()

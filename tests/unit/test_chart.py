@@ -18,6 +18,7 @@ import yaml
 
 from controllers.cli.controller import controller
 from controllers.cli.crds import generated_files
+from controllers.manager.namespaces import parse_selector
 from controllers.webhooks import policies
 from controllers.webhooks.configurations import configurations
 
@@ -106,6 +107,75 @@ def test_admission_policies_are_the_ones_the_controller_registers(scheduler: str
     assert not [d for d in render("webhook.jobAdmission=webhooks") if d["kind"] in POLICY_KINDS]
 
 
+MANAGED = {
+    "matchLabels": {"muster.dev/managed": "true"},
+    "matchExpressions": [
+        {"key": "tier", "operator": "In", "values": ["a", "b"]},
+        {"key": "legacy", "operator": "DoesNotExist"},
+    ],
+}
+
+
+def render_managed(*sets: str, selector: object = MANAGED) -> list[dict[str, Any]]:
+    argv = ["template", "muster", str(CHART), "--namespace", "muster-system"]
+    argv += ["--set-json", f"managedNamespaceSelector={json.dumps(selector)}"]
+    for s in sets:
+        argv += ["--set", s]
+    return [d for d in yaml.safe_load_all(helm(*argv).stdout) if d]
+
+
+def test_managed_namespaces_get_the_controllers_policies_bound_to_the_selector() -> None:
+    docs = render_managed("webhook.jobAdmission=policies")
+    got = [d for d in docs if d["kind"] in POLICY_KINDS]
+    # Muster's username is the chart's ServiceAccount's, the one the controller runs as.
+    managed = policies.Managed(MANAGED, "system:serviceaccount:muster-system:muster")
+    want = policies.policies("muster-scheduler", managed)
+    assert sorted(
+        (d["kind"], d["metadata"]["name"], json.dumps(d["spec"], sort_keys=True)) for d in got
+    ) == sorted(
+        (d["kind"], d["metadata"]["name"], json.dumps(d["spec"], sort_keys=True)) for d in want
+    )
+    bindings = [
+        d for d in got if d["kind"].endswith("Binding") and "managed" in d["spec"]["policyName"]
+    ]
+    assert len(bindings) == 5
+    assert all(b["spec"]["matchResources"]["namespaceSelector"] == MANAGED for b in bindings)
+    # The controller is told the same selector, and may watch Namespaces.
+    args = one(docs, "Deployment")["spec"]["template"]["spec"]["containers"][0]["args"]
+    context = controller.make_context("controller", list(args[1:]))
+    flag = context.params["managed_namespace_selector"]
+    assert parse_selector(flag) == MANAGED
+    rules = one(docs, "ClusterRole")["rules"]
+    assert {
+        "apiGroups": [""],
+        "resources": ["namespaces"],
+        "verbs": ["get", "list", "watch"],
+    } in rules
+
+
+@pytest.mark.parametrize("selector", [None, {}, {"matchLabels": {}}])
+def test_no_managed_namespace_selector_manages_none(selector: object) -> None:
+    docs = render_managed("webhook.jobAdmission=policies", selector=selector)
+    names = {d["metadata"]["name"] for d in docs if d["kind"] in POLICY_KINDS}
+    assert names == {d["metadata"]["name"] for d in policies.policies()}
+    args = one(docs, "Deployment")["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert not [a for a in args if a.startswith("--managed-namespace-selector")]
+    rules = one(docs, "ClusterRole")["rules"]
+    assert not [r for r in rules if "namespaces" in r["resources"]]
+
+
+def test_managed_namespaces_get_the_controllers_webhooks_without_policies() -> None:
+    docs = render_managed("webhook.jobAdmission=webhooks")
+    service = ("muster-system", "muster-webhook", 443)
+    managed = policies.Managed(MANAGED, "system:serviceaccount:muster-system:muster")
+    for want in configurations(b"CA", service=service, policies=False, managed=managed):
+        assert want is not None
+        got = one(docs, want["kind"], "muster-webhooks")
+        for hook in want["webhooks"]:
+            hook["clientConfig"].pop("caBundle")
+        assert got["webhooks"] == want["webhooks"]
+
+
 def test_auto_picks_policies_where_the_cluster_serves_them() -> None:
     def kinds(*argv: str) -> set[str]:
         out = helm("template", "muster", str(CHART), "-n", "muster-system", *argv).stdout
@@ -175,6 +245,7 @@ def test_pod_is_non_root_read_only_with_probes_on_the_metrics_port() -> None:
         (("history.database.type=mysql",), "/history/database/type"),
         (("imagee.tag=1",), "additional properties 'imagee' not allowed"),
         (("schedulerName=Not_A_Name",), "/schedulerName"),
+        (("managedNamespaceSelector.matchLabel.team=a",), "/managedNamespaceSelector"),
         (("history.database.type=postgresql",), "history.database.postgresql.existingSecret"),
     ],
 )

@@ -55,3 +55,47 @@ policies
 webhooks
 {{- end -}}
 {{- end -}}
+
+{{/* "true" when managedNamespaceSelector selects by anything (docs/tenancy.md); null or {}
+manages no namespace. */}}
+{{- define "muster.managed" -}}
+{{- $s := .Values.managedNamespaceSelector | default dict -}}
+{{- if or $s.matchLabels $s.matchExpressions -}}true{{- end -}}
+{{- end -}}
+
+{{/* managedNamespaceSelector in kubectl's label-selector syntax, for the controller's
+--managed-namespace-selector (which reads it back into the same selector). */}}
+{{- define "muster.managedSelectorFlag" -}}
+{{- $s := .Values.managedNamespaceSelector | default dict -}}
+{{- $terms := list -}}
+{{- range $key, $value := ($s.matchLabels | default dict) -}}
+{{- $terms = append $terms (printf "%s=%s" $key $value) -}}
+{{- end -}}
+{{- range ($s.matchExpressions | default list) -}}
+{{- if eq .operator "In" -}}
+{{- $terms = append $terms (printf "%s in (%s)" .key (join "," .values)) -}}
+{{- else if eq .operator "NotIn" -}}
+{{- $terms = append $terms (printf "%s notin (%s)" .key (join "," .values)) -}}
+{{- else if eq .operator "Exists" -}}
+{{- $terms = append $terms .key -}}
+{{- else -}}
+{{- $terms = append $terms (printf "!%s" .key) -}}
+{{- end -}}
+{{- end -}}
+{{- join "," $terms -}}
+{{- end -}}
+
+{{/* The namespaceSelector of the managed-namespace webhooks: managedNamespaceSelector,
+never kube-system (as controllers/webhooks/configurations.py writes it). */}}
+{{- define "muster.managedWebhookNamespaces" -}}
+{{- $s := .Values.managedNamespaceSelector | default dict -}}
+{{- with $s.matchLabels }}
+matchLabels:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+matchExpressions:
+  - {key: kubernetes.io/metadata.name, operator: NotIn, values: [kube-system]}
+  {{- with $s.matchExpressions }}
+  {{- toYaml . | nindent 2 }}
+  {{- end }}
+{{- end -}}

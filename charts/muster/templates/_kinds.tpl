@@ -35,3 +35,25 @@ the workload kinds Muster queues. Do not edit. */}}
   scope: Namespaced
   operations: [CREATE]
 {{- end }}
+{{- define "muster.managedWebhookRules" -}}
+- apiGroups: [batch]
+  apiVersions: [v1]
+  resources: [jobs]
+  scope: Namespaced
+  operations: [UPDATE]
+- apiGroups: [jobset.x-k8s.io]
+  apiVersions: [v1alpha2]
+  resources: [jobsets]
+  scope: Namespaced
+  operations: [UPDATE]
+- apiGroups: [trainer.kubeflow.org]
+  apiVersions: [v1alpha1]
+  resources: [trainjobs]
+  scope: Namespaced
+  operations: [UPDATE]
+- apiGroups: ['']
+  apiVersions: [v1]
+  resources: [pods]
+  scope: Namespaced
+  operations: [CREATE, UPDATE]
+{{- end }}
