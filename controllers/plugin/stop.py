@@ -32,16 +32,17 @@ def set_stop_policy(kube: Kube, queue: str, policy: StopPolicy) -> str:
             except ApiException as error:
                 raise api_error(error, f"setting spec.stopPolicy of ClusterQueue {queue}") from None
     except Forbidden as refused:
-        raise click.ClickException(refusal(queue, policy, refused.said)) from None
+        raise click.ClickException(refusal(queue, policy, refused.message)) from None
     return before
 
 
-def refusal(queue: str, policy: StopPolicy, said: str) -> str:
-    """Why the apiserver refused, in a batch user's words: the right it takes, and who has it."""
+def refusal(queue: str, policy: StopPolicy, refused: str) -> str:
+    """A refusal in a batch user's words: the right it takes, who has it, then the
+    apiserver's own line (`refused`)."""
     verb = "resuming" if policy == "None" else "stopping"
     return (
         f"{verb} ClusterQueue {queue} needs the right to get and patch ClusterQueues "
         "(clusterqueues.muster.dev), which you do not have: it belongs to batch admins (the "
         "chart's batch-admin role, bound with a ClusterRoleBinding) and cluster admins; ask one "
-        f"of them. The apiserver said: {said}"
+        f"of them. {refused}"
     )

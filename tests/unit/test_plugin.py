@@ -275,10 +275,10 @@ def test_a_403_is_a_refusal_a_command_can_tell_apart() -> None:
 
 @pytest.mark.parametrize(("policy", "verb"), [("Hold", "stopping"), ("None", "resuming")])
 def test_a_refused_stop_names_the_queue_the_right_and_who_has_it(policy: Any, verb: str) -> None:
-    words = refusal("team-a", policy, SAID)
+    words = refusal("team-a", policy, f"reading ClusterQueue team-a: {SAID} (HTTP 403)")
     assert words.startswith(f"{verb} ClusterQueue team-a needs the right to get and patch")
     assert "batch-admin role, bound with a ClusterRoleBinding" in words
-    assert words.endswith(f"The apiserver said: {SAID}")
+    assert words.endswith(f"ask one of them. reading ClusterQueue team-a: {SAID} (HTTP 403)")
 
 
 def test_local_queues_alone_show_their_cluster_queue_state_counts_and_usage() -> None:
