@@ -256,6 +256,7 @@ class Manager:
             self.caches.cluster_queues,
             self.caches.local_queues,
             self.caches.flavors,
+            self.caches.namespaces,  # their labels decide which LocalQueues are active
         ):
             informer.add_handler(on_queue_object)
         self.caches.nodes.add_handler(on_node)
