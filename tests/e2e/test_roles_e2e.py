@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import os
 import subprocess
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -352,12 +351,18 @@ def test_a_local_queue_outside_the_namespace_selector_is_inactive_and_admits_not
     active = lq_active()
     assert active["status"] == "False" and active["reason"] == "NamespaceNotSelected", active
     assert f"namespace {ns!r} does not match the namespaceSelector" in active["message"]
-    # ...which is never admitted while the team's Jobs are (the controller has had cycles).
-    cluster.wait_for("the Workload", lambda: bool(workloads_of(cluster, ns, "sneaks")), 30)
-    time.sleep(5)
+
+    # ...whose Job an admission cycle decides not to admit, saying why, though it fits.
+    def why_not() -> str:
+        found = workloads_of(cluster, ns, "sneaks")
+        return str(condition(found[0], "QuotaReserved").get("message") or "") if found else ""
+
+    cluster.wait_for("the Workload's reason", lambda: "is inactive" in why_not(), timeout=30)
+    assert f"LocalQueue borrow is inactive: namespace {ns!r} does not match" in why_not()
     assert not any(admitted(w) for w in workloads_of(cluster, ns, "sneaks"))
     result = admin.muster(cluster, "explain", "sneaks")
-    assert result.returncode == 0 and "waiting" in result.stdout, result.stderr
+    assert result.returncode == 0, result.stderr
+    assert "LocalQueue borrow is inactive" in " ".join(result.stdout.split())
     # The admin meets the rule through `kubectl muster queues` too, and cannot stop the
     # ClusterQueue: a RoleBinding grants nothing cluster-scoped.
     out = " ".join(admin.muster(cluster, "queues").stdout.split())
