@@ -20,15 +20,6 @@ from quota.api.names import JOB_UID_LABEL, QUEUE_LABEL
 from quota.model.queues import admitted_to
 
 INITIALLY_SCHEDULED = "PodGroupInitiallyScheduled"
-# What a user without the chart's batch-user role (or view) in the namespace is told instead.
-_UNREADABLE_GROUPS = (
-    "not shown: PodGroups are not readable with your rights (the chart's batch-user role or "
-    "the built-in view role grants it)"
-)
-_UNREADABLE_EVENTS = (
-    "not shown: Events are not readable with your rights (the chart's batch-user role or "
-    "the built-in view role grants it)"
-)
 # (namespace, workload) -> the history store's timeline of it, or why there is none.
 HistoryReader = Callable[[str, str], list[TimelineEntry] | str]
 
@@ -128,7 +119,7 @@ def explain(
                 pod_group = get_one(kube, POD_GROUP, namespace, wl_name)
             except Forbidden:
                 # The reason above is the answer; where the pods stand is a detail.
-                console.print(Text("  placement: ", style="dim") + Text(_UNREADABLE_GROUPS))
+                console.print(Text("  placement: ", style="dim") + Text(_not_shown("PodGroups")))
                 continue
             if pod_group is not None:
                 pod_groups.append(pod_group)
@@ -145,7 +136,7 @@ def _timeline(kube: Kube, namespace: str, objects: list[Obj], console: Console) 
     try:
         every = list_all(kube, EVENT, namespace)
     except Forbidden:
-        console.print(f"timeline: {_UNREADABLE_EVENTS}")
+        console.print(f"timeline: {_not_shown('Events')}")
         return
     events = [e for e in every if (e.get("involvedObject") or {}).get("uid") in uids]
     table = Table(title="timeline (Events)", title_justify="left", show_edge=False)
@@ -180,3 +171,12 @@ def _history(history: HistoryReader, namespace: str, name: str, console: Console
     for e in entries:
         table.add_row(str(e.at)[:19], e.event, e.cluster_queue, e.reason)
     console.print(table)
+
+
+def _not_shown(what: str) -> str:
+    """What a user without the chart's batch-user role (or view) in the namespace is told
+    instead of a part of the answer."""
+    return (
+        f"not shown: {what} are not readable with your rights (the chart's batch-user role "
+        "or the built-in view role grants it)"
+    )

@@ -90,7 +90,7 @@ def queues(target: Target, namespace: str | None, color: str) -> None:
         except Forbidden as refused:
             raise click.ClickException(
                 f"reading the LocalQueues of namespace {scope} needs the chart's batch-user "
-                f"role (or the built-in view role) there. The apiserver said: {refused.said}"
+                f"role (or the built-in view role) there. {refused.message}"
             ) from None
     if cqs is None:
         console.print(local_queue_tree(lqs, scope))
