@@ -37,6 +37,7 @@ from tests.e2e.controller_harness import (
     get,
     job,
     local_queue,
+    token_kubeconfig,
     unique,
     workloads_of,
 )
@@ -48,6 +49,7 @@ CHART = REPO / "charts" / "muster"
 HELM = REPO / ".venv" / "bin" / "helm"
 VENV_BIN = REPO / ".venv" / "bin"
 TEAM_LABEL = "muster-e2e/team"
+CLEANUP = "muster-e2e/roles"
 
 
 def render_roles(release: str, *sets: str) -> list[dict[str, Any]]:
@@ -103,33 +105,15 @@ def person(
     subject = f"{namespace}:{name}"
     for binding in bindings:
         scope, _, role = binding.rpartition(":")
-        if scope == "cluster":
-            cluster.kubectl(
-                "create", "clusterrolebinding", f"{namespace}-{name}-{role}",
-                f"--clusterrole={role}", f"--serviceaccount={subject}",
-            )  # fmt: skip
-        else:
-            cluster.kubectl(
-                "create", "rolebinding", f"{name}-{role}", "-n", namespace,
-                f"--clusterrole={role}", f"--serviceaccount={subject}",
-            )  # fmt: skip
-    token = cluster.kubectl(
-        "create", "token", name, "-n", namespace, "--duration", "2h"
-    ).stdout.strip()
-    server = yaml.safe_load(Path(cluster.kubeconfig).read_text())["clusters"][0]["cluster"]
-    config = {
-        "apiVersion": "v1",
-        "kind": "Config",
-        "clusters": [{"name": "local", "cluster": server}],
-        "users": [{"name": name, "user": {"token": token}}],
-        "contexts": [
-            {"name": name, "context": {"cluster": "local", "user": name, "namespace": namespace}}
-        ],
-        "current-context": name,
-    }
+        kind, where = ("clusterrolebinding", []) if scope else ("rolebinding", ["-n", namespace])
+        bound = f"{namespace}-{name}-{role}"
+        cluster.kubectl(
+            "create", kind, bound, *where, f"--clusterrole={role}", f"--serviceaccount={subject}"
+        )
+        if scope:  # the namespace's deletion takes RoleBindings, not these
+            cluster.kubectl("label", kind, bound, f"{CLEANUP}=true")
     path = directory / f"{namespace}-{name}.kubeconfig"
-    path.write_text(yaml.safe_dump(config))
-    return Person(name, namespace, str(path))
+    return Person(name, namespace, token_kubeconfig(cluster, namespace, name, path, home=namespace))
 
 
 def refused_plainly(result: subprocess.CompletedProcess[str]) -> str:
@@ -226,7 +210,7 @@ def team(
         cluster.kubectl("delete", "clusterqueue", cq, "--wait=false", check=False)
         cluster.kubectl("delete", "node", *nodes, "--wait=false", check=False)
         cluster.kubectl(
-            "delete", "clusterrolebinding", "-l", "muster-e2e/roles=true", "--ignore-not-found"
+            "delete", "clusterrolebinding", "-l", f"{CLEANUP}=true", "--ignore-not-found"
         )
 
 
@@ -378,10 +362,6 @@ def test_a_cluster_wide_batch_admin_stops_and_resumes_the_queue(
     admin = person(
         cluster, team["elsewhere"], "carol", team["home"], f"cluster:{team['roles']}-batch-admin"
     )
-    cluster.kubectl(
-        "label", "clusterrolebinding", f"{team['elsewhere']}-carol-{team['roles']}-batch-admin",
-        "muster-e2e/roles=true",
-    )  # fmt: skip
     stopped = admin.muster(cluster, "stop", cq)
     assert stopped.returncode == 0, stopped.stderr
     assert f"clusterqueue/{cq} stopped (Hold; was None)" in stopped.stdout
