@@ -239,7 +239,9 @@ class ViewBuilder:
                 lqs[key] = self._model(f"lq:{key}", raw, LocalQueue)
             except ValidationError as error:
                 log.warning("invalid LocalQueue", extra={"error": str(error)[:300]})
-        tree = check_queue_tree(cq_models.values(), flavor_models, lqs.values())
+        tree = check_queue_tree(
+            cq_models.values(), flavor_models, lqs.values(), caches.namespace_labels()
+        )
         tree = self._with_deletions(tree, cq_models)
 
         flavors = {rf.name: convert.flavor(rf) for rf in flavor_models}

@@ -67,11 +67,10 @@ class Manager:
         self.stop_event = threading.Event()
         self.exit_code = 0
         self.caches = Caches.create(self.kube)
-        self.managed = ManagedNamespaces(self.kube, options.managed_namespace_selector)
-        if self.managed.informer is not None:
+        self.managed = ManagedNamespaces(self.caches.namespaces, options.managed_namespace_selector)
+        if self.managed.enabled:
             # Unlabelled Jobs are queued too in managed namespaces: watch every Job.
             self.caches = replace(self.caches, jobs=Informer(self.kube, JOB))
-            self.caches.add_extra(self.managed.informer)
         # Workload Events an owner takes reach it too, whatever its kind.
         self.events = OwnerEventRecorder(self.kube if options.events else None, self.identity)
         self.history: HistoryStore | None = None
@@ -266,10 +265,11 @@ class Manager:
             self.caches.cluster_queues,
             self.caches.local_queues,
             self.caches.flavors,
+            self.caches.namespaces,  # their labels decide which LocalQueues are active
         ):
             informer.add_handler(on_queue_object)
         self.caches.nodes.add_handler(on_node)
-        if self.managed.informer is not None:
+        if self.managed.enabled:
 
             def on_namespace(kind: str, old: Obj | None, new: Obj | None) -> None:
                 # Labelled into or out of the selector: its objects are queued afresh, or let
@@ -280,7 +280,7 @@ class Manager:
                 if old["metadata"].get("labels") != new["metadata"].get("labels"):
                     integrations.requeue_all(new["metadata"]["name"])
 
-            self.managed.informer.add_handler(on_namespace)
+            self.caches.namespaces.add_handler(on_namespace)
 
     def _spawn(self, name: str, target: Callable[[], Any]) -> None:
         thread = threading.Thread(target=target, name=name, daemon=True)

@@ -2,7 +2,7 @@
 every object of a kind it integrates, labelled or not (Kueue's `managedJobsNamespaceSelector`
 with `manageJobsWithoutQueueName`). The selector comes in kubectl's label-selector syntax and
 is kept as a metav1.LabelSelector, the form the admission policies' bindings and the webhook
-configurations take; the controller watches Namespaces to know which it selects.
+configurations take; the controller's watch of Namespaces says which it selects.
 """
 
 from __future__ import annotations
@@ -11,7 +11,6 @@ import re
 from typing import Any
 
 from controllers.runtime.informer import Informer
-from controllers.runtime.resources import NAMESPACE, Kube
 from controllers.state.budgets import selects
 
 _NAME = r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?"
@@ -79,15 +78,12 @@ def no_selector(selector: dict[str, Any] | None) -> bool:
 
 
 class ManagedNamespaces:
-    """Which namespaces the selector picks, from a watch of Namespaces (none without one)."""
+    """Which namespaces the selector picks, read from the caches' watch of Namespaces (the
+    one a ClusterQueue's namespaceSelector reads too); none without a selector."""
 
-    def __init__(self, kube: Kube, selector: dict[str, Any] | None, watch_timeout: int = 300):
+    def __init__(self, namespaces: Informer, selector: dict[str, Any] | None):
         self.selector = None if no_selector(selector) else selector
-        self.informer: Informer | None = None
-        if self.selector is not None:
-            self.informer = Informer(
-                kube, NAMESPACE, watch_timeout=watch_timeout, name="namespaces"
-            )
+        self.namespaces = namespaces
 
     @property
     def enabled(self) -> bool:
@@ -95,8 +91,8 @@ class ManagedNamespaces:
 
     def __call__(self, namespace: str) -> bool:
         """Whether Muster manages every workload in `namespace`."""
-        if self.informer is None:
+        if self.selector is None:
             return False
-        found = self.informer.get(namespace)
+        found = self.namespaces.get(namespace)
         labels = ((found or {}).get("metadata") or {}).get("labels") or {}
         return found is not None and selects(self.selector, labels)

@@ -13,7 +13,7 @@ from rich.table import Table
 from rich.text import Text
 
 from controllers.history.queries import TimelineEntry
-from controllers.plugin.kube import get_one, list_all
+from controllers.plugin.kube import Forbidden, get_one, list_all
 from controllers.runtime.resources import EVENT, JOB, POD_GROUP, WORKLOAD, Kube, Obj
 from controllers.state import workloads as wls
 from quota.api.names import JOB_UID_LABEL, QUEUE_LABEL
@@ -115,7 +115,12 @@ def explain(
         console.print(line)
         console.print(Text("  why: ", style="dim") + Text(reason or "-"))
         if not wls.is_finished(wl):
-            pod_group = get_one(kube, POD_GROUP, namespace, wl_name)
+            try:
+                pod_group = get_one(kube, POD_GROUP, namespace, wl_name)
+            except Forbidden:
+                # The reason above is the answer; where the pods stand is a detail.
+                console.print(Text("  placement: ", style="dim") + Text(_not_shown("PodGroups")))
+                continue
             if pod_group is not None:
                 pod_groups.append(pod_group)
             console.print(Text("  placement: ", style="dim") + Text(placement_of(pod_group, wl)))
@@ -128,11 +133,12 @@ def explain(
 
 def _timeline(kube: Kube, namespace: str, objects: list[Obj], console: Console) -> None:
     uids = {o["metadata"]["uid"] for o in objects}
-    events = [
-        e
-        for e in list_all(kube, EVENT, namespace)
-        if (e.get("involvedObject") or {}).get("uid") in uids
-    ]
+    try:
+        every = list_all(kube, EVENT, namespace)
+    except Forbidden:
+        console.print(f"timeline: {_not_shown('Events')}")
+        return
+    events = [e for e in every if (e.get("involvedObject") or {}).get("uid") in uids]
     table = Table(title="timeline (Events)", title_justify="left", show_edge=False)
     for col in ("time (UTC)", "object", "reason", "message"):
         table.add_column(col)
@@ -165,3 +171,12 @@ def _history(history: HistoryReader, namespace: str, name: str, console: Console
     for e in entries:
         table.add_row(str(e.at)[:19], e.event, e.cluster_queue, e.reason)
     console.print(table)
+
+
+def _not_shown(what: str) -> str:
+    """What a user without the chart's batch-user role (or view) in the namespace is told
+    instead of a part of the answer."""
+    return (
+        f"not shown: {what} are not readable with your rights (the chart's batch-user role "
+        "or the built-in view role grants it)"
+    )

@@ -31,6 +31,15 @@ class Target:
         return Kube(client.ApiClient(configuration), request_timeout=20.0)
 
 
+class Forbidden(click.ClickException):
+    """RBAC refused the request (HTTP 403): a command may show what it can read instead, or
+    say which right it needs (`said` is the apiserver's own sentence)."""
+
+    def __init__(self, what: str, said: str) -> None:
+        super().__init__(f"{what}: {said} (HTTP 403)")
+        self.said = said
+
+
 def api_error(error: ApiException, what: str) -> click.ClickException:
     """An apiserver refusal as one line naming what was asked."""
     reason = error.reason or ""
@@ -40,6 +49,8 @@ def api_error(error: ApiException, what: str) -> click.ClickException:
         reason = json.loads(error.body or "{}").get("message") or reason
     except ValueError:
         pass
+    if error.status == 403:
+        return Forbidden(what, reason)
     return click.ClickException(f"{what}: {reason} (HTTP {error.status})")
 
 

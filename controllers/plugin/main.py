@@ -20,6 +20,7 @@ from quota.simulation.report import format_seconds
 if TYPE_CHECKING:  # the history store's modules load only when explain reads it
     from controllers.history.queries import TimelineEntry
     from controllers.plugin.explain import HistoryReader
+    from controllers.runtime.resources import Obj
 
 COLOR = click.Choice(["auto", "always", "never"])
 
@@ -56,21 +57,56 @@ def main(ctx: click.Context, kubeconfig: str | None, context: str | None) -> Non
 
 
 @main.command()
+@click.option(
+    "-n",
+    "--namespace",
+    default=None,
+    help="Whose LocalQueues to show if you may not list them in every namespace "
+    "(default: the context's namespace).",
+)
 @click.option("--color", type=COLOR, default="auto", show_default=True)
 @click.pass_obj
-def queues(target: Target, color: str) -> None:
+def queues(target: Target, namespace: str | None, color: str) -> None:
     """The ClusterQueue tree: usage / quota, fair share, admitted and pending, per queue."""
-    from controllers.plugin.kube import list_all
-    from controllers.plugin.queues import queue_tree
+    from controllers.plugin.kube import Forbidden, list_all
+    from controllers.plugin.queues import local_queue_tree, queue_tree, unreadable_queues
     from controllers.runtime.resources import CLUSTER_QUEUE, LOCAL_QUEUE
 
     kube = target.kube()
-    cqs = list_all(kube, CLUSTER_QUEUE)
+    console = _console(color)
+    # A batch user bound in one namespace reads its LocalQueues only: show what they may
+    # read, and say what is left out and why (docs/tenancy.md, "Roles for people").
+    try:
+        cqs: list[Obj] | None = list_all(kube, CLUSTER_QUEUE)
+    except Forbidden as refused:
+        cqs, cq_refusal = None, refused.said
+    scope: str | None = None
+    try:
+        lqs = list_all(kube, LOCAL_QUEUE)
+    except Forbidden:
+        scope = _namespace(target, namespace)
+        try:
+            lqs = list_all(kube, LOCAL_QUEUE, scope)
+        except Forbidden as refused:
+            raise click.ClickException(
+                f"reading the LocalQueues of namespace {scope} needs the chart's batch-user "
+                f"role (or the built-in view role) there. {refused.message}"
+            ) from None
+    if cqs is None:
+        console.print(local_queue_tree(lqs, scope))
+        console.print(unreadable_queues(cq_refusal), style="yellow")
+        return
     if not cqs:
         raise click.ClickException(
             "no ClusterQueues in this cluster (kubectl apply -f examples/api/ creates some)"
         )
-    _console(color).print(queue_tree(cqs, list_all(kube, LOCAL_QUEUE)))
+    console.print(queue_tree(cqs, lqs))
+    if scope is not None:
+        console.print(
+            f"local queues: those of namespace {scope} only (you may not list LocalQueues "
+            "in every namespace)",
+            style="yellow",
+        )
 
 
 @main.command()
@@ -91,11 +127,19 @@ def explain(
     import os
 
     from controllers.plugin.explain import explain as run_explain
+    from controllers.plugin.kube import Forbidden
 
     ns = _namespace(target, namespace)
     url = database_url or os.environ.get("MUSTER_DATABASE_URL")
     history = _history_reader(url) if url else None
-    if not run_explain(target.kube(), ns, name, _console(color), history):
+    try:
+        found = run_explain(target.kube(), ns, name, _console(color), history)
+    except Forbidden as refused:
+        raise click.ClickException(
+            f"explaining {name} needs the right to read Jobs and Workloads in namespace {ns} "
+            f"(the chart's batch-user role, or the built-in view role). {refused.message}"
+        ) from None
+    if not found:
         raise click.ClickException(f"no Job or Workload named {name!r} in namespace {ns}")
 
 
@@ -188,8 +232,17 @@ def what_if(
         default_run = parse_duration(run_for).total_seconds()
     except ValueError as error:
         raise click.BadParameter(str(error), param_hint="--run-for") from None
+    from controllers.plugin.kube import Forbidden
+
     skipped: list[str] = []
-    docs = whatif.export_scenario(target.kube(), default_run, skipped=skipped)
+    try:
+        docs = whatif.export_scenario(target.kube(), default_run, skipped=skipped)
+    except Forbidden as refused:
+        raise click.ClickException(
+            "what-if simulates the whole cluster: it needs to read its flavors, ClusterQueues, "
+            "every namespace's LocalQueues and queued Jobs, its nodes and priority classes "
+            f"(a cluster admin's view of it). {refused.message}"
+        ) from None
     for problem in skipped:
         click.echo(f"left out of the simulation: {problem}", err=True)
     if export_only:

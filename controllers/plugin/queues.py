@@ -1,5 +1,6 @@
 """`kubectl muster queues`: the ClusterQueue tree with quota, usage, fair share and counts,
-and the LocalQueues that feed each leaf."""
+and the LocalQueues that feed each leaf; for a user who may not read ClusterQueues (a batch
+user bound in one namespace), that namespace's LocalQueues and a line saying why."""
 
 from __future__ import annotations
 
@@ -24,8 +25,8 @@ def _show(amount: int | None, resource: str) -> str:
     return "?" if amount is None else format_quantity(amount, resource)
 
 
-def _active(cq: Mapping[str, Any]) -> tuple[bool, str]:
-    for cond in (cq.get("status") or {}).get("conditions") or []:
+def _active(queue: Mapping[str, Any]) -> tuple[bool, str]:
+    for cond in (queue.get("status") or {}).get("conditions") or []:
         if cond.get("type") == "Active":
             return cond.get("status") == "True", str(cond.get("reason") or "")
     return False, "NoStatus"
@@ -60,16 +61,19 @@ def resource_lines(cq: Mapping[str, Any]) -> list[Text]:
     return lines
 
 
-def _label(cq: Mapping[str, Any]) -> Text:
-    name = str(cq["metadata"]["name"])
-    status = cq.get("status") or {}
-    active, reason = _active(cq)
-    label = Text(name, style="bold")
-    label.append("  ")
+def _state_and_counts(label: Text, queue: Mapping[str, Any]) -> Text:
+    """`label` + active or inactive (reason), admitted and pending: a queue of either kind."""
+    status = queue.get("status") or {}
+    active, reason = _active(queue)
     label.append("active" if active else f"inactive ({reason})", "green" if active else "yellow")
     pending = int(status.get("pendingWorkloads") or 0)
     label.append(f"  admitted {int(status.get('admittedWorkloads') or 0)}")
     label.append(f"  pending {pending}", "magenta" if pending else "")
+    return label
+
+
+def _label(cq: Mapping[str, Any]) -> Text:
+    label = _state_and_counts(Text(str(cq["metadata"]["name"]), style="bold").append("  "), cq)
     stop = (cq.get("spec") or {}).get("stopPolicy") or "None"
     if stop != "None":
         label.append(f"  stopped ({stop})", "red")
@@ -113,3 +117,35 @@ def queue_tree(cluster_queues: list[Obj], local_queues: list[Obj]) -> Tree:
     for name in sorted(set(by_name) - seen):  # only reachable through a cycle
         add(forest, name)
     return forest
+
+
+def local_queue_tree(local_queues: list[Obj], namespace: str | None) -> Tree:
+    """LocalQueues alone (their ClusterQueues unreadable): each with its ClusterQueue, its
+    Active state (it carries the ClusterQueue's, as NamespaceNotSelected or
+    ClusterQueueInactive), admitted and pending counts and usage."""
+    title = f"LocalQueues in namespace {namespace}" if namespace else "LocalQueues"
+    tree = Tree(Text(title, style="bold underline"), guide_style="dim")
+    for lq in sorted(
+        local_queues, key=lambda o: (o["metadata"]["namespace"], o["metadata"]["name"])
+    ):
+        meta = lq["metadata"]
+        name = meta["name"] if namespace else f"{meta['namespace']}/{meta['name']}"
+        label = Text(str(name), style="bold")
+        label.append(f"  -> ClusterQueue {(lq.get('spec') or {}).get('clusterQueue')}  ")
+        branch = tree.add(_state_and_counts(label, lq))
+        for flavor, used in sorted(((lq.get("status") or {}).get("usage") or {}).items()):
+            for resource, amount in sorted((used or {}).items()):
+                line = Text(f"{flavor} {resource}: ", style="dim")
+                line.append(_show(_amount(amount, resource), resource), style="bold")
+                branch.add(line.append(" used"))
+    return tree
+
+
+def unreadable_queues(said: str) -> str:
+    """Why only LocalQueues are shown, and which right shows the whole tree."""
+    return (
+        "ClusterQueues are not readable with your rights, so their quota, fair share and "
+        "other teams' queues are not shown; the whole tree needs the chart's queue-reader role "
+        "(a cluster admin binds it to a group with the value userRoles.queueReaderGroups) or "
+        f"a cluster-wide batch-admin. The apiserver said: {said}"
+    )

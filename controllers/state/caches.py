@@ -11,7 +11,7 @@ node (a node full of someone else's pods is full).
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Protocol
@@ -25,6 +25,7 @@ from controllers.runtime.resources import (
     CLUSTER_QUEUE,
     JOB,
     LOCAL_QUEUE,
+    NAMESPACE,
     NODE,
     PDB,
     POD,
@@ -117,6 +118,26 @@ def extra_key(kind: Kind) -> str:
     return f"{kind.group}/{kind.version}/{kind.name}"
 
 
+class _NamespaceLabels(Mapping[str, Mapping[str, str]]):
+    """The namespaces' labels read from the cache as they are asked for: an admission
+    cycle asks for its LocalQueues' namespaces only, so nothing is copied per cycle."""
+
+    def __init__(self, namespaces: Informer) -> None:
+        self._namespaces = namespaces
+
+    def __getitem__(self, name: str) -> Mapping[str, str]:
+        found = self._namespaces.get(name)
+        if found is None:
+            raise KeyError(name)
+        return (found.get("metadata") or {}).get("labels") or {}
+
+    def __iter__(self) -> Iterator[str]:
+        return iter([name for name, _ in self._namespaces.items()])
+
+    def __len__(self) -> int:
+        return len(self._namespaces.objects())
+
+
 @dataclass
 class Caches:
     """One informer per kind the controller reads.
@@ -133,6 +154,8 @@ class Caches:
     - `pod_groups`: Muster's PodGroups, one per admitted Workload that Muster's scheduler
       places, named after the Workload.
     - `budgets`: PodDisruptionBudgets, which preemption respects best effort.
+    - `namespaces`: every Namespace, for its labels: a ClusterQueue's namespaceSelector
+      decides which namespaces' LocalQueues may feed it (`namespace_labels()`).
     """
 
     jobs: Informer
@@ -146,6 +169,7 @@ class Caches:
     node_pods: Informer
     pod_groups: Informer
     budgets: Informer
+    namespaces: Informer
     # Informers of optional kinds, by `extra_key` ("group/version/Kind"): the integrated
     # workload kinds beyond batch Jobs and what they read (JobSet, TrainJob, training
     # runtimes), added by the manager only when the apiserver serves their CRDs.
@@ -192,6 +216,7 @@ class Caches:
             ),
             pod_groups=informer(POD_GROUP),
             budgets=informer(PDB),
+            namespaces=informer(NAMESPACE),
         )
 
     def all(self) -> list[Informer]:
@@ -207,6 +232,7 @@ class Caches:
             self.node_pods,
             self.pod_groups,
             self.budgets,
+            self.namespaces,
             *self.extra.values(),
         ]
 
@@ -220,6 +246,10 @@ class Caches:
 
     def wait_synced(self, timeout: float) -> None:
         wait_all_synced(self.all(), timeout)
+
+    def namespace_labels(self) -> Mapping[str, Mapping[str, str]]:
+        """Each namespace's labels, as `quota.api.queuetree.check_queue_tree` takes them."""
+        return _NamespaceLabels(self.namespaces)
 
     def workloads_of_job(self, job_uid: str) -> list[Obj]:
         return self.workloads.by_index("job-uid", job_uid)

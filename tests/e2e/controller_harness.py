@@ -148,6 +148,30 @@ def controller(
         ctl.stop()
 
 
+def token_kubeconfig(
+    cluster: ClusterHandle, namespace: str, account: str, path: Path, *, home: str | None = None
+) -> str:
+    """A kubeconfig that holds nothing but a token (TokenRequest) of the ServiceAccount
+    `namespace/account`; `home`: its context's namespace (kubectl's default otherwise)."""
+    token = cluster.kubectl(
+        "create", "token", account, "--namespace", namespace, "--duration", "2h"
+    ).stdout.strip()
+    server = yaml.safe_load(Path(cluster.kubeconfig).read_text())["clusters"][0]["cluster"]
+    context: dict[str, str] = {"cluster": "local", "user": account}
+    if home:
+        context["namespace"] = home
+    config = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "local", "cluster": server}],
+        "users": [{"name": account, "user": {"token": token}}],
+        "contexts": [{"name": account, "context": context}],
+        "current-context": account,
+    }
+    path.write_text(yaml.safe_dump(config))
+    return str(path)
+
+
 # ------------------------------------------------------------------ builders
 
 

@@ -37,6 +37,7 @@ from tests.e2e.controller_harness import (
     live,
     local_queue,
     pods_of,
+    token_kubeconfig,
     unique,
     workloads_of,
 )
@@ -125,25 +126,6 @@ def test_helm_install_creates_every_object(cluster: ClusterHandle, release: str)
 # ---------------------------------------------------------------- RBAC, proven
 
 
-def token_kubeconfig(cluster: ClusterHandle, namespace: str, path: Path) -> str:
-    """A kubeconfig that holds nothing but a token of the chart's ServiceAccount."""
-    token = cluster.kubectl(
-        "create", "token", RELEASE, "--namespace", namespace, "--duration", "2h"
-    ).stdout.strip()
-    admin = yaml.safe_load(Path(cluster.kubeconfig).read_text())
-    server = admin["clusters"][0]["cluster"]
-    config = {
-        "apiVersion": "v1",
-        "kind": "Config",
-        "clusters": [{"name": "local", "cluster": server}],
-        "users": [{"name": "muster", "user": {"token": token}}],
-        "contexts": [{"name": "muster", "context": {"cluster": "local", "user": "muster"}}],
-        "current-context": "muster",
-    }
-    path.write_text(yaml.safe_dump(config))
-    return str(path)
-
-
 def bound(cluster: ClusterHandle, namespace: str, name: str) -> list[dict[str, Any]]:
     return [p for p in pods_of(cluster, namespace, name) if p["spec"].get("nodeName")]
 
@@ -166,7 +148,7 @@ def test_the_chart_rbac_suffices_for_admission_placement_and_elastic_and_denies_
     cluster: ClusterHandle, release: str, namespace: str, tmp_path: Path
 ) -> None:
     as_muster = dataclasses.replace(
-        cluster, kubeconfig=token_kubeconfig(cluster, release, tmp_path / "kubeconfig")
+        cluster, kubeconfig=token_kubeconfig(cluster, release, RELEASE, tmp_path / "kubeconfig")
     )
     # Outside the granted verbs: refused by the apiserver.
     denied = as_muster.kubectl("get", "secrets", "-n", "kube-system", check=False)

@@ -18,6 +18,7 @@ import yaml
 
 from controllers.cli.controller import controller
 from controllers.cli.crds import generated_files
+from controllers.jobs.kinds import KINDS
 from controllers.manager.namespaces import parse_selector
 from controllers.webhooks import policies
 from controllers.webhooks.configurations import configurations
@@ -140,12 +141,13 @@ def test_managed_namespaces_get_the_controllers_policies_bound_to_the_selector()
     ]
     assert len(bindings) == 5
     assert all(b["spec"]["matchResources"]["namespaceSelector"] == MANAGED for b in bindings)
-    # The controller is told the same selector, and may watch Namespaces.
+    # The controller is told the same selector, and may watch Namespaces (which it does with
+    # or without one: a ClusterQueue's namespaceSelector reads their labels too).
     args = one(docs, "Deployment")["spec"]["template"]["spec"]["containers"][0]["args"]
     context = controller.make_context("controller", list(args[1:]))
     flag = context.params["managed_namespace_selector"]
     assert parse_selector(flag) == MANAGED
-    rules = one(docs, "ClusterRole")["rules"]
+    rules = one(docs, "ClusterRole", "muster")["rules"]
     assert {
         "apiGroups": [""],
         "resources": ["namespaces"],
@@ -160,8 +162,6 @@ def test_no_managed_namespace_selector_manages_none(selector: object) -> None:
     assert names == {d["metadata"]["name"] for d in policies.policies()}
     args = one(docs, "Deployment")["spec"]["template"]["spec"]["containers"][0]["args"]
     assert not [a for a in args if a.startswith("--managed-namespace-selector")]
-    rules = one(docs, "ClusterRole")["rules"]
-    assert not [r for r in rules if "namespaces" in r["resources"]]
 
 
 def test_managed_namespaces_get_the_controllers_webhooks_without_policies() -> None:
@@ -306,3 +306,84 @@ def test_cert_manager_issues_the_webhook_certificate_when_asked() -> None:
     assert "--webhook-certs=external" in args
     context = controller.make_context("controller", list(args[1:]))
     assert context.params["webhook_certs"] == "external"
+
+
+# ------------------------------------------------------------ roles for people
+
+
+def _rules_of(docs: list[dict[str, Any]], label: str) -> list[dict[str, Any]]:
+    """The rules the apiserver aggregates into a role selecting `label`."""
+    return [
+        rule
+        for d in docs
+        if d["kind"] == "ClusterRole" and d["metadata"].get("labels", {}).get(label) == "true"
+        for rule in d.get("rules") or []
+    ]
+
+
+def _grants(rules: list[dict[str, Any]], group: str, resource: str, verb: str) -> bool:
+    return any(
+        group in r["apiGroups"] and resource in r["resources"] and verb in r["verbs"] for r in rules
+    )
+
+
+def test_batch_user_and_batch_admin_roles_aggregate_what_each_may_do() -> None:
+    docs = render()
+    for role, label in (
+        ("muster-batch-user", "rbac.muster.dev/batch-user"),
+        ("muster-batch-admin", "rbac.muster.dev/batch-admin"),
+    ):
+        selectors = one(docs, "ClusterRole", role)["aggregationRule"]["clusterRoleSelectors"]
+        assert selectors == [{"matchLabels": {label: "true"}}]
+    user = _rules_of(docs, "rbac.muster.dev/batch-user")
+    admin = _rules_of(docs, "rbac.muster.dev/batch-admin")
+    # A batch user reads why work waits and runs Jobs of every kind Muster queues...
+    for resource in ("localqueues", "workloads", "workloads/status", "podgroups"):
+        assert _grants(user, "muster.dev", resource, "list")
+    assert _grants(user, "", "events", "list")
+    for kind in KINDS:
+        [group], [resource] = kind.rule()["apiGroups"], kind.rule()["resources"]
+        assert _grants(user, group, resource, "create"), f"batch-user cannot create {resource}"
+    # ...and writes no queue, no Workload (the controller's), nothing cluster-scoped.
+    for resource in ("localqueues", "clusterqueues", "resourceflavors", "workloads"):
+        for verb in ("create", "patch", "delete"):
+            assert not _grants(user, "muster.dev", resource, verb), (resource, verb)
+    assert not _grants(user, "muster.dev", "clusterqueues", "get")
+    # A batch admin manages LocalQueues, and (bound cluster-wide) stops ClusterQueues.
+    assert _grants(admin, "muster.dev", "localqueues", "create")
+    assert _grants(admin, "muster.dev", "clusterqueues", "patch")
+
+
+def test_the_builtin_roles_get_reads_of_musters_namespaced_objects_and_no_writes() -> None:
+    docs = render()
+    view = _rules_of(docs, "rbac.authorization.k8s.io/aggregate-to-view")
+    assert _grants(view, "muster.dev", "workloads", "get")
+    assert _grants(view, "muster.dev", "localqueues", "list")
+    for label in ("aggregate-to-view", "aggregate-to-edit", "aggregate-to-admin"):
+        rules = _rules_of(docs, f"rbac.authorization.k8s.io/{label}")
+        assert not any(set(r["verbs"]) - {"get", "list", "watch"} for r in rules), label
+        assert not _grants(rules, "muster.dev", "clusterqueues", "get"), label
+
+
+def test_queue_readers_are_bound_only_when_named() -> None:
+    assert not [
+        d
+        for d in render()
+        if d["kind"] == "ClusterRoleBinding" and "queue-reader" in d["metadata"]["name"]
+    ]
+    docs = render("userRoles.queueReaderGroups={system:authenticated,ml-team}")
+    binding = one(docs, "ClusterRoleBinding", "muster-queue-reader")
+    assert binding["roleRef"]["name"] == "muster-queue-reader"
+    assert [s["name"] for s in binding["subjects"]] == ["system:authenticated", "ml-team"]
+    reader = one(docs, "ClusterRole", "muster-queue-reader")["rules"]
+    assert _grants(reader, "muster.dev", "clusterqueues", "list")
+    assert not any(set(r["verbs"]) - {"get", "list", "watch"} for r in reader)
+
+
+def test_user_roles_can_be_left_out() -> None:
+    docs = render("userRoles.create=false")
+    assert not [d for d in docs if "batch" in d["metadata"]["name"]]
+    result = helm(
+        "template", "muster", str(CHART), "--set", "userRoles.queueReaderGroups=x", check=False
+    )
+    assert result.returncode != 0 and "/userRoles/queueReaderGroups" in result.stderr

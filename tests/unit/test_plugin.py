@@ -1,17 +1,22 @@
 """The kubectl plugin's pure parts: the queue tree, a Workload's state in words, the
-what-if change syntax and the export of a running Job."""
+what-if change syntax and the export of a running Job, and what a user refused by RBAC is
+told (tests/e2e/test_roles_e2e.py runs the same refusals against the apiserver)."""
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime
 from typing import Any
 
 import click
 import pytest
+from kubernetes.client.exceptions import ApiException
 from rich.console import Console
 
 from controllers.plugin.explain import placement_of, state_of
-from controllers.plugin.queues import queue_tree
+from controllers.plugin.kube import Forbidden, api_error
+from controllers.plugin.queues import local_queue_tree, queue_tree, unreadable_queues
+from controllers.plugin.stop import refusal
 from controllers.plugin.whatif import _job_doc, apply_change
 from quota.api.names import QUEUE_LABEL
 
@@ -250,3 +255,64 @@ def test_what_if_leaves_out_what_the_controller_would_hold_inactive() -> None:
         for x in skipped
     ), skipped
     assert "LocalQueue ns/q: its ClusterQueue nowhere does not exist or was left out" in skipped
+
+
+SAID = (
+    'clusterqueues.muster.dev "team-a" is forbidden: User "system:serviceaccount:ml:alice" '
+    'cannot get resource "clusterqueues" in API group "muster.dev" at the cluster scope'
+)
+
+
+def test_a_403_is_a_refusal_a_command_can_tell_apart() -> None:
+    error = ApiException(status=403, reason="Forbidden")
+    error.body = json.dumps({"kind": "Status", "message": SAID})
+    refused = api_error(error, "reading ClusterQueue team-a")
+    assert isinstance(refused, Forbidden) and refused.said == SAID
+    assert refused.message == f"reading ClusterQueue team-a: {SAID} (HTTP 403)"
+    other = api_error(ApiException(status=500, reason="Internal Server Error"), "listing")
+    assert not isinstance(other, Forbidden)
+
+
+@pytest.mark.parametrize(("policy", "verb"), [("Hold", "stopping"), ("None", "resuming")])
+def test_a_refused_stop_names_the_queue_the_right_and_who_has_it(policy: Any, verb: str) -> None:
+    words = refusal("team-a", policy, f"reading ClusterQueue team-a: {SAID} (HTTP 403)")
+    assert words.startswith(f"{verb} ClusterQueue team-a needs the right to get and patch")
+    assert "batch-admin role, bound with a ClusterRoleBinding" in words
+    assert words.endswith(f"ask one of them. reading ClusterQueue team-a: {SAID} (HTTP 403)")
+
+
+def test_local_queues_alone_show_their_cluster_queue_state_counts_and_usage() -> None:
+    lqs = [
+        {
+            "metadata": {"name": "team", "namespace": "ml"},
+            "spec": {"clusterQueue": "team-a"},
+            "status": {
+                "pendingWorkloads": 1,
+                "admittedWorkloads": 2,
+                "usage": {"h100": {"nvidia.com/gpu": "8"}},
+                "conditions": [{"type": "Active", "status": "True", "reason": "Ready"}],
+            },
+        },
+        {
+            "metadata": {"name": "borrowed", "namespace": "ml"},
+            "spec": {"clusterQueue": "team-b"},
+            "status": {
+                "conditions": [
+                    {"type": "Active", "status": "False", "reason": "NamespaceNotSelected"}
+                ]
+            },
+        },
+    ]
+    text = render(local_queue_tree(lqs, "ml"))
+    assert "LocalQueues in namespace ml" in text
+    assert "team  -> ClusterQueue team-a  active  admitted 2  pending 1" in text
+    assert "h100 nvidia.com/gpu: 8 used" in text
+    assert "borrowed  -> ClusterQueue team-b  inactive (NamespaceNotSelected)" in text
+    assert "ml/team" in render(local_queue_tree(lqs, None))
+
+
+def test_unreadable_queues_say_what_is_left_out_and_which_role_shows_it() -> None:
+    words = unreadable_queues(SAID)
+    assert "ClusterQueues are not readable with your rights" in words
+    assert "queue-reader role" in words and "userRoles.queueReaderGroups" in words
+    assert words.endswith(SAID)
