@@ -17,7 +17,8 @@ from click.testing import CliRunner
 from controllers.main import main
 from controllers.runtime.resources import PRIORITY_CLASS, WORKLOAD
 from controllers.state import workloads as wls
-from quota.model.convert import priority_wait, workload_priority
+from quota.api.names import QUEUE_LABEL
+from quota.model.convert import job_to_workload_model, priority_wait, workload_priority
 from tests.unit.test_controller_admission import Harness
 
 REPO = Path(__file__).resolve().parents[2]
@@ -34,6 +35,19 @@ def test_the_rule_a_priority_given_stands_a_missing_class_waits_an_existing_one_
     assert priority_wait(None, "batch", classes) is None
     assert workload_priority(None, "batch", classes) == 100
     assert priority_wait(None, None, classes) is None and workload_priority(None, None, {}) == 0
+
+
+def test_a_job_naming_a_missing_class_becomes_a_workload_that_names_it_and_waits() -> None:
+    job = {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": "j", "namespace": "ns", "labels": {QUEUE_LABEL: "q"}},
+        "spec": {"template": {"spec": {"priorityClassName": "vip", "containers": []}}},
+    }
+    wl = job_to_workload_model(job, {"batch": 100})
+    assert (wl.spec.priority, wl.spec.priority_class_name) == (None, "vip")
+    assert priority_wait(wl.spec.priority, wl.spec.priority_class_name, {"batch": 100})
+    assert job_to_workload_model(job, {"vip": 5}).spec.priority == 5
 
 
 def _priority_class(name: str, value: int) -> dict[str, Any]:
