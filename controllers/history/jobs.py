@@ -334,6 +334,11 @@ class HistoryJobs:
                 job()
             except SQLAlchemyError as err:
                 log.warning("history job %s skipped, database unavailable: %s", job.__name__, err)
+            except (ValueError, TypeError) as err:
+                # A row it could not read (a store edited by hand): the next run tries again.
+                log.warning(
+                    "history job %s skipped, a row it read is malformed: %s", job.__name__, err
+                )
 
         run.__name__ = job.__name__
         return run

@@ -15,9 +15,10 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime, timedelta
+from types import SimpleNamespace
 from typing import Any
 
 from sqlalchemy import (
@@ -169,7 +170,9 @@ _KINDS = frozenset(k.value for k in TransitionKind)
 _STRATEGIES = frozenset(("preempt", "reclaim", "consolidate"))
 
 
-def _rows(conn: Connection, stmt: Select[Any], table: Table, skipped: Skipped) -> Iterator[Any]:
+def _rows(
+    conn: Connection, stmt: Select[Any], table: Table, skipped: Skipped
+) -> Iterator[SimpleNamespace]:
     """The rows `stmt` selects from `table`, each column decoded as the model reads it; a row
     that does not decode, or breaks a rule of its table, is told to `skipped` instead.
 
@@ -203,29 +206,22 @@ def _rows(conn: Connection, stmt: Select[Any], table: Table, skipped: Skipped) -
         if problem is not None:
             skipped(UnreadableRow(table.name, values[0], problem))
             continue
-        yield _Row(row)
+        yield SimpleNamespace(**row)
 
 
-class _Row(dict[str, Any]):
-    """A decoded row, its columns read as attributes."""
-
-    def __getattr__(self, name: str) -> Any:
-        return self[name]
-
-
-def _transition_entry(row: Mapping[str, Any]) -> TimelineEntry:
+def _transition_entry(row: Any) -> TimelineEntry:
     return TimelineEntry(
-        at=row["at"],
-        event=row["kind"],
-        namespace=row["namespace"],
-        name=row["name"],
-        cluster_queue=row["cluster_queue"],
-        reason=row["reason"],
-        actor=row["actor"],
-        local_queue=row["local_queue"],
-        flavors=dict(row["flavors"]),
-        resources=dict(row["resources"]),
-        detail={"uid": row["uid"], "sequence": row["sequence"]},
+        at=row.at,
+        event=row.kind,
+        namespace=row.namespace,
+        name=row.name,
+        cluster_queue=row.cluster_queue,
+        reason=row.reason,
+        actor=row.actor,
+        local_queue=row.local_queue,
+        flavors=dict(row.flavors),
+        resources=dict(row.resources),
+        detail={"uid": row.uid, "sequence": row.sequence},
     )
 
 

@@ -33,6 +33,7 @@ from controllers.history.recorder import HistoryRecorder
 from controllers.history.records import TransitionKind, WorkloadTransition
 from controllers.history.spoollines import spool_line
 from controllers.history.store import HistorySettings, HistoryStore
+from controllers.history.usage import decayed_usage_by_queue
 from controllers.main import main
 
 REPO = Path(__file__).resolve().parents[2]
@@ -306,3 +307,21 @@ def test_a_spool_line_cut_short_is_set_aside_and_the_rest_is_stored(tmp_path: Pa
     assert len(rejected) == 2
     assert "unreadable_spool_line" in rejected[0] and "bogus" in rejected[1]
     engine.dispose()
+
+
+def test_time_based_fair_share_reads_past_a_sample_that_is_not_a_number(
+    tmp_path: Path, recorded: Path
+) -> None:
+    path = tmp_path / "samples.db"
+    shutil.copy(recorded, path)
+    engine = make_engine(f"sqlite:///{path}")
+    now = datetime(2025, 1, 7, tzinfo=UTC)
+    window = timedelta(days=7)
+    before = decayed_usage_by_queue(engine, now=now, window=window, half_life=timedelta(days=1))
+    sql(
+        path,
+        "update queue_samples set usage = 'lots' where id = (select min(id) from queue_samples)",
+    )
+    after = decayed_usage_by_queue(engine, now=now, window=window, half_life=timedelta(days=1))
+    engine.dispose()
+    assert set(after) == set(before) and after != before  # one sample less, the rest read
