@@ -147,6 +147,8 @@ def simulate_command(
 ) -> None:
     """Simulate SCENARIO.yaml with Muster's admission engine and report per-queue outcomes."""
     loaded = _load(scenario)
+    if history_path is None and out_dir is not None:
+        history_path = out_dir / "history.db"
     if history_path is not None and not no_history:
         _check_history(history_path)
     if placement is not None:
@@ -195,10 +197,7 @@ def simulate_command(
     notes = [f"simulated {format_seconds(result.end)} in {elapsed:.1f}s of wall time"]
     if not no_history:
         if history_path is None:
-            directory = (
-                out_dir if out_dir is not None else Path(tempfile.mkdtemp(prefix="muster-sim-"))
-            )
-            history_path = directory / "history.db"
+            history_path = Path(tempfile.mkdtemp(prefix="muster-sim-")) / "history.db"
         history_path.parent.mkdir(parents=True, exist_ok=True)
         try:
             count = write_history(result, history_path)

@@ -189,6 +189,11 @@ def test_every_command_refuses_a_bad_file_by_name_and_leaves_it_as_it_was(
     if sim.exit_code != 0:
         assert digest(path) == before
         assert "Job" not in sim.output  # refused before the run, not after its report
+    # The same with the store --out gives it.
+    out = tmp_path / "out"
+    out.mkdir()
+    shutil.copy(path, out / "history.db")
+    assert_clear(invoke(["simulate", "--out", str(out), str(SCENARIO)]), out / "history.db", needle)
 
 
 def test_rows_a_reader_cannot_parse_are_skipped_by_name_and_the_rest_is_answered(
