@@ -108,10 +108,10 @@ def describe(err: MigrationError | DatabaseError) -> str:
     every command and component that uses it (`history store at WHERE ...`)."""
     if isinstance(err, MigrationError):
         return str(err)
-    reason = str(err.orig).strip().splitlines()[0] if err.orig else str(err)
+    reason = _reason(err)
     if "no such table" in reason or "does not exist" in reason:
         return "has no schema; run `muster db upgrade`"
-    if "not a database" in reason or "malformed" in reason:
+    if _damaged(reason):
         return f"is not an SQLite database, or is damaged: {reason}"
     return f"is unreachable: {reason}"
 
@@ -119,7 +119,16 @@ def describe(err: MigrationError | DatabaseError) -> str:
 def is_permanent(err: MigrationError | DatabaseError) -> bool:
     """Whether waiting cannot mend the store (it is another application's, a newer Muster's,
     not a database, or damaged), unlike an unreachable server."""
-    return isinstance(err, MigrationError) or describe(err).startswith("is not an SQLite")
+    return isinstance(err, MigrationError) or _damaged(_reason(err))
+
+
+def _reason(err: DatabaseError) -> str:
+    """The driver's first line, without the statement and its parameters."""
+    return str(err.orig).strip().splitlines()[0] if err.orig else str(err)
+
+
+def _damaged(reason: str) -> bool:
+    return "not a database" in reason or "malformed" in reason
 
 
 def upgrade(engine: Engine, revision: str = "head") -> None:
