@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import ValidationError
 
 from controllers.admission.assumed import Assumptions
+from controllers.jobs.reconciler import priority_classes
 from controllers.runtime.resources import Obj, object_key
 from controllers.state import workloads as wls
 from controllers.state.budgets import budget_breakers
@@ -60,7 +61,12 @@ def _epoch(text: str | None, default: float = 0.0) -> float:
     return moment.timestamp() if moment is not None else default
 
 
-def engine_workload(wl: WorkloadModel, queue: str, raw: Mapping[str, Any]) -> Workload:
+def engine_workload(
+    wl: WorkloadModel,
+    queue: str,
+    raw: Mapping[str, Any],
+    priority_classes: Mapping[str, int] | None = None,
+) -> Workload:
     """A Workload as the engine sees it (through `quota.model.convert`), with the times and the
     eviction state only the cluster object knows."""
     admitted_at = None
@@ -72,6 +78,7 @@ def engine_workload(wl: WorkloadModel, queue: str, raw: Mapping[str, Any]) -> Wo
         queue,
         arrival=_epoch((raw.get("metadata") or {}).get("creationTimestamp")),
         admitted_at=admitted_at,
+        priority_classes=priority_classes,
         evicting=wls.is_evicted(raw),
     )
     nomination = wl.status.nomination
@@ -101,6 +108,7 @@ class _Facts:
     reserved_at: str = ""  # QuotaReserved's lastTransitionTime
     deleting: bool = False
     requeue_at: datetime | None = None
+    priority_class: str = ""  # the PriorityClass its priority comes from, if it gives none
     # The engine's Workload, for the queue it was converted for (a pending Workload's
     # ClusterQueue is its LocalQueue's, which can change without the Workload changing).
     engine: Workload | None = None
@@ -115,6 +123,7 @@ def _read_facts(raw: Obj, version: str) -> tuple[_Facts, WorkloadModel | None]:
         model = WorkloadModel.model_validate(raw)
     except ValidationError as error:
         return _Facts(version, invalid=f"invalid Workload: {str(error)[:500]}"), None
+    spec_class = model.spec.priority_class_name or ""
     facts = _Facts(
         version,
         namespace=model.metadata.namespace or "",
@@ -122,6 +131,7 @@ def _read_facts(raw: Obj, version: str) -> tuple[_Facts, WorkloadModel | None]:
         owner_uid=wls.owner_job_uid(raw) or "",
         deleting=wls.is_deleting(raw),
         requeue_at=wls.requeue_at(raw),
+        priority_class="" if model.spec.priority is not None else spec_class,
     )
     facts.admitted_to = admitted_to(raw)
     if wls.has_quota(raw):
@@ -184,6 +194,7 @@ class ViewBuilder:
         # Time-based fair share: figures a history job refreshes; None turns it off.
         self.usage = usage
         self._historical: tuple[Any, dict[str, float]] = (None, {})
+        self._classes: dict[str, int] = {}  # PriorityClass values, as this cycle read them
 
     def _engine_workload(
         self, facts: _Facts, raw: Obj, model: WorkloadModel | None, queue: str
@@ -196,7 +207,7 @@ class ViewBuilder:
             return facts.engine
         if model is None:
             model = WorkloadModel.model_validate(raw)
-        facts.engine = engine_workload(model, queue, raw)
+        facts.engine = engine_workload(model, queue, raw, self._classes)
         facts.engine_queue = queue
         return facts.engine
 
@@ -246,6 +257,7 @@ class ViewBuilder:
 
         flavors = {rf.name: convert.flavor(rf) for rf in flavor_models}
         queues = queue_specs(cq_models.values(), tree, unreadable)
+        self._classes, _ = priority_classes(self.ctx)
 
         admitted: list[Workload] = []
         placed_whole: list[str] = []
@@ -318,6 +330,11 @@ class ViewBuilder:
                         "competes for quota again",
                     )
                 )
+                continue
+            if facts.priority_class and (
+                wait := convert.priority_wait(None, facts.priority_class, self._classes)
+            ):
+                blocked.append((key, INADMISSIBLE, wait))
                 continue
             queue = counts_in(facts.admitted_to, lq.spec.cluster_queue)
             assert queue is not None, "its LocalQueue exists (above)"

@@ -257,7 +257,7 @@ def admit(file: Path, output: str, now: str | None) -> None:
     """Run one admission cycle on FILE and print what it decides."""
     state = _state(file, now)
     with paused_collection():
-        result = admission_cycle(state.snapshot)
+        result = state.with_waiting(admission_cycle(state.snapshot))
     _report(output, result.to_dict(), lambda: _print_decisions(result))
 
 

@@ -12,7 +12,7 @@ from typing import Any
 import click
 from rich.console import Console
 from rich.table import Table
-from sqlalchemy import Engine, inspect
+from sqlalchemy import Engine
 from sqlalchemy.exc import DatabaseError
 
 from controllers.cli.options import output_option
@@ -66,18 +66,7 @@ def _engine(flag: str | None, *, read: bool = False) -> Iterator[Engine]:
 def store_problem(err: migrate.MigrationError | DatabaseError, where: str) -> click.ClickException:
     """What a person is told when the history store at `where` cannot be used, by any command
     that reads or writes it: which store, what is wrong, and what to do."""
-    if isinstance(err, migrate.MigrationError):
-        return click.ClickException(f"history store at {where} {err}")
-    reason = str(err.orig).strip().splitlines()[0] if err.orig else str(err)
-    if "no such table" in reason or "does not exist" in reason:
-        return click.ClickException(
-            f"history store at {where} has no schema; run `muster db upgrade`"
-        )
-    if "not a database" in reason or "malformed" in reason:
-        return click.ClickException(
-            f"history store at {where} is not an SQLite database, or is damaged: {reason}"
-        )
-    return click.ClickException(f"history store at {where} is unreachable: {reason}")
+    return click.ClickException(f"history store at {where} {migrate.describe(err)}")
 
 
 # --- muster db ---------------------------------------------------------------------------------
@@ -144,12 +133,11 @@ def db_current(database_url_flag: str | None) -> None:
         current = migrate.current_revision(engine)
         head = migrate.head_revision()
         where = display_url(engine.url)
+        foreign = migrate.not_ours(engine, current)
+        if foreign is not None:
+            raise click.ClickException(f"history store at {where} {foreign}")
         if current is None:
-            tables = inspect(engine).get_table_names()
-            state = "not migrated" + (f" ({len(tables)} other tables)" if tables else "")
-            click.echo(f"{where}: {state}; head is {head}; run `muster db upgrade`")
-        elif current not in migrate.known_revisions():
-            raise click.ClickException(f"history store at {where} {migrate.schema_problem(engine)}")
+            click.echo(f"{where}: not migrated; head is {head}; run `muster db upgrade`")
         elif current == head:
             problem = migrate.schema_problem(engine)
             click.echo(f"{where}: {current} (head)" + (f"; but it {problem}" if problem else ""))
@@ -174,6 +162,17 @@ def _since(text: str) -> datetime:
         raise click.BadParameter(
             f"{text!r} reaches back further than a date can", param_hint="--since"
         ) from None
+
+
+def _skipping(engine: Engine) -> queries.Skipped:
+    """Tell the person, on stderr, of each row a question skipped (queries.py says why rows
+    are skipped rather than the whole store refused)."""
+    where = display_url(engine.url)
+
+    def tell(row: queries.UnreadableRow) -> None:
+        click.echo(f"Warning: history store at {where}: skipped {row}", err=True)
+
+    return tell
 
 
 def _short(at: datetime) -> str:
@@ -207,7 +206,7 @@ def history_workload(workload: str, database_url_flag: str | None, output: str) 
             f"expected NAMESPACE/NAME, got {workload!r}", param_hint="NAMESPACE/NAME"
         )
     with _engine(database_url_flag, read=True) as engine:
-        entries = queries.workload_timeline(engine, namespace, name)
+        entries = queries.workload_timeline(engine, namespace, name, skipped=_skipping(engine))
     if not entries and output == "table":
         raise click.ClickException(f"no history recorded for workload {namespace}/{name}")
 
@@ -249,7 +248,7 @@ def history_queue(
     """A cluster queue's admissions, preemptions and usage vs fair share over a window."""
     since = _since(since_text)
     with _engine(database_url_flag, read=True) as engine:
-        report = queries.queue_report(engine, cluster_queue, since)
+        report = queries.queue_report(engine, cluster_queue, since, skipped=_skipping(engine))
 
     def render(console: Console) -> None:
         counts = ", ".join(f"{k} {v}" for k, v in sorted(report.counts.items())) or "no events"
@@ -311,7 +310,9 @@ def history_preemptions(
     """Who preempted or reclaimed whom, and why."""
     since = _since(since_text)
     with _engine(database_url_flag, read=True) as engine:
-        entries = queries.preemptions(engine, since, cluster_queue=cluster_queue)
+        entries = queries.preemptions(
+            engine, since, cluster_queue=cluster_queue, skipped=_skipping(engine)
+        )
 
     def render(console: Console) -> None:
         table = Table(title=f"preemptions since {_short(since)} UTC ({len(entries)})")

@@ -24,7 +24,8 @@ from sqlalchemy.exc import DatabaseError
 from controllers.cli.fairshare import load_documents
 from controllers.cli.history import store_problem
 from controllers.cli.options import out_dir_option
-from controllers.history.migrate import MigrationError
+from controllers.history import migrate
+from controllers.history.engine import make_engine
 from controllers.runtime.gcpause import paused_collection
 from controllers.simreport.history import write_history
 from controllers.simreport.html import render_html
@@ -72,6 +73,22 @@ def with_placement(scenario: Scenario, strategy: str) -> Scenario:
     chosen: PlacementStrategy = "Spread" if strategy == "Spread" else "BinPack"
     queues = {name: replace(q, placement=chosen) for name, q in scenario.queues.items()}
     return replace(scenario, queues=queues)
+
+
+def _check_history(path: Path) -> None:
+    """Refuse, before simulating, a history store the run could not be recorded in (a file
+    that is not a database, another application's, a newer Muster's): nothing is written."""
+    if not path.exists():
+        return
+    engine = make_engine(f"sqlite:///{path.resolve()}")
+    try:
+        problem = migrate.upgrade_problem(engine)
+    except DatabaseError as error:
+        raise store_problem(error, str(path)) from None
+    finally:
+        engine.dispose()
+    if problem is not None:
+        raise click.ClickException(f"history store at {path} {problem}")
 
 
 def _load(path: Path) -> Scenario:
@@ -130,6 +147,10 @@ def simulate_command(
 ) -> None:
     """Simulate SCENARIO.yaml with Muster's admission engine and report per-queue outcomes."""
     loaded = _load(scenario)
+    if history_path is None and out_dir is not None:
+        history_path = out_dir / "history.db"
+    if history_path is not None and not no_history:
+        _check_history(history_path)
     if placement is not None:
         loaded = with_placement(loaded, placement)
     if until is not None:
@@ -176,14 +197,11 @@ def simulate_command(
     notes = [f"simulated {format_seconds(result.end)} in {elapsed:.1f}s of wall time"]
     if not no_history:
         if history_path is None:
-            directory = (
-                out_dir if out_dir is not None else Path(tempfile.mkdtemp(prefix="muster-sim-"))
-            )
-            history_path = directory / "history.db"
+            history_path = Path(tempfile.mkdtemp(prefix="muster-sim-")) / "history.db"
         history_path.parent.mkdir(parents=True, exist_ok=True)
         try:
             count = write_history(result, history_path)
-        except (MigrationError, DatabaseError) as problem:
+        except (migrate.MigrationError, DatabaseError) as problem:
             # Nothing was written: a store that is not a database, or one a newer Muster
             # migrated, is refused before its first record (`migrate.upgrade` checks first).
             raise store_problem(problem, str(history_path)) from None

@@ -107,8 +107,12 @@ def make_engine(url: URL | str, *, connect_timeout_s: float = 5.0, **kwargs: Any
 
 def _sqlite_on_connect(dbapi_conn: Any, _record: Any) -> None:
     # WAL lets the CLI read while the controller's recorder writes; NORMAL sync is durable
-    # against process crashes, which is what an embedded store needs.
+    # against process crashes, which is what an embedded store needs. WAL is a property of
+    # the file, written into it: set when Muster creates the store (an empty file), never on
+    # a file that holds something else, which Muster refuses unchanged. Reading the schema
+    # also makes a file that is not a database fail here, on first use.
     cur = dbapi_conn.cursor()
-    cur.execute("PRAGMA journal_mode=WAL")
+    if cur.execute("SELECT count(*) FROM sqlite_master").fetchone()[0] == 0:
+        cur.execute("PRAGMA journal_mode=WAL")
     cur.execute("PRAGMA synchronous=NORMAL")
     cur.close()

@@ -15,6 +15,7 @@ Each step is also a plain method, so tests and `muster` commands can run it on d
 from __future__ import annotations
 
 import logging
+import threading
 from collections import defaultdict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -233,6 +234,7 @@ class HistoryJobs:
         retention_interval: timedelta = timedelta(hours=1),
         fairness_interval: timedelta = timedelta(minutes=5),
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+        ready: threading.Event | None = None,
     ) -> None:
         for name, value in (
             ("sample_interval", sample_interval),
@@ -248,6 +250,8 @@ class HistoryJobs:
         self.retention = retention or RetentionSettings()
         self._intervals = (sample_interval, retention_interval, fairness_interval)
         self._clock = clock
+        # Retention and fairness touch the database only once it is known to be this Muster's.
+        self._ready = ready
         self._scheduler: BackgroundScheduler | None = None
 
     def start(self) -> None:
@@ -321,14 +325,20 @@ class HistoryJobs:
         if self._usage is not None:
             self._usage.refresh(self._engine, self._clock())
 
-    @staticmethod
-    def _guarded(job: Callable[[], object]) -> Callable[[], None]:
+    def _guarded(self, job: Callable[[], object]) -> Callable[[], None]:
         # A database outage skips one run; the previous fairness figures stay in use.
         def run() -> None:
+            if self._ready is not None and not self._ready.is_set():
+                return
             try:
                 job()
             except SQLAlchemyError as err:
                 log.warning("history job %s skipped, database unavailable: %s", job.__name__, err)
+            except (ValueError, TypeError) as err:
+                # A row it could not read (a store edited by hand): the next run tries again.
+                log.warning(
+                    "history job %s skipped, a row it read is malformed: %s", job.__name__, err
+                )
 
         run.__name__ = job.__name__
         return run

@@ -15,6 +15,7 @@ from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from alembic.util.exc import CommandError
 from sqlalchemy import Connection, Engine, inspect
+from sqlalchemy.exc import DatabaseError
 
 from controllers.history.models import Base
 
@@ -55,8 +56,9 @@ def known_revisions() -> list[str]:
 
 def _check_target(engine: Engine, revision: str) -> None:
     current = current_revision(engine)
-    if current is not None and current not in known_revisions():
-        raise MigrationError(_newer(current))
+    problem = not_ours(engine, current)
+    if problem is not None:
+        raise MigrationError(problem)
     if revision not in ("head", "base") and revision not in known_revisions():
         raise MigrationError(
             f"cannot migrate to unknown revision {revision!r}; the revisions are "
@@ -69,6 +71,64 @@ def _newer(current: str) -> str:
         f"is at revision {current!r}, which this Muster does not know (its newest is "
         f"{head_revision()}): a newer Muster wrote it; use that version"
     )
+
+
+def not_ours(engine: Engine, current: str | None) -> str | None:
+    """Why the database must be left alone, or None: one a newer Muster migrated, or another
+    application's (tables, but no revision of Muster's). Muster neither reads nor writes it."""
+    if current is not None and current in known_revisions():
+        return None
+    tables = sorted(set(inspect(engine).get_table_names()) - {"alembic_version"})
+    ours = set(Base.metadata.tables)
+    if current is not None and ours & set(tables):
+        return _newer(current)
+    if current is None and not tables:
+        return None  # empty: a new store
+    shown = ", ".join(tables[:5]) + (f" and {len(tables) - 5} more" if len(tables) > 5 else "")
+    revision = f"Alembic revision {current!r} (not Muster's) and " if current else ""
+    return (
+        f"holds {revision}tables {shown or '(none)'}, but no Muster history store: it is another "
+        "application's database, which Muster leaves alone; give Muster a database (or a file) "
+        "of its own"
+    )
+
+
+def upgrade_problem(engine: Engine) -> str | None:
+    """Why `upgrade` cannot make the store one Muster can write, or None: it is not Muster's
+    (`not_ours`), or it is stamped at the newest revision with tables missing (damaged)."""
+    current = current_revision(engine)
+    problem = not_ours(engine, current)
+    if problem is None and current == head_revision():
+        problem = schema_problem(engine)
+    return problem
+
+
+def describe(err: MigrationError | DatabaseError) -> str:
+    """What is wrong with a history store that raised `err`, said after the store's name by
+    every command and component that uses it (`history store at WHERE ...`)."""
+    if isinstance(err, MigrationError):
+        return str(err)
+    reason = _reason(err)
+    if "no such table" in reason or "does not exist" in reason:
+        return "has no schema; run `muster db upgrade`"
+    if _damaged(reason):
+        return f"is not an SQLite database, or is damaged: {reason}"
+    return f"is unreachable: {reason}"
+
+
+def is_permanent(err: MigrationError | DatabaseError) -> bool:
+    """Whether waiting cannot mend the store (it is another application's, a newer Muster's,
+    not a database, or damaged), unlike an unreachable server."""
+    return isinstance(err, MigrationError) or _damaged(_reason(err))
+
+
+def _reason(err: DatabaseError) -> str:
+    """The driver's first line, without the statement and its parameters."""
+    return str(err.orig).strip().splitlines()[0] if err.orig else str(err)
+
+
+def _damaged(reason: str) -> bool:
+    return "not a database" in reason or "malformed" in reason
 
 
 def upgrade(engine: Engine, revision: str = "head") -> None:
@@ -96,10 +156,11 @@ def schema_problem(engine: Engine) -> str | None:
     """Why the store cannot be read as a Muster history store now, or None if it can:
     no schema yet, an older one, one from a newer Muster, or tables missing under a stamp."""
     current = current_revision(engine)
+    problem = not_ours(engine, current)
+    if problem is not None:
+        return problem
     if current is None:
         return "has no schema; run `muster db upgrade`"
-    if current not in known_revisions():
-        return _newer(current)
     if current != head_revision():
         return f"is at revision {current}, older than {head_revision()}; run `muster db upgrade`"
     missing = sorted(set(Base.metadata.tables) - set(inspect(engine).get_table_names()))

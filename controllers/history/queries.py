@@ -4,16 +4,36 @@
 - a queue over a window: what was admitted, preempted or reclaimed, and usage vs fair share;
 - the preemptions over a window: who preempted whom and by which rule;
 - everything recorded since a moment (the live view of `muster up`).
+
+A row these questions cannot read (a JSON column that is not JSON or not of its shape, a time
+that is not one, an unknown transition kind or preemption rule, a NULL where a value is
+required: a store edited by hand or damaged) is skipped, and `skipped` is told which row and
+why; the rest of the answer stands. Nothing here writes.
 """
 
 from __future__ import annotations
 
+import logging
 import re
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime, timedelta
+from types import SimpleNamespace
 from typing import Any
 
-from sqlalchemy import ColumnElement, Engine, Row, func, select
+from sqlalchemy import (
+    ColumnElement,
+    Connection,
+    Engine,
+    Select,
+    Table,
+    and_,
+    func,
+    not_,
+    select,
+    type_coerce,
+)
+from sqlalchemy.types import NullType
 
 from controllers.history.models import (
     PlacementDecisionRow,
@@ -21,6 +41,9 @@ from controllers.history.models import (
     QueueSampleRow,
     WorkloadTransitionRow,
 )
+from controllers.history.records import TransitionKind
+
+log = logging.getLogger(__name__)
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*$")
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
@@ -104,7 +127,89 @@ class PreemptionEntry:
     victims: list[dict[str, Any]]
 
 
-def _transition_entry(row: Row[Any]) -> TimelineEntry:
+@dataclass(frozen=True)
+class UnreadableRow:
+    """A stored row a question skipped, and why."""
+
+    table: str
+    row_id: Any
+    problem: str
+
+    def __str__(self) -> str:
+        return f"{self.table} row id={self.row_id}: {self.problem}"
+
+
+Skipped = Callable[[UnreadableRow], None]
+
+
+def log_skipped(row: UnreadableRow) -> None:
+    """The default for callers with no person to tell: a warning in the log."""
+    log.warning("history: skipped an unreadable row: %s", row)
+
+
+# What each JSON column must hold once decoded, and how to say it.
+_SHAPES: dict[str, tuple[Callable[[Any], bool], str]] = {
+    "flavors": (lambda v: isinstance(v, dict), "a JSON object of resource -> flavor"),
+    "resources": (
+        lambda v: isinstance(v, dict) and all(isinstance(n, int) for n in v.values()),
+        "a JSON object of resource -> amount",
+    ),
+    "assignments": (
+        lambda v: isinstance(v, dict) and all(isinstance(n, int) for n in v.values()),
+        "a JSON object of node -> pod count",
+    ),
+    "victims": (
+        lambda v: (
+            isinstance(v, list)
+            and all(isinstance(x, dict) and "namespace" in x and "name" in x for x in v)
+        ),
+        "a JSON list of victims, each with namespace and name",
+    ),
+}
+_KINDS = frozenset(k.value for k in TransitionKind)
+_STRATEGIES = frozenset(("preempt", "reclaim", "consolidate"))
+
+
+def _rows(
+    conn: Connection, stmt: Select[Any], table: Table, skipped: Skipped
+) -> Iterator[SimpleNamespace]:
+    """The rows `stmt` selects from `table`, each column decoded as the model reads it; a row
+    that does not decode, or breaks a rule of its table, is told to `skipped` instead.
+
+    The columns are fetched undecoded and decoded here, one row at a time, so that one bad
+    value costs its row and not the whole answer (decoding while fetching raises for all)."""
+    columns = list(table.columns)
+    raw = stmt.with_only_columns(*(type_coerce(c, NullType()).label(c.name) for c in columns))
+    dialect = conn.dialect
+    decoders = [c.type.dialect_impl(dialect).result_processor(dialect, None) for c in columns]
+    for values in conn.execute(raw):
+        row: dict[str, Any] = {}
+        problem = None
+        for column, decode, value in zip(columns, decoders, values, strict=True):
+            try:
+                value = decode(value) if decode is not None and value is not None else value
+            except (ValueError, TypeError) as error:
+                problem = f"column {column.name} cannot be read ({str(error)[:120]})"
+                break
+            if value is None and not column.nullable:
+                problem = f"column {column.name} is NULL where a value is required"
+                break
+            shape = _SHAPES.get(column.name)
+            if shape is not None and not shape[0](value):
+                problem = f"column {column.name} must be {shape[1]}, got {str(value)[:80]!r}"
+                break
+            row[column.name] = value
+        if problem is None and "kind" in row and row["kind"] not in _KINDS:
+            problem = f"column kind {row['kind']!r} is not a transition kind"
+        if problem is None and "strategy" in row and row["strategy"] not in _STRATEGIES:
+            problem = f"column strategy {row['strategy']!r} is not preempt, reclaim or consolidate"
+        if problem is not None:
+            skipped(UnreadableRow(table.name, values[0], problem))
+            continue
+        yield SimpleNamespace(**row)
+
+
+def _transition_entry(row: Any) -> TimelineEntry:
     return TimelineEntry(
         at=row.at,
         event=row.kind,
@@ -138,7 +243,9 @@ _LIFE_ORDER = {
 }
 
 
-def workload_timeline(engine: Engine, namespace: str, name: str) -> list[TimelineEntry]:
+def workload_timeline(
+    engine: Engine, namespace: str, name: str, *, skipped: Skipped = log_skipped
+) -> list[TimelineEntry]:
     """Everything recorded about one workload, oldest first.
 
     A workload deleted and recreated under the same name shows both lives (the operator asks by
@@ -150,13 +257,16 @@ def workload_timeline(engine: Engine, namespace: str, name: str) -> list[Timelin
         (t.namespace == namespace) & (t.name == name),
         (p.namespace == namespace) & (p.name == name),
         (d.namespace == namespace) & (d.name == name),
+        skipped,
     )
 
 
-def recent_timeline(engine: Engine, since: datetime) -> list[TimelineEntry]:
+def recent_timeline(
+    engine: Engine, since: datetime, *, skipped: Skipped = log_skipped
+) -> list[TimelineEntry]:
     """Everything recorded about any workload at or after `since`, oldest first."""
     t, p, d = WorkloadTransitionRow, PlacementDecisionRow, PreemptionDecisionRow
-    return _timeline(engine, t.at >= since, p.at >= since, d.at >= since)
+    return _timeline(engine, t.at >= since, p.at >= since, d.at >= since, skipped)
 
 
 def _timeline(
@@ -164,12 +274,18 @@ def _timeline(
     transitions: ColumnElement[bool],
     placements: ColumnElement[bool],
     preemptions: ColumnElement[bool],
+    skipped: Skipped,
 ) -> list[TimelineEntry]:
     entries: list[TimelineEntry] = []
+    t, p_, d_ = (
+        _table(WorkloadTransitionRow),
+        _table(PlacementDecisionRow),
+        _table(PreemptionDecisionRow),
+    )
     with engine.connect() as conn:
-        for row in conn.execute(select(WorkloadTransitionRow.__table__).where(transitions)):
+        for row in _rows(conn, select(t).where(transitions), t, skipped):
             entries.append(_transition_entry(row))
-        for p in conn.execute(select(PlacementDecisionRow.__table__).where(placements)):
+        for p in _rows(conn, select(p_).where(placements), p_, skipped):
             entries.append(
                 TimelineEntry(
                     at=p.at,
@@ -182,7 +298,7 @@ def _timeline(
                     detail={"pod_group": p.pod_group, "nodes": dict(p.assignments)},
                 )
             )
-        for d in conn.execute(select(PreemptionDecisionRow.__table__).where(preemptions)):
+        for d in _rows(conn, select(d_).where(preemptions), d_, skipped):
             victims = ", ".join(f"{v['namespace']}/{v['name']}" for v in d.victims)
             entries.append(
                 TimelineEntry(
@@ -213,6 +329,7 @@ def queue_report(
     until: datetime | None = None,
     *,
     max_events: int = 200,
+    skipped: Skipped = log_skipped,
 ) -> QueueReport:
     """A cluster queue's transitions and usage vs fair share between `since` and `until`."""
     until = until or datetime.now(UTC)
@@ -226,10 +343,17 @@ def queue_report(
                 select(t.kind, func.count()).where(*window).group_by(t.kind)
             ).all()
         }
-        rows = conn.execute(
-            select(t.__table__).where(*window).order_by(t.at.desc(), t.id.desc()).limit(max_events)
-        )
-        events = [_transition_entry(r) for r in rows][::-1]
+        table = _table(t)
+        latest = select(table).where(*window).order_by(t.at.desc(), t.id.desc()).limit(max_events)
+        events = [_transition_entry(r) for r in _rows(conn, latest, table, skipped)][::-1]
+        in_window = (s.cluster_queue == cluster_queue, s.at >= since, s.at <= until)
+        # A sample whose amounts are not numbers (SQLite keeps whatever it is given) is left
+        # out of the sums and told, as a row the events could not read is.
+        numbers = [c + 0 == c for c in (s.usage, s.fair_share, s.demand, s.resolution_s)]
+        numbers.append(s.covered_s + 0 == s.covered_s)
+        valid = and_(*numbers)
+        for (row_id,) in conn.execute(select(s.id).where(*in_window, not_(valid)).limit(20)):
+            skipped(UnreadableRow(_table(s).name, row_id, "an amount is not a number"))
         usage = [
             UsageFigure(
                 flavor=flavor,
@@ -251,7 +375,7 @@ def queue_report(
                     func.sum(s.covered_s),
                     func.max(s.demand),
                 )
-                .where(s.cluster_queue == cluster_queue, s.at >= since, s.at <= until)
+                .where(*in_window, valid)
                 .group_by(s.flavor, s.resource)
                 .order_by(s.flavor, s.resource)
             ).all()
@@ -265,6 +389,7 @@ def preemptions(
     until: datetime | None = None,
     *,
     cluster_queue: str | None = None,
+    skipped: Skipped = log_skipped,
 ) -> list[PreemptionEntry]:
     """Preemption and reclaim decisions between `since` and `until`, oldest first.
 
@@ -272,9 +397,10 @@ def preemptions(
     """
     until = until or datetime.now(UTC)
     d = PreemptionDecisionRow
-    stmt = select(d.__table__).where(d.at >= since, d.at <= until).order_by(d.at, d.id)
+    table = _table(d)
+    stmt = select(table).where(d.at >= since, d.at <= until).order_by(d.at, d.id)
     with engine.connect() as conn:
-        rows = list(conn.execute(stmt))
+        rows = list(_rows(conn, stmt, table, skipped))
     out = [
         PreemptionEntry(
             at=r.at,
@@ -297,6 +423,12 @@ def preemptions(
     return out
 
 
+def _table(model: type[Any]) -> Table:
+    table = model.__table__
+    assert isinstance(table, Table)
+    return table
+
+
 def as_json(value: Any) -> Any:
     """A query result as JSON-ready data (datetimes as ISO 8601 strings)."""
     if isinstance(value, list):
@@ -314,6 +446,7 @@ __all__ = [
     "PreemptionEntry",
     "QueueReport",
     "TimelineEntry",
+    "UnreadableRow",
     "UsageFigure",
     "as_json",
     "parse_since",

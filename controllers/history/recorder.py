@@ -102,6 +102,7 @@ class HistoryRecorder:
         max_defer_s: float = 1.0,
         sync_interval_s: float = 1.0,
         backlog_gauge: Gauge | None = None,
+        ready: threading.Event | None = None,
     ) -> None:
         if batch_size < 1 or segment_records < 1:
             raise ValueError("history recorder: batch_size and segment_records must be >= 1")
@@ -113,6 +114,9 @@ class HistoryRecorder:
         self._retry_max_s = retry_max_s
         self._max_defer_s = max_defer_s
         self._sync_interval_s = sync_interval_s
+        # The database is written only once this is set: until the store is known to be this
+        # Muster's (migrated), records wait in the spool and nothing is written into it.
+        self._ready = ready
 
         # The appending side, shared by every caller: the open segment and what it holds.
         self._log_lock = threading.Lock()
@@ -304,7 +308,7 @@ class HistoryRecorder:
                 return
             self._closed = True
         if self._thread is not None:
-            if self._db_up:
+            if self._db_up and self._store_ready():
                 self.flush(drain_timeout_s)
             with self._wake:
                 self._stopping = True
@@ -354,7 +358,14 @@ class HistoryRecorder:
     def _has_work(self) -> bool:
         if self._sync_due():
             return True
-        return self.backlog > 0 and (self._db_up or time.monotonic() >= self._retry_at)
+        return (
+            self.backlog > 0
+            and self._store_ready()
+            and (self._db_up or time.monotonic() >= self._retry_at)
+        )
+
+    def _store_ready(self) -> bool:
+        return self._ready is None or self._ready.is_set()
 
     def _wait_s(self) -> float:
         wait = min(1.0, self._sync_interval_s)
@@ -374,7 +385,7 @@ class HistoryRecorder:
     def _step(self) -> None:
         if self._sync_due():
             self._sync()
-        if not self._db_up and time.monotonic() < self._retry_at:
+        if not self._store_ready() or (not self._db_up and time.monotonic() < self._retry_at):
             return
         while not self._stopping:
             batch = self._read_batch()

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from sqlalchemy.engine import URL
+from sqlalchemy.exc import DatabaseError
 
 from controllers.history import migrate
 from controllers.history.engine import display_url, make_engine
@@ -61,16 +62,19 @@ def default_spool_dir(url: URL) -> Path:
     return spool_dir_default() / digest
 
 
-def open_recorder(engine: Any, url: URL, spool_dir: Path | None) -> HistoryRecorder:
-    """Start a recorder on `spool_dir`, or on the first free slot of the default spool."""
+def open_recorder(
+    engine: Any, url: URL, spool_dir: Path | None, ready: threading.Event | None = None
+) -> HistoryRecorder:
+    """Start a recorder on `spool_dir`, or on the first free slot of the default spool; it
+    writes to the database only once `ready` is set (the schema is known to be this Muster's)."""
     if spool_dir is not None:
         # An operator's choice: sharing it between replicas is a mistake to report, not mend.
-        return HistoryRecorder(engine, spool_dir).start()
+        return HistoryRecorder(engine, spool_dir, ready=ready).start()
     base = default_spool_dir(url)
     for slot in range(SPOOL_SLOTS):
         path = base if slot == 0 else base.with_name(f"{base.name}-{slot}")
         try:
-            return HistoryRecorder(engine, path).start()
+            return HistoryRecorder(engine, path, ready=ready).start()
         except SpoolLockedError:
             continue
     raise SpoolLockedError(
@@ -125,7 +129,9 @@ class HistoryStore:
 
     def start(self, sampler: Sampler | None = None) -> None:
         """Start recording and the periodic jobs; the schema is migrated in the background."""
-        self.recorder = open_recorder(self.engine, self.settings.url, self.settings.spool_dir)
+        self.recorder = open_recorder(
+            self.engine, self.settings.url, self.settings.spool_dir, self.migrated
+        )
         self._migrator = threading.Thread(
             target=self._migrate_until_done, name="history-migrate", daemon=True
         )
@@ -138,6 +144,7 @@ class HistoryStore:
             retention=self.settings.retention,
             sample_interval=self.settings.sample_interval,
             fairness_interval=self.settings.fairness_interval,
+            ready=self.migrated,
         )
         self.jobs.start()
         log.info(
@@ -156,27 +163,33 @@ class HistoryStore:
     def _migrate_until_done(self) -> None:
         delay = 1.0
         warned = False
+        refused = ""  # the permanent problem last logged
         while not self._stop.is_set():
             try:
                 migrate.upgrade(self.engine)
                 revision = migrate.current_revision(self.engine)
+            except (migrate.MigrationError, DatabaseError) as error:
+                if not migrate.is_permanent(error):
+                    self._unavailable(error, delay, warned)
+                    warned = True
+                elif refused != (problem := migrate.describe(error)):
+                    # Another application's database, a newer Muster's, or not a database:
+                    # nothing is written into it (the recorder and the jobs wait for the
+                    # migration), records stay in the spool, and it is checked again at the
+                    # longest backoff in case someone replaces it.
+                    log.error(
+                        f"history store at {self.where} {problem}",
+                        extra={"database": self.where, "spool_dir": str(self.spool_dir)},
+                    )
+                    refused = problem
+                    delay = self.settings.migrate_retry_max_s
+                self._stop.wait(delay)
+                delay = min(self.settings.migrate_retry_max_s, delay * 2)
+                continue
             except Exception as error:
                 # Unreachable, or another replica migrating at the same moment: try again.
-                detail = str(getattr(error, "orig", None) or error).strip().splitlines()
-                fields = {
-                    "database": self.where,
-                    "spool_dir": str(self.spool_dir),
-                    "error": (detail[0] if detail else type(error).__name__)[:500],
-                    "retry_in": delay,
-                }
-                if not warned:
-                    log.warning(
-                        "history store unavailable; recording to the spool until it answers",
-                        extra=fields,
-                    )
-                    warned = True
-                else:
-                    log.debug("history store still unavailable", extra=fields)
+                self._unavailable(error, delay, warned)
+                warned = True
                 self._stop.wait(delay)
                 delay = min(self.settings.migrate_retry_max_s, delay * 2)
                 continue
@@ -192,6 +205,21 @@ class HistoryStore:
                 except Exception as error:
                     log.warning("usage fairness figures not refreshed", extra={"error": str(error)})
             return
+
+    def _unavailable(self, error: Exception, delay: float, warned: bool) -> None:
+        detail = str(getattr(error, "orig", None) or error).strip().splitlines()
+        fields = {
+            "database": self.where,
+            "spool_dir": str(self.spool_dir),
+            "error": (detail[0] if detail else type(error).__name__)[:500],
+            "retry_in": delay,
+        }
+        if not warned:
+            log.warning(
+                "history store unavailable; recording to the spool until it answers", extra=fields
+            )
+        else:
+            log.debug("history store still unavailable", extra=fields)
 
     def record_later(self, make: Callable[[], Iterable[Any]]) -> None:
         """Build records with `make` and write them ahead to the spool (see the recorder)."""

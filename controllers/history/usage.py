@@ -65,7 +65,14 @@ def decayed_usage_by_queue(
         QueueSampleRow.at,
         QueueSampleRow.usage,
         QueueSampleRow.resolution_s,
-    ).where(QueueSampleRow.at > now - window, QueueSampleRow.at <= now)
+    ).where(
+        QueueSampleRow.at > now - window,
+        QueueSampleRow.at <= now,
+        # A sample whose amounts are not numbers (SQLite keeps whatever it is given; the
+        # history questions name such rows) counts for nothing rather than stopping the sum.
+        QueueSampleRow.usage + 0 == QueueSampleRow.usage,
+        QueueSampleRow.resolution_s + 0 == QueueSampleRow.resolution_s,
+    )
     wanted = set(resources) if resources is not None else None
     if wanted is not None:
         stmt = stmt.where(QueueSampleRow.resource.in_(sorted(wanted)))

@@ -7,6 +7,7 @@ from rich.table import Table
 
 from controllers.simreport.units import in_unit, percent, short
 from quota.api.quantity import format_quantity
+from quota.model.convert import is_priority_wait
 from quota.model.resources import FlavorResource
 from quota.simulation.report import (
     QueueStats,
@@ -124,6 +125,7 @@ def render_table(result: SimResult, console: Console) -> None:
                 in_unit(t.resource, t.avg_whole_free),
             )
         console.print(nodes)
+    _print_undecidable(result, console)
     unfinished = sum(1 for j in result.jobs if j.finished_at is None)
     tail = "" if result.finished_all else f" ({unfinished:,} workloads had not finished)"
     console.print(
@@ -135,3 +137,15 @@ def render_table(result: SimResult, console: Console) -> None:
 def _node_wait_cell(q: QueueStats) -> str:
     waits = q.placement_waits
     return f"{len(waits):,}: {format_seconds(sum(waits))}" if waits else "-"
+
+
+def _print_undecidable(result: SimResult, console: Console) -> None:
+    """Workloads no cycle could decide (they name a PriorityClass that does not exist), with
+    the reason, so that they do not pass for an ordinary wait in the table above."""
+    waiting: dict[str, list[str]] = {}
+    for j in result.jobs:
+        if j.admitted_at is None and is_priority_wait(j.last_pending_reason):
+            waiting.setdefault(j.last_pending_reason, []).append(j.key)
+    for reason, keys in waiting.items():
+        shown = ", ".join(keys[:3]) + (f" and {len(keys) - 3:,} more" if len(keys) > 3 else "")
+        console.print(f"never decided: {shown}: {reason}", style="yellow", highlight=False)

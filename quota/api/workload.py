@@ -196,8 +196,10 @@ class Admission(ApiModel):
         min_length=1, max_length=253, description="The ClusterQueue that reserved quota."
     )
     pod_set_assignments: list[PodSetAssignment] = Field(
-        default_factory=list,
+        min_length=1,
         max_length=MAX_POD_SETS,
+        description="What each pod set was admitted with; at least one: an admission that "
+        "assigns no pod set admits nothing and is malformed.",
         json_schema_extra={
             "x-kubernetes-list-type": "map",
             "x-kubernetes-list-map-keys": ["name"],

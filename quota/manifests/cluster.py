@@ -7,7 +7,7 @@ LocalQueues, PriorityClasses, Nodes, Namespaces — and the Workloads, pending o
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from quota.api.conditions import find_condition
@@ -21,6 +21,7 @@ from quota.manifests.documents import (
     read_documents,
 )
 from quota.model import convert
+from quota.model.decisions import CycleResult, Pending
 from quota.model.queues import cluster_queue_of
 from quota.model.snapshot import Flavor, QueueSpec, Snapshot, Workload
 
@@ -37,6 +38,13 @@ class ClusterState:
     snapshot: Snapshot
     # Workload key -> its LocalQueue ("" for admitted workloads found by ClusterQueue).
     local_queue_of: Mapping[str, str] = field(default_factory=dict)
+    # Pending Workloads no cycle can decide (`convert.priority_wait`), kept out of the
+    # snapshot, with why: a cycle's result is reported with them (`with_waiting`).
+    waiting: tuple[Pending, ...] = ()
+
+    def with_waiting(self, result: CycleResult) -> CycleResult:
+        """A cycle's decisions on this file, and the Workloads the cycle could not see."""
+        return replace(result, pending=result.pending + self.waiting)
 
 
 def _check_admission(
@@ -103,7 +111,8 @@ def cluster_state(docs: Sequence[Any], now: float) -> ClusterState:
     without that LocalQueue it may name a ClusterQueue directly. An admitted Workload
     (`status.admission` set) is charged to `status.admission.clusterQueue`. Arrival is
     `metadata.creationTimestamp` (workloads without one arrive first, in file order), and
-    the admission time is the QuotaReserved condition's lastTransitionTime.
+    the admission time is the QuotaReserved condition's lastTransitionTime. A pending
+    Workload naming a PriorityClass the file does not hold waits (`ClusterState.waiting`).
     """
     read = read_documents(docs, CLUSTER_KINDS, "muster fairshare / muster admit")
     classes, _ = priority_classes(read)
@@ -116,17 +125,9 @@ def cluster_state(docs: Sequence[Any], now: float) -> ClusterState:
     admitted: list[Workload] = []
     pending: list[Workload] = []
     lq_of: dict[str, str] = {}
+    waiting: list[Pending] = []
     for index, wl in read.workloads:
         doc = read.raw[index]
-        class_name = wl.spec.priority_class_name
-        if wl.spec.priority is None and class_name and class_name not in classes:
-            raise invalid(
-                index,
-                doc,
-                "spec.priorityClassName",
-                f"PriorityClass {class_name!r} does not exist in the file "
-                "(add it, or set spec.priority)",
-            )
         created = wl.metadata.creation_timestamp
         arrival = created.timestamp() if created is not None else float(index)
         queue = cluster_queue_of(doc, local_queues.get)  # where the controller counts it
@@ -159,6 +160,10 @@ def cluster_state(docs: Sequence[Any], now: float) -> ClusterState:
                 f"queue {wl.spec.queue_name!r} does not exist: no LocalQueue "
                 f"{namespace}/{wl.spec.queue_name} and no ClusterQueue of that name",
             )
+        wait = convert.priority_wait(wl.spec.priority, wl.spec.priority_class_name, classes)
+        if wait is not None:
+            waiting.append(Pending(f"{wl.metadata.namespace or 'default'}/{wl.name}", queue, wait))
+            continue
         pending.append(convert.workload(wl, queue, arrival=arrival, priority_classes=classes))
     snapshot = Snapshot(
         now=now,
@@ -168,4 +173,4 @@ def cluster_state(docs: Sequence[Any], now: float) -> ClusterState:
         admitted=tuple(admitted),
         pending=tuple(pending),
     )
-    return ClusterState(snapshot=snapshot, local_queue_of=lq_of)
+    return ClusterState(snapshot=snapshot, local_queue_of=lq_of, waiting=tuple(waiting))

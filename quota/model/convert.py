@@ -93,13 +93,13 @@ def workload(
     """A Workload for the engine: admitted when `status.admission` is set, pending otherwise.
 
     `cluster_queue` is the leaf queue it counts in (`quota.model.queues.cluster_queue_of`).
-    The priority is `spec.priority`, else the value of `spec.priorityClassName` in
-    `priority_classes`, else 0.
+    The priority is `workload_priority`'s; a pending Workload `priority_wait` holds back is
+    the caller's to keep out of the snapshot.
     """
     namespace = wl.metadata.namespace or "default"
-    priority = wl.spec.priority
-    if priority is None and wl.spec.priority_class_name and priority_classes:
-        priority = priority_classes.get(wl.spec.priority_class_name)
+    priority = workload_priority(
+        wl.spec.priority, wl.spec.priority_class_name, priority_classes or {}
+    )
     admission = wl.status.admission
     assignments: tuple[Assignment, ...] | None = None
     if admission is not None:
@@ -111,7 +111,7 @@ def workload(
     return Workload(
         key=f"{namespace}/{wl.name}",
         queue=cluster_queue,
-        priority=priority or 0,
+        priority=priority,
         arrival=arrival,
         pod_sets=pod_sets(wl),
         admission=assignments,
@@ -119,6 +119,45 @@ def workload(
         replaces=f"{namespace}/{wl.spec.replaces}" if wl.spec.replaces else None,
         evicting=evicting,
     )
+
+
+def priority_wait(
+    priority: int | None, class_name: str | None, priority_classes: Mapping[str, int]
+) -> str | None:
+    """Why a workload cannot be decided yet, or None: it names a PriorityClass that does not
+    exist and carries no priority of its own.
+
+    The one rule for the controller, `muster fairshare` / `muster admit` and the simulator. The
+    apiserver refuses a pod that names a missing PriorityClass; a workload is not refused but
+    waits with this reason, and the first decision after the class is created takes its value.
+    A priority already given (resolved when the workload was made, as a pod's is) stands even
+    if its class is deleted later; so does an admission, whatever happens to the class.
+    """
+    if priority is not None or not class_name or class_name in priority_classes:
+        return None
+    return (
+        f"{PRIORITY_WAIT} {class_name!r}, which does not exist (named by "
+        "spec.priorityClassName): create it, or name a class that exists"
+    )
+
+
+PRIORITY_WAIT = "waits for PriorityClass"
+
+
+def is_priority_wait(reason: str) -> bool:
+    """Whether a pending reason is `priority_wait`'s (reports list such workloads apart: no
+    admission cycle ever saw them)."""
+    return reason.startswith(PRIORITY_WAIT)
+
+
+def workload_priority(
+    priority: int | None, class_name: str | None, priority_classes: Mapping[str, int]
+) -> int:
+    """The priority a workload is decided at: its own, else its PriorityClass's value, else 0
+    (also for an admitted workload whose class no longer exists: see `priority_wait`)."""
+    if priority is not None:
+        return priority
+    return priority_classes.get(class_name, 0) if class_name else 0
 
 
 def pod_set_assignments(entries: Iterable[PodSetAssignment]) -> tuple[Assignment, ...]:
@@ -240,10 +279,10 @@ def job_to_workload_model(
     with the pod template's requests, node selector and tolerations.
 
     The queue is the Job's `muster.dev/queue-name` label (a LocalQueue in its namespace), the
-    priority its PriorityClass, and `muster.dev/min-parallelism` allows partial admission
-    (not for elastic Jobs, which resize through slices instead). `count` overrides the pod
-    count (a slice of an elastic Job). Raises ManifestError naming `index`, the field and the
-    rule when the Job cannot be queued.
+    priority its PriorityClass (none if that class does not exist: `priority_wait`), and
+    `muster.dev/min-parallelism` allows partial admission (not for elastic Jobs, which resize
+    through slices instead). `count` overrides the pod count (a slice of an elastic Job).
+    Raises ManifestError naming `index`, the field and the rule when the Job cannot be queued.
     """
     subject = _subject(job)
 
@@ -284,10 +323,9 @@ def job_to_workload_model(
     try:
         class_name, priority = job_priority(job, priority_classes, global_default)
     except KeyError:
-        raise fail(
-            "spec.template.spec.priorityClassName",
-            f"PriorityClass {pod_spec.get('priorityClassName')!r} does not exist",
-        ) from None
+        # A class that does not exist: the Workload names it, carries no priority, and waits
+        # for it (`priority_wait`), as the Job's pods would wait for the apiserver to take them.
+        class_name, priority = str(pod_spec.get("priorityClassName")), None
     pods = job_pod_count(job) if count is None else count
     pod_set: dict[str, Any] = {
         "name": JOB_POD_SET,
@@ -316,7 +354,9 @@ def job_to_workload_model(
                 f"must be at least 1 (got {low})",
             )
         pod_set["minCount"] = min(low, pods)
-    body: dict[str, Any] = {"queueName": queue, "priority": priority, "podSets": [pod_set]}
+    body: dict[str, Any] = {"queueName": queue, "podSets": [pod_set]}
+    if priority is not None:
+        body["priority"] = priority
     if class_name:
         body["priorityClassName"] = class_name
     document = {

@@ -230,6 +230,7 @@ class JobSpec:
     run_for: float
     pod_sets: tuple[PodSet, ...]
     elastic: bool = False
+    waits_for: str = ""  # why it can never be decided (`convert.priority_wait`), if it cannot
 
 
 @dataclass(frozen=True, slots=True)
@@ -244,6 +245,7 @@ class WorkloadClass:
     priority: int
     pod_set: PodSet
     jitter: float = 0.0
+    waits_for: str = ""  # as JobSpec.waits_for
 
 
 @dataclass(frozen=True, slots=True)
@@ -477,6 +479,10 @@ def _jobs(
                 run_for=run_for,
                 pod_sets=convert.pod_sets(model),
                 elastic=convert.job_is_elastic(doc),
+                waits_for=convert.priority_wait(
+                    model.spec.priority, model.spec.priority_class_name, classes
+                )
+                or "",
             )
         )
     return tuple(jobs)
@@ -506,17 +512,7 @@ def _generators(
                 )
             targets.append(Target(namespace, name, local[(namespace, name)]))
         resolved: list[WorkloadClass] = []
-        for i, cls in enumerate(gen.spec.classes):
-            priority = cls.priority or 0
-            if cls.priority_class_name is not None:
-                if cls.priority_class_name not in classes:
-                    raise invalid(
-                        index,
-                        doc,
-                        f"spec.classes[{i}].priorityClassName",
-                        f"PriorityClass {cls.priority_class_name!r} does not exist",
-                    )
-                priority = classes[cls.priority_class_name]
+        for cls in gen.spec.classes:
             resolved.append(
                 WorkloadClass(
                     name=cls.name,
@@ -524,9 +520,13 @@ def _generators(
                     interval_s=_seconds(cls.interval),
                     start_s=_seconds(cls.start_at),
                     runtime_s=_seconds(cls.runtime),
-                    priority=priority,
+                    priority=convert.workload_priority(
+                        cls.priority, cls.priority_class_name, classes
+                    ),
                     pod_set=PodSet(JOB_POD_SET, cls.pods, dict(cls.requests)),
                     jitter=cls.jitter,
+                    waits_for=convert.priority_wait(cls.priority, cls.priority_class_name, classes)
+                    or "",
                 )
             )
         out.append(Generator(gen.metadata.name or "", tuple(resolved), tuple(targets)))

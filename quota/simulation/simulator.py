@@ -156,6 +156,7 @@ class _Simulation:
                     spec.run_for,
                     spec.pod_sets,
                     spec.elastic,
+                    waits_for=spec.waits_for,
                 )
             )
         rng = random.Random(self.seed)
@@ -187,6 +188,7 @@ class _Simulation:
                                 runtime,
                                 pod_sets,
                                 False,
+                                waits_for=cls.waits_for,
                             )
                         )
         for scale in self.scenario.scale_events:
@@ -270,6 +272,9 @@ class _Simulation:
 
     def _arrive(self, job: Job, t: float) -> None:
         self._log(t, "created", job, None)
+        if job.waits_for:
+            job.state, job.pending_since, job.reason = "pending", t, job.waits_for
+            return
         self._submit(job, t, requeued=False)
 
     def _submit(self, job: Job, t: float, requeued: bool) -> None:
@@ -395,7 +400,7 @@ class _Simulation:
             return
         job.resizes.append(Resize(t, parallelism, None))
         job.pod_sets = with_count(job.pod_sets, parallelism)
-        if job.state in ("waiting", "backoff"):
+        if job.state in ("waiting", "backoff") or job.waits_for:
             return
         if job.state == "pending":
             w = self.pending.remove(job.workload)

@@ -216,11 +216,6 @@ def test_the_global_default_priority_class_applies_to_jobs_without_one() -> None
             "required",
         ),
         (
-            lambda j: j["spec"]["template"]["spec"].update(priorityClassName="vip"),
-            "spec.template.spec.priorityClassName",
-            "'vip' does not exist",
-        ),
-        (
             lambda j: j["spec"]["template"]["spec"]["containers"][0]["resources"].update(
                 requests={"cpu": "lots"}
             ),

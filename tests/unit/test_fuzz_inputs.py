@@ -338,10 +338,10 @@ def test_names_types_and_limits_are_checked(tmp_path: Path) -> None:
     accepted = run("admit", str(_cluster(tmp_path, workload())))
     assert accepted.exit_code == 0, accepted.output
     assert_refused(run("admit", str(_cluster(tmp_path, workload(priority=True)))), "priority")
-    assert_refused(
-        run("admit", str(_cluster(tmp_path, workload(priorityClassName="nope")))),
-        "PriorityClass 'nope' does not exist",
-    )
+    # Not refused since issue 24: it waits with a reason naming the class, as on the cluster.
+    waits = run("admit", "-o", "json", str(_cluster(tmp_path, workload(priorityClassName="nope"))))
+    assert waits.exit_code == 0, waits.output
+    assert "PriorityClass 'nope', which does not exist" in waits.output
     many = {f"example.com/r{i}": 1 for i in range(33)}
     wide = workload(podSets=[{"name": "main", "count": 1, "requests": many}])
     assert_refused(run("admit", str(_cluster(tmp_path, wide))), "at most 32 resources")

@@ -200,18 +200,6 @@ status: {allocatable: {nvidia.com/gpu: "8"}}
             "whole number",
         ),
         (
-            (
-                BASE,
-                JOB.replace(
-                    "spec:\n      containers",
-                    "spec:\n      priorityClassName: vip\n      containers",
-                ),
-            ),
-            4,
-            "spec.template.spec.priorityClassName",
-            "'vip' does not exist",
-        ),
-        (
             (BASE.replace("allocatable: {nvidia.com/gpu: 8", "allocatable: {nvidia.com/gpu: x"),),
             1,
             "spec.allocatable[nvidia.com/gpu]",
