@@ -17,6 +17,10 @@ An assumption ends:
 
 A write whose outcome is unknown keeps its assumption until one of those: rolling it back at
 once could let another workload take room this one may in fact hold.
+
+An assumed Workload is read as a cached one is (by later cycles, and by the writing and
+history threads through the view) and, like it, is frozen: no one changes it in place
+(controllers/runtime/frozen.py).
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
+from controllers.runtime.frozen import freeze
 from controllers.runtime.informer import resource_version
 from controllers.runtime.resources import Obj
 
@@ -49,10 +54,12 @@ class Assumptions:
         self._serial = 0
 
     def assume(self, key: str, obj: Obj) -> None:
-        """`obj` (a changed copy of the cached Workload) stands for it until the write ends."""
+        """`obj` (a changed copy of the cached Workload) stands for it until the write ends;
+        it is kept frozen, and the caller's copy is its own."""
+        frozen = freeze(obj)
         with self._lock:
             self._serial += 1
-            self._entries[key] = Assumed(obj, resource_version(obj), self._clock(), self._serial)
+            self._entries[key] = Assumed(frozen, resource_version(obj), self._clock(), self._serial)
 
     def forget(self, key: str) -> None:
         """Roll back: the write failed for certain (or was never sent)."""

@@ -16,6 +16,13 @@ the fence (`FencedKube`): a deposed leader's queued writes are never sent.
 Order: a preemptor's hold is written before its victims are evicted, in one background
 task; pending reasons and queue status go through coalescing writers.
 
+A failed cycle loses nothing. A cycle changes nothing it shares before it carries out its
+decisions, and each decision is carried out whole or not at all (`writes.py`): one that
+raises leaves no claim and no assumption behind. The pacer runs the next cycle a second
+after a failure (and every `resync` seconds in any case), and it decides every Workload the
+failed one was deciding again, from the caches as they are then. The caches themselves are
+read, never changed: every object in them is frozen (`controllers/runtime/frozen.py`).
+
 History: admissions, evictions (with the preemptor), slice replacements and preemption
 decisions go to the history store through `record_later` from the writing threads, once
 the write succeeded; the loop never waits on the database. With time-based fair share on,

@@ -13,6 +13,15 @@ view, and nothing is admitted twice. A write that failed for certain rolls its a
 back and wakes the loop; one whose outcome is unknown keeps it until the watch shows the
 Workload. Admissions, evictions, slice replacements and preemption decisions go to the
 history store through `record_later` once written.
+
+No decision is lost to a failure: a Workload is claimed (no other decision for it) only
+from the moment its write is planned until the write ends, and its change is assumed only
+once the write is queued. Planning that fails (a failed cycle) releases the claim and has
+assumed nothing; a write that fails releases it too. Either way the next cycle, which the
+loop runs within a second, decides that Workload again.
+
+Cached Workloads are never changed here: every change is made on a deep copy
+(`_change`, `apply.update`), and what is assumed is frozen as the cache is.
 """
 
 from __future__ import annotations
@@ -24,6 +33,7 @@ from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from functools import partial
 from typing import Any
 
 from kubernetes.client.exceptions import ApiException
@@ -102,31 +112,31 @@ class DecisionWriter:
 
     # ------------------------------------------------------------------ the cycle's side
     def carry_out(self, view: View, result: CycleResult) -> None:
-        """Assume every decision and queue its write; never waits on the apiserver."""
+        """Assume every decision and queue its write; never waits on the apiserver.
+
+        A decision is carried out whole or not at all (`_carry`): if this raises, the cycle
+        fails with every decision it had not queued left as if never taken, and the next
+        cycle decides those Workloads again."""
         if not self._is_leader():
             log.warning("lost leadership before writing decisions; dropping them")
             return
         holds = {p.workload: p.hold for p in result.pending}
         for preempt in result.preempt:
-            self._assume_preemption(
-                view, preempt.preemptor, preempt.victims, holds.get(preempt.preemptor)
+            victims = preempt.victims
+            self._carry(
+                [preempt.preemptor, *(v.workload for v in victims)],
+                partial(
+                    self._plan_preemption,
+                    view,
+                    preempt.preemptor,
+                    victims,
+                    holds.get(preempt.preemptor),
+                ),
             )
         for victim in result.drain:
-            if not self._claim([victim.workload]):
-                continue
-            change = self._assume_eviction(view, victim, None)
-            if change is None:
-                self._release([victim.workload])
-                continue
-            self._submit([victim.workload], self._evict, view, victim, change, None)
+            self._carry([victim.workload], partial(self._plan_drain, view, victim))
         for decision in result.admit:
-            if not self._claim([decision.workload]):
-                continue
-            admission = self._assume_admission(view, decision)
-            if admission is None:
-                self._release([decision.workload])
-                continue
-            self._submit([decision.workload], self._admit, view, decision, admission)
+            self._carry([decision.workload], partial(self._plan_admission, view, decision))
         with self._lock:
             busy = set(self._in_flight)
         for p in result.pending:
@@ -138,6 +148,23 @@ class DecisionWriter:
         for key, reason, message in view.blocked:
             if key not in busy:
                 self._submit_pending(view, key, reason, message, None)
+
+    def _carry(self, keys: Sequence[str], plan: Callable[[], Task | None]) -> None:
+        """Claim `keys`, plan their write and queue it (skipped if one is being written).
+
+        The claim lasts until the write ends, and the planned changes are assumed only when
+        the write is queued: a plan with nothing to write, or one that raises, leaves no
+        claim and no assumption behind. (A claim left behind by a failed cycle kept its
+        Workload from every later decision: issue 24's stranded Workload.)"""
+        if not self._claim(keys):
+            return
+        queued = False
+        try:
+            task = plan()
+            queued = task is not None and self._submit(keys, task)
+        finally:
+            if not queued:
+                self._release(keys)
 
     def _claim(self, keys: Sequence[str]) -> bool:
         """Mark `keys` as being written; False (nothing marked) if any already is."""
@@ -158,10 +185,15 @@ class DecisionWriter:
         with self._lock:
             return self._lock.wait_for(lambda: not self._in_flight, timeout)
 
-    def _submit(self, keys: Sequence[str], fn: Callable[..., Any], *args: Any) -> None:
+    def _submit(self, keys: Sequence[str], task: Task) -> bool:
+        """Assume the task's changes and queue its write; False if the pool is stopping (then
+        nothing is assumed: the next leader decides again)."""
+        for key, change in task.changes:
+            self.assumed.assume(key, change.assumed)
+
         def run() -> None:
             try:
-                fn(*args)
+                task.write()
             except Exception:
                 log.exception("decision write failed", extra={"workloads": list(keys)})
                 for key in keys:
@@ -172,10 +204,11 @@ class DecisionWriter:
 
         try:
             self._pool.submit(run)
-        except RuntimeError:  # stopping: the next leader decides again
-            self._release(keys)
-            for key in keys:
+        except RuntimeError:  # stopping
+            for key, _ in task.changes:
                 self.assumed.forget(key)
+            return False
+        return True
 
     def _write(self, key: str, change: Change) -> Obj | None:
         """Write an assumed change (from the version the cycle saw, retrying on conflict);
@@ -215,7 +248,13 @@ class DecisionWriter:
         return written
 
     # -------------------------------------------------------------------- admissions
-    def _assume_admission(self, view: View, decision: Admit) -> Change | None:
+    def _plan_admission(self, view: View, decision: Admit) -> Task | None:
+        change = self._admission(view, decision)
+        if change is None:
+            return None
+        return Task([(decision.workload, change)], partial(self._admit, view, decision, change))
+
+    def _admission(self, view: View, decision: Admit) -> Change | None:
         key = decision.workload
         raw = view.raw.get(key)
         engine = view.engine.get(key)
@@ -234,19 +273,12 @@ class DecisionWriter:
                 return True
             return False
 
-        change = self._assume(key, raw, mutate)
+        change = _change(raw, mutate)
         if change is not None:
             # A pending reason queued for it is moot now, and writing it would only make
             # this admission conflict.
             self.pending_writer.discard(key)
         return change
-
-    def _assume(self, key: str, raw: Obj, mutate: Callable[[Obj], bool]) -> Change | None:
-        assumed = copy.deepcopy(raw)
-        if not mutate(assumed):
-            return None
-        self.assumed.assume(key, assumed)
-        return Change(raw, mutate)
 
     def _admit(self, view: View, decision: Admit, change: Change) -> None:
         key = decision.workload
@@ -293,8 +325,15 @@ class DecisionWriter:
             self._record(lambda: [history.finished(written, at=now, actor=new_key)])
 
     # --------------------------------------------------------------------- evictions
-    def _assume_eviction(self, view: View, victim: Victim, preemptor: str | None) -> Change | None:
-        """Assume `victim` evicted (None: there is nothing to evict now)."""
+    def _plan_drain(self, view: View, victim: Victim) -> Task | None:
+        """Evict `victim` for its queue's stopPolicy (no preemptor)."""
+        change = self._eviction(view, victim, None)
+        if change is None:
+            return None
+        return Task([(victim.workload, change)], partial(self._evict, view, victim, change, None))
+
+    def _eviction(self, view: View, victim: Victim, preemptor: str | None) -> Change | None:
+        """`victim` evicted (None: there is nothing to evict now)."""
         raw = view.raw.get(victim.workload)
         if raw is None:
             return None
@@ -313,7 +352,7 @@ class DecisionWriter:
                 _set_nomination(w, held)
             return True
 
-        return self._assume(victim.workload, raw, mutate)
+        return _change(raw, mutate)
 
     def _evict(
         self, view: View, victim: Victim, change: Change, preemptor: str | None
@@ -345,38 +384,33 @@ class DecisionWriter:
         return written
 
     # -------------------------------------------------------------------- preemption
-    def _assume_preemption(
+    def _plan_preemption(
         self, view: View, preemptor: str, victims: Sequence[Victim], hold: Hold | None
-    ) -> None:
-        """Assume the preemptor's hold and its victims' evictions, and queue their writes:
-        the hold first, then the victims, in one task (no one is evicted for a hold that
-        could not be written)."""
-        keys = [preemptor, *(v.workload for v in victims)]
-        if not self._claim(keys):
-            return
+    ) -> Task | None:
+        """The preemptor's hold and its victims' evictions, written in one task: the hold
+        first, then the victims (no one is evicted for a hold that could not be written)."""
         hold_change: Change | None = None
         raw = view.raw.get(preemptor)
         engine = view.engine.get(preemptor)
         if hold is not None:
             if raw is None or engine is None:
-                self._release(keys)
-                return
+                return None
             nomination = nomination_status(engine, hold)
-            if wls.status_of(raw).get("nomination") != nomination:
-                hold_change = self._assume(
-                    preemptor,
-                    raw,
-                    lambda w: False if wls.has_quota(w) else _set_nomination(w, nomination),
+            if wls.nomination(raw) != nomination:
+                hold_change = _change(
+                    raw, lambda w: False if wls.has_quota(w) else _set_nomination(w, nomination)
                 )
                 if hold_change is None:
-                    self._release(keys)
-                    return
+                    return None
         evictions: list[tuple[Victim, Change]] = []
         for victim in victims:
-            change = self._assume_eviction(view, victim, preemptor)
+            change = self._eviction(view, victim, preemptor)
             if change is not None:
                 evictions.append((victim, change))
-        self._submit(keys, self._preempt, view, preemptor, hold, hold_change, evictions)
+        changes = [(v.workload, c) for v, c in evictions]
+        if hold_change is not None:
+            changes.insert(0, (preemptor, hold_change))
+        return Task(changes, partial(self._preempt, view, preemptor, hold, hold_change, evictions))
 
     def _preempt(
         self,
@@ -412,7 +446,7 @@ class DecisionWriter:
         if (
             current.get("reason") == reason
             and current.get("message") == message
-            and wls.status_of(raw).get("nomination") == nomination
+            and wls.nomination(raw) == nomination
         ):
             self.pending_writer.discard(key)
             return
@@ -477,10 +511,30 @@ class DecisionWriter:
 
 @dataclass(frozen=True)
 class Change:
-    """An assumed decision's write: the version it starts from and the change it makes."""
+    """A decision's write: the version it starts from, the change it makes, and the Workload
+    as it makes it (assumed while the write is under way)."""
 
     base: Obj
     mutate: Callable[[Obj], bool]
+    assumed: Obj
+
+
+def _change(raw: Obj, mutate: Callable[[Obj], bool]) -> Change | None:
+    """`mutate` applied to a copy of `raw` (a cached Workload, which no one changes in
+    place); None if it changes nothing."""
+    assumed = copy.deepcopy(raw)
+    if not mutate(assumed):
+        return None
+    return Change(raw, mutate, assumed)
+
+
+@dataclass(frozen=True)
+class Task:
+    """One decision's background write: the changes it makes, by Workload (assumed when
+    it is queued), and the function that writes them."""
+
+    changes: Sequence[tuple[str, Change]]
+    write: Callable[[], object]
 
 
 def _certainly_failed(error: BaseException) -> bool:

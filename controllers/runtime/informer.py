@@ -9,12 +9,17 @@ change nor see one twice.
 Writers feed their own results back with `write_through`: the cache keeps whichever version
 is newer, so a reconciler reading right after its own write never acts on the state from
 before it (that would, for instance, admit a workload twice).
+
+What the cache holds is shared by every thread and changed by none (`frozen.py`): each
+object is stored frozen, as its own copy, and replaced whole when a newer version arrives
+(from the watch, a relist or a write-through), never changed in place. A reader may keep an
+object as long as it likes and deep-copy it at any moment; a writer deep-copies it and
+changes the copy (`apply.update` does). Handlers get the frozen objects too.
 """
 
 from __future__ import annotations
 
 import contextlib
-import copy
 import logging
 import socket
 import threading
@@ -24,6 +29,7 @@ from typing import Any
 
 from kubernetes.client.exceptions import ApiException
 
+from controllers.runtime.frozen import freeze
 from controllers.runtime.resources import Kind, Kube, Obj, object_key
 
 log = logging.getLogger(__name__)
@@ -138,7 +144,7 @@ class Informer:
 
     # ------------------------------------------------------------------- reads
     def get(self, key: str) -> Obj | None:
-        """The cached object (do not mutate it; deep-copy first)."""
+        """The cached object, frozen (deep-copy it to change it)."""
         with self._lock:
             return self._items.get(key)
 
@@ -173,7 +179,7 @@ class Informer:
             tomb = self._tombstones.get(object_key(obj))
         if tomb is not None and _same_life(obj, tomb):
             return
-        self._apply("MODIFIED", copy.deepcopy(obj))
+        self._apply("MODIFIED", obj)
 
     def forget(self, key: str) -> None:
         """Record our own delete."""
@@ -201,6 +207,8 @@ class Informer:
                     return
                 if old is not None and resource_version(obj) == resource_version(old):
                     return  # our write-through already holds this version
+                # A copy of its own that no one can change: the caller keeps `obj`.
+                obj = freeze(obj)
                 self._items[key] = obj
                 if old is not None:
                     self._unindex(key, old)

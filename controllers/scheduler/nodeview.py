@@ -155,7 +155,7 @@ def nominees(workloads: Iterable[Obj]) -> list[Workload]:
     rule reads them: per-pod requests from the totals the nomination was written with."""
     out: list[Workload] = []
     for raw in workloads:
-        nomination = wls.status_of(raw).get("nomination")
+        nomination = wls.nomination(raw)
         if not nomination or (wls.has_quota(raw) and not wls.is_evicted(raw)):
             continue
         since = wls.parse_time(nomination.get("since"))

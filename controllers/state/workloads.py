@@ -5,8 +5,10 @@ The Workload status is the record of every decision. Admission is written there 
 Job is started, so a controller that restarts finds every admission it made and counts its
 quota again; nothing is kept only in memory.
 
-Status helpers work on the raw dict of a Workload (as the cache holds it) and change it in
-place; callers pass them as the mutation of an optimistic-concurrency write.
+Readers take any Workload, a cached one included. Status helpers (`status_of`, `set_condition`,
+`mark_*`) change the dict they are given in place: they work on a copy, the mutation of an
+optimistic-concurrency write; given a cached object, which is frozen (controllers/runtime/
+frozen.py), they raise.
 """
 
 from __future__ import annotations
@@ -176,11 +178,18 @@ def replaces(wl: Mapping[str, Any]) -> str | None:
     return (wl.get("spec") or {}).get("replaces")
 
 
+def nomination(wl: Mapping[str, Any]) -> Obj | None:
+    """status.nomination: the room held on nodes for a pending preemptor (None: none)."""
+    found: Obj | None = (wl.get("status") or {}).get("nomination")
+    return found
+
+
 # --------------------------------------------------------------------- writing
 
 
 def status_of(obj: Obj) -> Obj:
-    """The object's status dict, created if absent (or null, as a fresh object has it)."""
+    """The object's status dict, created if absent (or null, as a fresh object has it): for
+    changing a copy, never for reading (a cached object refuses the creation)."""
     status = obj.get("status")
     if not isinstance(status, dict):
         status = obj["status"] = {}

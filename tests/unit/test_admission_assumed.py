@@ -103,3 +103,28 @@ def test_a_write_of_unknown_outcome_keeps_its_room_until_the_cache_tells(applied
     h.cycle()  # a view of the cache as it is now ends what was assumed
     assert len(h.loop.writer.assumed) == 0
     assert sum(wls.has_quota(h.get(name)) for name in ("first", "second")) == 1
+
+
+def test_a_cycle_that_fails_while_carrying_out_its_decisions_leaves_them_to_the_next() -> None:
+    h = Harness(cpu_quota="4", limit="4")
+    h.workload("first", 1, created=1)
+    h.workload("second", 1, created=2)
+    discard = h.loop.writer.pending_writer.discard
+    failures = [RuntimeError("dictionary changed size during iteration")]
+
+    def fail_once(key: str) -> None:
+        # Called while the second admission is being planned: its Workload is claimed and
+        # its change computed, but its write is not queued yet.
+        if key == "ns/second" and failures:
+            raise failures.pop()
+        discard(key)
+
+    h.loop.writer.pending_writer.discard = fail_once  # type: ignore[method-assign]
+    with pytest.raises(RuntimeError):
+        h.loop.cycle()
+    assert h.loop.writer.wait_written()
+    assert wls.has_quota(h.get("first")), "what was queued before the failure is written"
+    assert not wls.has_quota(h.get("second"))
+
+    assert [a.workload for a in h.cycle().admit] == ["ns/second"], "the next cycle decides it"
+    assert wls.has_quota(h.get("second"))
