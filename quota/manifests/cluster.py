@@ -19,6 +19,7 @@ from quota.manifests.documents import (
     priority_classes,
     queues,
     read_documents,
+    topologies,
 )
 from quota.model import convert
 from quota.model.queues import cluster_queue_of
@@ -26,7 +27,7 @@ from quota.model.snapshot import Flavor, QueueSpec, Snapshot, Workload
 
 CLUSTER_KINDS = frozenset(
     {"ResourceFlavor", "ClusterQueue", "LocalQueue", "PriorityClass", "Node", "Namespace"}
-    | {"Workload"}
+    | {"Workload", "Topology"}
 )
 
 
@@ -167,5 +168,6 @@ def cluster_state(docs: Sequence[Any], now: float) -> ClusterState:
         capacity=capacity(read, engine_flavors),
         admitted=tuple(admitted),
         pending=tuple(pending),
+        topologies=topologies(read),
     )
     return ClusterState(snapshot=snapshot, local_queue_of=lq_of)

@@ -564,6 +564,7 @@ class _Simulation:
             pods=self._bound_pods() if self.nodes is not None else (),
             admitted=admitted,
             pending=tuple(pending),
+            topologies=self.scenario.topologies,
         )
 
     def _meter_fair_share(self, fair: FairShare, t: float) -> None:
