@@ -166,6 +166,19 @@ def topology_of(
     return found, None
 
 
+def topology_refusal(
+    snapshot: Snapshot, w: Workload, chosen: Sequence[Mapping[str, str]]
+) -> str | None:
+    """Why `w` cannot have the Topology its pod sets need on the flavors `chosen`, or None:
+    what quota-only admission (no nodes) still checks (see `topology_of`)."""
+    several = len(w.pod_sets) > 1
+    for i, ps in enumerate(w.pod_sets):
+        _, refused = topology_of(snapshot, ps, chosen[i].values())
+        if refused is not None:
+            return f"pod set {ps.name}: {refused}" if several else refused
+    return None
+
+
 def request_gang(
     state: CycleState, request: Request, counts: Sequence[int], chosen: Sequence[Mapping[str, str]]
 ) -> tuple[GangRequest | None, str]:

@@ -18,10 +18,13 @@ from typing import Protocol
 
 from sortedcontainers import SortedList
 
-from quota.api.names import HOSTNAME_LABEL
 from quota.model.nodes import BoundPod, Node
 
 PODS = "pods"
+# The node label naming each node: `quota.api.names.HOSTNAME_LABEL`, spelled again here (a
+# test holds them equal) because importing the API would load every pydantic model into the
+# placement core, tripling what importing it costs.
+HOSTNAME_LABEL = "kubernetes.io/hostname"
 
 # A label whose every value names exactly one node (an instance id, say) would give each
 # node a class of its own; past this many distinct values such a key is treated like the

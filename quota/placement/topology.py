@@ -34,9 +34,8 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
-from quota.api.names import HOSTNAME_LABEL
 from quota.placement.candidates import Candidates, Share
-from quota.placement.nodes import Demand, NodeState, NodeView, fit_count
+from quota.placement.nodes import HOSTNAME_LABEL, Demand, NodeState, NodeView, fit_count
 
 # Domains named in a reason, roomiest first.
 _NAMED = 3

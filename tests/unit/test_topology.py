@@ -351,6 +351,7 @@ def topo_cycle(
     flavor_topology: str | None = "fabric",
     topologies: dict[str, tuple[str, ...]] | None = None,
     count: int = 4,
+    with_nodes: bool = True,
 ) -> tuple[Any, ...]:
     nodes = tuple(fabric())
     flavor = Flavor("h100", {"pool": "h100"}, topology=flavor_topology)
@@ -362,7 +363,7 @@ def topo_cycle(
             flavors={"h100": flavor},
             capacity={("h100", GPU): 8 * len(nodes)},
             pending=(w,),
-            nodes=nodes,
+            nodes=nodes if with_nodes else None,
             topologies=topologies,
         )
     )
@@ -406,3 +407,19 @@ def test_a_level_the_flavors_topology_lacks_waits_naming_the_rule() -> None:
 def test_without_a_request_a_flavor_with_a_topology_places_as_before() -> None:
     admit, _ = topo_cycle(None, topologies={"fabric": LEVELS}, count=6)
     assert admit
+
+
+def test_placement_spells_the_hostname_label_as_the_api_does() -> None:
+    from quota.placement import nodes
+
+    assert nodes.HOSTNAME_LABEL == HOSTNAME_LABEL
+
+
+def test_quota_alone_still_keeps_workloads_off_a_flavor_naming_a_missing_topology() -> None:
+    admit, pending = topo_cycle(None, topologies={}, with_nodes=False)
+    assert not admit
+    assert pending[0].reason == "flavor h100 names Topology fabric, which does not exist"
+    admit, _ = topo_cycle(
+        PodSetTopology("Required", RACK), topologies={"fabric": LEVELS}, with_nodes=False
+    )
+    assert admit  # without nodes, quota decides: nothing to place by
