@@ -155,7 +155,7 @@ def tree(view: NodeView, cands: Candidates, levels: tuple[str, ...]) -> Tree:
     return built
 
 
-def _path(labels: Mapping[str, str], levels: tuple[str, ...]) -> tuple[str, ...] | None:
+def domain_path(labels: Mapping[str, str], levels: tuple[str, ...]) -> tuple[str, ...] | None:
     """The node's domain at each level, or None when it lacks a level's label."""
     out = []
     for label in levels:
@@ -191,14 +191,14 @@ def _build(view: NodeView, cands: Candidates, levels: tuple[str, ...]) -> Tree:
             loose.extend(s for s in share.group.states if s.name not in share.skip)
             continue
         # Every node of a class carries the same value of each level: one domain.
-        path = _path(share.group.states[0].node.labels, levels)
+        path = domain_path(share.group.states[0].node.labels, levels)
         if path is None:
             outside += share.count
         else:
             at(path).shares.append(share)
             inside += share.count
     for state in loose:
-        path = _path(state.node.labels, levels)
+        path = domain_path(state.node.labels, levels)
         if path is None:
             outside += 1
         else:

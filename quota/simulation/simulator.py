@@ -671,6 +671,7 @@ class _Simulation:
             finished_all=finished_all,
             nodes=self.nodes,
             node_events=tuple(self.node_events),
+            topologies=self.scenario.topologies,
         )
 
 
