@@ -8,7 +8,7 @@ topologyRequest`). The shape follows Kueue's Topology (ordered levels, widest fi
 
 from __future__ import annotations
 
-from typing import Literal, Self
+from typing import Any, Literal, Self
 
 from pydantic import Field, model_validator
 
@@ -31,15 +31,23 @@ LABEL_KEY = (
 )
 
 
-class TopologyLevel(ApiModel):
-    """One level of the topology: the node label whose values are its domains."""
-
-    node_label: str = Field(
+def _label(description: str, *, optional: bool = False) -> Any:
+    """A field holding a node label key (a level of a Topology)."""
+    return Field(
+        None if optional else ...,
         min_length=1,
         max_length=316,
         pattern=LABEL_KEY,
-        description="The node label, e.g. example.com/rack; kubernetes.io/hostname (one node "
-        "per domain) only as the last level.",
+        description=description,
+    )
+
+
+class TopologyLevel(ApiModel):
+    """One level of the topology: the node label whose values are its domains."""
+
+    node_label: str = _label(
+        "The node label, e.g. example.com/rack; kubernetes.io/hostname (one node per domain) "
+        "only as the last level."
     )
 
 
@@ -116,27 +124,19 @@ class TopologyRequest(ApiModel):
         ),
     )
 
-    required: str | None = Field(
-        None,
-        min_length=1,
-        max_length=316,
-        description="Every pod in one domain at this level (its node label).",
+    required: str | None = _label(
+        "Every pod in one domain at this level (its node label).", optional=True
     )
-    preferred: str | None = Field(
-        None,
-        min_length=1,
-        max_length=316,
-        description="In one domain at this level if one can hold them all, else at the "
-        "lowest wider level that can, else anywhere in the topology.",
+    preferred: str | None = _label(
+        "In one domain at this level if one can hold them all, else at the lowest wider "
+        "level that can, else anywhere in the topology.",
+        optional=True,
     )
     unconstrained: bool | None = Field(
         None, description="Anywhere among the topology's nodes (slices still apply)."
     )
-    slice_required_topology: str | None = Field(
-        None,
-        min_length=1,
-        max_length=316,
-        description="Each slice of sliceSize pods in one domain at this level.",
+    slice_required_topology: str | None = _label(
+        "Each slice of sliceSize pods in one domain at this level.", optional=True
     )
     slice_size: int | None = Field(
         None, ge=1, le=100_000, description="Pods per slice; must divide the pod count."
