@@ -423,3 +423,10 @@ def test_quota_alone_still_keeps_workloads_off_a_flavor_naming_a_missing_topolog
         PodSetTopology("Required", RACK), topologies={"fabric": LEVELS}, with_nodes=False
     )
     assert admit  # without nodes, quota decides: nothing to place by
+
+
+def test_an_elastic_job_asking_for_topology_is_refused_rather_than_split() -> None:
+    elastic = job({REQUIRED_TOPOLOGY_ANNOTATION: RACK})
+    elastic["metadata"]["annotations"] = {"muster.dev/elastic-job": "true"}
+    with pytest.raises(ManifestError, match="an elastic Job cannot ask for topology yet"):
+        convert.job_to_workload_model(elastic, {})
