@@ -131,12 +131,14 @@ def topology_of(
 ) -> tuple[DomainRequest | None, str | None]:
     """The domains `ps` must or should keep to on the flavors `chosen`, or why it cannot be
     placed there at all: (None, None) places it as if the nodes were flat."""
+    ask = ps.topology
+    if ask is None and snapshot.topology_flavors.isdisjoint(chosen):
+        return None, None
     named: dict[str, str] = {}
     for name in sorted(set(chosen)):
         flavor = snapshot.flavors.get(name)
         if flavor is not None and flavor.topology is not None:
             named[name] = flavor.topology
-    ask = ps.topology
     if not named:
         if ask is None:
             return None, None

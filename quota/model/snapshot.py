@@ -196,6 +196,13 @@ class Snapshot:
     # snapshot does not place by topology (Muster's controller, until its scheduler loop
     # binds inside a domain), so workloads that need a flavor naming a Topology wait.
     topologies: Mapping[str, tuple[str, ...]] | None = None
+    # Derived once: the flavors that name a Topology (most clusters: none), so that placing
+    # a workload on the others costs no topology look-up.
+    topology_flavors: frozenset[str] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        named = frozenset(name for name, f in self.flavors.items() if f.topology is not None)
+        object.__setattr__(self, "topology_flavors", named)
 
     def active_hold(self, w: Workload) -> Hold | None:
         """`w`'s hold while it has not lapsed."""
