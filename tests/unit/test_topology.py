@@ -430,3 +430,76 @@ def test_an_elastic_job_asking_for_topology_is_refused_rather_than_split() -> No
     elastic["metadata"]["annotations"] = {"muster.dev/elastic-job": "true"}
     with pytest.raises(ManifestError, match="an elastic Job cannot ask for topology yet"):
         convert.job_to_workload_model(elastic, {})
+
+
+# -- the simulator ------------------------------------------------------------------------
+
+
+def test_a_node_pool_splits_into_domains_and_the_report_shows_the_largest_free_rack() -> None:
+    from quota.simulation.report import placement_stats
+    from quota.simulation.scenario import parse_scenario
+    from quota.simulation.simulator import simulate
+
+    docs: list[dict[str, Any]] = [
+        topology_doc(BLOCK, RACK, HOSTNAME_LABEL),
+        {
+            "apiVersion": "muster.dev/v1alpha1",
+            "kind": "ResourceFlavor",
+            "metadata": {"name": "h100"},
+            "spec": {"nodeLabels": {"pool": "h"}, "topologyName": "fabric"},
+        },
+        {
+            "apiVersion": "simulate.muster.dev/v1alpha1",
+            "kind": "NodePool",
+            "metadata": {"name": "h"},
+            "spec": {
+                "count": 4,
+                "labels": {"pool": "h"},
+                "allocatable": {GPU: 8},
+                "levels": [{"label": BLOCK, "domains": 1}, {"label": RACK, "domains": 2}],
+            },
+        },
+        {
+            "apiVersion": "muster.dev/v1alpha1",
+            "kind": "ClusterQueue",
+            "metadata": {"name": "cq"},
+            "spec": {"flavors": [{"name": "h100", "quota": {GPU: 32}}]},
+        },
+        {
+            "apiVersion": "muster.dev/v1alpha1",
+            "kind": "LocalQueue",
+            "metadata": {"name": "q", "namespace": "ns"},
+            "spec": {"clusterQueue": "cq"},
+        },
+        {
+            "apiVersion": "simulate.muster.dev/v1alpha1",
+            "kind": "WorkloadGenerator",
+            "metadata": {"name": "g"},
+            "spec": {
+                "targets": ["ns/q"],
+                "classes": [
+                    {
+                        "name": "one",
+                        "count": 1,
+                        "interval": "0s",
+                        "runtime": "10m",
+                        "pods": 1,
+                        "requests": {GPU: 8},
+                        "topologyRequest": {"required": RACK},
+                    }
+                ],
+            },
+        },
+    ]
+    scenario = parse_scenario(docs)
+    assert scenario.nodes is not None
+    assert [n.labels[RACK] for n in scenario.nodes] == ["h-block0-rack0"] * 2 + [
+        "h-block0-rack1"
+    ] * 2
+    stats = placement_stats(simulate(scenario, record=False))
+    assert stats is not None
+    block, rack = stats.levels
+    assert (block.level, block.domains, block.largest) == (BLOCK, 1, 32)
+    assert (rack.level, rack.domains, rack.largest) == (RACK, 2, 16)
+    assert rack.min_largest_free == 16  # one node of one rack in use: the other rack stays whole
+    assert block.min_largest_free == 24
