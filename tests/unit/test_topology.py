@@ -12,7 +12,8 @@ from typing import Any
 import pytest
 
 from quota.admission.cycle import admission_cycle
-from quota.api import ManifestError, parse_manifest
+from quota.api import ManifestError, ResourceFlavor, Topology, parse_manifest
+from quota.api import Workload as WorkloadModel
 from quota.api.names import (
     HOSTNAME_LABEL,
     REQUIRED_TOPOLOGY_ANNOTATION,
@@ -64,7 +65,9 @@ def ask(
     return found
 
 
-def gang(count: int, domain: DomainRequest | None, gpus: int = 8, floor: int | None = None):  # type: ignore[no-untyped-def]
+def gang(
+    count: int, domain: DomainRequest | None, gpus: int = 8, floor: int | None = None
+) -> GangRequest:
     return GangRequest((PodSetRequest("main", count, PodShape({GPU: gpus}), floor, domain),))
 
 
@@ -94,7 +97,8 @@ def topology_doc(*labels: str) -> dict[str, Any]:
 
 def test_a_topology_lists_levels_widest_first() -> None:
     model = parse_manifest(topology_doc(BLOCK, RACK, HOSTNAME_LABEL), 0)
-    assert model.spec.labels == LEVELS  # type: ignore[union-attr]
+    assert isinstance(model, Topology)
+    assert model.spec.labels == LEVELS
 
 
 @pytest.mark.parametrize(
@@ -123,7 +127,8 @@ def test_a_flavor_names_its_topology() -> None:
         },
         0,
     )
-    assert convert.flavor(rf).topology == "fabric"  # type: ignore[arg-type]
+    assert isinstance(rf, ResourceFlavor)
+    assert convert.flavor(rf).topology == "fabric"
 
 
 def workload_doc(count: int, request: dict[str, Any]) -> dict[str, Any]:
@@ -142,7 +147,8 @@ def test_a_workload_pod_set_asks_for_a_rack_and_slices() -> None:
     wl = parse_manifest(
         workload_doc(8, {"required": BLOCK, "sliceRequiredTopology": RACK, "sliceSize": 4}), 0
     )
-    (ps,) = convert.pod_sets(wl)  # type: ignore[arg-type]
+    assert isinstance(wl, WorkloadModel)
+    (ps,) = convert.pod_sets(wl)
     assert ps.topology == PodSetTopology("Required", BLOCK, 4, RACK)
 
 

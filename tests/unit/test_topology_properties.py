@@ -159,8 +159,8 @@ def test_placement_keeps_every_promise_of_the_request(
     request, count, gpus = asked
     placed = place_gang(view_of(cluster), gang(request, count, gpus), strategy)
     level = request.level
-    required = request.required and level is not None
-    fits = capacities(cluster, gpus, level if required else -1, request)  # type: ignore[arg-type]
+    required = level if request.required and level is not None else None
+    fits = capacities(cluster, gpus, -1 if required is None else required, request)
     # Placed exactly when the brute-force count says some domain can hold the gang.
     assert isinstance(placed, Placement) == (not count or max(fits.values(), default=0) >= count)
     if not isinstance(placed, Placement) or not count:
@@ -169,9 +169,9 @@ def test_placement_keeps_every_promise_of_the_request(
     free = room(cluster, gpus)
     for name, n in placed.nodes["main"]:
         assert n <= free[name]  # others' bound pods counted; only Ready nodes in the topology
-    if required:
+    if required is not None:
         # Every pod in one domain at the level, and the fullest domain that fits.
-        (used,) = domains_used(cluster, placed, level)  # type: ignore[arg-type]
+        (used,) = domains_used(cluster, placed, required)
         assert used is not None
         assert fits[used] == min(c for c in fits.values() if c >= count)
     elif level is not None:
