@@ -14,6 +14,10 @@ as fit (the least over resources of free // request), so a node that takes four 
 chosen once, not four times. Pod sets go in a fixed order, the largest per-pod request of
 the gang's scarcest resource first, because the big pods are the ones that run out of
 nodes. With minimum counts every pod set first gets its minimum, then as many more as fit.
+
+A pod set with a topology request (`PodSetRequest.domain`) is placed whole in its turn:
+`topology.choose` picks its domain and how its pods spread over the domains inside it, and
+each portion is placed like any pod set on the nodes of its domain.
 """
 
 from __future__ import annotations
@@ -297,7 +301,7 @@ def _place_in_domains(
     if not plan.count:
         return None
     if plan.cands.failure is not None:
-        return _pod_set_short(view, plan, plan.floor, 0, several, False)
+        return _pod_set_short(view, plan, plan.floor or plan.count, 0, several, False)
     want = plan.count
     subject = f"{_subject(plan, want, several)} x {_requests_text(plan)}"
     chosen = choose(view, plan.cands, plan.demand, domain, want, plan.floor, subject)
