@@ -58,6 +58,12 @@ class Requests:
                         "considered again once that slice is gone"
                     )
                 base = slice_base(w, running)
+                if any(ps.topology is not None for ps in w.pod_sets):
+                    # Its new pods would be placed apart from the running slice's domain.
+                    return (
+                        f"the scale-up slice replacing {w.replaces} asks for topology, and a "
+                        "slice is not kept in its running slice's domain yet"
+                    )
         plans: list[PodSetPlan] = []
         flexible = False
         for i, ps in enumerate(w.pod_sets):

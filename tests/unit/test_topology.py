@@ -22,7 +22,14 @@ from quota.api.names import (
 )
 from quota.model import convert
 from quota.model.nodes import BoundPod, Node
-from quota.model.snapshot import Flavor, PodSet, PodSetTopology, Snapshot, Workload
+from quota.model.snapshot import (
+    Assignment,
+    Flavor,
+    PodSet,
+    PodSetTopology,
+    Snapshot,
+    Workload,
+)
 from quota.placement import (
     GangRequest,
     NodeView,
@@ -509,3 +516,36 @@ def test_a_node_pool_splits_into_domains_and_the_report_shows_the_largest_free_r
     assert (rack.level, rack.domains, rack.largest) == (RACK, 2, 16)
     assert rack.min_largest_free == 16  # one node of one rack in use: the other rack stays whole
     assert block.min_largest_free == 24
+
+
+def test_a_scale_up_slice_asking_for_topology_waits_rather_than_land_elsewhere() -> None:
+    running = Workload(
+        "ns/job-s1",
+        "a",
+        0,
+        0.0,
+        (PodSet("main", 4, {GPU: 8}, topology=PodSetTopology("Required", RACK)),),
+        admission=(Assignment("main", 4, {GPU: "h100"}),),
+        admitted_at=0.0,
+    )
+    grown = Workload(
+        "ns/job-s2",
+        "a",
+        0,
+        1.0,
+        (PodSet("main", 6, {GPU: 8}, topology=PodSetTopology("Required", RACK)),),
+        replaces="ns/job-s1",
+    )
+    result = admission_cycle(
+        Snapshot(
+            now=10.0,
+            queues=queues_of(queue("a", quota=1_000)),
+            flavors={"h100": Flavor("h100", {"pool": "h100"}, topology="fabric")},
+            capacity={("h100", GPU): 1_000},
+            admitted=(running,),
+            pending=(grown,),
+            topologies={"fabric": LEVELS},
+        )
+    )
+    assert not result.admit
+    assert "a slice is not kept in its running slice's domain yet" in result.pending[0].reason
