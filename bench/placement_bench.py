@@ -89,10 +89,12 @@ def _ms(seconds: float) -> str:
 
 def _place_all(
     view: NodeView, gangs: list[GangRequest], strategy: Strategy = "BinPack"
-) -> tuple[list[float], list[float], int]:
-    """Place and assume each gang in turn: (place times, place+assume times, unplaced)."""
+) -> tuple[list[float], list[float], int, float]:
+    """Place and assume each gang in turn: (place times, place+assume times, unplaced, CPU
+    seconds of the whole loop: on a shared machine the wall clock is partly other processes)."""
     gc.collect()
     place_times, total_times, failed = [], [], 0
+    cpu = time.process_time()
     with paused_collection():
         for request in gangs:
             start = time.perf_counter()
@@ -105,7 +107,7 @@ def _place_all(
             end = time.perf_counter()
             place_times.append(placed - start)
             total_times.append(end - start)
-    return place_times, total_times, failed
+    return place_times, total_times, failed, time.process_time() - cpu
 
 
 def _summary(label: str, times: list[float], out: Callable[[str], None]) -> None:
@@ -127,7 +129,7 @@ def bench(nodes_count: int, out: Callable[[str], None]) -> None:
 
     # (a) small 3-pod gangs; every other one pinned to a pool.
     small = [gang(3, SMALL, {"pool": POOLS[i % 2]} if i % 2 else None) for i in range(1_000)]
-    place, total, failed = _place_all(view, small)
+    place, total, failed, _ = _place_all(view, small)
     _summary(f"(a) 3-pod gangs on {nodes_count:,} nodes, place", place, out)
     _summary("(a) 3-pod gangs, place + assume", total, out)
     if failed:
@@ -137,7 +139,7 @@ def bench(nodes_count: int, out: Callable[[str], None]) -> None:
         for strategy in STRATEGIES:
             fresh = NodeView(nodes, pods)
             gangs = [gang(size, SMALL) for _ in range(10)]
-            place, total, failed = _place_all(fresh, gangs, strategy)
+            place, total, failed, _ = _place_all(fresh, gangs, strategy)
             _summary(f"{label} 10 gangs x {size:,} pods, {strategy}, place + assume", total, out)
             if failed:
                 out(f"    {failed} unplaced")
@@ -146,7 +148,7 @@ def bench(nodes_count: int, out: Callable[[str], None]) -> None:
     gpu_nodes = [Node(f"gpu-{i:04d}", NODE) for i in range(500)]
     one = gang(1, {GPU: 1, "cpu": 8_000, "memory": 64 * GI})
     gpu_view = NodeView(gpu_nodes)
-    place, total, failed = _place_all(gpu_view, [one] * 4_000)
+    place, total, failed, _ = _place_all(gpu_view, [one] * 4_000)
     _summary("(d) 4,000 one-GPU pods on 500 nodes, one gang each, place + assume", total, out)
     full = place_gang(gpu_view, one)
     assert isinstance(full, Unplaceable), "the pool should be full"
@@ -170,7 +172,7 @@ def bench(nodes_count: int, out: Callable[[str], None]) -> None:
     avoid = SelectorTerm((Requirement("kubernetes.io/hostname", "NotIn", ("node-00000",)),))
     shape = PodShape(SMALL, affinity=(avoid,))
     pinned = [GangRequest((PodSetRequest("workers", 3, shape),))] * 100
-    place, total, failed = _place_all(NodeView(nodes, pods), pinned)
+    place, total, failed, _ = _place_all(NodeView(nodes, pods), pinned)
     _summary(f"3-pod gangs avoiding one node by hostname on {nodes_count:,} nodes", total, out)
 
     # The fragmented cluster: every node half used, an 8-GPU gang does not fit.
@@ -220,18 +222,16 @@ def topology_bench(out: Callable[[str], None]) -> None:
         f"{_ms(built)} ({len(view.classes)} node classes)"
     )
     rack_gang = in_domain(64, {"cpu": 2_000, "memory": 16 * GI}, "Required", RACK)
-    # CPU time too: on a shared machine the wall-clock total is mostly other processes.
-    cpu = time.process_time()
-    _, total, failed = _place_all(view, [rack_gang] * 1_000)
-    cpu = time.process_time() - cpu
+    _, total, failed, cpu = _place_all(view, [rack_gang] * 1_000)
     _summary("(t1) 64-pod gangs requiring one rack, place + assume", total, out)
     out(f"    unplaced: {failed}; CPU time for all 1,000: {_ms(cpu)}")
     for strategy in STRATEGIES:
         fresh = NodeView(nodes, pods)
         big = in_domain(4_096, {GPU: 1, "cpu": 4_000, "memory": 32 * GI}, "Preferred", BLOCK)
-        cpu = time.process_time()
-        [elapsed], result = timed(partial(place_gang, fresh, big, strategy), 1)
-        cpu = time.process_time() - cpu
+        gc.collect()
+        cpu, started = time.process_time(), time.perf_counter()
+        result = place_gang(fresh, big, strategy)
+        elapsed, cpu = time.perf_counter() - started, time.process_time() - cpu
         assert isinstance(result, Placement)
         out(
             f"(t2) one 4,096-pod gang preferring one block, {strategy}: {_ms(elapsed)} "
