@@ -370,7 +370,7 @@ def choose(
             out: Portions = []
             _spread(room, domain, count, out)
             return out, count
-    return _refusal(found, room, where, request, want, subject)
+    return _refusal(found, room, where, request, want, min(floor, want) or want, subject)
 
 
 def _counts(want: int, floor: int, size: int) -> Iterator[int]:
@@ -388,9 +388,11 @@ def _refusal(
     where: list[Domain],
     request: DomainRequest,
     want: int,
+    least: int,
     subject: str,
 ) -> Refused:
-    """Why no domain of `where` takes `want` pods: the roomiest ones, or that none ever could."""
+    """Why no domain of `where` takes `want` pods: the roomiest ones, or that none could ever
+    take even the `least` a partial placement would do with."""
     slices = ""
     if request.slice_size is not None and request.slice_level is not None:
         slice_name = level_name(request.levels[request.slice_level])
@@ -403,7 +405,7 @@ def _refusal(
         if spread
         else f"no {level_name(request.levels[where[0].depth])} of Topology {request.topology}"
     )
-    if empty.usable(largest) < want:
+    if empty.usable(largest) < least:
         if spread:
             text = (
                 f"{what} cannot hold {subject}{slices} even when empty "

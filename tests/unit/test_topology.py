@@ -549,3 +549,12 @@ def test_a_scale_up_slice_asking_for_topology_waits_rather_than_land_elsewhere()
     )
     assert not result.admit
     assert "a slice is not kept in its running slice's domain yet" in result.pending[0].reason
+
+
+def test_a_partial_gang_is_never_placeable_only_when_no_rack_could_hold_its_minimum() -> None:
+    nodes = fabric(blocks=1, racks=2)
+    full = busy(nodes, {n.name: 8 for n in nodes if not n.name.endswith("-n0")})
+    waiting = place_gang(NodeView(nodes, full), gang(6, ask(), floor=3))
+    assert isinstance(waiting, Unplaceable) and not waiting.never  # 4 fit a rack emptied
+    never = place_gang(NodeView(nodes), gang(6, ask(), floor=5))
+    assert isinstance(never, Unplaceable) and never.never
