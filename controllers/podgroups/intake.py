@@ -161,6 +161,9 @@ def workload_spec(
             }
         ],
     }
+    topology = _topology_request(fk, pg, subject)
+    if topology:
+        spec["podSets"][0]["topologyRequest"] = topology
     if class_name:
         spec["priorityClassName"] = class_name
     document = {
@@ -175,6 +178,28 @@ def workload_spec(
         problems = "; ".join(f"{path}: {rule}" for path, rule in error.problems)
         raise Refused("InvalidPodGroup", f"{subject}: {problems}") from None
     return spec
+
+
+def _topology_request(fk: ForeignKind, pg: Mapping[str, Any], subject: str) -> Obj:
+    """The group's topology constraint as the Workload's topologyRequest, never dropped.
+
+    Native (KEP-5732): every pod within one value of the label `key`, a hard constraint:
+    `required`. Volcano's `networkTopology` counts HyperNode tiers, which Muster does not map
+    to node labels yet: the group is refused rather than placed as if it asked nothing."""
+    spec = pg.get("spec") or {}
+    if fk is NATIVE:
+        constraints = (spec.get("schedulingConstraints") or {}).get("topology") or []
+        if constraints:
+            return {"required": str((constraints[0] or {}).get("key") or "")}
+        return {}
+    if spec.get("networkTopology"):
+        raise Refused(
+            "UnsupportedTopology",
+            f"{subject}: spec.networkTopology: Muster does not map Volcano HyperNode tiers to "
+            "node labels yet, so it cannot keep this group in one; remove the field to queue "
+            "the group without it",
+        )
+    return {}
 
 
 def new_workload(fk: ForeignKind, pg: Mapping[str, Any], name: str, spec: Obj) -> Obj:

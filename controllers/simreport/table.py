@@ -125,6 +125,28 @@ def render_table(result: SimResult, console: Console) -> None:
                 in_unit(t.resource, t.avg_whole_free),
             )
         console.print(nodes)
+    if stats is not None and stats.levels:
+        levels = Table(
+            title="Topology: the largest free room in one domain over time",
+            caption="what the biggest gang that must stay in one domain of the level could "
+            "still get",
+            caption_justify="left",
+        )
+        for column in ("Topology", "Level", "Resource"):
+            levels.add_column(column, no_wrap=True)
+        for column in ("Domains", "Largest domain", "Avg largest free", "min"):
+            levels.add_column(column, justify="right")
+        for f in stats.levels:
+            levels.add_row(
+                f.topology,
+                f.level,
+                f.resource,
+                f"{f.domains:,}",
+                in_unit(f.resource, f.largest),
+                in_unit(f.resource, f.avg_largest_free),
+                in_unit(f.resource, f.min_largest_free),
+            )
+        console.print(levels)
     _print_undecidable(result, console)
     unfinished = sum(1 for j in result.jobs if j.finished_at is None)
     tail = "" if result.finished_all else f" ({unfinished:,} workloads had not finished)"

@@ -24,7 +24,7 @@ from quota.admission.node_room import HeldRoom, NodeRoom, placement_words
 from quota.admission.outcome import NoEviction, Outcome
 from quota.admission.quota_preemption import QuotaPreemption
 from quota.admission.reasons import Reasons
-from quota.admission.requests import Request, Requests, request_gang
+from quota.admission.requests import Request, Requests, request_gang, topology_refusal
 from quota.admission.state import NO_SHARE, CycleState, Vector
 from quota.model.decisions import Admit, Pending
 from quota.model.flavorassign import Fit, FitFailure, assign_flavors, assign_flavors_pair
@@ -249,6 +249,11 @@ class Decide:
         the queue's order are tried (a pinned slice stays on its own)."""
         state = self.state
         if state.nodes is None:
+            # Quota alone decides, but a Topology its flavors cannot have is not ignored.
+            refused = topology_refusal(state.snapshot, request.workload, fit.flavors)
+            if refused is not None:
+                state.pending.append(Pending(request.workload.key, spec.name, refused))
+                return "never"
             self._admit(spec, request, counts, fit, None)
             return "admitted"
         placed = first = self._place(spec, request, counts, fit)

@@ -125,7 +125,7 @@ class Moves:
         by_name = {a.pod_set: a for a in w.admission or ()}
         counts = [by_name[ps.name].count if ps.name in by_name else 0 for ps in w.pod_sets]
         chosen = [dict(by_name[ps.name].flavors) if ps.name in by_name else {} for ps in w.pod_sets]
-        gang, _ = gang_of(state.snapshot.flavors, w, counts, chosen, False)
+        gang, _ = gang_of(state.snapshot, w, counts, chosen, False)
         if gang is None:
             return Placement({}, 0, {})
         queue = state.queues.get(c.queue)

@@ -7,14 +7,15 @@ failures (identical shapes fail identically).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from quota.admission.state import CycleState
 from quota.model.flavorassign import Planner, PodSetPlan, SliceBase, slice_base
 from quota.model.nodes import PodShape
-from quota.model.snapshot import Flavor, QueueSpec, Workload
+from quota.model.snapshot import PodSet, QueueSpec, Snapshot, Workload
 from quota.placement.gang import GangRequest, PodSetRequest
+from quota.placement.topology import DomainRequest, domain_request
 
 
 @dataclass(slots=True)
@@ -57,6 +58,12 @@ class Requests:
                         "considered again once that slice is gone"
                     )
                 base = slice_base(w, running)
+                if any(ps.topology is not None for ps in w.pod_sets):
+                    # Its new pods would be placed apart from the running slice's domain.
+                    return (
+                        f"the scale-up slice replacing {w.replaces} asks for topology, and a "
+                        "slice is not kept in its running slice's domain yet"
+                    )
         plans: list[PodSetPlan] = []
         flexible = False
         for i, ps in enumerate(w.pod_sets):
@@ -80,7 +87,7 @@ class Requests:
         shape: list[object] = [spec.name]
         for ps in w.pod_sets:
             # The planner's shape number: equal numbers, equal signatures.
-            shape.append((self.planner.shape(ps), ps.count, ps.min_count))
+            shape.append((self.planner.shape(ps), ps.count, ps.min_count, ps.topology))
         if spec.within_queue != "Never" or spec.reclaim != "Never":
             shape.append(w.priority)
             if spec.within_queue == "LowerOrNewerEqualPriority":
@@ -89,7 +96,7 @@ class Requests:
 
 
 def gang_of(
-    flavors: Mapping[str, Flavor],
+    snapshot: Snapshot,
     w: Workload,
     counts: Sequence[int],
     chosen: Sequence[Mapping[str, str]],
@@ -100,7 +107,9 @@ def gang_of(
 
     A pod's shape is its pod set's, with the node labels of its flavors added to the node
     selector and their tolerations to its own, as the Job integration writes them into the
-    pod template on admission."""
+    pod template on admission. A pod set on a flavor with a Topology is kept in its domains
+    as it asks (`topology_of`)."""
+    flavors = snapshot.flavors
     sets: list[PodSetRequest] = []
     names: set[str] = set()
     for i, ps in enumerate(w.pod_sets):
@@ -116,13 +125,70 @@ def gang_of(
                 tolerations.extend(flavor.tolerations)
         shape = PodShape(dict(ps.per_pod), selector, ps.affinity, tuple(tolerations))
         low = ps.min_count if partial and ps.min_count is not None else None
-        sets.append(PodSetRequest(ps.name, counts[i], shape, min(low, counts[i]) if low else None))
+        floor = min(low, counts[i]) if low else None
+        domain, refused = topology_of(snapshot, ps, chosen[i].values())
+        sets.append(PodSetRequest(ps.name, counts[i], shape, floor, domain, refused))
     where = f" on flavor {', '.join(sorted(names))}" if names else ""
     return (GangRequest(tuple(sets)) if sets else None), where
+
+
+def topology_of(
+    snapshot: Snapshot, ps: PodSet, chosen: Iterable[str]
+) -> tuple[DomainRequest | None, str | None]:
+    """The domains `ps` must or should keep to on the flavors `chosen`, or why it cannot be
+    placed there at all: (None, None) places it as if the nodes were flat."""
+    ask = ps.topology
+    if ask is None and snapshot.topology_flavors.isdisjoint(chosen):
+        return None, None
+    named: dict[str, str] = {}
+    for name in sorted(set(chosen)):
+        flavor = snapshot.flavors.get(name)
+        if flavor is not None and flavor.topology is not None:
+            named[name] = flavor.topology
+    if not named:
+        if ask is None:
+            return None, None
+        flavors = ", ".join(sorted(set(chosen)))
+        return None, (
+            f"its topologyRequest needs a flavor with a Topology, and flavor {flavors} names "
+            "none (spec.topologyName)"
+        )
+    if len(set(named.values())) > 1:
+        listed = ", ".join(f"{f} names {t}" for f, t in named.items())
+        return None, f"its flavors name different Topologies ({listed}); a pod set keeps to one"
+    first, topology = next(iter(named.items()))
+    if snapshot.topologies is None:
+        return None, (
+            f"flavor {first} names Topology {topology}, and placement by topology is not "
+            "available here yet (Muster's scheduler loop would bind the pods without it), so "
+            "workloads that need the flavor wait"
+        )
+    levels = snapshot.topologies.get(topology)
+    if levels is None:
+        return None, f"flavor {first} names Topology {topology}, which does not exist"
+    if ask is None:
+        return None, None
+    found = domain_request(topology, levels, ask.mode, ask.level, ask.slice_size, ask.slice_level)
+    if isinstance(found, str):
+        return None, f"its topologyRequest cannot be honoured on flavor {first}: {found}"
+    return found, None
+
+
+def topology_refusal(
+    snapshot: Snapshot, w: Workload, chosen: Sequence[Mapping[str, str]]
+) -> str | None:
+    """Why `w` cannot have the Topology its pod sets need on the flavors `chosen`, or None:
+    what quota-only admission (no nodes) still checks (see `topology_of`)."""
+    several = len(w.pod_sets) > 1
+    for i, ps in enumerate(w.pod_sets):
+        _, refused = topology_of(snapshot, ps, chosen[i].values())
+        if refused is not None:
+            return f"pod set {ps.name}: {refused}" if several else refused
+    return None
 
 
 def request_gang(
     state: CycleState, request: Request, counts: Sequence[int], chosen: Sequence[Mapping[str, str]]
 ) -> tuple[GangRequest | None, str]:
     """The gang to place for `request` on the flavors `chosen` (see `gang_of`)."""
-    return gang_of(state.snapshot.flavors, request.workload, counts, chosen, request.base is None)
+    return gang_of(state.snapshot, request.workload, counts, chosen, request.base is None)

@@ -41,6 +41,7 @@ from quota.api.quantity import (
     parse_resource_list,
 )
 from quota.api.resourceflavor import ResourceFlavor, ResourceFlavorSpec
+from quota.api.topology import Topology, TopologyRequest, TopologySpec
 from quota.api.workload import (
     Admission,
     PodSet,
@@ -81,6 +82,9 @@ __all__ = [
     "RequeueState",
     "ResourceFlavor",
     "ResourceFlavorSpec",
+    "Topology",
+    "TopologyRequest",
+    "TopologySpec",
     "Workload",
     "WorkloadConditions",
     "WorkloadSpec",
@@ -97,7 +101,7 @@ __all__ = [
     "wire",
 ]
 
-MusterObject = ResourceFlavor | ClusterQueue | LocalQueue | Workload | PodGroup
+MusterObject = ResourceFlavor | ClusterQueue | LocalQueue | Workload | PodGroup | Topology
 
 KINDS: dict[str, type[MusterObject]] = {
     "ResourceFlavor": ResourceFlavor,
@@ -105,6 +109,7 @@ KINDS: dict[str, type[MusterObject]] = {
     "LocalQueue": LocalQueue,
     "Workload": Workload,
     "PodGroup": PodGroup,
+    "Topology": Topology,
 }
 """Every kind Muster serves, by kind name (all in API_VERSION)."""
 

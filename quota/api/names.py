@@ -36,3 +36,14 @@ WORKLOAD_FINALIZER = QUEUE_FINALIZER
 SCHEDULER_NAME = "muster-scheduler"
 # The one pod set of a batch Job's Workload.
 JOB_POD_SET = "main"
+# The node label naming each node; as a Topology level, one node per domain (only last).
+HOSTNAME_LABEL = "kubernetes.io/hostname"
+# On a Job's pod template (as Kueue's kueue.x-k8s.io/podset-*-topology): keep its pods in one
+# domain of the flavor's Topology at the level (node label) given, or prefer to; or anywhere
+# in the topology ("true"); and each run of slice-size pods inside one domain at the slice
+# level. Read into the Workload's spec.podSets[].topologyRequest.
+REQUIRED_TOPOLOGY_ANNOTATION = "muster.dev/podset-required-topology"
+PREFERRED_TOPOLOGY_ANNOTATION = "muster.dev/podset-preferred-topology"
+UNCONSTRAINED_TOPOLOGY_ANNOTATION = "muster.dev/podset-unconstrained-topology"
+SLICE_TOPOLOGY_ANNOTATION = "muster.dev/podset-slice-required-topology"
+SLICE_SIZE_ANNOTATION = "muster.dev/podset-slice-size"

@@ -14,6 +14,7 @@ from quota.api.meta import (
     PrinterColumn,
     Taint,
     Toleration,
+    reference,
 )
 
 
@@ -37,6 +38,12 @@ class ResourceFlavorSpec(ApiModel):
         max_length=16,
         description="Tolerations Muster adds to every pod admitted with this flavor, so "
         "users need not know the nodes' taints.",
+    )
+    topology_name: str | None = reference(
+        "The Topology its nodes form (levels of node labels): pod sets admitted with this "
+        "flavor may then ask to be placed inside one domain. Workloads that need a flavor "
+        "naming a Topology that does not exist wait.",
+        optional=True,
     )
 
 

@@ -23,6 +23,7 @@ from quota.api.meta import (
     validations,
 )
 from quota.api.quantity import ResourceList
+from quota.api.topology import TopologyRequest
 
 MAX_POD_SETS = 8
 MAX_POD_COUNT = 100_000
@@ -52,7 +53,13 @@ class PodSet(ApiModel):
             "!has(self.minCount) || self.minCount <= self.count",
             "minCount must not exceed count",
             field_path=".minCount",
-        )
+        ),
+        cel(
+            "!has(self.topologyRequest) || !has(self.topologyRequest.sliceSize) || "
+            "self.count % self.topologyRequest.sliceSize == 0",
+            "topologyRequest.sliceSize must divide count",
+            field_path=".topologyRequest.sliceSize",
+        ),
     )
 
     name: str = Field(
@@ -79,6 +86,11 @@ class PodSet(ApiModel):
         default_factory=dict,
         description="What one pod requests (sum of its containers, as the scheduler counts it).",
     )
+    topology_request: TopologyRequest | None = Field(
+        None,
+        description="Keep the pods (or each slice of them) inside one domain of the flavor's "
+        "Topology; unset: anywhere.",
+    )
 
     @model_validator(mode="after")
     def _min_count_within_count(self) -> Self:
@@ -86,6 +98,12 @@ class PodSet(ApiModel):
             raise ValueError(
                 f"minCount must not exceed count (pod set {self.name}: "
                 f"minCount {self.min_count} > count {self.count})"
+            )
+        size = self.topology_request.slice_size if self.topology_request else None
+        if size is not None and self.count % size:
+            raise ValueError(
+                f"topologyRequest.sliceSize must divide count (pod set {self.name}: "
+                f"{size} does not divide {self.count})"
             )
         return self
 

@@ -48,7 +48,7 @@ POD_GROUP_LABEL = "kueue.x-k8s.io/pod-group-name"
 WPC_SOURCE = "kueue.x-k8s.io/workloadpriorityclass"
 _UNMAPPED_KINDS = {
     "AdmissionCheck": "Muster has no admission checks (provisioning requests, MultiKueue)",
-    "Topology": "Muster places gangs by its own scoring; topology levels are not modelled",
+    "Topology": "Kueue Topologies are not imported yet (Muster's Topology has the same levels)",
     "ProvisioningRequestConfig": "Muster has no admission checks",
     "MultiKueueConfig": "Muster manages one cluster",
     "MultiKueueCluster": "Muster manages one cluster",
@@ -202,7 +202,7 @@ def _flavors(objs: Sequence[SourceObject], unmapped: list[Unmapped]) -> list[dic
             "tolerations": obj.items(spec.get("tolerations"), "spec.tolerations"),
         }
         if spec.get("topologyName"):
-            skipped(obj, "spec.topologyName", "topology-aware scheduling is not modelled", unmapped)
+            skipped(obj, "spec.topologyName", "Kueue Topologies are not imported yet", unmapped)
         if obj.name in names:
             refuse(obj.origin, "metadata.name", "ResourceFlavor defined twice")
         names.add(obj.name)

@@ -19,6 +19,7 @@ from quota.manifests.documents import (
     priority_classes,
     queues,
     read_documents,
+    topologies,
 )
 from quota.model import convert
 from quota.model.decisions import CycleResult, Pending
@@ -27,7 +28,7 @@ from quota.model.snapshot import Flavor, QueueSpec, Snapshot, Workload
 
 CLUSTER_KINDS = frozenset(
     {"ResourceFlavor", "ClusterQueue", "LocalQueue", "PriorityClass", "Node", "Namespace"}
-    | {"Workload"}
+    | {"Workload", "Topology"}
 )
 
 
@@ -172,5 +173,6 @@ def cluster_state(docs: Sequence[Any], now: float) -> ClusterState:
         capacity=capacity(read, engine_flavors),
         admitted=tuple(admitted),
         pending=tuple(pending),
+        topologies=topologies(read),
     )
     return ClusterState(snapshot=snapshot, local_queue_of=lq_of, waiting=tuple(waiting))

@@ -23,6 +23,7 @@ from quota.api.meta import DNS_SUBDOMAIN
 from quota.api.quantity import QuantityError, parse_quantity
 from quota.api.queuetree import check_queue_tree
 from quota.api.resourceflavor import ResourceFlavor
+from quota.api.topology import Topology
 from quota.api.workload import Workload as WorkloadModel
 from quota.model import convert
 from quota.model.nodeconvert import node_from_manifest
@@ -91,6 +92,7 @@ class Documents:
     """Documents filed by kind, each with its index in the file."""
 
     flavors: list[tuple[int, ResourceFlavor]] = field(default_factory=list)
+    topologies: list[tuple[int, Topology]] = field(default_factory=list)
     cluster_queues: list[tuple[int, ClusterQueue]] = field(default_factory=list)
     local_queues: list[tuple[int, LocalQueue]] = field(default_factory=list)
     workloads: list[tuple[int, WorkloadModel]] = field(default_factory=list)
@@ -207,6 +209,8 @@ def read_documents(
         out.remember((kind, namespace, model.name), index, doc)
         if isinstance(model, ResourceFlavor):
             out.flavors.append((index, model))
+        elif isinstance(model, Topology):
+            out.topologies.append((index, model))
         elif isinstance(model, ClusterQueue):
             out.cluster_queues.append((index, model))
         elif isinstance(model, LocalQueue):
@@ -317,6 +321,14 @@ def queues(docs: Documents) -> tuple[dict[str, QueueSpec], dict[tuple[str, str],
 def flavors(docs: Documents) -> dict[str, Flavor]:
     """The ResourceFlavors as the engine sees them."""
     return {rf.name: convert.flavor(rf) for _, rf in docs.flavors}
+
+
+def topologies(docs: Documents) -> dict[str, tuple[str, ...]]:
+    """The Topologies as the engine sees them: name -> node labels, widest first.
+
+    A flavor naming one the file does not define is not an error here: as in a cluster,
+    the workloads that need the flavor wait, with a reason that names it."""
+    return {t.name: t.spec.labels for _, t in docs.topologies}
 
 
 def ready(node: Mapping[str, Any]) -> Mapping[str, Any]:

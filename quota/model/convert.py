@@ -9,14 +9,25 @@ frozen snapshot values out.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from quota.api import ManifestError, parse_manifest
 from quota.api.meta import Toleration as TolerationModel
-from quota.api.names import ELASTIC_ANNOTATION, JOB_POD_SET, MIN_PARALLELISM_ANNOTATION, QUEUE_LABEL
+from quota.api.names import (
+    ELASTIC_ANNOTATION,
+    JOB_POD_SET,
+    MIN_PARALLELISM_ANNOTATION,
+    PREFERRED_TOPOLOGY_ANNOTATION,
+    QUEUE_LABEL,
+    REQUIRED_TOPOLOGY_ANNOTATION,
+    SLICE_SIZE_ANNOTATION,
+    SLICE_TOPOLOGY_ANNOTATION,
+    UNCONSTRAINED_TOPOLOGY_ANNOTATION,
+)
 from quota.api.quantity import QuantityError, format_quantity, parse_quantity
 from quota.api.resourceflavor import ResourceFlavor
+from quota.api.topology import TopologyRequest
 from quota.api.workload import PodSetAssignment
 from quota.api.workload import Workload as WorkloadModel
 from quota.model.nodeconvert import affinity_terms, pod_shape_from_spec
@@ -26,6 +37,8 @@ from quota.model.snapshot import (
     Assignment,
     Flavor,
     PodSet,
+    PodSetTopology,
+    TopologyMode,
     Workload,
 )
 
@@ -53,6 +66,26 @@ def flavor(rf: ResourceFlavor) -> Flavor:
         node_labels=dict(rf.spec.node_labels),
         taints=tuple(Taint(t.key, t.value or "", t.effect) for t in rf.spec.node_taints),
         tolerations=_tolerations(rf.spec.tolerations),
+        topology=rf.spec.topology_name,
+    )
+
+
+def pod_set_topology(request: TopologyRequest | None) -> PodSetTopology | None:
+    """A pod set's topologyRequest for the engine; None when it asks for nothing (its
+    levels are checked against the flavor's Topology at placement)."""
+    if request is None:
+        return None
+    if request.required is not None:
+        mode: TopologyMode = "Required"
+    elif request.preferred is not None:
+        mode = "Preferred"
+    else:
+        mode = "Unconstrained"
+    return PodSetTopology(
+        mode,
+        request.required or request.preferred,
+        request.slice_size,
+        request.slice_required_topology,
     )
 
 
@@ -76,6 +109,7 @@ def pod_sets(wl: WorkloadModel) -> tuple[PodSet, ...]:
             )
             if ps.template.affinity
             else (),
+            topology=pod_set_topology(ps.topology_request),
         )
         for i, ps in enumerate(wl.spec.pod_sets)
     )
@@ -354,6 +388,17 @@ def job_to_workload_model(
                 f"must be at least 1 (got {low})",
             )
         pod_set["minCount"] = min(low, pods)
+    assert isinstance(template, Mapping)  # it holds pod_spec, checked above
+    asked = topology_annotations(template, pods, fail)
+    if asked and job_is_elastic(job):
+        # A scale-up slice would be placed apart from the pods already running.
+        raise fail(
+            f"metadata.annotations[{ELASTIC_ANNOTATION}]",
+            "an elastic Job cannot ask for topology yet (muster.dev/podset-*-topology on its "
+            "pod template): its scale-up slices would not be kept in its domain",
+        )
+    if asked:
+        pod_set["topologyRequest"] = asked
     body: dict[str, Any] = {"queueName": queue, "podSets": [pod_set]}
     if priority is not None:
         body["priority"] = priority
@@ -378,7 +423,63 @@ def job_to_workload_model(
     return model
 
 
+_TOPOLOGY_FIELDS = (
+    (REQUIRED_TOPOLOGY_ANNOTATION, "required"),
+    (PREFERRED_TOPOLOGY_ANNOTATION, "preferred"),
+    (SLICE_TOPOLOGY_ANNOTATION, "sliceRequiredTopology"),
+)
+
+
+def topology_annotations(
+    template: Mapping[str, Any], pods: int, fail: Callable[[str, str], ManifestError]
+) -> dict[str, Any]:
+    """A pod template's `muster.dev/podset-*-topology` annotations as a topologyRequest
+    (empty when it has none); `fail(path, rule)` makes the error for a bad one."""
+    meta = template.get("metadata") or {}
+    annotations = meta.get("annotations") if isinstance(meta, Mapping) else None
+    if not isinstance(annotations, Mapping):
+        return {}
+    where = "spec.template.metadata.annotations"
+    out: dict[str, Any] = {}
+    for key, field in _TOPOLOGY_FIELDS:
+        value = annotations.get(key)
+        if value is not None:
+            if not isinstance(value, str) or not value:
+                raise fail(f"{where}[{key}]", f"must name a node label (got {value!r})")
+            out[field] = value
+    unconstrained = annotations.get(UNCONSTRAINED_TOPOLOGY_ANNOTATION)
+    if unconstrained is not None:
+        if unconstrained != "true":
+            raise fail(
+                f"{where}[{UNCONSTRAINED_TOPOLOGY_ANNOTATION}]",
+                f'must be "true" (got {unconstrained!r})',
+            )
+        out["unconstrained"] = True
+    if sum(k in out for k in ("required", "preferred", "unconstrained")) > 1:
+        raise fail(
+            where,
+            f"at most one of {REQUIRED_TOPOLOGY_ANNOTATION}, {PREFERRED_TOPOLOGY_ANNOTATION} "
+            f"and {UNCONSTRAINED_TOPOLOGY_ANNOTATION}",
+        )
+    size = annotations.get(SLICE_SIZE_ANNOTATION)
+    if (size is None) != ("sliceRequiredTopology" not in out):
+        raise fail(
+            where,
+            f"{SLICE_SIZE_ANNOTATION} and {SLICE_TOPOLOGY_ANNOTATION} go together",
+        )
+    if size is not None:
+        path = f"{where}[{SLICE_SIZE_ANNOTATION}]"
+        text = str(size)
+        if not text.isdigit() or int(text) < 1:
+            raise fail(path, f"must be a whole number of pods, at least 1 (got {size!r})")
+        if pods % int(text):
+            raise fail(path, f"{text} does not divide the Job's {pods} pods")
+        out["sliceSize"] = int(text)
+    return out
+
+
 _WORKLOAD_TO_JOB = (
+    ("spec.podSets[0].topologyRequest", "spec.template.metadata.annotations"),
     ("spec.podSets[0].count", "spec.parallelism"),
     ("spec.podSets[0].minCount", f"metadata.annotations[{MIN_PARALLELISM_ANNOTATION}]"),
     ("spec.podSets[0].requests", "spec.template.spec.containers[*].resources.requests"),

@@ -20,6 +20,7 @@ WithinQueuePolicy = Literal["Never", "LowerPriority", "LowerOrNewerEqualPriority
 ReclaimPolicy = Literal["Never", "LowerPriority", "Any"]
 StopPolicy = Literal["None", "Hold", "HoldAndDrain"]
 PlacementStrategy = Literal["BinPack", "Spread"]
+TopologyMode = Literal["Required", "Preferred", "Unconstrained"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,6 +89,23 @@ class Flavor:
     node_labels: Mapping[str, str] = field(default_factory=dict)
     taints: tuple[Taint, ...] = ()
     tolerations: tuple[Toleration, ...] = ()  # added to pods admitted on this flavor
+    topology: str | None = None  # the Topology its nodes form (spec.topologyName)
+
+
+@dataclass(frozen=True, slots=True)
+class PodSetTopology:
+    """Where a pod set's pods must or should be, in node labels of its flavor's Topology.
+
+    Required: every pod in one domain at `level`. Preferred: in one domain at `level` if one
+    can hold them all, else at the lowest wider level that can, else anywhere in the
+    topology. Unconstrained: anywhere in the topology (`level` None). With a slice, each
+    run of `slice_size` consecutive pods is inside one domain at `slice_level` too.
+    """
+
+    mode: TopologyMode
+    level: str | None = None
+    slice_size: int | None = None
+    slice_level: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,6 +120,7 @@ class PodSet:
     tolerations: tuple[Toleration, ...] = ()
     # Required node affinity: a node must match one of the terms; () sets none.
     affinity: tuple[SelectorTerm, ...] = ()
+    topology: PodSetTopology | None = None  # None: placed without regard to domains
 
 
 @dataclass(frozen=True, slots=True)
@@ -173,6 +192,17 @@ class Snapshot:
     usage_fairness_k: float = 0.0
     # How long room held for a preemptor stays reserved while its victims leave.
     hold_timeout_s: float = 300.0
+    # Topology name -> its levels' node labels, widest first. None: whoever built the
+    # snapshot does not place by topology (Muster's controller, until its scheduler loop
+    # binds inside a domain), so workloads that need a flavor naming a Topology wait.
+    topologies: Mapping[str, tuple[str, ...]] | None = None
+    # Derived once: the flavors that name a Topology (most clusters: none), so that placing
+    # a workload on the others costs no topology look-up.
+    topology_flavors: frozenset[str] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        named = frozenset(name for name, f in self.flavors.items() if f.topology is not None)
+        object.__setattr__(self, "topology_flavors", named)
 
     def active_hold(self, w: Workload) -> Hold | None:
         """`w`'s hold while it has not lapsed."""

@@ -8,7 +8,8 @@ Modules: `nodes.py` (the view of free room and its indexes), `framework.py` (the
 points: Filter, Score, Profile), `filters.py` and `scoring.py` (the built-in filters and
 scores), `profiles.py` (the profile each placementStrategy runs), `candidates.py` (a
 profile's filters run once per node class and shape), `gang.py` (all-or-nothing placement
-of a group), `reservations.py` (room planned or held for pods not bound yet).
+of a group), `topology.py` (domains of a flavor's Topology: which one a gang goes to),
+`reservations.py` (room planned or held for pods not bound yet).
 """
 
 from quota.model.nodes import BoundPod, Node, PodShape, Requirement, SelectorTerm

@@ -112,11 +112,6 @@ TAINT_TOLERATION = TaintToleration()
 # -- room: checked per node by the placement walk -----------------------------------------
 
 
-def fit_count(free: Mapping[str, int], demand: Demand) -> int:
-    """How many pods of `demand` fit in `free`: the least over resources of free // request."""
-    return max(0, min([free.get(r, 0) // v for r, v in demand]))
-
-
 def fits_one(free: Mapping[str, int], demand: Demand) -> bool:
     """True when one pod of `demand` fits in `free`."""
     # A plain loop: this runs for every node a placement looks at, and all() over a

@@ -22,10 +22,10 @@ is a tuple of them, and `place_gang` runs the profile its queue's `placementStra
 
 Where the next ones go (a reader's map): a filter or score lives in a module of its own (the
 built-ins are in `filters.py` and `scoring.py`), and is added to the profiles in
-`profiles.py`. A filter that keeps a gang inside one topology domain is a `Filter` made for
-one domain (its check reads the level's label, which a node class shares); trying each
-domain and choosing among the placements that fit is a gang-level step in `gang.py`
-(KEP-5732's placement generate and placement score), added with its first user.
+`profiles.py`. Topology is a gang-level step instead (`topology.py`, run by `gang.py`): the
+nodes of one domain (classes, since nodes with different level labels are different
+classes) stand in for the filter, and the choice among domains (the fullest that fits) for
+KEP-5732's placement score.
 """
 
 from __future__ import annotations

@@ -14,6 +14,10 @@ as fit (the least over resources of free // request), so a node that takes four 
 chosen once, not four times. Pod sets go in a fixed order, the largest per-pod request of
 the gang's scarcest resource first, because the big pods are the ones that run out of
 nodes. With minimum counts every pod set first gets its minimum, then as many more as fit.
+
+A pod set with a topology request (`PodSetRequest.domain`) is placed whole in its turn:
+`topology.choose` picks its domain and how its pods spread over the domains inside it, and
+each portion is placed like any pod set on the nodes of its domain.
 """
 
 from __future__ import annotations
@@ -27,11 +31,20 @@ from sortedcontainers import SortedList
 from quota.model.nodes import PodShape
 from quota.model.resources import format_amount
 from quota.placement.candidates import Candidates, Share, candidates
-from quota.placement.filters import fit_count, fits_one
+from quota.placement.filters import fits_one
 from quota.placement.framework import Profile, Score
-from quota.placement.nodes import PODS, Demand, NodeKey, NodeState, NodeView, demand_of
+from quota.placement.nodes import (
+    PODS,
+    Demand,
+    NodeKey,
+    NodeState,
+    NodeView,
+    demand_of,
+    fit_count,
+)
 from quota.placement.profiles import PROFILES, STRATEGIES, Strategy
 from quota.placement.scoring import lowest_key, scarcity_order
+from quota.placement.topology import DomainRequest, Refused, choose
 
 # Free amounts listed in a reason before it says "...": enough to see fragmentation.
 _LISTED = 8
@@ -45,6 +58,11 @@ class PodSetRequest:
     count: int
     shape: PodShape
     min_count: int | None = None
+    # Keep the pods (or each slice of them) inside one domain of a topology (topology.py).
+    domain: DomainRequest | None = None
+    # Why the pod set can never be placed as asked here (e.g. its flavor names a Topology
+    # that does not exist): the gang is refused with this, whatever the nodes.
+    refused: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,7 +127,7 @@ class Unplaceable:
 class _Plan:
     """One pod set, with what placing it needs computed once."""
 
-    __slots__ = ("cands", "count", "demand", "floor", "name", "need")
+    __slots__ = ("cands", "count", "demand", "domain", "floor", "name", "need")
 
     def __init__(self, request: PodSetRequest, cands: Candidates, floor: int) -> None:
         self.name = request.name
@@ -118,6 +136,7 @@ class _Plan:
         self.need = dict(self.demand)
         self.cands = cands
         self.floor = floor
+        self.domain = request.domain
 
 
 class _Scratch:
@@ -157,6 +176,12 @@ def place_gang(
     else:
         profile = strategy
     floors, gang_floor = _floors(request)
+    several = len(request.pod_sets) > 1
+    for ps in request.pod_sets:
+        if ps.refused is not None:
+            return Unplaceable(
+                f"pod set {ps.name}: {ps.refused}" if several else ps.refused, True, ps.name
+            )
     view.settle()
     plans = _ordered(
         view,
@@ -195,15 +220,24 @@ def _place_all(
     """
     several = len(plans) > 1
     for plan in plans:
+        before = len(scratch.log)
+        if plan.domain is not None:
+            refused = _place_in_domains(
+                view, plan, plan.domain, score, scratch, placed[plan.name], several
+            )
+            if refused is not None:
+                scratch.undo(keep=before)
+                return refused
+            continue
         if not plan.floor:
             continue
-        before = len(scratch.log)
         got = _place(view, plan, plan.floor, score, scratch, placed[plan.name])
         if got < plan.floor:
             scratch.undo(keep=before)
             return _pod_set_short(view, plan, plan.floor, got, several, before > 0)
     for plan in plans:
-        _place(view, plan, plan.count - plan.floor, score, scratch, placed[plan.name])
+        if plan.domain is None:
+            _place(view, plan, plan.count - plan.floor, score, scratch, placed[plan.name])
     total = sum(sum(p.values()) for p in placed.values())
     if total < gang_floor:
         scratch.undo()
@@ -253,6 +287,33 @@ def _ordered(view: NodeView, plans: list[_Plan]) -> list[_Plan]:
     return sorted(plans, key=lambda p: (*(-p.need.get(r, 0) for r in order), p.name))
 
 
+def _place_in_domains(
+    view: NodeView,
+    plan: _Plan,
+    domain: DomainRequest,
+    score: Score,
+    scratch: _Scratch,
+    placed: dict[str, int],
+    several: bool,
+) -> Unplaceable | None:
+    """Place a pod set with a topology request: its domains chosen (`topology.choose`), then
+    each portion on the nodes of its domain with the queue's score. None when placed."""
+    if not plan.count:
+        return None
+    if plan.cands.failure is not None:
+        return _pod_set_short(view, plan, plan.floor or plan.count, 0, several, False)
+    want = plan.count
+    subject = f"{_subject(plan, want, several)} x {_requests_text(plan)}"
+    chosen = choose(view, plan.cands, plan.demand, domain, want, plan.floor, subject)
+    if isinstance(chosen, Refused):
+        return Unplaceable(chosen.reason, chosen.never, plan.name)
+    portions, total = chosen
+    got = sum(_place(view, plan, n, score, scratch, placed, cands) for cands, n in portions)
+    if got != total:  # the domains were counted to hold them: placing cannot fall short
+        raise AssertionError(f"pod set {plan.name}: {got} of {total} pods placed in its domains")
+    return None
+
+
 def _place(
     view: NodeView,
     plan: _Plan,
@@ -260,9 +321,11 @@ def _place(
     score: Score,
     scratch: _Scratch,
     placed: dict[str, int],
+    domain: Candidates | None = None,
 ) -> int:
-    """Place up to `want` pods of `plan` in batches; return how many were placed."""
-    cands = plan.cands
+    """Place up to `want` pods of `plan` in batches (on the nodes of `domain` when given, a
+    part of the plan's); return how many were placed."""
+    cands = plan.cands if domain is None else domain
     if want <= 0 or cands.failure is not None:
         return 0
     demand = plan.demand

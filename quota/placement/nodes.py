@@ -21,6 +21,9 @@ from sortedcontainers import SortedList
 from quota.model.nodes import BoundPod, Node
 
 PODS = "pods"
+# The node label naming each node: `quota.api.names.HOSTNAME_LABEL`, spelled again here (a
+# test holds them equal) because importing the API would load every pydantic model into the
+# placement core, tripling what importing it costs.
 HOSTNAME_LABEL = "kubernetes.io/hostname"
 
 # A label whose every value names exactly one node (an instance id, say) would give each
@@ -54,6 +57,11 @@ def demand_of(requests: Mapping[str, int]) -> Demand:
     items = sorted((r, v) for r, v in requests.items() if v > 0 and r != PODS)
     items.append((PODS, 1))
     return tuple(items)
+
+
+def fit_count(free: Mapping[str, int], demand: Demand) -> int:
+    """How many pods of `demand` fit in `free`: the least over resources of free // request."""
+    return max(0, min([free.get(r, 0) // v for r, v in demand]))
 
 
 def tie_order(resources: Iterable[str]) -> tuple[str, ...]:
@@ -100,18 +108,43 @@ class NodeClass:
     A filter's answer for one of them stands for all (`candidates.py`).
     """
 
-    __slots__ = ("allocatables", "indexes", "ready", "states", "total", "unschedulable")
+    __slots__ = (
+        "allocatables",
+        "fits",
+        "indexes",
+        "ready",
+        "states",
+        "total",
+        "unschedulable",
+        "version",
+    )
 
     def __init__(self, unschedulable: bool, ready: bool) -> None:
         self.unschedulable = unschedulable
         self.ready = ready
         self.states: list[NodeState] = []
         self.total: dict[str, int] = {}  # free room of the whole class, per resource
+        # Bumped by every take on one of its nodes: what `fit_total` caches stays true while
+        # the version it was worked out at is current.
+        self.version = 0
+        self.fits: dict[Demand, tuple[int, int]] = {}  # demand -> (version, pods that fit)
         # Distinct allocatable vectors and how many nodes have each: "could it ever fit"
         # questions are answered per node type, not per node.
         self.allocatables: Counter[frozenset[tuple[str, int]]] = Counter()
         # Built on first use: a class only pays for the resources pods ask it about.
         self.indexes: dict[str, SortedList[NodeKey]] = {}
+
+    def fit_total(self, demand: Demand) -> int:
+        """How many pods of `demand` the class's nodes take between them now.
+
+        Topology placement asks it of every class of a flavor for each gang; between two
+        gangs only the classes a placement touched have changed, so it is cached."""
+        cached = self.fits.get(demand)
+        if cached is not None and cached[0] == self.version:
+            return cached[1]
+        count = sum(fit_count(state.free, demand) for state in self.states)
+        self.fits[demand] = (self.version, count)
+        return count
 
     def index(self, resource: str) -> SortedList[NodeKey]:
         """The class's nodes ordered by free `resource` (then the tie order, then name)."""
@@ -242,6 +275,7 @@ class NodeView:
         The primitive under assume/forget and the placement scratch; callers use those.
         """
         group = state.group
+        group.version += 1
         indexes = group.indexes
         free = state.free
         name = state.name

@@ -24,6 +24,8 @@ from typing import Any
 from quota.model.nodes import Node
 from quota.model.resources import FlavorResource
 from quota.model.snapshot import QueueSpec
+from quota.placement.nodes import HOSTNAME_LABEL
+from quota.placement.topology import domain_path
 from quota.simulation.results import TOTAL, Bucket, JobOutcome, NodeEvent, SimResult
 
 # Times in the JSON are rounded to the millisecond: finer digits are float noise.
@@ -475,8 +477,95 @@ def node_timeline(
     )
 
 
-def _events_of(events: Iterable[NodeEvent], nodes: Mapping[str, int]) -> Iterable[NodeEvent]:
+def _events_of(events: Iterable[NodeEvent], nodes: Mapping[str, object]) -> Iterable[NodeEvent]:
     return (e for e in events if e.node in nodes)
+
+
+@dataclass(frozen=True, slots=True)
+class LevelFree:
+    """How much of a resource one domain of a topology level had free over a run: the
+    largest gang that level could still keep in one domain."""
+
+    topology: str
+    level: str  # its node label
+    resource: str
+    domains: int
+    largest: int  # the allocatable of the largest domain (Ready, schedulable nodes)
+    avg_largest_free: float  # time-weighted over the run
+    min_largest_free: int  # at any instant
+
+
+def level_free(result: SimResult, resource: str) -> tuple[LevelFree, ...]:
+    """Per topology level (but the hostname), the largest free amount of `resource` in one
+    domain over time: fragmentation as a gang that must stay in one domain sees it."""
+    out: list[LevelFree] = []
+    nodes = [
+        n
+        for n in result.nodes or ()
+        if n.allocatable.get(resource, 0) > 0 and n.ready and not n.unschedulable
+    ]
+    alloc = {n.name: n.allocatable[resource] for n in nodes}
+    for name, levels in sorted(result.topologies.items()):
+        for depth, label in enumerate(levels):
+            if label == HOSTNAME_LABEL:
+                continue
+            domain_of: dict[str, tuple[str, ...]] = {}
+            for n in nodes:
+                path = domain_path(n.labels, levels[: depth + 1])
+                if path is not None:
+                    domain_of[n.name] = path
+            if not domain_of:
+                continue
+            free: dict[tuple[str, ...], int] = {}
+            for node, path in domain_of.items():
+                free[path] = free.get(path, 0) + alloc[node]
+            largest = max(free.values())
+            out.append(
+                _level_over_time(result, name, label, resource, alloc, domain_of, free, largest)
+            )
+    return tuple(out)
+
+
+def _level_over_time(
+    result: SimResult,
+    topology: str,
+    label: str,
+    resource: str,
+    alloc: Mapping[str, int],
+    domain_of: Mapping[str, tuple[str, ...]],
+    free: dict[tuple[str, ...], int],
+    largest: int,
+) -> LevelFree:
+    used = dict.fromkeys(domain_of, 0)
+    now = largest
+    least = largest
+    area = 0.0
+    changed = 0.0
+    for event in _events_of(result.node_events, domain_of):
+        amount = event.used.get(resource, 0)
+        node = event.node
+        if amount == used[node]:
+            continue
+        if event.at > changed:
+            # What held at the end of the previous instant, not the steps within one.
+            least = min(least, now)
+            area += now * (event.at - changed)
+            changed = event.at
+        free[domain_of[node]] -= amount - used[node]
+        used[node] = amount
+        now = max(free.values())
+    least = min(least, now)
+    end = result.end
+    area += now * (end - changed)
+    return LevelFree(
+        topology=topology,
+        level=label,
+        resource=resource,
+        domains=len(free),
+        largest=largest,
+        avg_largest_free=area / end if end > 0 else float(now),
+        min_largest_free=least,
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -485,6 +574,7 @@ class PlacementStats:
 
     nodes: int
     timelines: tuple[NodeTimeline, ...]
+    levels: tuple[LevelFree, ...]  # per topology level and resource
     waited: int  # workloads that waited for nodes while quota allowed them
     wait_total: float  # seconds, summed over those workloads
 
@@ -493,11 +583,13 @@ def placement_stats(result: SimResult, buckets: int = NODE_BUCKETS) -> Placement
     """Fragmentation per accelerator and waits for nodes; None in quota-only mode."""
     if result.nodes is None:
         return None
-    timelines = [node_timeline(result, r, buckets) for r in placement_resources(result.nodes)]
+    resources = placement_resources(result.nodes)
+    timelines = [node_timeline(result, r, buckets) for r in resources]
     waits = [j.placement_wait for j in result.jobs if j.placement_wait > 0]
     return PlacementStats(
         nodes=len(result.nodes),
         timelines=tuple(t for t in timelines if t is not None),
+        levels=tuple(f for r in resources for f in level_free(result, r)),
         waited=len(waits),
         wait_total=sum(waits),
     )
@@ -508,7 +600,7 @@ def placement_json(result: SimResult) -> dict[str, Any]:
     stats = placement_stats(result)
     if stats is None:
         return {"mode": "quota-only"}
-    return {
+    out: dict[str, Any] = {
         "mode": "nodes",
         "nodes": stats.nodes,
         "waitedForNodes": stats.waited,
@@ -523,3 +615,17 @@ def placement_json(result: SimResult) -> dict[str, Any]:
             for t in stats.timelines
         },
     }
+    if stats.levels:
+        out["topologyLevels"] = [
+            {
+                "topology": f.topology,
+                "level": f.level,
+                "resource": f.resource,
+                "domains": f.domains,
+                "largestDomain": f.largest,
+                "avgLargestFree": round(f.avg_largest_free, _DIGITS),
+                "minLargestFree": f.min_largest_free,
+            }
+            for f in stats.levels
+        ]
+    return out

@@ -138,3 +138,5 @@ class SimResult:
     # in time order, starting from nothing used at time 0.
     nodes: tuple[Node, ...] | None = None
     node_events: tuple[NodeEvent, ...] = ()
+    # The scenario's Topologies (name -> node labels, widest first), for fragmentation by level.
+    topologies: Mapping[str, tuple[str, ...]] = field(default_factory=dict)

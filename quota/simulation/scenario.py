@@ -39,6 +39,7 @@ from quota.api import ManifestError
 from quota.api.meta import DNS_SUBDOMAIN, ApiModel, Duration, ObjectMeta, parse_duration
 from quota.api.names import ELASTIC_ANNOTATION, JOB_POD_SET, QUEUE_LABEL
 from quota.api.quantity import ResourceList, format_quantity
+from quota.api.topology import LABEL_KEY, TopologyRequest
 from quota.lifecycle.backoff import REQUEUE_BASE_S, REQUEUE_MAX_S
 from quota.manifests.documents import (
     Documents,
@@ -51,12 +52,14 @@ from quota.manifests.documents import (
     read_documents,
     ready,
     subject,
+    topologies,
 )
 from quota.model import convert
 from quota.model.nodeconvert import node_from_manifest
 from quota.model.nodes import Node
 from quota.model.resources import FlavorResource
 from quota.model.snapshot import Flavor, PodSet, QueueSpec
+from quota.placement.topology import level_name
 
 SCENARIO_API: Final = "simulate.muster.dev/v1alpha1"
 SUBMIT_AT_ANNOTATION = "muster.dev/submit-at"
@@ -109,12 +112,49 @@ class Simulation(_SimObject):
     spec: SimulationSpec = Field(default_factory=SimulationSpec)
 
 
+class PoolLevel(ApiModel):
+    """One level of a pool's topology: `domains` domains inside each domain of the level
+    above, told apart by the node label `label`."""
+
+    label: str = Field(min_length=1, max_length=316, pattern=LABEL_KEY)
+    domains: int = Field(ge=1, le=100_000)
+
+
 class NodePoolSpec(ApiModel):
-    """`count` identical Ready nodes."""
+    """`count` identical Ready nodes, optionally split evenly into nested domains."""
 
     count: int = Field(ge=0, le=100_000)
     labels: dict[str, str] = Field(default_factory=dict)
     allocatable: ResourceList
+    levels: list[PoolLevel] = Field(
+        default_factory=list,
+        max_length=8,
+        description="Widest first, e.g. 4 blocks of 8 racks: node i carries each level's "
+        "label with the value <pool>-<level><j>[-<level><k>...] of its domain.",
+    )
+
+    @model_validator(mode="after")
+    def _levels_split_evenly(self) -> Self:
+        domains = 1
+        for level in self.levels:
+            domains *= level.domains
+        if self.count % domains:
+            raise ValueError(f"levels: count {self.count} is not a multiple of {domains} domains")
+        labels = [level.label for level in self.levels]
+        if len(set(labels)) != len(labels) or set(labels) & set(self.labels):
+            raise ValueError("levels: each label once, and not among spec.labels")
+        return self
+
+    def node_labels(self, pool: str, i: int) -> dict[str, str]:
+        """The labels of node `i` of pool `pool`: the pool's, and its domain at each level."""
+        out = dict(self.labels)
+        per = self.count
+        value = pool
+        for level in self.levels:
+            per //= level.domains
+            value += f"-{level_name(level.label)}{i // per % level.domains}"
+            out[level.label] = value
+        return out
 
 
 class NodePool(_SimObject):
@@ -138,6 +178,9 @@ class WorkloadClassSpec(ApiModel):
     priority_class_name: str | None = None
     pods: int = Field(1, ge=1, le=100_000, description="Pods per workload.")
     requests: ResourceList = Field(description="What one pod requests.")
+    topology_request: TopologyRequest | None = Field(
+        None, description="As a Workload pod set's: keep the pods in one domain, or prefer to."
+    )
     jitter: float = Field(
         0.0,
         ge=0.0,
@@ -151,6 +194,9 @@ class WorkloadClassSpec(ApiModel):
             raise ValueError("give priority or priorityClassName, not both")
         if self.runtime <= timedelta(0):
             raise ValueError("runtime must be positive")
+        size = self.topology_request.slice_size if self.topology_request else None
+        if size is not None and self.pods % size:
+            raise ValueError(f"topologyRequest.sliceSize {size} does not divide pods {self.pods}")
         return self
 
 
@@ -293,6 +339,7 @@ class Scenario:
     local_queues: Mapping[tuple[str, str], str] = field(default_factory=dict)
     # The nodes pods are placed on (Nodes, then NodePools' nodes); None: quota-only mode.
     nodes: tuple[Node, ...] | None = None
+    topologies: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
 
     def workload_count(self) -> int:
         """Jobs plus generated workloads."""
@@ -345,7 +392,7 @@ def _pool_nodes(sim: _SimDocs) -> list[Mapping[str, Any]]:
                 {
                     "metadata": {
                         "name": f"{pool.metadata.name}-{i}",
-                        "labels": dict(pool.spec.labels),
+                        "labels": pool.spec.node_labels(pool.metadata.name or "", i),
                     },
                     "status": {
                         "allocatable": allocatable,
@@ -380,7 +427,7 @@ def _nodes(docs: Documents, sim: _SimDocs) -> tuple[Node, ...] | None:
                 Node(
                     name=name,
                     allocatable=dict(pool.spec.allocatable),
-                    labels=dict(pool.spec.labels),
+                    labels=pool.spec.node_labels(pool.metadata.name or "", i),
                 )
             )
     if not nodes:
@@ -523,7 +570,12 @@ def _generators(
                     priority=convert.workload_priority(
                         cls.priority, cls.priority_class_name, classes
                     ),
-                    pod_set=PodSet(JOB_POD_SET, cls.pods, dict(cls.requests)),
+                    pod_set=PodSet(
+                        JOB_POD_SET,
+                        cls.pods,
+                        dict(cls.requests),
+                        topology=convert.pod_set_topology(cls.topology_request),
+                    ),
                     jitter=cls.jitter,
                     waits_for=convert.priority_wait(cls.priority, cls.priority_class_name, classes)
                     or "",
@@ -556,6 +608,7 @@ def _scale_events(docs: Documents, sim: _SimDocs, jobs: Sequence[JobSpec]) -> tu
 
 SCENARIO_KINDS = frozenset(
     {"ResourceFlavor", "ClusterQueue", "LocalQueue", "PriorityClass", "Node", "Namespace", "Job"}
+    | {"Topology"}
     | set(SIM_KINDS)
 )
 
@@ -636,4 +689,5 @@ def parse_scenario(docs: Sequence[Any], name: str = "scenario") -> Scenario:
         scale_events=_scale_events(read, sim, jobs),
         local_queues=local,
         nodes=_nodes(read, sim),
+        topologies=topologies(read),
     )

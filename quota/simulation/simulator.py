@@ -569,6 +569,7 @@ class _Simulation:
             pods=self._bound_pods() if self.nodes is not None else (),
             admitted=admitted,
             pending=tuple(pending),
+            topologies=self.scenario.topologies,
         )
 
     def _meter_fair_share(self, fair: FairShare, t: float) -> None:
@@ -675,6 +676,7 @@ class _Simulation:
             finished_all=finished_all,
             nodes=self.nodes,
             node_events=tuple(self.node_events),
+            topologies=self.scenario.topologies,
         )
 
 

@@ -41,6 +41,11 @@ times = st.datetimes(
 )
 
 
+level_labels = st.sampled_from(
+    ["example.com/block", "example.com/rack", "topology.kubernetes.io/zone", "nvlink-domain"]
+)
+
+
 def resource_lists(max_size: int = 4) -> st.SearchStrategy[dict[str, str]]:
     """A resource list as a manifest writes it (canonical quantity strings)."""
     return st.dictionaries(resource_names, amounts, max_size=max_size).map(
@@ -112,9 +117,24 @@ def resource_flavors(draw: st.DrawFn, namespace: str | None = None) -> dict[str,
                     "nodeLabels": labels,
                     "nodeTaints": st.lists(taints, max_size=2),
                     "tolerations": st.lists(tolerations, max_size=2),
+                    "topologyName": dns_labels,
                 },
             )
         ),
+    }
+
+
+@st.composite
+def topologies(draw: st.DrawFn, namespace: str | None = None) -> dict[str, Any]:
+    """Unique levels, widest first; the hostname, when present, last."""
+    levels = draw(st.lists(level_labels, unique=True, max_size=3))
+    if not levels or draw(st.booleans()):
+        levels.append("kubernetes.io/hostname")
+    return {
+        "apiVersion": "muster.dev/v1alpha1",
+        "kind": "Topology",
+        "metadata": draw(metadata(draw(dns_labels), None)),
+        "spec": {"levels": [{"nodeLabel": label} for label in levels]},
     }
 
 
@@ -241,6 +261,18 @@ def pod_sets(draw: st.DrawFn, name: str) -> dict[str, Any]:
             },
         )
     )
+    if draw(st.booleans()):
+        request: dict[str, Any] = {}
+        mode = draw(st.sampled_from(("required", "preferred", "unconstrained", None)))
+        if mode == "unconstrained":
+            request[mode] = True
+        elif mode is not None:
+            request[mode] = draw(level_labels)
+        divisors = [d for d in range(1, min(count, 8) + 1) if count % d == 0]
+        if divisors and draw(st.booleans()):
+            request["sliceRequiredTopology"] = draw(level_labels)
+            request["sliceSize"] = draw(st.sampled_from(divisors))
+        pod_set["topologyRequest"] = request
     return pod_set
 
 
@@ -352,6 +384,7 @@ MANIFESTS = {
     "LocalQueue": local_queues,
     "Workload": workloads,
     "PodGroup": pod_groups,
+    "Topology": topologies,
 }
 
 
@@ -411,5 +444,6 @@ __all__ = [
     "local_queues",
     "pod_groups",
     "resource_flavors",
+    "topologies",
     "workloads",
 ]

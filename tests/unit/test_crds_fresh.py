@@ -90,7 +90,19 @@ def test_cross_field_rules_sit_where_their_fields_are_visible() -> None:
     assert "must not be negative" in cq[".spec.flavors[].quota[*]"]
     assert "must not be negative" in cq[".status.usage[*][*]"]
     wl = _rules("Workload")
-    assert wl[".spec.podSets[]"] == ["minCount must not exceed count"]
+    assert wl[".spec.podSets[]"] == [
+        "minCount must not exceed count",
+        "topologyRequest.sliceSize must divide count",
+    ]
+    assert wl[".spec.podSets[].topologyRequest"] == [
+        "at most one of required, preferred and unconstrained",
+        "sliceSize and sliceRequiredTopology go together",
+    ]
+    topology = _rules("Topology")
+    assert topology[".spec"] == [
+        "levels must be unique",
+        "kubernetes.io/hostname may only be the last level",
+    ]
     assert wl[".spec"] == ["replaces requires sliceName"]
     pg = _rules("PodGroup")
     assert pg[".spec.schedulingPolicy"] == ["exactly one of basic or gang must be set"]

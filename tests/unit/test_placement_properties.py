@@ -24,8 +24,7 @@ from quota.placement import (
     Unplaceable,
     place_gang,
 )
-from quota.placement.filters import fit_count
-from quota.placement.nodes import demand_of
+from quota.placement.nodes import demand_of, fit_count
 from quota.placement.profiles import FILTERS
 
 GPU = "nvidia.com/gpu"

@@ -225,3 +225,22 @@ def test_native_basic_group_is_refused_naming_the_field() -> None:
     }
     with pytest.raises(Refused, match=r"spec.schedulingPolicy.basic: Muster admits and places"):
         workload_spec(NATIVE, native, [pod("a", "1")], [lq("q", "ns", "cq")], {}, None)
+
+
+def test_a_native_topology_constraint_becomes_a_required_topology_request() -> None:
+    native = {
+        "metadata": {"name": "g", "namespace": "ns", "labels": {"muster.dev/queue-name": "q"}},
+        "spec": {
+            "schedulingPolicy": {"gang": {"minCount": 4}},
+            "schedulingConstraints": {"topology": [{"key": "example.com/rack"}]},
+        },
+    }
+    spec = workload_spec(NATIVE, native, [pod("a", "1")], [lq("q", "ns", "cq")], {}, None)
+    assert spec["podSets"][0]["topologyRequest"] == {"required": "example.com/rack"}
+
+
+def test_a_volcano_network_topology_is_refused_not_dropped() -> None:
+    pg = volcano("q", networkTopology={"mode": "hard", "highestTierAllowed": 1})
+    with pytest.raises(Refused, match=r"spec.networkTopology: Muster does not map") as refused:
+        workload_spec(VOLCANO, pg, [pod("a", "1")], [lq("q", "ns", "cq")], {}, None)
+    assert refused.value.reason == "UnsupportedTopology"

@@ -1,0 +1,154 @@
+"""Topology: how the nodes of a flavor nest (blocks of racks of hosts), as node-label levels.
+
+A ResourceFlavor names one (`spec.topologyName`); its nodes then form a tree of domains, one
+per value of each level's label, and a pod set may require or prefer that all its pods share
+one domain at a level, or that each slice of its pods does (`Workload.spec.podSets[].
+topologyRequest`). The shape follows Kueue's Topology (ordered levels, widest first).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal, Self
+
+from pydantic import Field, model_validator
+
+from quota.api.meta import (
+    API_VERSION,
+    ApiModel,
+    ApiObject,
+    CrdInfo,
+    PrinterColumn,
+    cel,
+    validations,
+)
+from quota.api.names import HOSTNAME_LABEL
+
+MAX_LEVELS = 8
+# A label key: an optional DNS-subdomain prefix and "/", then a name of at most 63 characters.
+LABEL_KEY = (
+    r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
+    r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$"
+)
+
+
+def _label(description: str, *, optional: bool = False) -> Any:
+    """A field holding a node label key (a level of a Topology)."""
+    return Field(
+        None if optional else ...,
+        min_length=1,
+        max_length=316,
+        pattern=LABEL_KEY,
+        description=description,
+    )
+
+
+class TopologyLevel(ApiModel):
+    """One level of the topology: the node label whose values are its domains."""
+
+    node_label: str = _label(
+        "The node label, e.g. example.com/rack; kubernetes.io/hostname (one node per domain) "
+        "only as the last level."
+    )
+
+
+class TopologySpec(ApiModel):
+    """The levels, widest first (e.g. block, rack, hostname)."""
+
+    model_config = validations(
+        cel(
+            "self.levels.all(x, self.levels.exists_one(y, y.nodeLabel == x.nodeLabel))",
+            "levels must be unique",
+            field_path=".levels",
+        ),
+        cel(
+            "self.levels.all(x, x.nodeLabel != 'kubernetes.io/hostname' || "
+            "x == self.levels[size(self.levels) - 1])",
+            "kubernetes.io/hostname may only be the last level",
+            field_path=".levels",
+        ),
+    )
+
+    levels: list[TopologyLevel] = Field(
+        min_length=1,
+        max_length=MAX_LEVELS,
+        description="Node labels from the widest domain to the narrowest.",
+    )
+
+    @model_validator(mode="after")
+    def _levels_make_sense(self) -> Self:
+        labels = [level.node_label for level in self.levels]
+        repeated = sorted({x for x in labels if labels.count(x) > 1})
+        if repeated:
+            raise ValueError(f"levels must be unique: {', '.join(repeated)} appears twice")
+        if HOSTNAME_LABEL in labels[:-1]:
+            raise ValueError(f"{HOSTNAME_LABEL} may only be the last level")
+        return self
+
+    @property
+    def labels(self) -> tuple[str, ...]:
+        """The levels' node labels, widest first."""
+        return tuple(level.node_label for level in self.levels)
+
+
+class Topology(ApiObject):
+    """How the nodes of the flavors that name it nest (cluster-scoped)."""
+
+    crd = CrdInfo(
+        plural="topologies",
+        scope="Cluster",
+        short_names=("topo",),
+        printer_columns=(PrinterColumn("Age", ".metadata.creationTimestamp", "date"),),
+    )
+
+    api_version: Literal["muster.dev/v1alpha1"] = API_VERSION
+    kind: Literal["Topology"] = "Topology"
+    spec: TopologySpec
+
+
+class TopologyRequest(ApiModel):
+    """Where a pod set's pods must or should be, in levels of its flavor's topology.
+
+    At most one of required, preferred and unconstrained; a slice (`sliceSize` pods in a row
+    inside one domain at `sliceRequiredTopology`) goes with any of them.
+    """
+
+    model_config = validations(
+        cel(
+            "[has(self.required), has(self.preferred), "
+            "has(self.unconstrained) && self.unconstrained].filter(x, x).size() <= 1",
+            "at most one of required, preferred and unconstrained",
+        ),
+        cel(
+            "has(self.sliceSize) == has(self.sliceRequiredTopology)",
+            "sliceSize and sliceRequiredTopology go together",
+        ),
+    )
+
+    required: str | None = _label(
+        "Every pod in one domain at this level (its node label).", optional=True
+    )
+    preferred: str | None = _label(
+        "In one domain at this level if one can hold them all, else at the lowest wider "
+        "level that can, else anywhere in the topology.",
+        optional=True,
+    )
+    unconstrained: bool | None = Field(
+        None, description="Anywhere among the topology's nodes (slices still apply)."
+    )
+    slice_required_topology: str | None = _label(
+        "Each slice of sliceSize pods in one domain at this level.", optional=True
+    )
+    slice_size: int | None = Field(
+        None, ge=1, le=100_000, description="Pods per slice; must divide the pod count."
+    )
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Self:
+        if (
+            sum([self.required is not None, self.preferred is not None, bool(self.unconstrained)])
+            > 1
+        ):
+            raise ValueError("at most one of required, preferred and unconstrained")
+        if (self.slice_size is None) != (self.slice_required_topology is None):
+            raise ValueError("sliceSize and sliceRequiredTopology go together")
+        return self
