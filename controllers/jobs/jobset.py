@@ -215,8 +215,8 @@ class JobSet(ReplicatedJobs):
     """A JobSet seen as a `GenericJob`."""
 
     def _jobs(self) -> list[Obj]:
-        spec = self._obj.setdefault("spec", {})
-        jobs: list[Obj] = spec.get("replicatedJobs") or []
+        # Read, never set: the object may be the informer's, which no one changes in place.
+        jobs: list[Obj] = (self._obj.get("spec") or {}).get("replicatedJobs") or []
         return jobs
 
     def run_with(self, flavors: Sequence[Mapping[str, Any]], granted: Mapping[str, int]) -> None:
