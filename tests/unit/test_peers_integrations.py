@@ -10,6 +10,7 @@ import pytest
 
 from controllers.jobs.jobset import JobSet
 from controllers.jobs.trainjob import PATCH_MANAGER, TrainJob
+from controllers.runtime.frozen import freeze
 from controllers.webhooks import decisions
 from quota.api import ManifestError
 
@@ -197,3 +198,20 @@ def test_pod_sets_started_in_stages_name_those_that_come_first() -> None:
     obj["spec"]["startupPolicy"] = {"startupPolicyOrder": "InOrder"}
     assert JobSet(obj).first_pod_sets() == ["leader"]
     assert TrainJob(a_trainjob(), lookup).first_pod_sets() is None
+
+
+@pytest.mark.parametrize("kind", ["JobSet", "TrainJob"])
+def test_what_a_reconcile_reads_works_on_the_informers_frozen_object(kind: str) -> None:
+    """The reconciler asks these of the object the cache holds, which refuses any change
+    (controllers/runtime/frozen.py): a read that sets a default on the way fails every
+    reconcile of the kind."""
+    obj = freeze(a_jobset() if kind == "JobSet" else a_trainjob())
+    job = JobSet(obj) if kind == "JobSet" else TrainJob(obj, lookup)
+    spec = job.workload_spec({}, global_default=None, count=None)
+    assert spec["podSets"]
+    assert job.pod_counts()
+    assert job.queue_name() == "team"
+    assert job.is_suspended()
+    job.first_pod_sets()
+    job.finished()
+    job.pods_gone()
