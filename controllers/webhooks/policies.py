@@ -609,14 +609,20 @@ WORKLOAD_RULE = {
 
 
 @functools.cache
-def _version() -> str:
-    """A digest of the Job policies as written (the scheduler's name left out): the probe
-    answers with it, so a controller knows the apiserver acts on this version."""
+def _version(managed: bool = False) -> str:
+    """A digest of the Job policies as written (the scheduler's name left out), and of those
+    of managed namespaces when some are (their selector and Muster's username left out): the
+    probe answers with it, so a controller knows the apiserver acts on this version, managed
+    namespaces' policies included. (A new selector on the same policies changes only their
+    bindings, which the probe does not tell apart.)"""
     docs = mutating_policies(_CHART_SCHEDULER) + validating_policies()
+    if managed:
+        placeholder = Managed(_CHART_NAMESPACES, _CHART_CONTROLLER)  # type: ignore[arg-type]
+        docs += managed_policies(placeholder, _CHART_SCHEDULER)
     return hashlib.sha256(json.dumps(docs, sort_keys=True).encode()).hexdigest()[:12]
 
 
-def _probe_policies(scheduler_name: str) -> list[Obj]:
+def _probe_policies(scheduler_name: str, managed: bool) -> list[Obj]:
     """A policy pair that answers a dry-run Workload labelled `PROBE_LABEL` (never stored):
     the mutating one stamps the version and scheduler into an annotation, the validating
     one refuses it naming what it saw. Registered after the Job policies, it answers only
@@ -624,7 +630,7 @@ def _probe_policies(scheduler_name: str) -> list[Obj]:
     order), so a controller can tell when labelled Jobs are really created suspended."""
     probed = {"matchExpressions": [{"key": PROBE_LABEL, "operator": "Exists"}]}
     variables = [
-        {"name": "version", "expression": _cel(_version())},
+        {"name": "version", "expression": _cel(_version(managed))},
         _scheduler_variable(scheduler_name),
     ]
     stamp = _mutating(
@@ -669,17 +675,19 @@ def policies(scheduler_name: str = SCHEDULER_NAME, managed: Managed | None = Non
         mutating_policies(scheduler_name)
         + validating_policies()
         + (managed_policies(managed, scheduler_name) if managed is not None else [])
-        + _probe_policies(scheduler_name)
+        + _probe_policies(scheduler_name, managed is not None)
     )
 
 
-def probe_answer(scheduler_name: str) -> str:
+def probe_answer(scheduler_name: str, managed: bool = False) -> str:
     """What the probe's refusal says once the apiserver acts on these policies."""
-    version = _version()
+    version = _version(managed)
     return f"muster admission policies {version} stamped {version}/{scheduler_name}"
 
 
-def wait_active(kube: Kube, namespace: str, scheduler_name: str, timeout: float = 30.0) -> bool:
+def wait_active(
+    kube: Kube, namespace: str, scheduler_name: str, managed: bool, timeout: float = 30.0
+) -> bool:
     """Whether the apiserver acts on the policies just registered, probing (dry runs) for up
     to `timeout` seconds: it takes new policies in through a watch, and a Job created before
     it has would not be suspended."""
@@ -689,7 +697,7 @@ def wait_active(kube: Kube, namespace: str, scheduler_name: str, timeout: float 
         "metadata": {"generateName": "muster-probe-", "labels": {PROBE_LABEL: "true"}},
         "spec": {"queueName": "muster-probe", "podSets": [{"count": 1}]},
     }
-    want = probe_answer(scheduler_name)
+    want = probe_answer(scheduler_name, managed)
     deadline = time.monotonic() + timeout
     while True:
         try:
@@ -766,6 +774,11 @@ def chart_template() -> str:
             _cel(_CHART_CONTROLLER),
             "'system:serviceaccount:{{ .Release.Namespace }}:"
             '{{ include "muster.serviceAccountName" . }}\'',
+        )
+        text = text.replace(
+            _cel(_version()),
+            f'\'{{{{ if include "muster.managed" . }}}}{_version(True)}'
+            f"{{{{ else }}}}{_version()}{{{{ end }}}}'",
         )
         text = text.replace(
             f"namespaceSelector: {_CHART_NAMESPACES}",

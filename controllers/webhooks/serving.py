@@ -142,7 +142,9 @@ class WebhookServing:
                 policies.register(self.kube, policies.policies(scheduler, managed))
                 if managed is None:
                     policies.unregister(self.kube, managed_only=True)
-                policies.wait_active(self.kube, self.options.namespace, scheduler)
+                policies.wait_active(
+                    self.kube, self.options.namespace, scheduler, managed is not None
+                )
             else:
                 # Told to use the webhooks where policies of an earlier run may remain.
                 policies.unregister(self.kube)

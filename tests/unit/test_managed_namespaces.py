@@ -283,7 +283,10 @@ def test_managed_webhooks_and_policies_exist_only_with_a_selector() -> None:
         policies.MANAGED_START_POLICY,
         policies.MANAGED_PODS_POLICY,
         policies.MANAGED_FLAVORS_POLICY,
+        # The probe answers with another version, so a controller waits for these too.
+        policies.PROBE_POLICY,
     }
+    assert policies.probe_answer("s", managed=True) != policies.probe_answer("s")
     assert with_managed[-1]["metadata"]["name"] == policies.PROBE_POLICY  # still last
     for doc in added:
         if doc["kind"].endswith("Binding"):
