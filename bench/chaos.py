@@ -79,12 +79,14 @@ from controllers.runtime.resources import (
     Kube,
     Obj,
 )
+from controllers.webhooks import policies
 from quota.api.names import (
     ADMISSION_GATE,
     ELASTIC_ANNOTATION,
     JOB_NAME_LABEL,
     MIN_PARALLELISM_ANNOTATION,
     QUEUE_LABEL,
+    SCHEDULER_NAME,
 )
 from quota.api.quantity import parse_quantity
 
@@ -636,7 +638,13 @@ def run(settings: Settings, cluster: Cluster, workdir: Path) -> Report:
         wait_leader()
         for t in threads:
             t.start()
-        time.sleep(2.0)  # webhooks registered
+        if policies.served(kube):
+            # Jobs come only once the apiserver suspends them itself: a leader registers
+            # Muster's policies a moment after it leads, and a labelled Job created before the
+            # apiserver acts on them starts unsuspended (a violation this run would report).
+            policies.wait_active(kube, "muster-system", SCHEDULER_NAME, timeout=120)
+        else:
+            time.sleep(2.0)  # the webhooks registered
         streamer = threading.Thread(target=stream_loop, daemon=True)
         streamer.start()
 

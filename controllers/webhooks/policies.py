@@ -686,7 +686,11 @@ def probe_answer(scheduler_name: str, managed: bool = False) -> str:
 
 
 def wait_active(
-    kube: Kube, namespace: str, scheduler_name: str, managed: bool, timeout: float = 30.0
+    kube: Kube,
+    namespace: str,
+    scheduler_name: str,
+    managed: bool = False,
+    timeout: float = 30.0,
 ) -> bool:
     """Whether the apiserver acts on the policies just registered, probing (dry runs) for up
     to `timeout` seconds: it takes new policies in through a watch, and a Job created before
