@@ -145,7 +145,9 @@ def explain(
 
 def _history_reader(url: str) -> HistoryReader:
     """A function (namespace, workload) -> timeline entries, or why there are none."""
-    from controllers.history import queries
+    from sqlalchemy.exc import DatabaseError
+
+    from controllers.history import migrate, queries
     from controllers.history.engine import DatabaseURLError, database_url, make_engine
 
     def read(namespace: str, name: str) -> list[TimelineEntry] | str:
@@ -157,8 +159,8 @@ def _history_reader(url: str) -> HistoryReader:
                 engine.dispose()
         except DatabaseURLError as error:
             return str(error)
-        except Exception as error:  # unreachable, no schema: the rest still helps
-            return f"history store unavailable ({str(error).splitlines()[0][:200]})"
+        except DatabaseError as error:  # unreachable, no schema, damaged: the rest still helps
+            return f"history store at {url} {migrate.describe(error)}"
         return entries or "nothing recorded"
 
     return read

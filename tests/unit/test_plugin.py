@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import click
@@ -316,3 +317,17 @@ def test_unreadable_queues_say_what_is_left_out_and_which_role_shows_it() -> Non
     assert "ClusterQueues are not readable with your rights" in words
     assert "queue-reader role" in words and "userRoles.queueReaderGroups" in words
     assert words.endswith(SAID)
+
+
+def test_explain_names_a_history_store_it_cannot_read_and_still_answers(tmp_path: Path) -> None:
+    """The plugin's history lines use the words every other reader of the store uses."""
+    from controllers.plugin.main import _history_reader
+
+    junk = tmp_path / "junk.db"
+    junk.write_bytes(b"not a database")
+    said = _history_reader(f"sqlite:///{junk}")("ns", "train")
+    assert said == (
+        f"history store at sqlite:///{junk} is not an SQLite database, or is damaged: "
+        "file is not a database"
+    )
+    assert junk.read_bytes() == b"not a database"
