@@ -109,6 +109,7 @@ def preempt_on_nodes(
     pods_of: Mapping[str, Sequence[str]],
     leaving: Iterable[str],
     place: Place,
+    keep: bool = True,
 ) -> NodePlan | Unplaceable:
     """Choose victims among `candidates` (victim order) so that `place()` succeeds.
 
@@ -117,14 +118,16 @@ def preempt_on_nodes(
     assumed in the view and only the victims' and leaving pods in its way stay removed:
     nothing else planned in this cycle can take the held room. On failure the view is left
     exactly as it was and the Unplaceable says why even removing every candidate would not
-    do (or, without candidates, why the leaving ones do not suffice).
+    do (or, without candidates, why the leaving ones do not suffice). Without `keep` the
+    view is left as it was on success too: the plan only says what the search would do
+    (the search is deterministic, so running it again with `keep` gives the same plan).
     """
     what_if = WhatIf(view)
     gone = [key for w in leaving for key in pods_of.get(w, ())]
     what_if.remove(gone)
     placed = place()
     if isinstance(placed, Placement):
-        return what_if.hold(placed, (), gone, pods_of, place)
+        return what_if.hold(placed, (), gone, pods_of, place, keep)
     if not candidates:
         what_if.undo()
         return placed
@@ -170,7 +173,7 @@ def preempt_on_nodes(
     placed = fits_with(hi)
     if not isinstance(placed, Placement):  # placement is deterministic on the same view
         raise AssertionError("the gang stopped fitting without victims it fitted without")
-    return what_if.hold(placed, chosen, gone, pods_of, place)
+    return what_if.hold(placed, chosen, gone, pods_of, place, keep)
 
 
 class WhatIf:
@@ -230,6 +233,7 @@ class WhatIf:
         gone: Sequence[str],
         pods_of: Mapping[str, Sequence[str]],
         place: Place,
+        keep: bool = True,
     ) -> NodePlan:
         """Assume the gang, reprieve victims most important first while it still fits, then
         put back every removed pod not in its way, so the view shows what still runs.
@@ -277,7 +281,10 @@ class WhatIf:
             mark = tx.checkpoint()
             if not self.add_back((key,)):
                 tx.rollback(mark)
-        tx.commit()
+        if keep:
+            tx.commit()
+        else:
+            self.undo()
         return NodePlan(placed, tuple(needed), freed)
 
 
@@ -306,10 +313,11 @@ def protected_words(protected: Sequence[Protected], now: float) -> str:
 
 
 def node_victim_reason(
-    preemptor: Workload, victim: Candidate, nodes: Sequence[str], queue: str
+    preemptor: Workload, victim: Candidate, nodes: Sequence[str], queue: str, domain: str = ""
 ) -> str:
-    """Why a victim was chosen to free nodes (it goes whole: every pod of it)."""
-    where = named_nodes(nodes)
+    """Why a victim was chosen to free nodes (it goes whole: every pod of it), in `domain`
+    ("rack b0-r1 of Topology fabric") when the preemptor keeps to one."""
+    where = named_nodes(nodes) + (f" in {domain}" if domain else "")
     who = f"{preemptor.key} (priority {preemptor.priority})"
     verb = "preempted" if victim.queue == queue else f"reclaimed by queue {queue}"
     return (
