@@ -225,7 +225,7 @@ class NodeRoom:
             scope,
             state.pods_of,
             leaving,
-            lambda path: place_gang(view, scope.pinned(path), strategy),
+            lambda path: partial(place_gang, view, scope.pinned(path), strategy),
             strategy,
         )
         if found.allowed:

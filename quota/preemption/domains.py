@@ -27,7 +27,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from functools import partial
 
 from quota.placement.candidates import candidates
 from quota.placement.gang import GangRequest, Placement, Unplaceable
@@ -40,11 +39,11 @@ from quota.placement.topology import (
     domains_at,
     node_path,
 )
-from quota.preemption.nodes import NodePlan, WhatIf, preempt_on_nodes
+from quota.preemption.nodes import NodePlan, Place, WhatIf, preempt_on_nodes
 from quota.preemption.victims import Candidate, started_at
 
-# Place the gang kept to one domain (its label values widest first).
-PlaceIn = Callable[[tuple[str, ...]], Placement | Unplaceable]
+# How to place the gang kept to one domain (given by its label values widest first).
+PlaceIn = Callable[[tuple[str, ...]], Place]
 
 # Sums of priorities are taken from this offset, as kube-scheduler does, so that every
 # victim adds to the sum even at negative priorities.
@@ -155,15 +154,17 @@ class Search:
             what_if = WhatIf(self.view)
             what_if.remove(k for w in self.leaving for k in self.pods_of.get(w, ()))
             what_if.remove(k for c in inside for k in self.pods_of.get(c.workload.key, ()))
-            count += isinstance(self.place_in(path), Placement)
+            count += isinstance(self.place_in(path)(), Placement)
             what_if.undo()
         return count, depth
 
     def _search(
         self, path: tuple[str, ...], inside: Sequence[Candidate], keep: bool
     ) -> NodePlan | Unplaceable:
+        # The caller saw the leaving alone not make room anywhere.
+        place = self.place_in(path)
         return preempt_on_nodes(
-            self.view, inside, self.pods_of, self.leaving, partial(self.place_in, path), keep
+            self.view, inside, self.pods_of, self.leaving, place, keep, short=True
         )
 
     def _inside(

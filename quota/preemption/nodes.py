@@ -110,6 +110,7 @@ def preempt_on_nodes(
     leaving: Iterable[str],
     place: Place,
     keep: bool = True,
+    short: bool = False,
 ) -> NodePlan | Unplaceable:
     """Choose victims among `candidates` (victim order) so that `place()` succeeds.
 
@@ -119,16 +120,18 @@ def preempt_on_nodes(
     nothing else planned in this cycle can take the held room. On failure the view is left
     exactly as it was and the Unplaceable says why even removing every candidate would not
     do (or, without candidates, why the leaving ones do not suffice). Without `keep` the
-    view is left as it was on success too: the plan only says what the search would do
-    (the search is deterministic, so running it again with `keep` gives the same plan).
+    view is left as it was on success too, and the plan is an estimate: the victims
+    KEP-5710's reprieve leaves (see `WhatIf.hold`), what domains are compared on. `short`
+    says the caller knows the leaving alone do not make room (and `candidates` are some).
     """
     what_if = WhatIf(view)
     gone = [key for w in leaving for key in pods_of.get(w, ())]
     what_if.remove(gone)
-    placed = place()
+    placed = None if short else place()
     if isinstance(placed, Placement):
         return what_if.hold(placed, (), gone, pods_of, place, keep)
     if not candidates:
+        assert placed is not None
         what_if.undo()
         return placed
     # Candidates are in victim order, priority first: "every candidate up to a priority
@@ -244,6 +247,8 @@ class WhatIf:
         first, is put back and the gang placed again: the first placement was found with
         every candidate gone and may sit on a victim's nodes while room free without any
         eviction goes unused. This round places the gang once per victim left, a few.
+        Without `keep` the view is put back after the first round, and the plan (its
+        victims after that round, no `freed`) is an estimate.
         """
         view, tx = self.view, self.tx
         view.assume(placed)
@@ -255,6 +260,10 @@ class WhatIf:
             if not self.add_back(pods_of.get(c.workload.key, ())):
                 tx.rollback(mark)
                 kept.append(c)
+        if not keep:
+            # An estimate (domains compared on it): KEP-5710's reprieve alone.
+            self.undo()
+            return NodePlan(placed, tuple(reversed(kept)), {})
         needed: list[Candidate] = []
         for c in kept:  # most important first
             mark = tx.checkpoint()
@@ -281,10 +290,7 @@ class WhatIf:
             mark = tx.checkpoint()
             if not self.add_back((key,)):
                 tx.rollback(mark)
-        if keep:
-            tx.commit()
-        else:
-            self.undo()
+        tx.commit()
         return NodePlan(placed, tuple(needed), freed)
 
 
