@@ -125,8 +125,10 @@ class NodeRoom:
         view = self.state.nodes
         assert view is not None
         anywhere = partial(place_gang, view, gang, strategy)
+        if w.hold is None:  # every workload but a waiting preemptor: kept cheap
+            return anywhere
         scope = domain_scope(gang)
-        if w.hold is None or scope is None:
+        if scope is None:
             return anywhere
         path = scope.domain_of(view, (node for a in w.hold.assignments for node, _ in a.nodes))
         if not path:

@@ -519,6 +519,22 @@ def test_no_room_is_promised_twice(drawn: tuple[list[Node], Running, int], secon
     assert all(n <= 1 for n in taken.values()), taken  # one 8-GPU pod per 8-GPU node
 
 
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(clusters())
+def test_a_preferred_gang_climbs_past_a_rack_only_when_no_rack_can_be_freed(
+    drawn: tuple[list[Node], Running, int],
+) -> None:
+    nodes, (ws, pods), count = drawn
+    result = cycle([gang("ns/big", count, priority=10, mode="Preferred")], nodes, ws, pods)
+    waiting = [p for p in result.pending if p.workload == "ns/big" and p.hold is not None]
+    if not waiting:
+        return
+    racks = held_racks(waiting[0])
+    event(f"held in {min(len(racks), 2)} rack(s)")
+    if len(racks) > 1:
+        assert _lowest_ceiling(nodes, ws, pods, count) is None
+
+
 def test_block_level_labels_name_the_blocks() -> None:
     # The property above draws racks; the block level is one label too: a gang that must
     # sit in one block evicts in one block only.
