@@ -45,10 +45,6 @@ from quota.preemption.victims import Candidate, started_at
 # How to place the gang kept to one domain (given by its label values widest first).
 PlaceIn = Callable[[tuple[str, ...]], Place]
 
-# Sums of priorities are taken from this offset, as kube-scheduler does, so that every
-# victim adds to the sum even at negative priorities.
-_OFFSET = 2**31
-
 # What evicting a set of victims costs (see `cost`).
 Cost = tuple[int, int, int, int, float]
 
@@ -151,6 +147,8 @@ class Search:
         depth = self.scope.depths[0]
         count = 0
         for path, inside in self._inside(depth, victims):
+            if not inside:
+                continue  # nothing would leave it: it holds no more than now, too little
             what_if = WhatIf(self.view)
             what_if.remove(k for w in self.leaving for k in self.pods_of.get(w, ()))
             what_if.remove(k for c in inside for k in self.pods_of.get(c.workload.key, ()))
@@ -199,14 +197,14 @@ class Search:
 
 def cost(victims: Sequence[Candidate]) -> Cost:
     """How much evicting `victims` costs, lowest first (see the module docstring)."""
-    if not victims:
-        return (-_OFFSET, 0, 0, 0, 0.0)
+    if not victims:  # room without evicting anyone: nothing costs less
+        return (-(2**63), 0, 0, 0, 0.0)
     top = max(c.workload.priority for c in victims)
     earliest = min(started_at(c.workload) for c in victims if c.workload.priority == top)
     return (
         top,
         sum(c.workload.disrupts_budget for c in victims),
         len(victims),
-        sum(c.workload.priority + _OFFSET for c in victims),
+        sum(c.workload.priority for c in victims),  # among as many victims
         -earliest,
     )

@@ -543,3 +543,17 @@ def test_block_level_labels_name_the_blocks() -> None:
     result = cycle([gang("ns/big", 8, level=BLOCK)], nodes, ws, pods)
     assert {r.split("-")[0] for r in held_racks(pending_of(result, "ns/big"))} == {"b1"}
     assert len(victims_of(result)) == 4
+
+
+def test_at_one_ceiling_a_rack_whose_victims_keep_their_budgets_is_chosen() -> None:
+    nodes = fabric(blocks=1, racks=2)
+    ws, pods = full_fabric({}, blocks=1, racks=2)
+    # b0-r0 sorts first by name; its workloads' eviction would break a PodDisruptionBudget.
+    guarded = {"ns/w0", "ns/w1"}
+    ws = [replace(w, disrupts_budget=w.key in guarded) for w in ws]
+    result = cycle([gang("ns/big", 4)], nodes, ws, pods)
+    assert victims_of(result) == ["ns/w2", "ns/w3"]
+    assert held_racks(pending_of(result, "ns/big")) == {"b0-r1"}
+    # Without budgets, the tie goes to the rack first by name.
+    ws = [replace(w, disrupts_budget=False) for w in ws]
+    assert victims_of(cycle([gang("ns/big", 4)], nodes, ws, pods)) == ["ns/w0", "ns/w1"]
