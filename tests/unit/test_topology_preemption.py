@@ -17,6 +17,7 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from quota.admission.cycle import admission_cycle
+from quota.api.names import HOSTNAME_LABEL
 from quota.model.decisions import CycleResult, Pending
 from quota.model.nodes import BoundPod, Node
 from quota.model.snapshot import (
@@ -557,3 +558,15 @@ def test_at_one_ceiling_a_rack_whose_victims_keep_their_budgets_is_chosen() -> N
     # Without budgets, the tie goes to the rack first by name.
     ws = [replace(w, disrupts_budget=False) for w in ws]
     assert victims_of(cycle([gang("ns/big", 4)], nodes, ws, pods)) == ["ns/w0", "ns/w1"]
+
+
+def test_a_gang_requiring_one_node_evicts_on_the_cheapest_node() -> None:
+    nodes = fabric(blocks=1, racks=1, nodes=3)
+    ws, pods = fill([(["b0-r0-n0"], 3, 0.0), (["b0-r0-n1"], 1, 0.0), (["b0-r0-n2"], 2, 0.0)])
+    two_halves = gang("ns/pair", 2, gpus=4, level=HOSTNAME_LABEL)
+    result = cycle([two_halves], nodes, ws, pods)
+    assert victims_of(result) == ["ns/w1"]
+    waiting = pending_of(result, "ns/pair")
+    assert waiting.hold is not None
+    assert [n for a in waiting.hold.assignments for n, _ in a.nodes] == ["b0-r0-n1"]
+    assert "its room is held in node b0-r0-n1 of Topology fabric" in waiting.reason
