@@ -36,6 +36,7 @@ from quota.preemption.nodes import (
     NodeCandidates,
     NodePlan,
     Place,
+    forbidden_words,
     node_candidates,
     node_victim_reason,
     preempt_on_nodes,
@@ -173,9 +174,14 @@ class NodeRoom:
         found = node_candidates(w, spec, state.queues, self.lists.on_nodes(), excluded, now)
         stuck = self.stuck(w)
         leaving = self.leaving(chosen, stuck)
-        if why is not None and not found.allowed and not found.protected and not leaving:
-            return why
         scope = domain_scope(gang)
+        if spec.within_queue == "Never" and spec.reclaim == "Never":
+            # A queue that may evict no one is told one reason for a shape, whatever the
+            # priority (decide.py's memo): not how many domains others' eviction would free.
+            found = replace(found, forbidden=())
+        spared = found.protected or (scope is not None and found.forbidden)
+        if why is not None and not found.allowed and not spared and not leaving:
+            return why
         place = self.placer(w, gang, spec.placement)
         freeable = ""
         if scope is None:
@@ -196,6 +202,8 @@ class NodeRoom:
                 )
             if freeable:
                 reason += "; " + freeable
+                if found.forbidden:
+                    reason += "; " + forbidden_words(found.forbidden, spec)
             if found.protected:
                 reason += "; " + protected_words(found.protected, now)
             return Unplaceable(self.lapse_words(w, stuck) + reason, False, plan.pod_set)
@@ -213,9 +221,9 @@ class NodeRoom:
         """Room for a gang that keeps to domains (quota/preemption/domains.py): the
         leaving alone, then victims in the one domain that costs least, then (a preferred
         request past its widest level) anywhere. On failure, the failure as things are and,
-        when lower-priority workloads minRuntime protects stand in the way, how many
-        domains would hold the gang once they could go ("" when none or no one is
-        protected)."""
+        when lower-priority workloads that minRuntime or its queue's policies spare stand
+        in the way, how many domains would hold the gang were they evicted ("" when none
+        would or no one is spared)."""
         state = self.state
         view = state.nodes
         assert view is not None
@@ -241,9 +249,10 @@ class NodeRoom:
             leaving,
             partial(place_gang, view, scope.gang, strategy),
         )
-        if isinstance(anywhere, NodePlan) or not found.protected:
+        if isinstance(anywhere, NodePlan) or not (found.protected or found.forbidden):
             return anywhere, ""
-        every = sorted((*found.allowed, *(p.candidate for p in found.protected)), key=victim_order)
+        spared = (*(p.candidate for p in found.protected), *found.forbidden)
+        every = sorted((*found.allowed, *spared), key=victim_order)
         count, depth = search.freeable(every)
         return alone, freeable_words(scope.lead, depth, count) if count else ""
 

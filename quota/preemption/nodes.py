@@ -45,10 +45,12 @@ class Protected:
 
 @dataclass(frozen=True, slots=True)
 class NodeCandidates:
-    """Workloads a preemptor may evict for nodes (least important first), and those spared."""
+    """Workloads a preemptor may evict for nodes (least important first), those minRuntime
+    spares, and those of lower priority its queue's policies spare (`Never`)."""
 
     allowed: tuple[Candidate, ...]
     protected: tuple[Protected, ...]
+    forbidden: tuple[Candidate, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,6 +82,7 @@ def node_candidates(
     """
     allowed: list[Candidate] = []
     protected: list[Protected] = []
+    forbidden: list[Candidate] = []
     for c in ordered:
         w = c.workload
         if w.priority >= preemptor.priority:
@@ -88,10 +91,12 @@ def node_candidates(
             continue
         if c.queue == spec.name:
             if spec.within_queue == "Never":
+                forbidden.append(c)
                 continue
             min_runtime = spec.min_runtime_preempt_s
         else:
             if spec.reclaim == "Never":
+                forbidden.append(c)
                 continue
             victim_queue = queues.get(c.queue)
             min_runtime = victim_queue.min_runtime_reclaim_s if victim_queue else 0.0
@@ -100,7 +105,7 @@ def node_candidates(
             protected.append(Protected(c, until))
             continue
         allowed.append(c)
-    return NodeCandidates(tuple(allowed), tuple(protected))
+    return NodeCandidates(tuple(allowed), tuple(protected), tuple(forbidden))
 
 
 def preempt_on_nodes(
@@ -316,6 +321,18 @@ def protected_words(protected: Sequence[Protected], now: float) -> str:
         f"{n} lower-priority {verb} protected by minRuntime until {when} "
         f"(in {until - now:.0f}s): {', '.join(names)}{more}"
     )
+
+
+def forbidden_words(forbidden: Sequence[Candidate], spec: QueueSpec) -> str:
+    """ "queue a's policies spare 3 of them (withinQueue: Never)": lower-priority workloads
+    in the way that the preemptor's queue may not evict."""
+    own = sum(1 for c in forbidden if c.queue == spec.name)
+    rules = [
+        *(["withinQueue: Never"] if own else []),
+        *(["reclaim: Never"] if own < len(forbidden) else []),
+    ]
+    n = len(forbidden)
+    return f"queue {spec.name}'s policies spare {n} of them ({', '.join(rules)})"
 
 
 def node_victim_reason(

@@ -570,3 +570,35 @@ def test_a_gang_requiring_one_node_evicts_on_the_cheapest_node() -> None:
     assert waiting.hold is not None
     assert [n for a in waiting.hold.assignments for n, _ in a.nodes] == ["b0-r0-n1"]
     assert "its room is held in node b0-r0-n1 of Topology fabric" in waiting.reason
+
+
+def test_the_reason_counts_the_racks_the_queues_policies_keep_from_being_freed() -> None:
+    nodes = fabric(blocks=1, racks=2)
+    # The gang's own queue runs the lower-priority workloads, and may not preempt in itself.
+    own: list[Workload] = []
+    pods: list[BoundPod] = []
+    for i, group in enumerate((["b0-r0-n0", "b0-r0-n1", "b0-r0-n2"], ["b0-r1-n0", "b0-r1-n1"])):
+        w, bound = running(f"ns/own{i}", group, priority=0, queue_name="a")
+        own.append(w)
+        pods.extend(bound)
+    full, full_pods = fill([(["b0-r0-n3"], 500, 0.0), (["b0-r1-n2", "b0-r1-n3"], 500, 0.0)])
+    no_within = replace(A, within_queue="Never")
+    result = cycle([gang("ns/big", 4)], nodes, [*own, *full], [*pods, *full_pods], (no_within, B))
+    assert not result.preempt
+    reason = pending_of(result, "ns/big").reason
+    assert "no rack of Topology fabric can hold gang of 4 pods" in reason
+    # Each rack keeps a priority-500 workload: evicting the spared ones frees neither.
+    assert "would after evicting" not in reason
+    # With the priority-500 workload of b0-r1 gone, that rack would do.
+    result = cycle(
+        [gang("ns/big", 4)], nodes, [*own, full[0]], [*pods, *full_pods[:1]], (no_within, B)
+    )
+    reason = pending_of(result, "ns/big").reason
+    assert reason.endswith(
+        "; 1 rack would after evicting lower-priority workloads; queue a's policies spare 2 of "
+        "them (withinQueue: Never)"
+    ), reason
+    # A queue that may evict no one is not told (one reason per shape, whatever the priority).
+    never = replace(A, within_queue="Never", reclaim="Never")
+    result = cycle([gang("ns/big", 4)], nodes, [*own, full[0]], [*pods, *full_pods[:1]], (never, B))
+    assert "would after evicting" not in pending_of(result, "ns/big").reason
