@@ -395,27 +395,34 @@ def test_consolidation_moves_workloads_out_of_one_rack_to_free_it() -> None:
 
 
 def test_a_moved_workload_keeps_its_own_rack_request() -> None:
-    nodes = fabric(blocks=1, racks=3)
+    nodes = fabric(blocks=1, racks=5)
     movable = replace(B, movable=True)
-    # A 2-pod workload that must stay in one rack sits across b0-r0's last two nodes; b0-r1
-    # has room for it only spread (one node free in b0-r1, one in b0-r2): nothing moves.
-    w = replace(
-        running("ns/pair", ["b0-r0-n2", "b0-r0-n3"], priority=100)[0],
-        pod_sets=(PodSet("main", 2, {GPU: 8}, topology=PodSetTopology("Required", RACK)),),
-    )
-    bound = running("ns/pair", ["b0-r0-n2", "b0-r0-n3"], priority=100)[1]
+    # Rack b0-r0 runs ns/pair (which must keep to one rack) and ns/w0; racks b0-r1..r4 have
+    # one free node each. Freeing b0-r0 needs both moved, and ns/pair has no rack to go to:
+    # its two pods would be in two racks.
+    pair, pair_pods = running("ns/pair", ["b0-r0-n2", "b0-r0-n3"], priority=100)
+    keeps = PodSet("main", 2, {GPU: 8}, topology=PodSetTopology("Required", RACK))
     others, other_pods = fill(
         [
             (["b0-r0-n0", "b0-r0-n1"], 100, 0.0),
-            (["b0-r1-n0", "b0-r1-n1", "b0-r1-n2"], 100, 0.0),
-            (["b0-r2-n0", "b0-r2-n1", "b0-r2-n2"], 100, 0.0),
+            *(([f"b0-r{r}-n{n}" for n in range(3)], 100, 0.0) for r in range(1, 5)),
         ]
     )
+    pending = [gang("ns/big", 4)]
+    specs = (A, movable)
     result = cycle(
-        [gang("ns/big", 4)], nodes, [w, *others], [*bound, *other_pods], specs=(A, movable)
+        pending,
+        nodes,
+        [replace(pair, pod_sets=(keeps,)), *others],
+        [*pair_pods, *other_pods],
+        specs,
     )
     assert not result.preempt
     assert pending_of(result, "ns/big").hold is None
+    # Were ns/pair free to spread, both would move and the gang would have b0-r0.
+    result = cycle(pending, nodes, [pair, *others], [*pair_pods, *other_pods], specs)
+    assert sorted(v.workload for v in result.preempt[0].victims) == ["ns/pair", "ns/w0"]
+    assert held_racks(pending_of(result, "ns/big")) == {"b0-r0"}
 
 
 # -- properties ---------------------------------------------------------------------------
