@@ -98,6 +98,7 @@ WORKLOAD = muster_kind("Workload", "workloads", True)
 CLUSTER_QUEUE = muster_kind("ClusterQueue", "clusterqueues", False)
 LOCAL_QUEUE = muster_kind("LocalQueue", "localqueues", True)
 RESOURCE_FLAVOR = muster_kind("ResourceFlavor", "resourceflavors", False)
+TOPOLOGY = muster_kind("Topology", "topologies", False)
 POD_GROUP = muster_kind("PodGroup", "podgroups", True)
 
 

@@ -1,0 +1,143 @@
+"""`kubectl muster topology` on a built cluster: the tree of a flavor's domains with their
+free room, the pods bound there, the room for a pod shape, where a gang would go, and what
+it says when something cannot be shown."""
+
+from __future__ import annotations
+
+from click.testing import CliRunner
+from rich.console import Console
+
+from controllers.plugin import topology as topo
+from controllers.plugin.main import main
+from quota.api.names import HOSTNAME_LABEL
+from quota.model.nodes import BoundPod, Node
+from quota.model.snapshot import Flavor
+from tests.unit.strategies import GPU
+from tests.unit.test_topology import BLOCK, LEVELS, RACK, busy, fabric
+
+
+def hosts(nodes: list[Node]) -> list[Node]:
+    """As the kubelet labels them: the hostname label on every node."""
+    return [Node(n.name, n.allocatable, {**n.labels, HOSTNAME_LABEL: n.name}) for n in nodes]
+
+
+def cluster(
+    nodes: list[Node], pods: list[BoundPod] | None, muster: frozenset[str] = frozenset()
+) -> topo.LiveCluster:
+    flavor = Flavor("h100", {"pool": "h100"}, topology="fabric")
+    return topo.LiveCluster({"fabric": LEVELS}, [flavor], nodes, pods, muster)
+
+
+def shown(
+    live: topo.LiveCluster,
+    shape: topo.Shape | None = None,
+    depth: int | None = None,
+    limit: int | None = None,
+) -> str:
+    views, notes = topo.views(live, shape)
+    console = Console(width=250, no_color=True, force_terminal=False)
+    with console.capture() as out:
+        for view in views:
+            console.print(topo.render(view, shape, depth, limit))
+        for note in notes:
+            console.print(note)
+    return out.get()
+
+
+def line_of(text: str, what: str) -> str:
+    return next(line for line in text.splitlines() if what in line)
+
+
+def test_the_tree_shows_free_gpus_and_pods_per_block_rack_and_node() -> None:
+    nodes = hosts(fabric(blocks=2, racks=2, nodes=2))
+    mine = BoundPod("ns/train-0", "b0-r0-n1", {GPU: 2})
+    pods = [*busy(nodes, {"b0-r0-n0": 8, "b0-r1-n1": 3}), mine]
+    out = shown(cluster(nodes, pods, frozenset({"ns/train-0"})))
+    assert "Topology fabric (example.com/block > example.com/rack > kubernetes.io/hostname)" in out
+    assert "flavor h100 (pool=h100)" in out
+    assert "8 nodes in all  nvidia.com/gpu 51/64 free  pods 3 (1 Muster's)" in out
+    assert "block b0  4 nodes  nvidia.com/gpu 19/32 free  pods 3 (1 Muster's)" in out
+    assert "rack b0-r0  2 nodes  nvidia.com/gpu 6/16 free  pods 2 (1 Muster's)" in out
+    assert "node b0-r0-n0  nvidia.com/gpu 0/8 free  pods 1" in line_of(out, "b0-r0-n0")
+    assert "block b1  4 nodes  nvidia.com/gpu 32/32 free  pods 0" in out
+    # Drawn as a tree: each rack under its block, each node under its rack.
+    assert out.index("block b0") < out.index("rack b0-r0") < out.index("node b0-r0-n0")
+    assert out.index("node b0-r1-n1") < out.index("block b1")
+
+
+def test_room_for_a_shape_counts_whole_pods_and_marks_where_a_gang_would_go() -> None:
+    nodes = hosts(fabric(blocks=1, racks=3))
+    pods = busy(nodes, {"b0-r0-n0": 8, "b0-r1-n0": 8, "b0-r1-n1": 8, "b0-r2-n3": 5})
+    out = shown(cluster(nodes, pods), topo.Shape(GPU, 8, 3))
+    assert "room for 3 x 8 nvidia.com/gpu" in line_of(out, "rack b0-r0")
+    assert "room for 2 x 8 nvidia.com/gpu" in line_of(out, "rack b0-r1")
+    # 3 GPUs free on b0-r2-n3 hold no 8-GPU pod: room is whole pods, not a sum of GPUs.
+    assert "nvidia.com/gpu 27/32 free" in line_of(out, "rack b0-r2")
+    assert "room for 3 x 8 nvidia.com/gpu" in line_of(out, "rack b0-r2")
+    # The placement core's choice: the fullest rack that holds the gang; tied, by name.
+    assert "a gang of 3 x 8 nvidia.com/gpu required in one rack: rack b0-r0" in out
+    assert "required in one block: block b0" in out
+    assert (
+        "required in one node: no node of Topology fabric can ever hold gang of 3 pods x 8 "
+        "nvidia.com/gpu" in out
+    )
+
+
+def test_a_gang_no_rack_holds_gets_the_reason_the_cycle_would_give() -> None:
+    nodes = hosts(fabric(blocks=1, racks=2))
+    pods = busy(nodes, {"b0-r0-n0": 8, "b0-r1-n0": 8})
+    out = " ".join(shown(cluster(nodes, pods), topo.Shape(GPU, 8, 4)).split())
+    assert (
+        "required in one rack: no rack of Topology fabric can hold gang of 4 pods x 8 "
+        "nvidia.com/gpu: the roomiest of its 2 racks have room for 3 (b0-r0), 3 (b0-r1)"
+    ) in out
+
+
+def test_a_large_tree_shows_the_roomiest_domains_and_sums_up_the_rest() -> None:
+    nodes = hosts(fabric(blocks=1, racks=5))
+    pods = busy(nodes, {f"b0-r{r}-n{n}": 8 for r in range(3) for n in range(r + 2)})
+    out = shown(cluster(nodes, pods), depth=2, limit=2)
+    assert "rack b0-r3" in out and "rack b0-r4" in out
+    assert "rack b0-r0" not in out
+    assert "... 3 more racks  12 nodes  nvidia.com/gpu 24/96 free" in out
+    # Depth 2 stops at racks: no node rows.
+    assert "node b0-" not in out
+
+
+def test_without_the_right_to_list_pods_allocatable_is_shown_and_nothing_else() -> None:
+    out = shown(cluster(hosts(fabric(blocks=1, racks=1)), None))
+    assert "rack b0-r0  4 nodes  nvidia.com/gpu 32" in out
+    assert "free" not in out and "pods" not in out
+    said = topo.pods_hidden('pods is forbidden: User "alice" cannot list resource "pods"')
+    assert "free room and bound pods are not shown" in said and "alice" in said
+
+
+def test_nodes_the_flavor_cannot_use_or_outside_the_topology_are_said() -> None:
+    nodes = hosts(fabric(blocks=1, racks=1))
+    cordoned = Node(
+        "cordoned", {GPU: 8}, {"pool": "h100", BLOCK: "b0", RACK: "b0-r0"}, unschedulable=True
+    )
+    loose = Node("loose", {GPU: 8}, {"pool": "h100"})
+    out = shown(cluster([*nodes, cordoned, loose], []))
+    assert "1 more node carries flavor h100's labels and is not counted" in out
+    assert "1 more node lacks a level's label of Topology fabric" in out
+    assert "4 nodes in all" in out
+
+
+def test_what_cannot_be_shown_is_said() -> None:
+    live = cluster(hosts(fabric(blocks=1, racks=1)), [])
+    live.flavors.append(Flavor("a100", {"pool": "a100"}, topology="missing"))
+    live.topologies["spare"] = (RACK,)
+    out = shown(live)
+    assert "flavor a100 names Topology missing, which does not exist" in out
+    assert "Topology spare: no ResourceFlavor names it" in out
+    assert topo.nothing_to_show(live, None, "nope") == "no ResourceFlavor named nope"
+    live.flavors.append(Flavor("cpu"))
+    assert "names no Topology" in topo.nothing_to_show(live, None, "cpu")
+    assert topo.nothing_to_show(live, "nope", None) == "no Topology named nope"
+
+
+def test_fits_without_a_shape_is_a_usage_error() -> None:
+    result = CliRunner().invoke(main, ["topology", "--fits", "4"])
+    assert result.exit_code == 2
+    assert "--fits needs --gpus" in result.output
