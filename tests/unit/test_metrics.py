@@ -18,7 +18,9 @@ from controllers.metrics.server import MetricsServer
 from controllers.metrics.workloads import WorkloadCounters, wait_seconds
 from controllers.state.caches import Caches
 from quota.model.decisions import CycleResult
+from quota.model.snapshot import PodSetTopology
 from tests.unit.controller_fakes import FakeKube
+from tests.unit.test_topology import LEVELS, RACK, fabric, topo_cycle
 
 
 def get(port: int, path: str) -> tuple[int, str]:
@@ -240,3 +242,64 @@ def test_eviction_and_preemption_are_counted_with_their_reasons() -> None:
     assert sample("muster_evicted_workloads_total", **labels) == 1
     labels["reason"] = "Reclaim"
     assert sample("muster_preempted_workloads_total", **labels) == 1
+
+
+# ------------------------------------------------------------------------ topology
+
+
+def waiting_for(name: str, queue: str, reason: str, message: str) -> Any:
+    wl = workload(name, queue)
+    wl["status"]["conditions"] = [
+        {"type": "QuotaReserved", "status": "False", "reason": reason, "message": message}
+    ]
+    return wl
+
+
+def test_workloads_no_domain_can_hold_are_counted_by_queue_and_level() -> None:
+    # The reason the admission cycle itself gives a gang no rack can hold.
+    _, (no_rack,) = topo_cycle(
+        PodSetTopology("Required", RACK), topologies={"fabric": LEVELS}, count=5
+    )
+    caches = Caches.create(FakeKube())
+    caches.cluster_queues.write_through(cq("team-a"))
+    caches.local_queues.write_through(lq("a", "ns", "team-a"))
+    caches.workloads.write_through(waiting_for("w1", "a", "Pending", no_rack.reason))
+    caches.workloads.write_through(waiting_for("w2", "a", "Pending", no_rack.reason))
+    quota = "insufficient quota for nvidia.com/gpu in flavor h100: requested 8, available 2"
+    caches.workloads.write_through(waiting_for("w3", "a", "Pending", quota))
+    got = scrape(StateCollector(Sources(caches, lambda: True)))
+    waits = {
+        labels: value
+        for (name, labels), value in got.items()
+        if name == "muster_topology_waiting_workloads"
+    }
+    assert waits == {(("cluster_queue", "team-a"), ("level", "rack")): 2}
+    # Admitted, it no longer waits.
+    caches.workloads.write_through(workload("w1", "a", admitted_to="team-a", rv="2"))
+    got = scrape(StateCollector(Sources(caches, lambda: True)))
+    assert (
+        got[("muster_topology_waiting_workloads", (("cluster_queue", "team-a"), ("level", "rack")))]
+        == 1
+    )
+
+
+def test_a_topology_placement_counts_at_the_level_it_landed() -> None:
+    by_name = {n.name: n for n in fabric()}
+
+    def count(level: str, mode: str) -> float:
+        return sample(
+            "muster_topology_placements_total", cluster_queue="topo-cq", level=level, mode=mode
+        )
+
+    before = {
+        k: count(*k)
+        for k in (("rack", "required"), ("block", "preferred"), ("spread", "preferred"))
+    }
+    m.topology_placement("topo-cq", "Required", LEVELS, [by_name["b0-r0-n0"], by_name["b0-r0-n1"]])
+    # A preferred rack that had to climb to a block counts at the block, one that spread over
+    # blocks as spread.
+    m.topology_placement("topo-cq", "Preferred", LEVELS, [by_name["b0-r0-n0"], by_name["b0-r1-n0"]])
+    m.topology_placement("topo-cq", "Preferred", LEVELS, [by_name["b0-r0-n0"], by_name["b1-r1-n0"]])
+    assert count("rack", "required") == before[("rack", "required")] + 1
+    assert count("block", "preferred") == before[("block", "preferred")] + 1
+    assert count("spread", "preferred") == before[("spread", "preferred")] + 1
