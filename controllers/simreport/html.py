@@ -157,6 +157,49 @@ def _nodes_html(stats: PlacementStats) -> str:
     return _table(headers, rows, note)
 
 
+def _topology_html(stats: PlacementStats) -> str:
+    """Fragmentation per level, and where each queue's gangs landed."""
+    out = ""
+    if stats.levels:
+        rows = [
+            "<tr>"
+            + _cell(f.topology)
+            + _cell(f.level)
+            + _cell(f.resource)
+            + _cell(f"{f.domains:,}", f.domains)
+            + _cell(in_unit(f.resource, f.largest), f.largest)
+            + _cell(in_unit(f.resource, f.avg_largest_free), f.avg_largest_free)
+            + _cell(in_unit(f.resource, f.min_largest_free), f.min_largest_free)
+            + "</tr>"
+            for f in stats.levels
+        ]
+        headers = ["Topology", "Level", "Resource", "Domains", "Largest domain"]
+        out += _table(
+            [*headers, "Avg largest free", "min"],
+            rows,
+            "The largest free room in one domain of the level over time: what the biggest "
+            "gang that must stay in one domain could still get.",
+        )
+    if stats.landed:
+        levels = stats.landed_levels
+        rows = [
+            "<tr>"
+            + _cell(q.queue)
+            + _cell(f"{q.gangs:,}", q.gangs)
+            + "".join(_cell(f"{q.by_level.get(lv, 0):,}", q.by_level.get(lv, 0)) for lv in levels)
+            + "</tr>"
+            for q in stats.landed
+        ]
+        names = [f"in one {lv}" for lv in levels[:-1]] + [levels[-1]]
+        out += _table(
+            ["Queue", "Gangs", *names],
+            rows,
+            "Gangs (2 pods or more) on a flavor with a Topology, by the narrowest domain that "
+            "held all their pods at their last admission; spread: none did.",
+        )
+    return out
+
+
 def _resources_html(result: SimResult) -> str:
     """Every queue's average usage against its average fair share, one row per resource."""
     rows = []
@@ -221,6 +264,8 @@ def render_html(result: SimResult) -> str:
     ]
     if stats is not None and stats.timelines:
         body += ["<h2>Nodes</h2>", _nodes_html(stats), "<div id='nodes'></div>"]
+    if stats is not None and (stats.levels or stats.landed):
+        body += ["<h2>Topology</h2>", _topology_html(stats)]
     body += [
         "<h2>Usage against fair share over time</h2>",
         "<p class='note'>Solid: usage; dashed: fair share. One chart per flavor/resource of "

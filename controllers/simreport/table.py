@@ -147,6 +147,24 @@ def render_table(result: SimResult, console: Console) -> None:
                 in_unit(f.resource, f.min_largest_free),
             )
         console.print(levels)
+    if stats is not None and stats.landed:
+        landed = Table(
+            title="Topology: where gangs landed",
+            caption="gangs (2 pods or more) on a flavor with a Topology, by the narrowest "
+            "domain that held all their pods at their last admission; spread: none did",
+            caption_justify="left",
+        )
+        landed.add_column("Queue", no_wrap=True)
+        for column in ("Gangs", *(f"in one {level}" for level in stats.landed_levels[:-1])):
+            landed.add_column(column, justify="right")
+        landed.add_column(stats.landed_levels[-1], justify="right")
+        for q in stats.landed:
+            landed.add_row(
+                q.queue,
+                f"{q.gangs:,}",
+                *(f"{q.by_level.get(level, 0):,}" for level in stats.landed_levels),
+            )
+        console.print(landed)
     _print_undecidable(result, console)
     unfinished = sum(1 for j in result.jobs if j.finished_at is None)
     tail = "" if result.finished_all else f" ({unfinished:,} workloads had not finished)"

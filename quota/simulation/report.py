@@ -25,7 +25,7 @@ from quota.model.nodes import Node
 from quota.model.resources import FlavorResource
 from quota.model.snapshot import QueueSpec
 from quota.placement.nodes import HOSTNAME_LABEL
-from quota.placement.topology import domain_path
+from quota.placement.topology import SPREAD, domain_path, level_name
 from quota.simulation.results import TOTAL, Bucket, JobOutcome, NodeEvent, SimResult
 
 # Times in the JSON are rounded to the millisecond: finer digits are float noise.
@@ -569,6 +569,35 @@ def _level_over_time(
 
 
 @dataclass(frozen=True, slots=True)
+class Landed:
+    """Where one queue's gangs landed: how many of them one domain at each level held
+    (narrowest first; SPREAD: none did)."""
+
+    queue: str
+    gangs: int
+    by_level: Mapping[str, int]
+
+
+def landed_by_queue(result: SimResult) -> tuple[tuple[str, ...], tuple[Landed, ...]]:
+    """The levels, narrowest first, and per queue with gangs on a flavor with a Topology how
+    many landed inside one domain of each (at their last admission): what spreading costs
+    a team, next to what waiting for one domain costs it."""
+    levels: list[str] = []
+    for names in result.topologies.values():
+        for label in reversed(names):
+            if level_name(label) not in levels:
+                levels.append(level_name(label))
+    levels.append(SPREAD)
+    counts: dict[str, dict[str, int]] = {}
+    for job in result.jobs:
+        if job.landed is not None:
+            per = counts.setdefault(job.cluster_queue, {})
+            per[job.landed] = per.get(job.landed, 0) + 1
+    rows = tuple(Landed(queue, sum(per.values()), per) for queue, per in sorted(counts.items()))
+    return tuple(levels), rows
+
+
+@dataclass(frozen=True, slots=True)
 class PlacementStats:
     """What placement did over a run with nodes."""
 
@@ -577,6 +606,8 @@ class PlacementStats:
     levels: tuple[LevelFree, ...]  # per topology level and resource
     waited: int  # workloads that waited for nodes while quota allowed them
     wait_total: float  # seconds, summed over those workloads
+    landed_levels: tuple[str, ...]  # narrowest first
+    landed: tuple[Landed, ...]  # per queue with gangs on a flavor with a Topology
 
 
 def placement_stats(result: SimResult, buckets: int = NODE_BUCKETS) -> PlacementStats | None:
@@ -586,12 +617,15 @@ def placement_stats(result: SimResult, buckets: int = NODE_BUCKETS) -> Placement
     resources = placement_resources(result.nodes)
     timelines = [node_timeline(result, r, buckets) for r in resources]
     waits = [j.placement_wait for j in result.jobs if j.placement_wait > 0]
+    landed_levels, landed = landed_by_queue(result)
     return PlacementStats(
         nodes=len(result.nodes),
         timelines=tuple(t for t in timelines if t is not None),
         levels=tuple(f for r in resources for f in level_free(result, r)),
         waited=len(waits),
         wait_total=sum(waits),
+        landed_levels=landed_levels,
+        landed=landed,
     )
 
 
@@ -627,5 +661,9 @@ def placement_json(result: SimResult) -> dict[str, Any]:
                 "minLargestFree": f.min_largest_free,
             }
             for f in stats.levels
+        ]
+    if stats.landed:
+        out["topologyLanded"] = [
+            {"queue": q.queue, "gangs": q.gangs, "levels": dict(q.by_level)} for q in stats.landed
         ]
     return out

@@ -348,3 +348,15 @@ def test_a_browser_runs_the_script_and_draws_every_chart_and_the_timeline(tmp_pa
     numbers = [float(v.rstrip("%")) for v in shares if v != "-"]
     assert numbers == sorted(numbers) and len(set(numbers)) > 1
     assert shares[: len(numbers)] == [f"{v:.0f}%" for v in numbers]  # "-" rows last
+
+
+def test_the_topology_tables_show_fragmentation_per_level_and_where_gangs_landed() -> None:
+    _, page = run("topology.yaml")
+    levels = page.table("Topology", "Level")
+    assert [row[1] for row in levels[1:]] == ["example.com/block", "example.com/rack"]
+    landed = page.table("Queue", "Gangs")
+    assert landed[0] == ["Queue", "Gangs", "in one node", "in one rack", "in one block", "spread"]
+    assert ["required", "6", "0", "6", "0", "0"] in landed
+    # Without nodes or topologies there is nothing to show.
+    _, plain = run("placement-binpack-vs-spread.yaml")
+    assert not [t for t in plain.tables if t[0][:2] == ["Queue", "Gangs"]]

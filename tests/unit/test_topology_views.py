@@ -1,10 +1,12 @@
 """What the views of topology read from the placement core: the room a domain has for a pod
 shape (as `choose` counts it), the level a placed gang landed at, and the level a waiting
-gang's reason names (metrics count by both)."""
+gang's reason names (metrics count by both); and the simulator's report of where each
+queue's gangs landed."""
 
 from __future__ import annotations
 
 import pytest
+import yaml
 
 from quota.model.nodes import Node
 from quota.model.snapshot import PodSetTopology
@@ -21,6 +23,10 @@ from quota.placement.topology import (
     tree,
     waiting_level,
 )
+from quota.simulation.report import landed_by_queue, placement_json
+from quota.simulation.scenario import parse_scenario
+from quota.simulation.simulator import simulate
+from tests.conftest import REPO
 from tests.unit.strategies import GPU
 from tests.unit.test_topology import BLOCK, LEVELS, RACK, ask, busy, fabric, gang, topo_cycle
 
@@ -117,3 +123,21 @@ def test_waits_of_other_kinds_are_not_topology_waits() -> None:
     _, (waiting,) = topo_cycle(None, topologies={"fabric": LEVELS}, count=49)
     assert waiting_level(waiting.reason) is None
     assert waiting_level("insufficient quota for nvidia.com/gpu in flavor h100") is None
+
+
+def test_the_example_shows_where_each_teams_gangs_landed_next_to_their_waits() -> None:
+    docs = list(yaml.safe_load_all((REPO / "examples" / "topology.yaml").read_text()))
+    result = simulate(parse_scenario(docs), record=False)
+    levels, landed = landed_by_queue(result)
+    assert levels == ("node", "rack", "block", SPREAD)
+    by_queue = {q.queue: q for q in landed}
+    # Single-pod serving replicas are no gangs.
+    assert set(by_queue) == {"anywhere", "preferred", "required"}
+    assert by_queue["required"].by_level == {"rack": 6}
+    # Without a request, gangs spread: what a team gives up for starting sooner.
+    assert by_queue["anywhere"].by_level.get("rack", 0) < by_queue["preferred"].by_level["rack"]
+    assert by_queue["anywhere"].by_level.get(SPREAD, 0) > 0
+    waits = {q: sorted(j.waited for j in result.jobs if j.cluster_queue == q) for q in by_queue}
+    assert sum(waits["required"]) > sum(waits["anywhere"])
+    section = placement_json(result)["topologyLanded"]
+    assert {"queue": "required", "gangs": 6, "levels": {"rack": 6}} in section
