@@ -664,6 +664,11 @@ def placement_json(result: SimResult) -> dict[str, Any]:
         ]
     if stats.landed:
         out["topologyLanded"] = [
-            {"queue": q.queue, "gangs": q.gangs, "levels": dict(q.by_level)} for q in stats.landed
+            {
+                "queue": q.queue,
+                "gangs": q.gangs,
+                "levels": {lv: q.by_level[lv] for lv in stats.landed_levels if lv in q.by_level},
+            }
+            for q in stats.landed
         ]
     return out
