@@ -98,8 +98,8 @@ WORKLOAD = muster_kind("Workload", "workloads", True)
 CLUSTER_QUEUE = muster_kind("ClusterQueue", "clusterqueues", False)
 LOCAL_QUEUE = muster_kind("LocalQueue", "localqueues", True)
 RESOURCE_FLAVOR = muster_kind("ResourceFlavor", "resourceflavors", False)
-TOPOLOGY = muster_kind("Topology", "topologies", False)
 POD_GROUP = muster_kind("PodGroup", "podgroups", True)
+TOPOLOGY = muster_kind("Topology", "topologies", False)
 
 
 def object_key(obj: Mapping[str, Any]) -> str:
