@@ -14,13 +14,13 @@ the usual way (`Counter(name, help)`) is scraped too, with the process's own (`p
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from prometheus_client import REGISTRY, Counter, Histogram
 
 from quota.model.decisions import CycleResult
 from quota.model.nodes import Node
-from quota.placement.topology import SPREAD, landed_level
+from quota.placement.topology import SPREAD, DomainRequest, landed_level
 
 # Admission cycles take milliseconds to seconds; waits take seconds to days.
 _FAST = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
@@ -138,14 +138,21 @@ def bind(seconds: float, ok: bool) -> None:
     BIND_DURATION.labels("bound" if ok else "failed").observe(seconds)
 
 
-def topology_placement(
-    cluster_queue: str, mode: str, levels: tuple[str, ...], nodes: Iterable[Node]
+def topology_placements(
+    cluster_queue: str,
+    placed: Iterable[tuple[DomainRequest, Iterable[str]]],
+    node: Callable[[str], Node],
 ) -> None:
-    """A pod set asking for topology (`mode` Required, Preferred or Unconstrained) was placed
-    on `nodes` of a flavor whose Topology has `levels`: counted at the level it landed, so a
-    preferred one that had to climb counts at the wider level."""
-    level = landed_level(nodes, levels) or SPREAD
-    TOPOLOGY_PLACEMENTS.labels(cluster_queue, level, mode.lower()).inc()
+    """Pod sets that keep to the domains of a Topology were placed: each (its request, the
+    nodes of its pods) counted at the level it landed, so a preferred one that had to climb
+    counts at the wider level. `node` looks a node up by name."""
+    for request, names in placed:
+        if request.required:
+            mode = "required"
+        else:
+            mode = "preferred" if request.level is not None else "unconstrained"
+        level = landed_level([node(n) for n in sorted(set(names))], request.levels) or SPREAD
+        TOPOLOGY_PLACEMENTS.labels(cluster_queue, level, mode).inc()
 
 
 def webhook(path: str, code: int, seconds: float) -> None:

@@ -51,6 +51,8 @@ class Decision:
     reason: str = ""  # why it waits, or which nodes were preferred
     never: bool = False  # no node could ever take it (only new nodes can help)
     error: bool = False  # the group's own objects are at fault, not the nodes
+    # Each placed pod set that keeps to a Topology's domains: its request, its pods' nodes.
+    domains: tuple[tuple[DomainRequest, tuple[str, ...]], ...] = ()
 
     @property
     def placed(self) -> bool:
@@ -191,7 +193,8 @@ def _decision(group: Group, sets: list[PodSet], placement: Placement, label: str
     binds: list[tuple[Obj, str]] = []
     for name, _, members, _ in sets:
         binds.extend(zip(members, placement.pod_nodes(name), strict=True))
-    return Decision(group, placement, tuple(binds), label)
+    domains = tuple((d, placement.pod_nodes(name)) for name, _, _, d in sets if d is not None)
+    return Decision(group, placement, tuple(binds), label, domains=domains)
 
 
 def nodes_text(counts: Mapping[str, int], limit: int = 8) -> str:

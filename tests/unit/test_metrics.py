@@ -19,8 +19,10 @@ from controllers.metrics.workloads import WorkloadCounters, wait_seconds
 from controllers.state.caches import Caches
 from quota.model.decisions import CycleResult
 from quota.model.snapshot import PodSetTopology
+from quota.placement.topology import SPREAD
 from tests.unit.controller_fakes import FakeKube
-from tests.unit.test_topology import LEVELS, RACK, fabric, topo_cycle
+from tests.unit.test_topology import LEVELS, RACK, ask, fabric, topo_cycle
+from tests.unit.test_topology_controller import _ask, _scheduler
 
 
 def get(port: int, path: str) -> tuple[int, str]:
@@ -285,21 +287,44 @@ def test_workloads_no_domain_can_hold_are_counted_by_queue_and_level() -> None:
 
 def test_a_topology_placement_counts_at_the_level_it_landed() -> None:
     by_name = {n.name: n for n in fabric()}
+    required, preferred = ask("Required", RACK), ask("Preferred", RACK)
+    unconstrained = ask("Unconstrained", None)
 
     def count(level: str, mode: str) -> float:
         return sample(
             "muster_topology_placements_total", cluster_queue="topo-cq", level=level, mode=mode
         )
 
-    before = {
-        k: count(*k)
-        for k in (("rack", "required"), ("block", "preferred"), ("spread", "preferred"))
-    }
-    m.topology_placement("topo-cq", "Required", LEVELS, [by_name["b0-r0-n0"], by_name["b0-r0-n1"]])
-    # A preferred rack that had to climb to a block counts at the block, one that spread over
-    # blocks as spread.
-    m.topology_placement("topo-cq", "Preferred", LEVELS, [by_name["b0-r0-n0"], by_name["b0-r1-n0"]])
-    m.topology_placement("topo-cq", "Preferred", LEVELS, [by_name["b0-r0-n0"], by_name["b1-r1-n0"]])
-    assert count("rack", "required") == before[("rack", "required")] + 1
-    assert count("block", "preferred") == before[("block", "preferred")] + 1
-    assert count("spread", "preferred") == before[("spread", "preferred")] + 1
+    watched = [("rack", "required"), ("block", "preferred"), (SPREAD, "preferred")]
+    watched.append(("node", "unconstrained"))
+    before = {k: count(*k) for k in watched}
+    m.topology_placements(
+        "topo-cq",
+        [
+            (required, ["b0-r0-n0", "b0-r0-n1", "b0-r0-n1"]),
+            # A preferred rack that had to climb to a block counts at the block, one that
+            # spread over blocks as spread.
+            (preferred, ["b0-r0-n0", "b0-r1-n0"]),
+            (preferred, ["b0-r0-n0", "b1-r1-n0"]),
+            (unconstrained, ["b1-r1-n0"]),
+        ],
+        by_name.__getitem__,
+    )
+    assert {k: count(*k) - before[k] for k in watched} == dict.fromkeys(watched, 1)
+
+
+def test_the_scheduler_loop_counts_the_gang_it_binds_inside_one_rack() -> None:
+    h = _scheduler()
+    h.job("gang", 4, gpu=8, pods=0)
+    _ask(h, "gang", {"required": RACK})
+    for i in range(4):
+        h.pod(f"gang-{i}", "uid-gang", gpu=8)
+    before = sample(
+        "muster_topology_placements_total", cluster_queue="cq", level="rack", mode="required"
+    )
+    h.run()
+    assert sum(h.placement("gang").values()) == 4
+    after = sample(
+        "muster_topology_placements_total", cluster_queue="cq", level="rack", mode="required"
+    )
+    assert after == before + 1
