@@ -271,6 +271,9 @@ def topology(
         raise click.UsageError("--fits needs --gpus: the pods whose room it counts")
     cluster = topo.read_cluster(target.kube())
     console = _console(color)
+    if not console.is_terminal:
+        # A row per domain, as kubectl get prints: piped into grep or a file, never wrapped.
+        console.width = 100_000
     for problem in cluster.left_out:
         console.print(f"left out: {problem}", style="yellow")
     shape = topo.Shape(resource, gpus, fits) if gpus is not None else None

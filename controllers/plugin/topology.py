@@ -83,8 +83,8 @@ def _read(kube: Kube, kind: Kind, what: str, right: str) -> list[Obj]:
         return list_all(kube, kind)
     except Forbidden as refused:
         raise click.ClickException(
-            f"kubectl muster topology reads every {what}, which needs {right}. The apiserver "
-            f"said: {refused.said}"
+            f"kubectl muster topology reads every {what}, which needs {right}. "
+            f"{refused.message}"
         ) from None
 
 

@@ -8,6 +8,8 @@ they see allocatable only and why.
 
 from __future__ import annotations
 
+import os
+import subprocess
 from collections.abc import Iterator
 from typing import Any
 
@@ -16,7 +18,7 @@ import pytest
 from quota.api.names import SCHEDULER_NAME
 from tests.conftest import ClusterHandle
 from tests.e2e.controller_harness import apply, crds, flavor, unique  # noqa: F401 - fixture
-from tests.e2e.test_plugin_e2e import kubectl_muster
+from tests.e2e.test_plugin_e2e import VENV_BIN, kubectl_muster
 from tests.e2e.test_roles_e2e import person, refused_plainly, render_roles
 
 pytestmark = pytest.mark.e2e
@@ -185,3 +187,23 @@ def test_a_queue_reader_is_told_which_rights_the_view_needs(
         bindings = (f"{release}-nodes", f"{namespace}-reader-{release}-queue-reader")
         cluster.kubectl("delete", "clusterrolebinding", *bindings, "--ignore-not-found")
         cluster.kubectl("delete", "clusterrole", f"{release}-nodes", "--ignore-not-found")
+
+
+def test_kubectl_completes_topology_and_flavor_names_from_the_cluster(
+    cluster: ClusterHandle, fabric: dict[str, Any]
+) -> None:
+    path = os.pathsep.join([str(VENV_BIN), os.environ["PATH"]])
+    env = dict(os.environ, PATH=path, KUBECONFIG=cluster.kubeconfig)
+
+    def complete(*words: str) -> list[str]:
+        result = subprocess.run(
+            [cluster.kubectl_bin, "__complete", "muster", *words],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=60,
+        )
+        return result.stdout.split()
+
+    assert fabric["topology"] in complete("topology", fabric["topology"][:8])
+    assert fabric["pool"] in complete("topology", "--flavor", fabric["pool"][:8])
