@@ -9,11 +9,14 @@ from controllers.simreport.plots import SCRIPT
 from controllers.simreport.table import QUOTA_ONLY
 from controllers.simreport.units import in_unit, percent, unit_of
 from quota.simulation.report import (
+    LANDED_NOTE,
+    LEVELS_NOTE,
     PlacementStats,
     QueueStats,
     flavor_stats,
     format_seconds,
     key_name,
+    landed_columns,
     placement_stats,
     queue_keys,
     queue_stats,
@@ -174,12 +177,7 @@ def _topology_html(stats: PlacementStats) -> str:
             for f in stats.levels
         ]
         headers = ["Topology", "Level", "Resource", "Domains", "Largest domain"]
-        out += _table(
-            [*headers, "Avg largest free", "min"],
-            rows,
-            "The largest free room in one domain of the level over time: what the biggest "
-            "gang that must stay in one domain could still get.",
-        )
+        out += _table([*headers, "Avg largest free", "min"], rows, _sentence(LEVELS_NOTE))
     if stats.landed:
         levels = stats.landed_levels
         rows = [
@@ -190,14 +188,12 @@ def _topology_html(stats: PlacementStats) -> str:
             + "</tr>"
             for q in stats.landed
         ]
-        names = [f"in one {lv}" for lv in levels[:-1]] + [levels[-1]]
-        out += _table(
-            ["Queue", "Gangs", *names],
-            rows,
-            "Gangs (2 pods or more) on a flavor with a Topology, by the narrowest domain that "
-            "held all their pods at their last admission; spread: none did.",
-        )
+        out += _table(["Queue", "Gangs", *landed_columns(levels)], rows, _sentence(LANDED_NOTE))
     return out
+
+
+def _sentence(note: str) -> str:
+    return note[0].upper() + note[1:] + "."
 
 
 def _resources_html(result: SimResult) -> str:

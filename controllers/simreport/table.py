@@ -10,10 +10,13 @@ from quota.api.quantity import format_quantity
 from quota.model.convert import is_priority_wait
 from quota.model.resources import FlavorResource
 from quota.simulation.report import (
+    LANDED_NOTE,
+    LEVELS_NOTE,
     QueueStats,
     flavor_stats,
     format_seconds,
     key_name,
+    landed_columns,
     placement_stats,
     queue_stats,
 )
@@ -128,8 +131,7 @@ def render_table(result: SimResult, console: Console) -> None:
     if stats is not None and stats.levels:
         levels = Table(
             title="Topology: the largest free room in one domain over time",
-            caption="what the biggest gang that must stay in one domain of the level could "
-            "still get",
+            caption=LEVELS_NOTE,
             caption_justify="left",
         )
         for column in ("Topology", "Level", "Resource"):
@@ -149,15 +151,11 @@ def render_table(result: SimResult, console: Console) -> None:
         console.print(levels)
     if stats is not None and stats.landed:
         landed = Table(
-            title="Topology: where gangs landed",
-            caption="gangs (2 pods or more) on a flavor with a Topology, by the narrowest "
-            "domain that held all their pods at their last admission; spread: none did",
-            caption_justify="left",
+            title="Topology: where gangs landed", caption=LANDED_NOTE, caption_justify="left"
         )
         landed.add_column("Queue", no_wrap=True)
-        for column in ("Gangs", *(f"in one {level}" for level in stats.landed_levels[:-1])):
+        for column in ("Gangs", *landed_columns(stats.landed_levels)):
             landed.add_column(column, justify="right")
-        landed.add_column(stats.landed_levels[-1], justify="right")
         for q in stats.landed:
             landed.add_row(
                 q.queue,

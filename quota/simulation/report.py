@@ -568,6 +568,22 @@ def _level_over_time(
     )
 
 
+# What the two topology tables of a report show, in the words of every rendering.
+LEVELS_NOTE = (
+    "the largest free room in one domain of the level over time: what the biggest gang that "
+    "must stay in one domain could still get"
+)
+LANDED_NOTE = (
+    "gangs (2 pods or more) on a flavor with a Topology, by the narrowest domain that held "
+    "all their pods at their last admission; spread: none did"
+)
+
+
+def landed_columns(levels: Sequence[str]) -> list[str]:
+    """The headers of the landed table after Queue and Gangs: "in one rack", ..., spread."""
+    return [f"in one {level}" if level != SPREAD else level for level in levels]
+
+
 @dataclass(frozen=True, slots=True)
 class Landed:
     """Where one queue's gangs landed: how many of them one domain at each level held
