@@ -108,17 +108,13 @@ def render_table(result: SimResult, console: Console) -> None:
     if stats is None:
         console.print(QUOTA_ONLY, style="dim", highlight=False)
     elif stats.timelines:
-        nodes = Table(
-            title=f"Nodes ({stats.nodes:,}): free room over time",
-            caption="partly used: nodes with some but not all of the resource in use (room a "
+        nodes = _figures(
+            f"Nodes ({stats.nodes:,}): free room over time",
+            "partly used: nodes with some but not all of the resource in use (room a "
             "whole-node gang cannot use); empty: nodes with none of it in use",
-            caption_justify="left",
+            ["Resource"],
+            ["Capacity", "Avg free on partly used", "max", "Avg free on empty"],
         )
-        nodes.add_column("Resource", no_wrap=True)
-        nodes.add_column("Capacity", justify="right")
-        nodes.add_column("Avg free on partly used", justify="right")
-        nodes.add_column("max", justify="right")
-        nodes.add_column("Avg free on empty", justify="right")
         for t in stats.timelines:
             nodes.add_row(
                 t.resource,
@@ -129,15 +125,12 @@ def render_table(result: SimResult, console: Console) -> None:
             )
         console.print(nodes)
     if stats is not None and stats.levels:
-        levels = Table(
-            title="Topology: the largest free room in one domain over time",
-            caption=LEVELS_NOTE,
-            caption_justify="left",
+        levels = _figures(
+            "Topology: the largest free room in one domain over time",
+            LEVELS_NOTE,
+            ["Topology", "Level", "Resource"],
+            ["Domains", "Largest domain", "Avg largest free", "min"],
         )
-        for column in ("Topology", "Level", "Resource"):
-            levels.add_column(column, no_wrap=True)
-        for column in ("Domains", "Largest domain", "Avg largest free", "min"):
-            levels.add_column(column, justify="right")
         for f in stats.levels:
             levels.add_row(
                 f.topology,
@@ -150,12 +143,12 @@ def render_table(result: SimResult, console: Console) -> None:
             )
         console.print(levels)
     if stats is not None and stats.landed:
-        landed = Table(
-            title="Topology: where gangs landed", caption=LANDED_NOTE, caption_justify="left"
+        landed = _figures(
+            "Topology: where gangs landed",
+            LANDED_NOTE,
+            ["Queue"],
+            ["Gangs", *landed_columns(stats.landed_levels)],
         )
-        landed.add_column("Queue", no_wrap=True)
-        for column in ("Gangs", *landed_columns(stats.landed_levels)):
-            landed.add_column(column, justify="right")
         for q in stats.landed:
             landed.add_row(
                 q.queue,
@@ -170,6 +163,16 @@ def render_table(result: SimResult, console: Console) -> None:
         f"makespan {format_seconds(result.makespan)}{tail}; {result.cycles:,} admission "
         f"cycles, {result.evictions:,} evictions"
     )
+
+
+def _figures(title: str, caption: str, names: list[str], figures: list[str]) -> Table:
+    """A table of named rows (left, never wrapped) and figures (right-aligned)."""
+    table = Table(title=title, caption=caption, caption_justify="left")
+    for column in names:
+        table.add_column(column, no_wrap=True)
+    for column in figures:
+        table.add_column(column, justify="right")
+    return table
 
 
 def _node_wait_cell(q: QueueStats) -> str:
