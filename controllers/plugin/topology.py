@@ -83,8 +83,7 @@ def _read(kube: Kube, kind: Kind, what: str, right: str) -> list[Obj]:
         return list_all(kube, kind)
     except Forbidden as refused:
         raise click.ClickException(
-            f"kubectl muster topology reads every {what}, which needs {right}. "
-            f"{refused.message}"
+            f"kubectl muster topology reads every {what}, which needs {right}. {refused.message}"
         ) from None
 
 
