@@ -56,14 +56,18 @@ class LiveCluster:
     pods_refused: str = ""  # the apiserver's words when Pods were refused
 
 
-def _parsed(objects: Iterable[Obj], what: str, left_out: list[str]) -> list[object]:
+def _said(error: ManifestError) -> str:
+    """ "Node n-1: status.allocatable[cpu]: not a quantity": the object, field and rule."""
+    return f"{error.subject}: " + "; ".join(f"{path}: {rule}" for path, rule in error.problems)
+
+
+def _parsed(objects: Iterable[Obj], left_out: list[str]) -> list[object]:
     out: list[object] = []
     for obj in objects:
         try:
             out.append(parse_manifest(obj, 0))
         except ManifestError as error:
-            problems = "; ".join(f"{path}: {rule}" for path, rule in error.problems)
-            left_out.append(f"{what} {obj['metadata'].get('name')}: {problems}")
+            left_out.append(_said(error))
     return out
 
 
@@ -94,21 +98,19 @@ def read_cluster(kube: Kube) -> LiveCluster:
     left_out: list[str] = []
     topologies = {
         t.name: t.spec.labels
-        for t in _parsed(_read(kube, TOPOLOGY, "Topology", _QUEUE_READER), "Topology", left_out)
+        for t in _parsed(_read(kube, TOPOLOGY, "Topology", _QUEUE_READER), left_out)
         if isinstance(t, Topology)
     }
     raw_flavors = _read(kube, RESOURCE_FLAVOR, "ResourceFlavor", _QUEUE_READER)
     flavors = [
-        engine_flavor(f)
-        for f in _parsed(raw_flavors, "ResourceFlavor", left_out)
-        if isinstance(f, ResourceFlavor)
+        engine_flavor(f) for f in _parsed(raw_flavors, left_out) if isinstance(f, ResourceFlavor)
     ]
     nodes: list[Node] = []
     for raw in _read(kube, NODE, "Node", _NODE_READER):
         try:
             nodes.append(node_from_manifest(raw))
         except ManifestError as error:
-            left_out.append(f"{error.subject}: {error.problems[0][0]}: {error.problems[0][1]}")
+            left_out.append(_said(error))
     try:
         raw_pods = list_all(kube, POD, field_selector="spec.nodeName!=")
     except Forbidden as refused:
@@ -121,7 +123,7 @@ def read_cluster(kube: Kube) -> LiveCluster:
         try:
             pod = bound_pod_from_manifest(raw)
         except ManifestError as error:
-            left_out.append(f"{error.subject}: {error.problems[0][0]}: {error.problems[0][1]}")
+            left_out.append(_said(error))
             continue
         if pod is not None:
             pods.append(pod)
@@ -168,7 +170,8 @@ class FlavorView:
     root: Row
     unusable: int  # nodes carrying its labels that its pods may not use now (NotReady, ...)
     outside: int  # nodes its pods may use that lack a level's label
-    fits: tuple[tuple[str, str], ...] = ()  # (level, where a gang would go, or why not)
+    # Per level: (its name, where a gang of --fits pods would go or why not, whether it goes).
+    fits: tuple[tuple[str, str, bool], ...] = ()
 
 
 def _states(domain: Domain) -> list[NodeState]:
@@ -232,7 +235,7 @@ def flavor_view(
             children=tuple(row(k) for k in sorted(kids(domain), key=lambda d: d.name)),
         )
 
-    fits: tuple[tuple[str, str], ...] = ()
+    fits: tuple[tuple[str, str, bool], ...] = ()
     if shape is not None and shape.gang is not None and counted_pods and found.inside:
         fits = tuple(_fits(view, pod, topology, levels, shape.gang, d) for d in range(len(levels)))
     return FlavorView(
@@ -249,17 +252,17 @@ def flavor_view(
 
 def _fits(
     view: NodeView, pod: PodShape, topology: str, levels: tuple[str, ...], count: int, depth: int
-) -> tuple[str, str]:
+) -> tuple[str, str, bool]:
     """Where a gang of `count` pods required in one domain at `depth` would go now, or the
     core's reason why none holds it."""
     request = DomainRequest(topology, levels, depth, True)
     placed = place_gang(view, GangRequest((PodSetRequest("main", count, pod, None, request),)))
     name = level_name(levels[depth])
     if not isinstance(placed, Placement):
-        return name, placed.reason
+        return name, placed.reason, False
     node = view.node(placed.nodes["main"][0][0])
     where = node.name if levels[depth] == HOSTNAME_LABEL else node.labels[levels[depth]]
-    return name, f"{name} {where} (the fullest that holds it)"
+    return name, f"{name} {where} (the fullest that holds it)", True
 
 
 def views(
@@ -313,8 +316,9 @@ def nothing_to_show(cluster: LiveCluster, topology: str | None, flavor: str | No
 def pods_hidden(said: str) -> str:
     """Why free room and pods are not shown."""
     return (
-        "free room and bound pods are not shown, only allocatable: that needs listing Pods in "
-        f"every namespace (a cluster admin's view). The apiserver said: {said}"
+        "free room, bound pods and where a gang would go are not shown, only allocatable: that "
+        f"needs listing Pods in every namespace (a cluster admin's view). The apiserver said: "
+        f"{said}"
     )
 
 
@@ -438,9 +442,7 @@ def render(fv: FlavorView, shape: Shape | None, depth: int | None, limit: int | 
             )
         )
     if shape is not None and shape.gang is not None:
-        for level, answer in fv.fits:
+        for level, answer, goes in fv.fits:
             line = Text(f"a gang of {shape.gang:,} x {shape.words()} required in one {level}: ")
-            lines.append(
-                line.append(answer, style="green" if answer.startswith(level) else "yellow")
-            )
+            lines.append(line.append(answer, style="green" if goes else "yellow"))
     return Group(*lines)

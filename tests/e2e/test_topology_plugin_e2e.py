@@ -177,7 +177,7 @@ def test_a_queue_reader_is_told_which_rights_the_view_needs(
         result = reader.muster(cluster, "topology", topology, "--color", "never")
         out = " ".join(result.stdout.split())
         assert f"block {fabric['pool']}-b0 4 nodes nvidia.com/gpu 32 " in out
-        assert "free room and bound pods are not shown, only allocatable" in out
+        assert "bound pods and where a gang would go are not shown, only allocatable" in out
         assert "pods" not in lines(result.stdout)[f"{fabric['pool']}-b0"]
     finally:
         cluster.kubectl(

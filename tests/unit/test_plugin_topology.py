@@ -109,7 +109,9 @@ def test_without_the_right_to_list_pods_allocatable_is_shown_and_nothing_else() 
     assert "rack b0-r0  4 nodes  nvidia.com/gpu 32" in out
     assert "free" not in out and "pods" not in out
     said = topo.pods_hidden('pods is forbidden: User "alice" cannot list resource "pods"')
-    assert "free room and bound pods are not shown" in said and "alice" in said
+    assert (
+        "free room, bound pods and where a gang would go are not shown" in said and "alice" in said
+    )
 
 
 def test_nodes_the_flavor_cannot_use_or_outside_the_topology_are_said() -> None:
