@@ -157,6 +157,11 @@ def test_a_queue_reader_is_told_which_rights_the_view_needs(
     namespace, topology = fabric["namespace"], fabric["topology"]
     home = tmp_path_factory.mktemp("readers")
     try:
+        # Without the queue-reader role, the Topologies are what it lacks first.
+        nobody = person(cluster, namespace, "nobody", home)
+        said = refused_plainly(nobody.muster(cluster, "topology"))
+        assert "kubectl muster topology reads every Topology" in said
+        assert "queue-reader role" in said and "listing Topologies:" in said
         reader = person(cluster, namespace, "reader", home, f"cluster:{release}-queue-reader")
         said = refused_plainly(reader.muster(cluster, "topology", topology))
         # Topologies and flavors it read; the Nodes are what it lacks, and it says so.
