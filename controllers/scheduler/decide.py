@@ -12,7 +12,6 @@ the last, widest attempt's: the one that speaks of every node.
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
@@ -36,7 +35,7 @@ from quota.placement import (
     Unplaceable,
     place_gang,
 )
-from quota.placement.topology import DomainRequest
+from quota.placement.topology import DomainRequest, domain_of
 
 Obj = dict[str, Any]
 
@@ -90,7 +89,7 @@ def pod_sets(group: Group, view: NodeView) -> tuple[list[PodSet], str | None]:
         shape = on_labels(shape, group.node_labels)
         if domain is not None and domain.required and domain.level is not None:
             bound = [q for q in group.bound if _pod_set_of(q, group) == set_name]
-            shape = on_labels(shape, _domain_of(view, [p.node_of(q) for q in bound], domain))
+            shape = on_labels(shape, domain_of(view, [p.node_of(q) for q in bound], domain))
         out.append((name, shape, members, domain))
     return out, None
 
@@ -103,22 +102,6 @@ def _pod_set_of(pod: Obj, group: Group) -> str:
         if any(named == name for name, _, _ in group.pod_sets):
             return named
     return group.pod_set
-
-
-def _domain_of(view: NodeView, nodes: Collection[str], domain: DomainRequest) -> dict[str, str]:
-    """The label of the domain at the request's level holding most of `nodes` (empty when
-    none of them is in the view)."""
-    assert domain.level is not None
-    label = domain.levels[domain.level]
-    values = Counter(
-        view.node(n).labels.get(label) for n in nodes if n in view and view.node(n).labels
-    )
-    values.pop(None, None)
-    if not values:
-        return {}
-    value = max(values.items(), key=lambda kv: (kv[1], kv[0]))[0]
-    assert value is not None
-    return {label: value}
 
 
 def on_labels(shape: PodShape, labels: Mapping[str, str]) -> PodShape:
@@ -141,7 +124,7 @@ def _request(
             if not widen:
                 shape = pinned(shape, only)
             elif domain is not None and domain.level is not None:
-                shape = on_labels(shape, _domain_of(view, only, domain))
+                shape = on_labels(shape, domain_of(view, only, domain))
         out.append(PodSetRequest(name, len(members), shape, domain=domain))
     return GangRequest(tuple(out))
 
