@@ -261,7 +261,7 @@ def render_html(result: SimResult) -> str:
     if stats is not None and stats.timelines:
         body += ["<h2>Nodes</h2>", _nodes_html(stats), "<div id='nodes'></div>"]
     if stats is not None and (stats.levels or stats.landed):
-        body += ["<h2>Topology</h2>", _topology_html(stats)]
+        body += ["<h2>Topology</h2>", _topology_html(stats), "<div id='levels'></div>"]
     body += [
         "<h2>Usage against fair share over time</h2>",
         "<p class='note'>Solid: usage; dashed: fair share. One chart per flavor/resource of "

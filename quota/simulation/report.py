@@ -376,6 +376,17 @@ class NodeTimeline:
         return tuple((a + b) / 2 for a, b in zip(self.edges, self.edges[1:], strict=False))
 
 
+def _buckets(end: float, buckets: int) -> tuple[int, float]:
+    """How many equal buckets cover [0, end] (at most `buckets`, none under a second), and
+    their width."""
+    count = max(1, min(buckets, math.ceil(end))) if end > 0 else 1
+    return count, end / count if end > 0 else 1.0
+
+
+def _edges(end: float, count: int, width: float) -> tuple[float, ...]:
+    return tuple(round(min(i * width, end), _DIGITS) for i in range(count + 1))
+
+
 class _Steps:
     """Time-weighted integrals of a step function over equal buckets of [0, end]."""
 
@@ -418,8 +429,7 @@ def node_timeline(
     if not nodes:
         return None
     end = result.end
-    count = max(1, min(buckets, math.ceil(end))) if end > 0 else 1
-    width = end / count if end > 0 else 1.0
+    count, width = _buckets(end, buckets)
     alloc = {n.name: n.allocatable[resource] for n in nodes}
     usable = {n.name for n in nodes if n.ready and not n.unschedulable}
     rows = {n.name: _Steps(count, width) for n in nodes}
@@ -464,7 +474,7 @@ def node_timeline(
     whole.add(whole_now, changed, end)
     return NodeTimeline(
         resource=resource,
-        edges=tuple(round(min(i * width, end), _DIGITS) for i in range(count + 1)),
+        edges=_edges(end, count, width),
         nodes=tuple(n.name for n in nodes),
         allocatable=tuple(alloc[n.name] for n in nodes),
         used=tuple(rows[n.name].averages(end) for n in nodes),
@@ -493,11 +503,21 @@ class LevelFree:
     largest: int  # the allocatable of the largest domain (Ready, schedulable nodes)
     avg_largest_free: float  # time-weighted over the run
     min_largest_free: int  # at any instant
+    edges: tuple[float, ...] = ()  # bucket boundaries, one more than buckets
+    largest_free: tuple[float, ...] = ()  # per bucket, time-weighted: the plot over time
+
+    @property
+    def times(self) -> tuple[float, ...]:
+        """Bucket starts."""
+        return self.edges[:-1]
 
 
-def level_free(result: SimResult, resource: str) -> tuple[LevelFree, ...]:
+def level_free(
+    result: SimResult, resource: str, buckets: int = NODE_BUCKETS
+) -> tuple[LevelFree, ...]:
     """Per topology level (but the hostname), the largest free amount of `resource` in one
-    domain over time: fragmentation as a gang that must stay in one domain sees it."""
+    domain over time (summed up, and averaged over equal buckets for a plot): fragmentation
+    as a gang that must stay in one domain sees it."""
     out: list[LevelFree] = []
     nodes = [
         n
@@ -521,7 +541,7 @@ def level_free(result: SimResult, resource: str) -> tuple[LevelFree, ...]:
                 free[path] = free.get(path, 0) + alloc[node]
             largest = max(free.values())
             out.append(
-                _level_over_time(result, name, label, resource, alloc, domain_of, free, largest)
+                _level_over_time(result, name, label, resource, domain_of, free, largest, buckets)
             )
     return tuple(out)
 
@@ -531,15 +551,17 @@ def _level_over_time(
     topology: str,
     label: str,
     resource: str,
-    alloc: Mapping[str, int],
     domain_of: Mapping[str, tuple[str, ...]],
     free: dict[tuple[str, ...], int],
     largest: int,
+    buckets: int,
 ) -> LevelFree:
     used = dict.fromkeys(domain_of, 0)
     now = largest
     least = largest
-    area = 0.0
+    end = result.end
+    count, width = _buckets(end, buckets)
+    steps = _Steps(count, width)
     changed = 0.0
     for event in _events_of(result.node_events, domain_of):
         amount = event.used.get(resource, 0)
@@ -549,22 +571,23 @@ def _level_over_time(
         if event.at > changed:
             # What held at the end of the previous instant, not the steps within one.
             least = min(least, now)
-            area += now * (event.at - changed)
+            steps.add(now, changed, event.at)
             changed = event.at
         free[domain_of[node]] -= amount - used[node]
         used[node] = amount
         now = max(free.values())
     least = min(least, now)
-    end = result.end
-    area += now * (end - changed)
+    steps.add(now, changed, end)
     return LevelFree(
         topology=topology,
         level=label,
         resource=resource,
         domains=len(free),
         largest=largest,
-        avg_largest_free=area / end if end > 0 else float(now),
+        avg_largest_free=steps.total / end if end > 0 else float(now),
         min_largest_free=least,
+        edges=_edges(end, count, width),
+        largest_free=steps.averages(end),
     )
 
 
@@ -637,7 +660,7 @@ def placement_stats(result: SimResult, buckets: int = NODE_BUCKETS) -> Placement
     return PlacementStats(
         nodes=len(result.nodes),
         timelines=tuple(t for t in timelines if t is not None),
-        levels=tuple(f for r in resources for f in level_free(result, r)),
+        levels=tuple(f for r in resources for f in level_free(result, r, buckets)),
         waited=len(waits),
         wait_total=sum(waits),
         landed_levels=landed_levels,

@@ -21,7 +21,7 @@ from controllers.main import main
 from controllers.simreport import pagedata
 from controllers.simreport.html import render_html
 from controllers.simreport.pagedata import embed
-from quota.simulation.report import queue_keys, queue_stats
+from quota.simulation.report import placement_stats, queue_keys, queue_stats
 from quota.simulation.results import SimResult
 from quota.simulation.scenario import parse_scenario
 from quota.simulation.simulator import simulate
@@ -360,3 +360,24 @@ def test_the_topology_tables_show_fragmentation_per_level_and_where_gangs_landed
     # Without nodes or topologies there is nothing to show.
     _, plain = run("placement-binpack-vs-spread.yaml")
     assert not [t for t in plain.tables if t[0][:2] == ["Queue", "Gangs"]]
+    assert plain.data()["levels"] == [] and "levels" not in plain.ids
+
+
+def test_the_largest_free_domain_over_time_averages_to_the_tables_figure() -> None:
+    result, page = run("topology.yaml")
+    data = page.data()
+    assert "levels" in page.ids
+    (chart,) = data["levels"]
+    assert chart["title"] == "Topology fabric: the most free nvidia.com/gpu in one domain"
+    assert [s["name"] for s in chart["series"]] == ["one block", "one rack"]
+    starts, end = chart["starts"], data["end"]
+    widths = [b - a for a, b in zip(starts, [*starts[1:], end], strict=True)]
+    stats = placement_stats(result)
+    assert stats is not None
+    for series, level in zip(chart["series"], stats.levels, strict=True):
+        assert len(series["y"]) == len(starts)
+        assert all(0 <= v <= level.largest for v in series["y"])
+        shown = sum(v * w for v, w in zip(series["y"], widths, strict=True)) / end
+        assert shown == pytest.approx(level.avg_largest_free, rel=0.01)
+    # The racks do run out of whole free room at times: the plot shows when.
+    assert min(chart["series"][1]["y"]) < stats.levels[1].largest
