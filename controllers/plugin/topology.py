@@ -235,18 +235,12 @@ def flavor_view(
             children=tuple(row(k) for k in sorted(kids(domain), key=lambda d: d.name)),
         )
 
+    root = row(found.root)
     fits: tuple[tuple[str, str, bool], ...] = ()
     if shape is not None and shape.gang is not None and counted_pods and found.inside:
         fits = tuple(_fits(view, pod, topology, levels, shape.gang, d) for d in range(len(levels)))
     return FlavorView(
-        flavor,
-        topology,
-        levels,
-        resources,
-        row(found.root),
-        labelled - cands.count,
-        found.outside,
-        fits,
+        flavor, topology, levels, resources, root, labelled - cands.count, found.outside, fits
     )
 
 
@@ -257,6 +251,7 @@ def _fits(
     core's reason why none holds it."""
     request = DomainRequest(topology, levels, depth, True)
     placed = place_gang(view, GangRequest((PodSetRequest("main", count, pod, None, request),)))
+    view.settle()  # a found placement holds its room until then: the next level starts afresh
     name = level_name(levels[depth])
     if not isinstance(placed, Placement):
         return name, placed.reason, False
@@ -433,6 +428,8 @@ def render(fv: FlavorView, shape: Shape | None, depth: int | None, limit: int | 
                 style="yellow",
             )
         )
+    if not root.nodes and not fv.unusable and not fv.outside:
+        lines.append(Text(f"no node carries flavor {fv.flavor.name}'s labels", style="yellow"))
     if fv.outside:
         lines.append(
             Text(

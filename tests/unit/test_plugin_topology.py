@@ -143,3 +143,26 @@ def test_fits_without_a_shape_is_a_usage_error() -> None:
     result = CliRunner().invoke(main, ["topology", "--fits", "4"])
     assert result.exit_code == 2
     assert "--fits needs --gpus" in result.output
+
+
+def test_asking_where_a_gang_would_go_changes_no_figure_of_the_tree() -> None:
+    # One level, the hostname, on cpu nodes: the gang fits a node, and the tree still shows
+    # that node's room as it is.
+    nodes = [Node(f"n{i}", {"cpu": 8000, "pods": 110}, {"pool": "c"}) for i in range(3)]
+    live = topo.LiveCluster(
+        {"hosts": (HOSTNAME_LABEL,)},
+        [Flavor("c", {"pool": "c"}, topology="hosts")],
+        nodes,
+        [BoundPod("ns/p", "n0", {"cpu": 3000})],
+    )
+    plain = shown(live, topo.Shape("cpu", 2000))
+    asked = shown(live, topo.Shape("cpu", 2000, 2))
+    assert "node n0  cpu 5/8 free  pods 1 (0 Muster's)  room for 2 x 2 cpu" in plain
+    assert asked.startswith(plain.rstrip("\n"))
+    assert "a gang of 2 x 2 cpu required in one node: node n0 (the fullest that holds it)" in asked
+
+
+def test_a_flavor_whose_labels_no_node_carries_says_so() -> None:
+    live = cluster(hosts(fabric(blocks=1, racks=1)), [])
+    live.flavors[0] = Flavor("h100", {"pool": "elsewhere"}, topology="fabric")
+    assert "no node carries flavor h100's labels" in shown(live)
