@@ -288,6 +288,8 @@ def topology(
         console.print(note, style="yellow")
     if cluster.pods is None:
         console.print(topo.pods_hidden(cluster.pods_refused), style="yellow")
+    elif cluster.workloads_refused:
+        console.print(topo.reservations_hidden(cluster.workloads_refused), style="yellow")
 
 
 @main.command("what-if")

@@ -3,17 +3,20 @@ node), per flavor naming it, read from the live cluster: per domain its nodes, a
 and free accelerators (else cpu), the pods bound there (Muster's or not), and, for a pod
 shape, how many such pods it holds now and where a gang of them would go.
 
-Room is the placement core's: the cluster's Nodes and bound Pods make a `NodeView`, the
-flavor's nodes are the ones its pods may use (`candidates`, the queue's filters), the tree is
-`topology.tree` and a domain's room for a shape is `topology.domain_room`, the count `choose`
-ranks domains by. Where a gang would go is `place_gang`'s answer (or its reason). Room Muster
-planned or holds for gangs not bound yet is not subtracted: only bound pods are.
+Room is the placement core's: the cluster's Nodes and bound Pods, and the room Muster has
+planned for admitted gangs not bound yet or holds for preemptors (placeholder pods, by the
+rules the admission cycle and the scheduler loop reserve with, `placement.reservations`),
+make a `NodeView`; the flavor's nodes are the ones its pods may use (`candidates`, the
+queue's filters), the tree is `topology.tree` and a domain's room for a shape is
+`topology.domain_room`, the count `choose` ranks domains by. Where a gang would go is
+`place_gang`'s answer (or its reason).
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import click
 from rich.console import Group
@@ -21,12 +24,26 @@ from rich.text import Text
 from rich.tree import Tree
 
 from controllers.plugin.kube import Forbidden, list_all
-from controllers.runtime.resources import NODE, POD, RESOURCE_FLAVOR, TOPOLOGY, Kind, Kube, Obj
+from controllers.runtime.resources import (
+    NODE,
+    POD,
+    RESOURCE_FLAVOR,
+    TOPOLOGY,
+    WORKLOAD,
+    Kind,
+    Kube,
+    Obj,
+    object_key,
+)
+from controllers.scheduler.nodeview import nominees
+from controllers.state import workloads as wls
+from controllers.state.caches import job_uid_of_pod
 from quota.api import ManifestError, parse_manifest
 from quota.api.names import SCHEDULER_NAME
 from quota.api.resourceflavor import ResourceFlavor
 from quota.api.topology import Topology
-from quota.model.convert import flavor as engine_flavor
+from quota.api.workload import Workload as WorkloadModel
+from quota.model import convert
 from quota.model.nodeconvert import bound_pod_from_manifest, node_from_manifest
 from quota.model.nodes import BoundPod, Node, PodShape
 from quota.model.resources import format_amount
@@ -35,8 +52,13 @@ from quota.placement import GangRequest, NodeView, Placement, PodSetRequest, pla
 from quota.placement.candidates import candidates
 from quota.placement.nodes import HOSTNAME_LABEL, NodeState, demand_of
 from quota.placement.profiles import PROFILES
+from quota.placement.reservations import held_pods, planned_pods
 from quota.placement.topology import Domain, DomainRequest, domain_room, level_name, tree
 from quota.simulation.report import placement_resources
+
+# The controller's --preemption-hold-timeout default: how long room stays held for a
+# preemptor whose victims are slow to leave.
+HOLD_TIMEOUT_S = 300.0
 
 # The profile whose filters say which of a flavor's nodes its pods may use (room aside), and
 # which places the gang of --fits: every profile shares the filters; BinPack is the default.
@@ -54,6 +76,9 @@ class LiveCluster:
     muster_pods: frozenset[str] = frozenset()  # keys of the pods Muster's scheduler placed
     left_out: list[str] = field(default_factory=list)  # objects that did not parse, and why
     pods_refused: str = ""  # the apiserver's words when Pods were refused
+    # Placeholder pods for room planned or held for gangs not bound yet (in `pods` too).
+    reserved: frozenset[str] = frozenset()
+    workloads_refused: str = ""  # the apiserver's words when Workloads were refused
 
 
 def _said(error: ManifestError) -> str:
@@ -103,7 +128,7 @@ def read_cluster(kube: Kube) -> LiveCluster:
     }
     raw_flavors = _read(kube, RESOURCE_FLAVOR, "ResourceFlavor", _QUEUE_READER)
     flavors = [
-        engine_flavor(f) for f in _parsed(raw_flavors, left_out) if isinstance(f, ResourceFlavor)
+        convert.flavor(f) for f in _parsed(raw_flavors, left_out) if isinstance(f, ResourceFlavor)
     ]
     nodes: list[Node] = []
     for raw in _read(kube, NODE, "Node", _NODE_READER):
@@ -119,6 +144,7 @@ def read_cluster(kube: Kube) -> LiveCluster:
         )
     pods: list[BoundPod] = []
     muster: set[str] = set()
+    owners: dict[str, list[str]] = {}  # pod -> the ids of what owns it (Job, PodGroup)
     for raw in raw_pods:
         try:
             pod = bound_pod_from_manifest(raw)
@@ -129,7 +155,51 @@ def read_cluster(kube: Kube) -> LiveCluster:
             pods.append(pod)
             if (raw.get("spec") or {}).get("schedulerName") == SCHEDULER_NAME:
                 muster.add(pod.key)
-    return LiveCluster(topologies, flavors, nodes, pods, frozenset(muster), left_out)
+            owners[pod.key] = list(job_uid_of_pod(raw))
+    live = LiveCluster(topologies, flavors, nodes, pods, frozenset(muster), left_out)
+    try:
+        raw_workloads = list_all(kube, WORKLOAD)
+    except Forbidden as refused:
+        live.workloads_refused = refused.said
+        return live
+    reserved = reserved_pods(raw_workloads, pods, owners, left_out)
+    live.pods = pods + reserved
+    live.reserved = frozenset(p.key for p in reserved)
+    return live
+
+
+def reserved_pods(
+    workloads: list[Obj],
+    pods: list[BoundPod],
+    owners: Mapping[str, Sequence[str]],
+    left_out: list[str],
+) -> list[BoundPod]:
+    """Placeholder pods for the room planned for admitted Workloads whose pods are not all
+    bound, and held for pending preemptors: what the admission cycle and the scheduler loop
+    count as taken (`placement.reservations`)."""
+    admitted = []
+    workload_of: dict[str, str] = {}  # owner id (as the caches index it) -> Workload key
+    for raw in workloads:
+        if wls.is_finished(raw) or not wls.has_quota(raw):
+            continue
+        try:
+            model = WorkloadModel.model_validate(raw)
+        except ValueError as error:
+            left_out.append(f"Workload {object_key(raw)}: {str(error).splitlines()[0]}")
+            continue
+        engine = convert.workload(model, "")
+        admitted.append(engine)
+        uid = wls.owner_job_uid(raw)
+        if uid:
+            workload_of[uid] = engine.key
+    # A Workload's own bound pods fill its plan: only the rest is held for it.
+    mine = [replace(p, workload=_first(workload_of, owners.get(p.key, ()))) for p in pods]
+    held = held_pods(nominees(workloads), time.time(), HOLD_TIMEOUT_S)
+    return planned_pods(admitted, mine) + held
+
+
+def _first(found: Mapping[str, str], keys: Iterable[str]) -> str | None:
+    return next((found[k] for k in keys if k in found), None)
 
 
 @dataclass(frozen=True)
@@ -155,6 +225,7 @@ class Row:
     free: Mapping[str, int] | None  # None: pods unreadable
     pods: int | None
     muster_pods: int | None
+    reserved: int | None  # pods' room planned or held there for gangs not bound yet
     room: int | None  # pods of the shape it holds now (None: no shape asked)
     children: tuple[Row, ...] = ()
 
@@ -187,10 +258,10 @@ def flavor_view(
     topology: str,
     levels: tuple[str, ...],
     shape: Shape | None,
-    muster_pods: frozenset[str],
-    counted_pods: bool,
+    live: LiveCluster,
 ) -> FlavorView:
     """The tree of `flavor`'s nodes in `view` by the levels of its Topology."""
+    counted_pods = live.pods is not None
     requests = {shape.resource: shape.amount} if shape is not None else {}
     pod = PodShape(requests, dict(flavor.node_labels), (), flavor.tolerations)
     cands = candidates(view, pod, _PROFILE.filters)
@@ -216,6 +287,7 @@ def flavor_view(
         allocatable = {r: sum(s.node.allocatable.get(r, 0) for s in states) for r in resources}
         free = {r: sum(s.free.get(r, 0) for s in states) for r in resources}
         keys = [k for s in states for k in (p.key for p in view.pods_on(s.name))]
+        reserved = sum(1 for k in keys if k in live.reserved)
         depth = domain.depth
         if depth < 0:
             level = ""
@@ -229,8 +301,9 @@ def flavor_view(
             nodes=len(states),
             allocatable=allocatable,
             free=free if counted_pods else None,
-            pods=len(keys) if counted_pods else None,
-            muster_pods=sum(1 for k in keys if k in muster_pods) if counted_pods else None,
+            pods=len(keys) - reserved if counted_pods else None,
+            muster_pods=sum(1 for k in keys if k in live.muster_pods) if counted_pods else None,
+            reserved=reserved if counted_pods else None,
             room=room(domain) if room is not None else None,
             children=tuple(row(k) for k in sorted(kids(domain), key=lambda d: d.name)),
         )
@@ -282,11 +355,7 @@ def views(
         if levels is None:
             notes.append(f"flavor {f.name} names Topology {f.topology}, which does not exist")
             continue
-        out.append(
-            flavor_view(
-                view, f, f.topology, levels, shape, cluster.muster_pods, cluster.pods is not None
-            )
-        )
+        out.append(flavor_view(view, f, f.topology, levels, shape, cluster))
     if flavor is None:
         for name in sorted(set(cluster.topologies) - named):
             if topology is None or name == topology:
@@ -306,6 +375,15 @@ def nothing_to_show(cluster: LiveCluster, topology: str | None, flavor: str | No
     if topology is not None and topology not in cluster.topologies:
         return f"no Topology named {topology}"
     return "no ResourceFlavor names a Topology (spec.topologyName); docs/placement.md, Topology"
+
+
+def reservations_hidden(said: str) -> str:
+    """Why room planned or held for gangs not bound yet is not subtracted."""
+    return (
+        "room Muster planned for admitted gangs not bound yet, or holds for preemptors, is "
+        "counted as free: that needs listing Workloads in every namespace (a cluster admin's "
+        f"view). The apiserver said: {said}"
+    )
 
 
 def pods_hidden(said: str) -> str:
@@ -352,6 +430,8 @@ def _label(row: Row, resources: Sequence[str], shape: Shape | None) -> Text:
         label.append(f"  pods {row.pods:,}")
         if row.pods:
             label.append(f" ({row.muster_pods:,} Muster's)", style="dim")
+        if row.reserved:
+            label.append(f"  + room of {row.reserved:,} planned or held", style="cyan")
     if shape is not None and row.room is not None:
         holds = shape.gang is not None and row.room >= shape.gang
         style = "bold green" if holds else ("dim" if not row.room else "")
@@ -371,6 +451,7 @@ def _summary(rows: Sequence[Row], resources: Sequence[str], shape: Shape | None)
         else {res: sum((r.free or {}).get(res, 0) for r in rows) for res in resources},
         pods=None,
         muster_pods=None,
+        reserved=None,
         room=None,
     )
     level = rows[0].level

@@ -4,6 +4,8 @@ it says when something cannot be shown."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from click.testing import CliRunner
 from rich.console import Console
 
@@ -166,3 +168,65 @@ def test_a_flavor_whose_labels_no_node_carries_says_so() -> None:
     live = cluster(hosts(fabric(blocks=1, racks=1)), [])
     live.flavors[0] = Flavor("h100", {"pool": "elsewhere"}, topology="fabric")
     assert "no node carries flavor h100's labels" in shown(live)
+
+
+def admitted_workload(name: str, count: int, plan: dict[str, int], gpus: int = 8) -> Any:
+    """An admitted Workload of Job `name` (uid uid-<name>) planned on the nodes of `plan`."""
+    return {
+        "apiVersion": "muster.dev/v1alpha1",
+        "kind": "Workload",
+        "metadata": {
+            "name": f"job-{name}",
+            "namespace": "ns",
+            "ownerReferences": [
+                {"apiVersion": "batch/v1", "kind": "Job", "name": name, "uid": f"uid-{name}"}
+            ],
+        },
+        "spec": {
+            "queueName": "team",
+            "podSets": [{"name": "main", "count": count, "requests": {GPU: str(gpus)}}],
+        },
+        "status": {
+            "admission": {
+                "clusterQueue": "cq",
+                "podSetAssignments": [
+                    {
+                        "name": "main",
+                        "count": count,
+                        "flavors": {GPU: "h100"},
+                        "nodes": [{"name": n, "count": c} for n, c in plan.items()],
+                    }
+                ],
+            },
+            "conditions": [
+                {
+                    "type": "QuotaReserved",
+                    "status": "True",
+                    "reason": "QuotaReserved",
+                    "lastTransitionTime": "2026-01-01T00:00:00Z",
+                }
+            ],
+        },
+    }
+
+
+def test_room_planned_for_a_gang_not_bound_yet_is_not_shown_free() -> None:
+    nodes = hosts(fabric(blocks=1, racks=2, nodes=2))
+    # A 3-pod gang planned on rack b0-r1 and b0-r0-n0; one of its pods is bound already.
+    plan = {"b0-r1-n0": 1, "b0-r1-n1": 1, "b0-r0-n0": 1}
+    bound = [BoundPod("ns/gang-0", "b0-r1-n0", {GPU: 8})]
+    left_out: list[str] = []
+    held = topo.reserved_pods(
+        [admitted_workload("gang", 3, plan)], bound, {"ns/gang-0": ["uid-gang"]}, left_out
+    )
+    assert not left_out
+    # Its bound pod fills its plan on b0-r1-n0: only the two others are held.
+    assert sorted(p.node for p in held) == ["b0-r0-n0", "b0-r1-n1"]
+    live = cluster(nodes, [*bound, *held], frozenset({"ns/gang-0"}))
+    live.reserved = frozenset(p.key for p in held)
+    out = shown(live, topo.Shape(GPU, 8))
+    assert (
+        "rack b0-r1  2 nodes  nvidia.com/gpu 0/16 free  pods 1 (1 Muster's)  + room of 1 "
+        "planned or held  room for 0 x 8 nvidia.com/gpu"
+    ) in out
+    assert "rack b0-r0  2 nodes  nvidia.com/gpu 8/16 free  pods 0  + room of 1 planned" in out
