@@ -114,6 +114,8 @@ def test_without_the_right_to_list_pods_allocatable_is_shown_and_nothing_else() 
     assert (
         "free room, bound pods and where a gang would go are not shown" in said and "alice" in said
     )
+    said = topo.reservations_hidden('workloads.muster.dev is forbidden: User "alice"')
+    assert "planned for admitted gangs not bound yet" in said and "counted as free" in said
 
 
 def test_nodes_the_flavor_cannot_use_or_outside_the_topology_are_said() -> None:
