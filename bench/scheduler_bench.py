@@ -235,7 +235,7 @@ def stages_with_heartbeat(directory: Path, seconds: float) -> Path:
     return path
 
 
-def quiet_nodes(local: LocalCluster, heartbeat: float, lease: int) -> None:
+def quiet_nodes(local: LocalCluster, stages: Path, heartbeat: float, lease: int) -> None:
     """Make the fresh cluster's kwok nodes cheaper to keep alive before it starts.
 
     A kubelet (and kwok) renews its node's Lease every quarter of the lease duration (10 s
@@ -243,10 +243,10 @@ def quiet_nodes(local: LocalCluster, heartbeat: float, lease: int) -> None:
     writes a second, more than 2 cores can serve next to anything else. scheduler_perf runs
     with no heartbeats at all; here node status is posted every `heartbeat` seconds, the
     Lease lasts `lease` seconds (renewed every lease/4), and kube-controller-manager waits
-    twice the lease before it calls a node unhealthy.
+    twice the lease before it calls a node unhealthy. kwok's stages are written into
+    `stages` (a directory), which kwok reads once, as it starts.
     """
     if heartbeat > 0:
-        stages = Path(tempfile.mkdtemp(prefix="muster-sched-bench-stages-"))
         cluster_module.STAGES_FILE = stages_with_heartbeat(stages, heartbeat)
     if lease <= 0:
         return
@@ -1296,6 +1296,7 @@ def run_topology(
         "all_admitted_seconds": None if native else last(tracker.admitted, started),
         "all_bound_seconds": last(tracker.bound, started) if all_bound else None,
         "steady_pods_bound_per_second": steady_rate(tracker.bound.values()),
+        "api_writes_per_group": writes_per_group(cpu, len(gangs)),
         "cpu": cpu,
     }
     if native:
@@ -1336,12 +1337,16 @@ def waiting_gangs(
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
     scenarios = ["native", "muster", "kai"] if args.scenario == "all" else [args.scenario]
-    with running_cluster(
-        args.kubeconfig,
-        prefix="muster-sched-bench-",
-        prepare=partial(quiet_nodes, heartbeat=args.node_heartbeat, lease=args.node_lease),
-        keep=args.keep,
-    ) as cluster:
+    quiet = partial(quiet_nodes, heartbeat=args.node_heartbeat, lease=args.node_lease)
+    with (
+        tempfile.TemporaryDirectory(prefix="muster-sched-bench-stages-") as stages,
+        running_cluster(
+            args.kubeconfig,
+            prefix="muster-sched-bench-",
+            prepare=partial(quiet, stages=Path(stages)),
+            keep=args.keep,
+        ) as cluster,
+    ):
         kc, kubeconfig = cluster.kc, cluster.kubeconfig
         env = Env(args, cluster, Kube(api_client(kubeconfig, pool_size=8)), profile=args.profile)
         results: list[dict[str, Any]] = []
