@@ -1112,6 +1112,7 @@ def topology_table(report: Mapping[str, Any]) -> str:
         "over several racks",
         "racks used / untouched",
         "create s",
+        "every pod created s",
         "every pod bound s",
         "steady bound/s",
         "per group (ms)",
@@ -1136,6 +1137,7 @@ def topology_table(report: Mapping[str, Any]) -> str:
             str(r["gangs_over_several_racks"]),
             f"{r['racks_used']} / {r['racks_untouched']}",
             str(r["create_seconds"]),
+            str(r["all_pods_created_seconds"]),
             str(r["all_bound_seconds"]),
             str(r["steady_pods_bound_per_second"]),
             per_group or "n/a",
@@ -1251,9 +1253,7 @@ def run_topology(
     open_namespace(
         env, namespace, None if native else queue_docs(pool, namespace, quota, topology=topology)
     )
-    # cpu and memory in proportion to the GPUs: kube-scheduler scores a placement (a rack)
-    # by cpu and memory only (NodeResourcesFit's default resources), as Muster's does not.
-    spec = pod_spec(cpu=str(8 * POD_GPUS), memory=f"{64 * POD_GPUS}Gi", gpu=POD_GPUS)
+    spec = pod_spec(cpu=args.pod_cpu, memory=args.pod_memory, gpu=POD_GPUS)
     gangs = {f"gang-{g:04d}": size for g, size in enumerate(fabric.gang_sizes(args.fill))}
     if native:
         group = {"schedulingConstraints": {"topology": [{"key": RACK_LABEL}]}}
@@ -1288,12 +1288,14 @@ def run_topology(
         if native
         else "Muster (Jobs, required-topology annotation, flavor naming the Topology)",
         "fabric": f"{fabric.blocks} blocks x {fabric.racks} racks x {fabric.nodes} nodes",
+        "pod": f"{POD_GPUS} GPUs, {args.pod_cpu} cpu, {args.pod_memory}",
         "groups": len(gangs),
         "pods": pods,
         "bound": len(tracker.bound),
         **rack_spread(gangs, tracker.gang, tracker.node, rack_of),
         "create_seconds": round(created, 2),
         "all_admitted_seconds": None if native else last(tracker.admitted, started),
+        "all_pods_created_seconds": last(tracker.created, started),
         "all_bound_seconds": last(tracker.bound, started) if all_bound else None,
         "steady_pods_bound_per_second": steady_rate(tracker.bound.values()),
         "api_writes_per_group": writes_per_group(cpu, len(gangs)),
@@ -1530,6 +1532,17 @@ def main(argv: list[str] | None = None) -> None:
         type=float,
         default=0.75,
         help="the gangs ask for this share of the fabric's GPUs (topology)",
+    )
+    # By default cpu and memory in proportion to the GPUs (an eighth of a node's 64 cpu and
+    # 512Gi per GPU): kube-scheduler scores a rack by cpu and memory only (NodeResourcesFit's
+    # default resources), Muster by every resource the pods ask.
+    parser.add_argument(
+        "--pod-cpu", default=str(8 * POD_GPUS), help=f"cpu of a {POD_GPUS}-GPU pod (topology)"
+    )
+    parser.add_argument(
+        "--pod-memory",
+        default=f"{64 * POD_GPUS}Gi",
+        help=f"memory of a {POD_GPUS}-GPU pod (topology)",
     )
     parser.add_argument(
         "--topology-timeout",
