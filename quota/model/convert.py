@@ -390,13 +390,6 @@ def job_to_workload_model(
         pod_set["minCount"] = min(low, pods)
     assert isinstance(template, Mapping)  # it holds pod_spec, checked above
     asked = topology_annotations(template, pods, fail)
-    if asked and job_is_elastic(job):
-        # A scale-up slice would be placed apart from the pods already running.
-        raise fail(
-            f"metadata.annotations[{ELASTIC_ANNOTATION}]",
-            "an elastic Job cannot ask for topology yet (muster.dev/podset-*-topology on its "
-            "pod template): its scale-up slices would not be kept in its domain",
-        )
     if asked:
         pod_set["topologyRequest"] = asked
     body: dict[str, Any] = {"queueName": queue, "podSets": [pod_set]}

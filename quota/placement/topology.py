@@ -31,7 +31,8 @@ so after one gang is placed only the classes it touched are counted again.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections import Counter
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
 from quota.placement.candidates import Candidates, Share
@@ -429,3 +430,19 @@ def _refusal(
         f"{level_name(request.levels[where[0].depth])}{plural} have room for {named}",
         False,
     )
+
+
+def domain_of(view: NodeView, nodes: Iterable[str], request: DomainRequest) -> dict[str, str]:
+    """The node label (level: value) of the domain at the request's level that holds most of
+    `nodes` (ties to the name), where pods of the same gang already run; empty when the
+    request names no level or no such node is in the view. A pod set that must keep to one
+    domain places its later pods (a scale-up slice, a replacement) there."""
+    if request.level is None:
+        return {}
+    label = request.levels[request.level]
+    values = Counter(
+        value for n in nodes if n in view and (value := view.node(n).labels.get(label))
+    )
+    if not values:
+        return {}
+    return {label: max(values.items(), key=lambda kv: (kv[1], kv[0]))[0]}
