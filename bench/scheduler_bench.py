@@ -28,6 +28,16 @@ of one are gone before the next starts):
   from creating the preemptor to its last pod bound, victims' pods pending or made again
   after; when the preemptor is not bound in time, its group's and a waiting pod's
   conditions instead of a time.
+- `topology` (only when asked for; issue 30): kwok nodes of 8 GPUs in blocks of racks
+  (labels `muster-bench/block`, `muster-bench/rack`), and one stream of gangs of 2-GPU pods,
+  an eighth, a quarter and half of a rack in turn up to `--fill` of the GPUs, each requiring
+  all its pods inside one rack. kube-scheduler (gate TopologyAwareWorkloadScheduling): a
+  PodGroup per gang with `schedulingConstraints.topology` on the rack label, bare pods.
+  Muster: a Topology (block, rack, hostname), a flavor naming it, a Job per gang whose pod
+  template carries `muster.dev/podset-required-topology`. Reported for each: gangs whole
+  inside one rack, gangs over several, racks used and left free, time from the first create
+  to every pod created and to every pod bound; kube-scheduler's placement metrics, Muster's
+  decide time.
 
 The controller runs in this process (the Manager `muster controller` runs), started after
 the native scenario so that it costs kube-scheduler nothing. CPU seconds of every cluster
@@ -35,13 +45,15 @@ process and of each thread of this one are read from /proc around each scenario;
 adds a stack sampler over the controller's threads. Prints figures; never fails on time.
 
     python bench/scheduler_bench.py [--nodes 5000] [--gangs 1000] [--gpu-nodes 500]
-        [--gpu-jobs 4000] [--scenario native|muster|kai|all|preemption] [--kubeconfig PATH]
-        [--preemption-nodes 100] [--low-gang-pods 20] [--preemptor-pods 100]
-        [--profile] [--json]
+        [--gpu-jobs 4000] [--scenario native|muster|kai|all|preemption|topology]
+        [--kubeconfig PATH] [--preemption-nodes 100] [--low-gang-pods 20]
+        [--preemptor-pods 100] [--blocks 4] [--racks 8] [--rack-nodes 16] [--fill 0.75]
+        [--pod-cpu 16] [--pod-memory 128Gi] [--profile] [--json]
 
-Without --kubeconfig a fresh local cluster is started in a temporary directory. With one,
-kube-scheduler's metrics and the cluster's CPU are read only when the kubeconfig belongs to
-a `muster local-cluster` state directory.
+Without --kubeconfig a fresh local cluster is started in a temporary directory, deleted at
+the end (unless --keep, or the run failed). With one, kube-scheduler's metrics and the
+cluster's CPU are read only when the kubeconfig belongs to a `muster local-cluster` state
+directory.
 """
 
 from __future__ import annotations
