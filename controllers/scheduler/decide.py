@@ -50,6 +50,8 @@ class Decision:
     reason: str = ""  # why it waits, or which nodes were preferred
     never: bool = False  # no node could ever take it (only new nodes can help)
     error: bool = False  # the group's own objects are at fault, not the nodes
+    # Each placed pod set that keeps to a Topology's domains: its request, its pods' nodes.
+    domains: tuple[tuple[DomainRequest, tuple[str, ...]], ...] = ()
 
     @property
     def placed(self) -> bool:
@@ -211,7 +213,13 @@ def _decision(group: Group, sets: list[PodSet], placement: Placement, label: str
     binds: list[tuple[Obj, str]] = []
     for name, _, members, _, _ in sets:
         binds.extend(zip(members, placement.pod_nodes(name), strict=True))
-    return Decision(group, placement, tuple(binds), label)
+    # Per Workload pod set keeping to domains (its pods may come in several shapes).
+    kept: dict[str, tuple[DomainRequest, list[str]]] = {}
+    for name, _, _, domain, owner in sets:
+        if domain is not None:
+            kept.setdefault(owner, (domain, []))[1].extend(placement.pod_nodes(name))
+    domains = tuple((domain, tuple(nodes)) for domain, nodes in kept.values())
+    return Decision(group, placement, tuple(binds), label, domains=domains)
 
 
 def nodes_text(counts: Mapping[str, int], limit: int = 8) -> str:

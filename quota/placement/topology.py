@@ -31,15 +31,21 @@ so after one gang is placed only the classes it touched are counted again.
 
 from __future__ import annotations
 
+import re
 from collections import Counter
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
+from quota.model.nodes import Node
 from quota.placement.candidates import Candidates, Share
 from quota.placement.nodes import HOSTNAME_LABEL, Demand, NodeState, NodeView, fit_count
 
 # Domains named in a reason, roomiest first.
 _NAMED = 3
+# What metrics and reports call pods that share no domain of even the widest level, and a
+# wait for room anywhere in the topology (not one domain of a level).
+SPREAD = "spread"
+ANYWHERE = "topology"
 
 
 @dataclass(frozen=True, slots=True)
@@ -446,3 +452,54 @@ def domain_of(view: NodeView, nodes: Iterable[str], request: DomainRequest) -> d
     if not values:
         return {}
     return {label: max(values.items(), key=lambda kv: (kv[1], kv[0]))[0]}
+
+
+def domain_room(found: Tree, demand: Demand) -> Callable[[Domain], int]:
+    """Pods of `demand` a domain of `found` takes now, counted as `choose` counts them (down
+    to single nodes when the last level is the hostname): for views of free room."""
+    hosts = len(found.by_depth) if found.hostname else None
+    return _Room(found, demand, DomainRequest("", (), hosts, True)).pods
+
+
+def landed_depth(nodes: Iterable[Node], levels: tuple[str, ...]) -> int | None:
+    """The narrowest level at which one domain holds every one of `nodes` (its index in
+    `levels`); -1 when they span domains of the widest level; None when there are none or
+    one lacks a level's label (it is outside the topology)."""
+    hostname = bool(levels) and levels[-1] == HOSTNAME_LABEL
+    labelled = levels[:-1] if hostname else levels
+    paths: set[tuple[str, ...]] = set()
+    for node in nodes:
+        path = domain_path(node.labels, labelled)
+        if path is None:
+            return None
+        paths.add((*path, node.name) if hostname else path)
+    if not paths:
+        return None
+    depth = -1
+    while depth + 1 < len(levels) and len({p[: depth + 2] for p in paths}) == 1:
+        depth += 1
+    return depth
+
+
+def landed_level(nodes: Iterable[Node], levels: tuple[str, ...]) -> str | None:
+    """`landed_depth` in the words reasons use: "rack", "node", or SPREAD."""
+    depth = landed_depth(nodes, levels)
+    if depth is None:
+        return None
+    return level_name(levels[depth]) if depth >= 0 else SPREAD
+
+
+# The head of `_refusal`'s sentences, read back by `waiting_level`: a test holds them together.
+_NO_DOMAIN = re.compile(r"\bno (?P<level>\S+) of Topology \S+ can (ever )?hold ")
+_NOWHERE = re.compile(r"\bthe nodes of Topology \S+ (have room for|cannot hold) ")
+
+
+def waiting_level(reason: str) -> str | None:
+    """The level (as reasons name it) at which no domain can hold a waiting pod set, read
+    from the reason `choose` gave it, wherever the cycle wrapped it (ANYWHERE: not even the
+    whole topology has room); None for a wait of any other kind. Metrics count topology
+    waits by it."""
+    found = _NO_DOMAIN.search(reason)
+    if found is not None:
+        return found.group("level")
+    return ANYWHERE if _NOWHERE.search(reason) else None
