@@ -105,18 +105,25 @@ class Topology(ApiObject):
     spec: TopologySpec
 
 
+# The one-of rule of a request's kinds, in the words of both the CRD and the model.
+_ONE_KIND = "at most one of required, preferred, requiredTier, preferredTier and unconstrained"
+
+
 class TopologyRequest(ApiModel):
     """Where a pod set's pods must or should be, in levels of its flavor's topology.
 
-    At most one of required, preferred and unconstrained; a slice (`sliceSize` pods in a row
-    inside one domain at `sliceRequiredTopology`) goes with any of them.
+    At most one of required, preferred (a level by its node label), requiredTier,
+    preferredTier (a level counted from the narrowest, as Volcano counts HyperNode tiers) and
+    unconstrained; a slice (`sliceSize` pods in a row inside one domain at
+    `sliceRequiredTopology`) goes with any of them.
     """
 
     model_config = validations(
         cel(
-            "[has(self.required), has(self.preferred), "
-            "has(self.unconstrained) && self.unconstrained].filter(x, x).size() <= 1",
-            "at most one of required, preferred and unconstrained",
+            "[has(self.required), has(self.preferred), has(self.requiredTier), "
+            "has(self.preferredTier), has(self.unconstrained) && self.unconstrained]"
+            ".filter(x, x).size() <= 1",
+            _ONE_KIND,
         ),
         cel(
             "has(self.sliceSize) == has(self.sliceRequiredTopology)",
@@ -132,6 +139,21 @@ class TopologyRequest(ApiModel):
         "level that can, else anywhere in the topology.",
         optional=True,
     )
+    required_tier: int | None = Field(
+        None,
+        ge=1,
+        le=MAX_LEVELS,
+        description="As required, at the level this many tiers up from the narrowest: tier 1 "
+        "is the narrowest level that is not kubernetes.io/hostname (e.g. the rack), tier 2 "
+        "the one above, as Volcano counts HyperNode tiers. A tier beyond the flavor's "
+        "Topology waits with that reason.",
+    )
+    preferred_tier: int | None = Field(
+        None,
+        ge=1,
+        le=MAX_LEVELS,
+        description="As preferred, at the level counted as for requiredTier.",
+    )
     unconstrained: bool | None = Field(
         None, description="Anywhere among the topology's nodes (slices still apply)."
     )
@@ -144,11 +166,9 @@ class TopologyRequest(ApiModel):
 
     @model_validator(mode="after")
     def _consistent(self) -> Self:
-        if (
-            sum([self.required is not None, self.preferred is not None, bool(self.unconstrained)])
-            > 1
-        ):
-            raise ValueError("at most one of required, preferred and unconstrained")
+        kinds = (self.required, self.preferred, self.required_tier, self.preferred_tier)
+        if sum(x is not None for x in kinds) + bool(self.unconstrained) > 1:
+            raise ValueError(_ONE_KIND)
         if (self.slice_size is None) != (self.slice_required_topology is None):
             raise ValueError("sliceSize and sliceRequiredTopology go together")
         return self
