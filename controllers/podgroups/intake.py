@@ -64,6 +64,7 @@ from quota.api.conditions import WorkloadConditions as WC
 from quota.api.meta import API_VERSION
 from quota.api.names import JOB_POD_SET, QUEUE_LABEL, WORKLOAD_FINALIZER
 from quota.api.quantity import format_quantity
+from quota.api.topology import MAX_LEVELS
 from quota.model.nodeconvert import pod_requests
 from quota.model.queues import admitted_to
 
@@ -181,25 +182,71 @@ def workload_spec(
 
 
 def _topology_request(fk: ForeignKind, pg: Mapping[str, Any], subject: str) -> Obj:
-    """The group's topology constraint as the Workload's topologyRequest, never dropped.
+    """The group's topology constraint as the Workload's topologyRequest, never dropped:
+    what Muster cannot honour is refused naming the field.
 
     Native (KEP-5732): every pod within one value of the label `key`, a hard constraint:
-    `required`. Volcano's `networkTopology` counts HyperNode tiers, which Muster does not map
-    to node labels yet: the group is refused rather than placed as if it asked nothing."""
+    `required`. The API allows one constraint (maxItems 1); should more come, they are
+    refused rather than some ignored. Volcano (`networkTopology`, HyperNode tiers counted
+    from the leaves): hard mode keeps every pod inside one HyperNode of tier at most
+    `highestTierAllowed`, which is one domain at that tier: `requiredTier`; soft mode keeps
+    them as close as it can, climbing tier by tier: `preferredTier` 1. The flavor's Topology
+    says which level a tier is (`quota.placement.topology.domain_request`)."""
     spec = pg.get("spec") or {}
     if fk is NATIVE:
+        field = "spec.schedulingConstraints.topology"
         constraints = (spec.get("schedulingConstraints") or {}).get("topology") or []
-        if constraints:
-            return {"required": str((constraints[0] or {}).get("key") or "")}
+        if not constraints:
+            return {}
+        if len(constraints) > 1:
+            raise Refused(
+                "UnsupportedTopology",
+                f"{subject}: {field}: Muster honours one topology constraint per group "
+                f"(as kube-scheduler 1.37 does), got {len(constraints)}",
+            )
+        key = (constraints[0] or {}).get("key")
+        if not isinstance(key, str) or not key:
+            raise Refused("InvalidPodGroup", f"{subject}: {field}[0].key: must name a node label")
+        return {"required": key}
+    network = spec.get("networkTopology")
+    if network is None:
         return {}
-    if spec.get("networkTopology"):
+    field = "spec.networkTopology"
+    if not isinstance(network, Mapping):
+        raise Refused("InvalidPodGroup", f"{subject}: {field}: must be an object")
+    # Volcano's CRD defaults: hard mode, highest tier 1.
+    mode = network.get("mode") or "hard"
+    if mode == "soft":
+        return {"preferredTier": 1}
+    if mode != "hard":
+        raise Refused(
+            "InvalidPodGroup", f"{subject}: {field}.mode: must be hard or soft (got {mode!r})"
+        )
+    tier = network.get("highestTierAllowed")
+    tier = 1 if tier is None else tier
+    if isinstance(tier, bool) or not isinstance(tier, int) or tier < 1:
+        raise Refused(
+            "InvalidPodGroup",
+            f"{subject}: {field}.highestTierAllowed: must be a tier, at least 1 (got {tier!r})",
+        )
+    if tier > MAX_LEVELS:
         raise Refused(
             "UnsupportedTopology",
-            f"{subject}: spec.networkTopology: Muster does not map Volcano HyperNode tiers to "
-            "node labels yet, so it cannot keep this group in one; remove the field to queue "
-            "the group without it",
+            f"{subject}: {field}.highestTierAllowed: tier {tier} is beyond any Muster "
+            f"Topology, which has at most {MAX_LEVELS} levels",
         )
-    return {}
+    return {"requiredTier": tier}
+
+
+def _topology_words(fk: ForeignKind, request: Obj) -> str:
+    """How the group's constraint was taken, for the Event that says its Workload exists."""
+    if not request:
+        return ""
+    if fk is NATIVE:
+        return f", every pod in one domain of {request['required']}"
+    if "requiredTier" in request:
+        return f", every pod in one domain of tier {request['requiredTier']} or below"
+    return ", its pods as close as the topology allows (soft)"
 
 
 def new_workload(fk: ForeignKind, pg: Mapping[str, Any], name: str, spec: Obj) -> Obj:
@@ -417,7 +464,8 @@ class PodGroupIntake:
                 "Normal",
                 "CreatedWorkload",
                 f"created Workload {name} in LocalQueue {spec['queueName']} for "
-                f"{spec['podSets'][0]['count']} pods",
+                f"{spec['podSets'][0]['count']} pods"
+                + _topology_words(fk, spec["podSets"][0].get("topologyRequest") or {}),
             )
             self.ctx.poke_admission()
         self._tell(
