@@ -73,8 +73,8 @@ def runtime_of(trainjob: Mapping[str, Any], lookup: RuntimeLookup) -> Obj:
 
 def replicated_jobs(trainjob: Mapping[str, Any], runtime: Mapping[str, Any]) -> list[Obj]:
     """The runtime's replicated jobs as the Trainer runs them for this TrainJob: the trainer
-    step with its node count (replicas 1, parallelism = completions = nodes) and the
-    TrainJob's resources per node."""
+    step with its node count (replicas 1, parallelism = completions = nodes), the TrainJob's
+    resources per node, and the pod-template annotations of its users' runtime patches."""
     spec = runtime.get("spec") or {}
     jobs: list[Obj] = _copy(
         ((spec.get("template") or {}).get("spec") or {}).get("replicatedJobs") or []
@@ -93,7 +93,28 @@ def replicated_jobs(trainjob: Mapping[str, Any], runtime: Mapping[str, Any]) -> 
             for container in pod_spec_of(rj).get("containers") or []:
                 if container.get("name") == NODE_CONTAINER:
                     container["resources"] = _copy(resources)
+    _patch_annotations(trainjob, jobs)
     return jobs
+
+
+def _patch_annotations(trainjob: Mapping[str, Any], jobs: list[Obj]) -> None:
+    """Merge the pod-template annotations the TrainJob's own runtime patches set (in their
+    order, a later one winning, as the Trainer applies them) into `jobs`: a TrainJob's user
+    asks for topology there (`muster.dev/podset-*-topology`), since the runtime is shared."""
+    by_name = {str(rj.get("name")): rj for rj in jobs}
+    for patch in (trainjob.get("spec") or {}).get("runtimePatches") or []:
+        if patch.get("manager") == PATCH_MANAGER:
+            continue
+        template = ((patch.get("trainingRuntimeSpec") or {}).get("template") or {}).get("spec")
+        for rjp in (template or {}).get("replicatedJobs") or []:
+            pod = (((rjp.get("template") or {}).get("spec") or {}).get("template")) or {}
+            annotations = (pod.get("metadata") or {}).get("annotations")
+            rj = by_name.get(str(rjp.get("name")))
+            if not annotations or rj is None:
+                continue
+            job_spec = rj.setdefault("template", {}).setdefault("spec", {})
+            meta = job_spec.setdefault("template", {}).setdefault("metadata", {})
+            meta["annotations"] = {**(meta.get("annotations") or {}), **_copy(annotations)}
 
 
 def muster_patch(uid: str, names: Sequence[str], flavors: Sequence[Mapping[str, Any]]) -> Obj:
@@ -166,7 +187,7 @@ class TrainJob(ReplicatedJobs):
             self._jobs(),
             priorities,
             global_default=global_default,
-            where="spec.runtimeRef (its replicatedJobs)",
+            where="spec.runtimeRef (its replicatedJobs, with spec.runtimePatches)",
         )
 
     def first_pod_sets(self) -> list[str] | None:
