@@ -64,7 +64,11 @@ from quota.api.conditions import WorkloadConditions as WC
 from quota.api.meta import API_VERSION
 from quota.api.names import JOB_POD_SET, QUEUE_LABEL, WORKLOAD_FINALIZER
 from quota.api.quantity import format_quantity
-from quota.api.topology import MAX_LEVELS
+from quota.api.topology import (
+    ForeignTopologyError,
+    kep5732_topology_request,
+    network_topology_request,
+)
 from quota.model.nodeconvert import pod_requests
 from quota.model.queues import admitted_to
 
@@ -183,59 +187,25 @@ def workload_spec(
 
 def _topology_request(fk: ForeignKind, pg: Mapping[str, Any], subject: str) -> Obj:
     """The group's topology constraint as the Workload's topologyRequest, never dropped:
-    what Muster cannot honour is refused naming the field.
-
-    Native (KEP-5732): every pod within one value of the label `key`, a hard constraint:
-    `required`. The API allows one constraint (maxItems 1); should more come, they are
-    refused rather than some ignored. Volcano (`networkTopology`, HyperNode tiers counted
-    from the leaves): hard mode keeps every pod inside one HyperNode of tier at most
-    `highestTierAllowed`, which is one domain at that tier: `requiredTier`; soft mode keeps
-    them as close as it can, climbing tier by tier: `preferredTier` 1. The flavor's Topology
-    says which level a tier is (`quota.placement.topology.domain_request`)."""
+    what Muster cannot honour is refused naming the field. Native: KEP-5732's
+    `schedulingConstraints.topology`; Volcano: `networkTopology` in HyperNode tiers, which
+    the flavor's Topology resolves (`quota.placement.topology.domain_request`)."""
     spec = pg.get("spec") or {}
     if fk is NATIVE:
         field = "spec.schedulingConstraints.topology"
-        constraints = (spec.get("schedulingConstraints") or {}).get("topology") or []
-        if not constraints:
+        value = (spec.get("schedulingConstraints") or {}).get("topology")
+        convert = kep5732_topology_request
+    else:
+        field = "spec.networkTopology"
+        value = spec.get("networkTopology")
+        if value is None:
             return {}
-        if len(constraints) > 1:
-            raise Refused(
-                "UnsupportedTopology",
-                f"{subject}: {field}: Muster honours one topology constraint per group "
-                f"(as kube-scheduler 1.37 does), got {len(constraints)}",
-            )
-        key = (constraints[0] or {}).get("key")
-        if not isinstance(key, str) or not key:
-            raise Refused("InvalidPodGroup", f"{subject}: {field}[0].key: must name a node label")
-        return {"required": key}
-    network = spec.get("networkTopology")
-    if network is None:
-        return {}
-    field = "spec.networkTopology"
-    if not isinstance(network, Mapping):
-        raise Refused("InvalidPodGroup", f"{subject}: {field}: must be an object")
-    # Volcano's CRD defaults: hard mode, highest tier 1.
-    mode = network.get("mode") or "hard"
-    if mode == "soft":
-        return {"preferredTier": 1}
-    if mode != "hard":
-        raise Refused(
-            "InvalidPodGroup", f"{subject}: {field}.mode: must be hard or soft (got {mode!r})"
-        )
-    tier = network.get("highestTierAllowed")
-    tier = 1 if tier is None else tier
-    if isinstance(tier, bool) or not isinstance(tier, int) or tier < 1:
-        raise Refused(
-            "InvalidPodGroup",
-            f"{subject}: {field}.highestTierAllowed: must be a tier, at least 1 (got {tier!r})",
-        )
-    if tier > MAX_LEVELS:
-        raise Refused(
-            "UnsupportedTopology",
-            f"{subject}: {field}.highestTierAllowed: tier {tier} is beyond any Muster "
-            f"Topology, which has at most {MAX_LEVELS} levels",
-        )
-    return {"requiredTier": tier}
+        convert = network_topology_request
+    try:
+        return convert(value)
+    except ForeignTopologyError as error:
+        reason = "UnsupportedTopology" if error.unsupported else "InvalidPodGroup"
+        raise Refused(reason, f"{subject}: {field}{error.path}: {error.rule}") from None
 
 
 def _topology_words(fk: ForeignKind, request: Obj) -> str:

@@ -8,6 +8,7 @@ topologyRequest`). The shape follows Kueue's Topology (ordered levels, widest fi
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, Literal, Self
 
 from pydantic import Field, model_validator
@@ -172,3 +173,72 @@ class TopologyRequest(ApiModel):
         if (self.slice_size is None) != (self.slice_required_topology is None):
             raise ValueError("sliceSize and sliceRequiredTopology go together")
         return self
+
+
+# What other schedulers' topology constraints become, for the controller's intake and the
+# importers alike: one rule each.
+
+VOLCANO_MODES = ("hard", "soft")
+
+
+class ForeignTopologyError(ValueError):
+    """A foreign constraint Muster refuses: `path` below the constraint's own field, the
+    `rule`, and whether the constraint is valid in its own API but beyond Muster
+    (`unsupported`) rather than malformed."""
+
+    def __init__(self, path: str, rule: str, *, unsupported: bool = False) -> None:
+        super().__init__(f"{path}: {rule}" if path else rule)
+        self.path = path
+        self.rule = rule
+        self.unsupported = unsupported
+
+
+def network_topology_request(network: object) -> dict[str, Any]:
+    """A Volcano `networkTopology` (HyperNode tiers, counted from the leaves) as a
+    topologyRequest. Hard mode keeps every pod inside one HyperNode of tier at most
+    `highestTierAllowed`, which is one domain at that tier: `requiredTier`; soft mode keeps
+    them as close as it can, climbing tier by tier: `preferredTier` 1 (the highest tier is
+    Volcano's for hard mode only). Volcano's CRD defaults: hard, tier 1."""
+    if not isinstance(network, Mapping):
+        raise ForeignTopologyError("", "must be an object")
+    mode = network.get("mode") or "hard"
+    if mode not in VOLCANO_MODES:
+        raise ForeignTopologyError(".mode", f"must be hard or soft (got {mode!r})")
+    if mode == "soft":
+        return {"preferredTier": 1}
+    tier = network.get("highestTierAllowed")
+    tier = 1 if tier is None else tier
+    if isinstance(tier, bool) or not isinstance(tier, int) or tier < 1:
+        raise ForeignTopologyError(
+            ".highestTierAllowed", f"must be a tier, at least 1 (got {tier!r})"
+        )
+    if tier > MAX_LEVELS:
+        raise ForeignTopologyError(
+            ".highestTierAllowed",
+            f"tier {tier} is beyond any Muster Topology, which has at most {MAX_LEVELS} levels",
+            unsupported=True,
+        )
+    return {"requiredTier": tier}
+
+
+def kep5732_topology_request(constraints: object) -> dict[str, Any]:
+    """A native PodGroup's `schedulingConstraints.topology` (KEP-5732: every pod within one
+    value of the node label `key`, a hard constraint) as a topologyRequest: `required`.
+    Its API allows one constraint; should more come, they are refused rather than some
+    ignored, since Muster keeps a group to one domain."""
+    if not constraints:
+        return {}
+    if not isinstance(constraints, list):
+        raise ForeignTopologyError("", "must be a list")
+    if len(constraints) > 1:
+        raise ForeignTopologyError(
+            "",
+            "Muster honours one topology constraint per group (as kube-scheduler 1.37 does), "
+            f"got {len(constraints)}",
+            unsupported=True,
+        )
+    first = constraints[0]
+    key = first.get("key") if isinstance(first, Mapping) else None
+    if not isinstance(key, str) or not key:
+        raise ForeignTopologyError("[0].key", "must name a node label")
+    return {"required": key}
