@@ -194,7 +194,7 @@ def _topology_request(fk: ForeignKind, pg: Mapping[str, Any], subject: str) -> O
     if fk is NATIVE:
         field = "spec.schedulingConstraints.topology"
         value = (spec.get("schedulingConstraints") or {}).get("topology")
-        convert = kep5732_topology_request
+        convert: Callable[[object], Obj] = kep5732_topology_request
     else:
         field = "spec.networkTopology"
         value = spec.get("networkTopology")
