@@ -33,6 +33,7 @@ from quota.api.conditions import PodGroupConditions as PGC
 from quota.api.localqueue import LocalQueue
 from quota.api.queuetree import QueueState, QueueTree, check_queue_tree
 from quota.api.resourceflavor import ResourceFlavor
+from quota.api.topology import Topology
 from quota.api.workload import Workload as WorkloadModel
 from quota.model import convert
 from quota.model.nodeconvert import bound_pod_from_manifest, node_from_manifest
@@ -256,6 +257,7 @@ class ViewBuilder:
         tree = self._with_deletions(tree, cq_models)
 
         flavors = {rf.name: convert.flavor(rf) for rf in flavor_models}
+        topologies = self._topologies() if self.use_node_capacity else None
         queues = queue_specs(cq_models.values(), tree, unreadable)
         self._classes, _ = priority_classes(self.ctx)
 
@@ -373,8 +375,23 @@ class ViewBuilder:
             historical_usage=self._historical_usage(queues),
             usage_fairness_k=self.usage.k if self.usage is not None else 0.0,
             hold_timeout_s=self.hold_timeout_s,
+            topologies=topologies,
         )
         return View(snapshot, tree, raw_by_key, engine, cq_models, lq_of, blocked)
+
+    def _topologies(self) -> dict[str, tuple[str, ...]]:
+        """Each Topology's levels, widest first. One the model rejects is left out, so the
+        workloads of a flavor naming it wait saying it does not exist (its CRD's own rules
+        refuse such an object on create; this is the guard for one written before them)."""
+        out: dict[str, tuple[str, ...]] = {}
+        for raw in self.ctx.caches.topologies.objects():
+            try:
+                topology = self._model(f"topo:{object_key(raw)}", raw, Topology)
+            except ValidationError as error:
+                log.warning("invalid Topology", extra={"error": str(error)[:300]})
+                continue
+            out[topology.name] = topology.spec.labels
+        return out
 
     def _confirm_placed(
         self,

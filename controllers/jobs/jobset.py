@@ -28,6 +28,9 @@ from quota.api.conditions import WorkloadConditions as WC
 from quota.api.names import ORIGINAL_SCHEDULING_ANNOTATION, OWNER_UID_POD_LABEL
 from quota.model import convert
 
+# On every pod of a JobSet: the replicated job (the Workload's pod set) it belongs to.
+REPLICATED_JOB_LABEL = "jobset.sigs.k8s.io/replicatedjob-name"
+
 API_VERSION = "jobset.x-k8s.io/v1alpha2"
 JOBSET = Kind("JobSet", True, group="jobset.x-k8s.io", version="v1alpha2", plural="jobsets")
 

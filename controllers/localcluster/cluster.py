@@ -28,7 +28,9 @@ from controllers.localcluster import pki
 from controllers.localcluster.binaries import Binaries, ensure_binaries, find_binaries
 
 STAGES_FILE = Path(__file__).with_name("stages.yaml")
-FEATURE_GATES = "GenericWorkload=true"
+# TopologyAwareWorkloadScheduling: without it the apiserver drops a native PodGroup's
+# spec.schedulingConstraints on create, and kube-scheduler ignores them.
+FEATURE_GATES = "GenericWorkload=true,TopologyAwareWorkloadScheduling=true"
 STATE_FILE = "state.json"
 
 

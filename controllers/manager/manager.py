@@ -265,6 +265,7 @@ class Manager:
             self.caches.cluster_queues,
             self.caches.local_queues,
             self.caches.flavors,
+            self.caches.topologies,  # the levels a flavor's gangs are placed in
             self.caches.namespaces,  # their labels decide which LocalQueues are active
         ):
             informer.add_handler(on_queue_object)

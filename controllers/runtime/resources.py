@@ -99,6 +99,7 @@ CLUSTER_QUEUE = muster_kind("ClusterQueue", "clusterqueues", False)
 LOCAL_QUEUE = muster_kind("LocalQueue", "localqueues", True)
 RESOURCE_FLAVOR = muster_kind("ResourceFlavor", "resourceflavors", False)
 POD_GROUP = muster_kind("PodGroup", "podgroups", True)
+TOPOLOGY = muster_kind("Topology", "topologies", False)
 
 
 def object_key(obj: Mapping[str, Any]) -> str:

@@ -17,6 +17,7 @@ from controllers.jobs.batchjob import BATCH_JOB
 from controllers.jobs.framework import owner_of
 from controllers.runtime.resources import Obj, object_key
 from controllers.scheduler import pods as p
+from controllers.scheduler.topology import Domains, Topologies
 from controllers.state import workloads as wls
 from controllers.state.caches import Caches
 from controllers.state.foreigngroups import foreign_owner
@@ -57,6 +58,10 @@ class Group:
     # for a foreign PodGroup, whose existing pods Muster cannot rewrite (a Job's template
     # carries them already).
     node_labels: dict[str, str] = field(default_factory=dict)
+    # Pod set -> the domains of its flavors' Topology its pods keep to (topology.py), or
+    # why they cannot be placed as the Workload asks.
+    domains: Domains = field(default_factory=dict)
+    topology_refused: str | None = None
 
     @property
     def namespace(self) -> str:
@@ -165,12 +170,14 @@ def collect(
     bound_by_us: Mapping[str, str],
     remembered: Collection[tuple[str, str]] = (),
     on_error: Callable[[str, str], None] | None = None,
+    topologies: Topologies | None = None,
 ) -> list[Group]:
     """Every admitted Workload whose Job's pods carry `scheduler_name`, as a Group.
 
     `bound_by_us` maps pods this loop bound to their node, for pods whose binding the watch
     has not shown yet. `on_error(workload key, message)` hears of Workloads that cannot be
-    read (their group is skipped; everything else goes on).
+    read (their group is skipped; everything else goes on). `topologies`, read at the start
+    of the pass, gives each group the domains its pod sets keep to.
     """
     groups: list[Group] = []
     for wl in admitted_workloads(caches):
@@ -250,6 +257,8 @@ def collect(
             pod_sets=tuple(sets),
             first_stage=first_stage,
         )
+        if topologies is not None:
+            group.domains, group.topology_refused = topologies.domains(wl)
         _sort_pods(group, caches, scheduler_name, bound_by_us)
         groups.append(group)
     return groups

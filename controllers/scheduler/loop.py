@@ -43,6 +43,7 @@ from controllers.scheduler.decide import Decision, decide, nodes_text
 from controllers.scheduler.groups import Group, collect
 from controllers.scheduler.nodeview import Assumed, Parsed, build_view
 from controllers.scheduler.status import Publisher
+from controllers.scheduler.topology import Topologies
 from controllers.state import workloads as wls
 from controllers.state.caches import Context
 from quota.api.names import SCHEDULER_NAME
@@ -94,6 +95,7 @@ class SchedulerLoop:
         )
         self.publisher = Publisher(ctx, interval=status_interval, max_interval=status_max_interval)
         self._parsed = Parsed()
+        self.topologies = Topologies()
         # Pods this loop bound that the watch has not shown bound yet.
         self.assumed: dict[str, Assumed] = {}
         # (Workload uid, QuotaReserved time) of admissions placed whole, until the PodGroup
@@ -130,6 +132,7 @@ class SchedulerLoop:
     def schedule_once(self) -> list[Decision]:
         """One pass; returns the decisions taken (placed or waiting) for the ready groups."""
         started = time.monotonic()
+        self.topologies.refresh(self.ctx.caches)
         groups = collect(
             self.ctx.caches,
             self.scheduler_name,
@@ -138,6 +141,7 @@ class SchedulerLoop:
             on_error=lambda key, message: log.warning(
                 "group not placed", extra={"workload": key, "reason": message}
             ),
+            topologies=self.topologies,
         )
         self._settle(groups)
         ready = sorted((g for g in groups if g.ready), key=Group.order)

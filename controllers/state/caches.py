@@ -32,6 +32,7 @@ from controllers.runtime.resources import (
     POD_GROUP,
     PRIORITY_CLASS,
     RESOURCE_FLAVOR,
+    TOPOLOGY,
     WORKLOAD,
     Kind,
     Kube,
@@ -156,6 +157,7 @@ class Caches:
     - `budgets`: PodDisruptionBudgets, which preemption respects best effort.
     - `namespaces`: every Namespace, for its labels: a ClusterQueue's namespaceSelector
       decides which namespaces' LocalQueues may feed it (`namespace_labels()`).
+    - `topologies`: Muster's Topologies, the levels a flavor's nodes nest in.
     """
 
     jobs: Informer
@@ -170,6 +172,7 @@ class Caches:
     pod_groups: Informer
     budgets: Informer
     namespaces: Informer
+    topologies: Informer
     # Informers of optional kinds, by `extra_key` ("group/version/Kind"): the integrated
     # workload kinds beyond batch Jobs and what they read (JobSet, TrainJob, training
     # runtimes), added by the manager only when the apiserver serves their CRDs.
@@ -217,6 +220,7 @@ class Caches:
             pod_groups=informer(POD_GROUP),
             budgets=informer(PDB),
             namespaces=informer(NAMESPACE),
+            topologies=informer(TOPOLOGY),
         )
 
     def all(self) -> list[Informer]:
@@ -233,6 +237,7 @@ class Caches:
             self.pod_groups,
             self.budgets,
             self.namespaces,
+            self.topologies,
             *self.extra.values(),
         ]
 

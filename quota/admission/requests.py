@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from quota.admission.state import CycleState
 from quota.model.flavorassign import Planner, PodSetPlan, SliceBase, slice_base
 from quota.model.nodes import PodShape
-from quota.model.snapshot import PodSet, QueueSpec, Snapshot, Workload
+from quota.model.snapshot import Flavor, PodSet, PodSetTopology, QueueSpec, Snapshot, Workload
 from quota.placement.gang import GangRequest, PodSetRequest
 from quota.placement.topology import DomainRequest, domain_request
 
@@ -137,33 +137,44 @@ def topology_of(
 ) -> tuple[DomainRequest | None, str | None]:
     """The domains `ps` must or should keep to on the flavors `chosen`, or why it cannot be
     placed there at all: (None, None) places it as if the nodes were flat."""
-    ask = ps.topology
-    if ask is None and snapshot.topology_flavors.isdisjoint(chosen):
+    if ps.topology is None and snapshot.topology_flavors.isdisjoint(chosen):
         return None, None
+    return topology_for(snapshot.flavors, snapshot.topologies, ps.topology, chosen)
+
+
+def topology_for(
+    flavors: Mapping[str, Flavor],
+    topologies: Mapping[str, tuple[str, ...]] | None,
+    ask: PodSetTopology | None,
+    chosen: Iterable[str],
+) -> tuple[DomainRequest | None, str | None]:
+    """`topology_of` for any caller that knows the flavors and Topologies (the scheduler
+    loop reads them from its caches): `topologies` None when the caller cannot place by
+    topology at all."""
     named: dict[str, str] = {}
     for name in sorted(set(chosen)):
-        flavor = snapshot.flavors.get(name)
+        flavor = flavors.get(name)
         if flavor is not None and flavor.topology is not None:
             named[name] = flavor.topology
     if not named:
         if ask is None:
             return None, None
-        flavors = ", ".join(sorted(set(chosen)))
+        listed = ", ".join(sorted(set(chosen)))
         return None, (
-            f"its topologyRequest needs a flavor with a Topology, and flavor {flavors} names "
+            f"its topologyRequest needs a flavor with a Topology, and flavor {listed} names "
             "none (spec.topologyName)"
         )
     if len(set(named.values())) > 1:
         listed = ", ".join(f"{f} names {t}" for f, t in named.items())
         return None, f"its flavors name different Topologies ({listed}); a pod set keeps to one"
     first, topology = next(iter(named.items()))
-    if snapshot.topologies is None:
+    if topologies is None:
         return None, (
-            f"flavor {first} names Topology {topology}, and placement by topology is not "
-            "available here yet (Muster's scheduler loop would bind the pods without it), so "
+            f"flavor {first} names Topology {topology}, and this admission does not read "
+            "Topologies (it admits by quota alone), so it cannot keep pods in a domain; "
             "workloads that need the flavor wait"
         )
-    levels = snapshot.topologies.get(topology)
+    levels = topologies.get(topology)
     if levels is None:
         return None, f"flavor {first} names Topology {topology}, which does not exist"
     if ask is None:

@@ -398,7 +398,7 @@ def test_a_flavor_naming_a_missing_topology_makes_its_workloads_wait() -> None:
 def test_where_topology_is_not_placed_by_a_flavor_naming_one_waits_and_says_so() -> None:
     admit, pending = topo_cycle(PodSetTopology("Required", RACK), topologies=None)
     assert not admit
-    assert "placement by topology is not available here yet" in pending[0].reason
+    assert "this admission does not read Topologies" in pending[0].reason
 
 
 def test_a_request_on_a_flavor_without_topology_waits_naming_the_field() -> None:
