@@ -24,7 +24,6 @@ from tests.e2e.controller_harness import (
     Controller,
     apply,
     crds,  # noqa: F401 - fixture
-    create,
     flavor,
     get,
     local_queue,
@@ -36,19 +35,21 @@ from tests.e2e.test_podgroup_intake_e2e import (
     VOLCANO,
     bound,
     cond,
+    group_pod,
     intake_controller,  # noqa: F401 - fixture
     native_group,
     podgroup_workloads,
     volcano_crd,  # noqa: F401 - fixture
     volcano_group,
 )
+from tests.e2e.test_topology_e2e import occupy
 
 pytestmark = pytest.mark.e2e
 
 BLOCK = "e2e.muster.dev/block"
 RACK = "e2e.muster.dev/rack"
 HOST = "kubernetes.io/hostname"
-POOL = "muster-e2e/pool"
+POOL = "muster-e2e/pool"  # the label group_pod's pods select
 
 
 class Fabric:
@@ -87,42 +88,12 @@ class Fabric:
         """One cpu taken, by a pod Muster does not manage, on the first node of three racks:
         their first nodes are then the fullest with room, where flat bin-packing puts pods."""
         for rack in sorted(set(self.rack_of.values()))[:3]:
-            node = f"{rack}-0"
-            assert node in self.rack_of, node
-            create(
-                self.cluster,
-                {
-                    "apiVersion": "v1",
-                    "kind": "Pod",
-                    "metadata": {"name": unique("other"), "namespace": self.namespace},
-                    "spec": {
-                        "nodeName": node,
-                        "containers": [
-                            {
-                                "name": "c",
-                                "image": "busybox",
-                                "resources": {"requests": {"cpu": "1"}},
-                            }
-                        ],
-                    },
-                },
-            )
+            assert f"{rack}-0" in self.rack_of, rack
+            occupy(self.cluster, self.namespace, f"{rack}-0", {"cpu": "1"})
 
-    def pod(self, name: str, group: dict[str, Any], cpu: str = "2") -> dict[str, Any]:
-        """A bare pod of `group` that names Muster's scheduler and selects the pool."""
-        spec: dict[str, Any] = {
-            "schedulerName": "muster-scheduler",
-            "nodeSelector": {POOL: self.pool},
-            "containers": [
-                {"name": "main", "image": "busybox", "resources": {"requests": {"cpu": cpu}}}
-            ],
-        }
-        meta: dict[str, Any] = {"name": name, "namespace": self.namespace}
-        if group["apiVersion"].startswith("scheduling.k8s.io"):
-            spec["schedulingGroup"] = {"podGroupName": group["metadata"]["name"]}
-        else:
-            meta["annotations"] = {"scheduling.k8s.io/group-name": group["metadata"]["name"]}
-        return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec}
+    def pod(self, name: str, group: dict[str, Any]) -> dict[str, Any]:
+        """A bare pod of `group` asking 2 cpu, naming Muster's scheduler, on the fabric."""
+        return group_pod(name, group, self.namespace, self.pool, "2")
 
     def racks(self, pods: list[str]) -> set[str]:
         items = get(self.cluster, "pods", "-n", self.namespace)["items"]
@@ -226,42 +197,37 @@ def test_what_muster_cannot_honour_is_refused_on_the_podgroup_with_field_and_rul
         fabric.pod("unknown-0", unknown),
     )
 
-    def told(kind: str, name: str, condition: str) -> dict[str, Any]:
-        return cond(get(cluster, kind, name, "-n", namespace), condition)
+    def told(kind: str, name: str, condition: str, words: str) -> None:
+        """Wait until the PodGroup's condition says `words`."""
 
-    cluster.wait_for(
-        "the tier beyond the Topology told on the Volcano PodGroup",
-        lambda: (
-            "requiredTier 3 is beyond"
-            in told(VOLCANO, "beyond", "Unschedulable").get("message", "")
-        ),
-        timeout=90,
-    )
-    assert (
+        def says() -> bool:
+            found = cond(get(cluster, kind, name, "-n", namespace), condition)
+            return words in str(found.get("message"))
+
+        cluster.wait_for(f"{kind} {name} told: {words}", says, timeout=90)
+
+    told(
+        VOLCANO,
+        "beyond",
+        "Unschedulable",
         f"requiredTier 3 is beyond Topology {fabric.topology}, which has 2 tiers "
-        f"(tier 1 is {RACK}, tier 2 is {BLOCK})"
-    ) in told(VOLCANO, "beyond", "Unschedulable")["message"]
-
-    cluster.wait_for(
-        "the tier below 1 refused",
-        lambda: told(VOLCANO, "zero", "Unschedulable").get("reason") == "InvalidPodGroup",
+        f"(tier 1 is {RACK}, tier 2 is {BLOCK})",
     )
-    assert told(VOLCANO, "zero", "Unschedulable")["message"] == (
+    told(
+        VOLCANO,
+        "zero",
+        "Unschedulable",
         f"Volcano PodGroup {namespace}/zero: spec.networkTopology.highestTierAllowed: "
-        "must be a tier, at least 1 (got 0)"
+        "must be a tier, at least 1 (got 0)",
     )
+    zero = cond(get(cluster, VOLCANO, "zero", "-n", namespace), "Unschedulable")
+    assert zero["reason"] == "InvalidPodGroup"
     assert podgroup_workloads(cluster, namespace, "zero") == []
-
-    cluster.wait_for(
-        "the unknown level told on the native PodGroup",
-        lambda: (
-            "is not a level of Topology"
-            in told(NATIVE, "unknown", "PodGroupInitiallyScheduled").get("message", "")
-        ),
-        timeout=90,
-    )
-    assert (
+    told(
+        NATIVE,
+        "unknown",
+        "PodGroupInitiallyScheduled",
         f"e2e.muster.dev/zone is not a level of Topology {fabric.topology} "
-        f"(levels: {BLOCK}, {RACK}, {HOST})"
-    ) in told(NATIVE, "unknown", "PodGroupInitiallyScheduled")["message"]
+        f"(levels: {BLOCK}, {RACK}, {HOST})",
+    )
     assert bound(cluster, namespace, ["beyond-0", "zero-0", "unknown-0"]) == []
