@@ -30,15 +30,16 @@ from quota.importers.workloads import (
     QueuedWork,
     pod_work,
     queued_import,
-    refuse_other_source,
     skipped,
+    source_objects,
 )
 
 GROUP = "scheduling.run.ai"
 QUEUE_LABELS = ("kai.scheduler/queue", "runai/queue")
 GROUP_ANNOTATION = "pod-group-name"
 DEFAULT_PRIORITY = 100  # KAI's default queue priority
-TOPOLOGY_GROUP = "kai.scheduler"
+QUEUE = (GROUP, "Queue")
+TOPOLOGY = ("kai.scheduler", "Topology")
 # KAI's topology annotations on a workload's top owner -> the PodGroup field each stands for.
 JOB_ANNOTATIONS = {
     "topology": "kai.scheduler/topology",
@@ -267,21 +268,10 @@ def import_kai(objects: Sequence[SourceObject]) -> ImportResult:
     """Muster manifests for KAI Queues, and the Jobs, PodGroups and pods queued in them."""
     unmapped: list[Unmapped] = []
     state = ClusterState()
-    drafts: dict[str, QueueDraft] = {}
     found = GroupedWork(GROUP)
-    topology_objects: list[SourceObject] = []
-    for obj in objects:
-        if state.take(obj) or found.take(obj):
-            continue
-        refuse_other_source(obj, "kai", "KAI")
-        if obj.group == GROUP and obj.kind == "Queue":
-            if obj.name in drafts:
-                refuse(obj.origin, "metadata.name", "Queue defined twice")
-            drafts[obj.name] = _queue(obj, unmapped)
-        elif obj.group == TOPOLOGY_GROUP and obj.kind == "Topology":
-            topology_objects.append(obj)
-        else:
-            skipped(obj, "", "not a KAI queue, a Node or queued work: left out", unmapped)
+    by_kind = source_objects(objects, state, found, "kai", "KAI", [QUEUE, TOPOLOGY], unmapped)
+    drafts = {obj.name: _queue(obj, unmapped) for obj in by_kind[QUEUE]}
+    topology_objects = by_kind[TOPOLOGY]
     queues = cluster_queues(drafts, unmapped)
     topologies = level_topologies(topology_objects, unmapped)
     for obj in topology_objects[1:]:

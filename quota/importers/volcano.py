@@ -33,14 +33,16 @@ from quota.importers.workloads import (
     owned_by,
     pod_work,
     queued_import,
-    refuse_other_source,
     skipped,
     skipped_fields,
+    source_objects,
 )
 
 GROUP = "scheduling.volcano.sh"
 JOB_GROUP = "batch.volcano.sh"
-TOPOLOGY_GROUP = "topology.volcano.sh"
+QUEUE = (GROUP, "Queue")
+JOB = (JOB_GROUP, "Job")
+HYPERNODE = ("topology.volcano.sh", "HyperNode")
 ROOT = "root"
 DEFAULT_QUEUE = "default"
 GROUP_ANNOTATION = "scheduling.k8s.io/group-name"
@@ -197,24 +199,13 @@ def import_volcano(objects: Sequence[SourceObject]) -> ImportResult:
     in them."""
     unmapped: list[Unmapped] = []
     state = ClusterState()
-    queue_objects: dict[str, SourceObject] = {}
-    vcjobs: list[SourceObject] = []
-    hypernodes: list[SourceObject] = []
     found = GroupedWork(GROUP)
-    for obj in objects:
-        if state.take(obj) or found.take(obj):
-            continue
-        refuse_other_source(obj, "volcano", "Volcano")
-        if obj.group == GROUP and obj.kind == "Queue":
-            if obj.name in queue_objects:
-                refuse(obj.origin, "metadata.name", "Queue defined twice")
-            queue_objects[obj.name] = obj
-        elif obj.group == JOB_GROUP and obj.kind == "Job":
-            vcjobs.append(obj)
-        elif obj.group == TOPOLOGY_GROUP and obj.kind == "HyperNode":
-            hypernodes.append(obj)
-        else:
-            skipped(obj, "", "not a Volcano queue, a Node or queued work: left out", unmapped)
+    by_kind = source_objects(
+        objects, state, found, "volcano", "Volcano", [QUEUE, JOB, HYPERNODE], unmapped
+    )
+    queue_objects = {obj.name: obj for obj in by_kind[QUEUE]}
+    vcjobs = by_kind[JOB]
+    hypernodes = by_kind[HYPERNODE]
     root_defined = ROOT in queue_objects
     resources = {"cpu", "memory"}
     for node in state.nodes:

@@ -413,6 +413,37 @@ def refuse_other_source(obj: SourceObject, source: str, name: str) -> None:
         )
 
 
+def source_objects(
+    objects: Sequence[SourceObject],
+    state: ClusterState,
+    found: GroupedWork,
+    source: str,
+    name: str,
+    kinds: Sequence[tuple[str, str]],
+    unmapped: list[Unmapped],
+) -> dict[tuple[str, str], list[SourceObject]]:
+    """The objects of an import of `source` (`name`'s objects), sorted: cluster state into
+    `state`, PodGroups, Jobs and pods into `found`, and each of `kinds` ((group, kind)) in a
+    list of its own, a name defined once; another source's object is refused, and anything
+    else reported and left out."""
+    out: dict[tuple[str, str], list[SourceObject]] = {kind: [] for kind in kinds}
+    seen: set[tuple[str, str, object, str]] = set()
+    for obj in objects:
+        if state.take(obj) or found.take(obj):
+            continue
+        refuse_other_source(obj, source, name)
+        kind = (obj.group, obj.kind)
+        if kind not in out:
+            skipped(obj, "", f"not a {name} queue, a Node or queued work: left out", unmapped)
+            continue
+        key = (*kind, obj.mapping(obj.doc.get("metadata"), "metadata").get("namespace"), obj.name)
+        if key in seen:
+            refuse(obj.origin, "metadata.name", f"{obj.kind} defined twice")
+        seen.add(key)
+        out[kind].append(obj)
+    return out
+
+
 @dataclass
 class GroupedWork:
     """The work objects of a source whose work names its queue (KAI, Volcano): its PodGroups
