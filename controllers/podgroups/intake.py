@@ -213,10 +213,12 @@ def _topology_words(fk: ForeignKind, request: Obj) -> str:
     if not request:
         return ""
     if fk is NATIVE:
-        return f", every pod in one domain of {request['required']}"
-    if "requiredTier" in request:
-        return f", every pod in one domain of tier {request['requiredTier']} or below"
-    return ", its pods as close as the topology allows (soft)"
+        where = f"one domain of {request['required']}"
+    elif "requiredTier" in request:
+        where = f"one domain of tier {request['requiredTier']} (hard)"
+    else:
+        where = "one domain of tier 1 if one holds them, else of the lowest tier that can (soft)"
+    return f", every pod in {where}"
 
 
 def new_workload(fk: ForeignKind, pg: Mapping[str, Any], name: str, spec: Obj) -> Obj:

@@ -3,7 +3,10 @@
 A ResourceFlavor names one (`spec.topologyName`); its nodes then form a tree of domains, one
 per value of each level's label, and a pod set may require or prefer that all its pods share
 one domain at a level, or that each slice of its pods does (`Workload.spec.podSets[].
-topologyRequest`). The shape follows Kueue's Topology (ordered levels, widest first).
+topologyRequest`). The shape follows Kueue's Topology (ordered levels, widest first). Also
+what other schedulers' constraints become as such a request (Volcano's `networkTopology`,
+KEP-5732's `schedulingConstraints.topology`), one rule each for the controller's PodGroup
+intake and the importers.
 """
 
 from __future__ import annotations
