@@ -30,6 +30,7 @@ from controllers.runtime.resources import Kind, Obj
 from controllers.state.caches import Caches
 from quota.api import ManifestError
 from quota.api.names import OWNER_UID_POD_LABEL
+from quota.api.topology import ForeignTopologyError, network_topology_request
 
 GROUP = "trainer.kubeflow.org"
 API_VERSION = f"{GROUP}/v1alpha1"
@@ -117,6 +118,34 @@ def _patch_annotations(trainjob: Mapping[str, Any], jobs: list[Obj]) -> None:
             meta["annotations"] = {**(meta.get("annotations") or {}), **_copy(annotations)}
 
 
+def network_topology(trainjob: Mapping[str, Any], runtime: Mapping[str, Any]) -> Obj:
+    """The runtime's Volcano `podGroupPolicy.volcano.networkTopology` as a topologyRequest
+    (the rule the PodGroup intake follows), which the Trainer would put on the PodGroup it
+    makes: with the TrainJob queued by Muster, its own Workload stands for that PodGroup, so
+    the constraint comes here rather than be dropped. Each role (pod set) without a request
+    of its own is kept to it; roles are not kept together."""
+    policy = ((runtime.get("spec") or {}).get("podGroupPolicy") or {}).get("volcano") or {}
+    network = policy.get("networkTopology")
+    if network is None:
+        return {}
+    try:
+        return network_topology_request(network)
+    except ForeignTopologyError as error:
+        meta = trainjob.get("metadata") or {}
+        name = (runtime.get("metadata") or {}).get("name")
+        raise ManifestError(
+            0,
+            f"TrainJob {meta.get('namespace')}/{meta.get('name')}",
+            [
+                (
+                    f"spec.runtimeRef ({name}: spec.podGroupPolicy.volcano.networkTopology"
+                    f"{error.path})",
+                    error.rule,
+                )
+            ],
+        ) from None
+
+
 def muster_patch(uid: str, names: Sequence[str], flavors: Sequence[Mapping[str, Any]]) -> Obj:
     """Muster's runtime patch: the flavors' node labels and tolerations on every role's pods,
     and the owner label its pod webhook and scheduler find them by."""
@@ -182,13 +211,18 @@ class TrainJob(ReplicatedJobs):
     def workload_spec(
         self, priorities: Mapping[str, int], *, global_default: str | None, count: int | None
     ) -> Obj:
-        return workload_spec_of(
+        spec = workload_spec_of(
             self._obj,
             self._jobs(),
             priorities,
             global_default=global_default,
             where="spec.runtimeRef (its replicatedJobs, with spec.runtimePatches)",
         )
+        asked = network_topology(self._obj, runtime_of(self._obj, self._lookup))
+        if asked:
+            for pod_set in spec["podSets"]:
+                pod_set.setdefault("topologyRequest", dict(asked))
+        return spec
 
     def first_pod_sets(self) -> list[str] | None:
         # Initializers before the trainer nodes, as the runtime's dependsOn says.

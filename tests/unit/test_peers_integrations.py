@@ -324,3 +324,36 @@ def test_a_trainjob_asks_for_topology_through_its_runtime_or_its_own_runtime_pat
         "sliceRequiredTopology": NODE,
         "sliceSize": 2,
     }
+
+
+def test_a_runtimes_volcano_network_topology_keeps_each_role_in_one_domain() -> None:
+    """Trainer would put it on the Volcano PodGroup it makes; a TrainJob Muster queues has its
+    own Workload instead, which carries it (the PodGroup intake's rule), not drops it."""
+    runtime = copy.deepcopy(RUNTIME)
+    runtime["spec"]["podGroupPolicy"] = {
+        "volcano": {"networkTopology": {"mode": "hard", "highestTierAllowed": 2}}
+    }
+    annotate(
+        runtime["spec"]["template"]["spec"]["replicatedJobs"][1],
+        {"muster.dev/podset-required-topology": RACK},
+    )
+    spec = TrainJob(freeze(a_trainjob(numNodes=4)), lambda kind, key: runtime).workload_spec(
+        {}, global_default=None, count=None
+    )
+    # A role's own request stands; the others take the runtime's.
+    assert [p.get("topologyRequest") for p in spec["podSets"]] == [
+        {"requiredTier": 2},
+        {"required": RACK},
+    ]
+    runtime["spec"]["podGroupPolicy"]["volcano"]["networkTopology"]["highestTierAllowed"] = 0
+    with pytest.raises(ManifestError) as error:
+        TrainJob(a_trainjob(), lambda kind, key: runtime).workload_spec(
+            {}, global_default=None, count=None
+        )
+    assert error.value.problems == [
+        (
+            "spec.runtimeRef (torch: spec.podGroupPolicy.volcano.networkTopology"
+            ".highestTierAllowed)",
+            "must be a tier, at least 1 (got 0)",
+        )
+    ]
