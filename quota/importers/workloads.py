@@ -475,12 +475,13 @@ def pod_work(
     queue_of_pod: Callable[[SourceObject], tuple[str, str]],
     no_queue: tuple[str, str],
     unmapped: list[Unmapped],
-    topology_of_group: Callable[[SourceObject], Mapping[str, Any] | None] = lambda group: None,
+    topology_of_group: Callable[[SourceObject], Mapping[str, Any] | None],
 ) -> list[QueuedWork]:
     """The pods that are neither done nor run by a Job: each alone, on the queue
     `queue_of_pod` names (queue, field naming it), then each PodGroup (`groups`, which
-    `group_annotation` on a pod names) with its pods. A pod that names neither is left out
-    with `no_queue` (field, reason)."""
+    `group_annotation` on a pod names) with its pods, asking for the topology
+    `topology_of_group` reads off the group. A pod that names neither is left out with
+    `no_queue` (field, reason)."""
     work: list[QueuedWork] = []
     members: dict[tuple[str, str], list[SourceObject]] = {}
     for obj in pods:
