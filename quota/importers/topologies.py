@@ -78,7 +78,8 @@ def _member_label(obj: SourceObject, unmapped: list[Unmapped]) -> str | None:
             return None
         keys.update(match)
     if len(keys) != 1:
-        skipped(obj, "spec.members", "its members are chosen by different labels", unmapped)
+        why = "different labels" if keys else "nothing: it has no members"
+        skipped(obj, "spec.members", f"its members are chosen by {why}", unmapped)
         return None
     return next(iter(keys))
 
@@ -105,9 +106,14 @@ def hypernode_topology(
         found = {_member_label(obj, unmapped) for obj in tiers.get(tier, [])}
         label = found.pop() if len(found) == 1 else None
         if label is None or label in labels:
-            if len(found) > 1 and None not in found:
-                for obj in tiers[tier]:
-                    skipped(obj, "spec.members", f"tier {tier} mixes node labels", unmapped)
+            if label is not None:
+                why = f"tier {tier} repeats the node label {label} of a lower tier"
+            elif len(found) > 1 and None not in found:
+                why = f"tier {tier} mixes node labels {', '.join(sorted(map(str, found)))}"
+            else:
+                why = ""  # each HyperNode said why, or the tier has none
+            for obj in tiers.get(tier, []) if why else []:
+                skipped(obj, "spec.members", why, unmapped)
             for above in range(tier + 1, top + 1):
                 for obj in tiers.get(above, []):
                     skipped(

@@ -511,3 +511,22 @@ def test_an_imported_required_rack_decides_where_the_simulator_places(per_rack: 
     else:
         assert job.admitted_at is None
         assert "no topology-rack of Topology default can ever hold" in job.last_pending_reason
+
+
+def test_a_tier_mixing_labels_or_repeating_one_is_reported_and_ends_the_levels() -> None:
+    mixed = volcano_import(
+        hypernode("s0", 1, [by_label(RACK, "r0")]),
+        hypernode("s1", 1, [by_label("example.com/nvlink", "nv0")]),
+    )
+    assert "Topology" not in {m["kind"] for m in mixed.manifests}
+    assert (
+        f"HyperNode s0: spec.members: tier 1 mixes node labels {RACK}, example.com/nvlink"
+    ) in reported(mixed)
+    repeated = volcano_import(
+        hypernode("s0", 1, [by_label(RACK, "r0")]),
+        hypernode("s1", 2, [by_label(RACK, "r0")]),
+    )
+    assert of_kind(repeated, "Topology")["hypernodes"]["spec"]["levels"] == [{"nodeLabel": RACK}]
+    assert (
+        f"HyperNode s1: spec.members: tier 2 repeats the node label {RACK} of a lower tier"
+    ) in reported(repeated)
