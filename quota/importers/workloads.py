@@ -427,7 +427,7 @@ def source_objects(
     list of its own, a name defined once; another source's object is refused, and anything
     else reported and left out."""
     out: dict[tuple[str, str], list[SourceObject]] = {kind: [] for kind in kinds}
-    seen: set[tuple[str, str, object, str]] = set()
+    seen: set[tuple[str, str, str, str]] = set()
     for obj in objects:
         if state.take(obj) or found.take(obj):
             continue
@@ -436,7 +436,9 @@ def source_objects(
         if kind not in out:
             skipped(obj, "", f"not a {name} queue, a Node or queued work: left out", unmapped)
             continue
-        key = (*kind, obj.mapping(obj.doc.get("metadata"), "metadata").get("namespace"), obj.name)
+        # The namespace as written: a cluster-scoped kind's is not checked, so any value.
+        written = obj.mapping(obj.doc.get("metadata"), "metadata").get("namespace")
+        key = (*kind, str(written or ""), obj.name)
         if key in seen:
             refuse(obj.origin, "metadata.name", f"{obj.kind} defined twice")
         seen.add(key)
