@@ -173,7 +173,9 @@ def topology_for(
         return None, f"flavor {first} names Topology {topology}, which does not exist"
     if ask is None:
         return None, None
-    found = domain_request(topology, levels, ask.mode, ask.level, ask.slice_size, ask.slice_level)
+    found = domain_request(
+        topology, levels, ask.mode, ask.level, ask.slice_size, ask.slice_level, tier=ask.tier
+    )
     if isinstance(found, str):
         return None, f"its topologyRequest cannot be honoured on flavor {first}: {found}"
     return found, None

@@ -75,9 +75,9 @@ def pod_set_topology(request: TopologyRequest | None) -> PodSetTopology | None:
     levels are checked against the flavor's Topology at placement)."""
     if request is None:
         return None
-    if request.required is not None:
+    if request.required is not None or request.required_tier is not None:
         mode: TopologyMode = "Required"
-    elif request.preferred is not None:
+    elif request.preferred is not None or request.preferred_tier is not None:
         mode = "Preferred"
     else:
         mode = "Unconstrained"
@@ -86,6 +86,7 @@ def pod_set_topology(request: TopologyRequest | None) -> PodSetTopology | None:
         request.required or request.preferred,
         request.slice_size,
         request.slice_required_topology,
+        request.required_tier or request.preferred_tier,
     )
 
 

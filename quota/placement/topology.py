@@ -71,14 +71,29 @@ def domain_request(
     level: str | None,
     slice_size: int | None,
     slice_level: str | None,
+    *,
+    tier: int | None = None,
 ) -> DomainRequest | str:
-    """The request against `levels`, or the rule it breaks (for a reason)."""
+    """The request against `levels`, or the rule it breaks (for a reason). A `tier` names
+    the level in Volcano's terms, counted up from the narrowest level that is not the
+    hostname (tier 1, e.g. the rack or NVLink domain: the HyperNodes that hold nodes)."""
     known = ", ".join(levels)
     at: int | None = None
     if level is not None:
         if level not in levels:
             return f"{level} is not a level of Topology {topology} (levels: {known})"
         at = levels.index(level)
+    elif tier is not None:
+        tiers = [i for i, label in enumerate(levels) if label != HOSTNAME_LABEL]
+        if tier > len(tiers):
+            field = "requiredTier" if mode == "Required" else "preferredTier"
+            counted = ", ".join(f"tier {n} is {levels[i]}" for n, i in enumerate(tiers[::-1], 1))
+            return (
+                f"{field} {tier} is beyond Topology {topology}, which has {len(tiers)} "
+                f"tier{'' if len(tiers) == 1 else 's'} ({counted or 'its only level is the host'})"
+            )
+        at = tiers[-tier]
+        level = levels[at]
     slice_at: int | None = None
     if slice_level is not None:
         if slice_level not in levels:

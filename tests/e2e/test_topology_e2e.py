@@ -84,28 +84,32 @@ class Fabric:
         return {self.rack_of[n] for n in nodes}
 
     def occupy(self, node: str, gpu: int) -> None:
-        """A pod Muster does not manage, bound to `node` (as another scheduler would)."""
-        create(
-            self.cluster,
-            {
-                "apiVersion": "v1",
-                "kind": "Pod",
-                "metadata": {"name": unique("other"), "namespace": self.namespace},
-                "spec": {
-                    "nodeName": node,
-                    "containers": [
-                        {
-                            "name": "c",
-                            "image": "busybox",
-                            "resources": {"requests": {GPU: str(gpu)}, "limits": {GPU: str(gpu)}},
-                        }
-                    ],
-                },
-            },
-        )
+        occupy(self.cluster, self.namespace, node, {GPU: str(gpu)})
 
     def delete(self) -> None:
         self.cluster.kubectl("delete", "node", *self.rack_of, "--wait=false", check=False)
+
+
+def occupy(cluster: ClusterHandle, namespace: str, node: str, requests: dict[str, str]) -> None:
+    """A pod Muster does not manage, bound to `node` (as another scheduler would)."""
+    create(
+        cluster,
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": unique("other"), "namespace": namespace},
+            "spec": {
+                "nodeName": node,
+                "containers": [
+                    {
+                        "name": "c",
+                        "image": "busybox",
+                        "resources": {"requests": requests, "limits": requests},
+                    }
+                ],
+            },
+        },
+    )
 
 
 @pytest.fixture
