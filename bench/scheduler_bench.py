@@ -28,6 +28,16 @@ of one are gone before the next starts):
   from creating the preemptor to its last pod bound, victims' pods pending or made again
   after; when the preemptor is not bound in time, its group's and a waiting pod's
   conditions instead of a time.
+- `topology` (only when asked for; issue 30): kwok nodes of 8 GPUs in blocks of racks
+  (labels `muster-bench/block`, `muster-bench/rack`), and one stream of gangs of 2-GPU pods,
+  an eighth, a quarter and half of a rack in turn up to `--fill` of the GPUs, each requiring
+  all its pods inside one rack. kube-scheduler (gate TopologyAwareWorkloadScheduling): a
+  PodGroup per gang with `schedulingConstraints.topology` on the rack label, bare pods.
+  Muster: a Topology (block, rack, hostname), a flavor naming it, a Job per gang whose pod
+  template carries `muster.dev/podset-required-topology`. Reported for each: gangs whole
+  inside one rack, gangs over several, racks used and left free, time from the first create
+  to every pod created and to every pod bound; kube-scheduler's placement metrics, Muster's
+  decide time.
 
 The controller runs in this process (the Manager `muster controller` runs), started after
 the native scenario so that it costs kube-scheduler nothing. CPU seconds of every cluster
@@ -35,18 +45,21 @@ process and of each thread of this one are read from /proc around each scenario;
 adds a stack sampler over the controller's threads. Prints figures; never fails on time.
 
     python bench/scheduler_bench.py [--nodes 5000] [--gangs 1000] [--gpu-nodes 500]
-        [--gpu-jobs 4000] [--scenario native|muster|kai|all|preemption] [--kubeconfig PATH]
-        [--preemption-nodes 100] [--low-gang-pods 20] [--preemptor-pods 100]
-        [--profile] [--json]
+        [--gpu-jobs 4000] [--scenario native|muster|kai|all|preemption|topology]
+        [--kubeconfig PATH] [--preemption-nodes 100] [--low-gang-pods 20]
+        [--preemptor-pods 100] [--blocks 4] [--racks 8] [--rack-nodes 16] [--fill 0.75]
+        [--pod-cpu 16] [--pod-memory 128Gi] [--profile] [--json]
 
-Without --kubeconfig a fresh local cluster is started in a temporary directory. With one,
-kube-scheduler's metrics and the cluster's CPU are read only when the kubeconfig belongs to
-a `muster local-cluster` state directory.
+Without --kubeconfig a fresh local cluster is started in a temporary directory, deleted at
+the end (unless --keep, or the run failed). With one, kube-scheduler's metrics and the
+cluster's CPU are read only when the kubeconfig belongs to a `muster local-cluster` state
+directory.
 """
 
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import logging
 import os
@@ -91,12 +104,18 @@ from controllers.runtime.informer import Informer
 from controllers.runtime.logs import setup_logging
 from controllers.runtime.resources import NODE, POD, WORKLOAD, Kube, Obj, object_key
 from controllers.state import workloads as wls
-from quota.api.names import QUEUE_LABEL
+from quota.api.names import (
+    HOSTNAME_LABEL,
+    JOB_NAME_LABEL,
+    QUEUE_LABEL,
+    REQUIRED_TOPOLOGY_ANNOTATION,
+)
 
 RUN_LABEL = "muster-bench/run"
 POOL_LABEL = "muster-bench/pool"
 GANG_LABEL = "muster-bench/gang"
 IMAGE = "registry.k8s.io/pause:3.10"
+GPU = "nvidia.com/gpu"
 GANG_SIZE = 3
 PODGROUP_METRICS = (
     "scheduler_podgroup_scheduling_attempt_duration_seconds",
@@ -111,47 +130,56 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 
 # --------------------------------------------------------------------------- manifests
-def small_pod_spec() -> Obj:
-    return {
-        "containers": [
-            {
-                "name": "pause",
-                "image": IMAGE,
-                "resources": {"requests": {"cpu": "100m", "memory": "100Mi"}},
-            }
-        ]
-    }
+def pod_spec(cpu: str = "100m", memory: str = "100Mi", gpu: int = 0) -> Obj:
+    """A pause container asking `cpu`, `memory` and `gpu` GPUs (a small pod by default)."""
+    resources: Obj = {"requests": {"cpu": cpu, "memory": memory}}
+    if gpu:
+        resources["requests"][GPU] = str(gpu)
+        resources["limits"] = {GPU: str(gpu)}
+    return {"containers": [{"name": "pause", "image": IMAGE, "resources": resources}]}
 
 
 def native_docs(gangs: int, namespace: str, tag: str, pool: str) -> list[Obj]:
     """Per gang: its PodGroup, then its pods (each kubectl stream creates the group first)."""
-    docs: list[Obj] = []
-    for g in range(gangs):
-        name = f"gang-{g:05d}"
+    return [
+        doc
+        for g in range(gangs)
+        for doc in native_gang_docs(f"gang-{g:05d}", GANG_SIZE, namespace, tag, pool, pod_spec())
+    ]
+
+
+def native_gang_docs(
+    name: str,
+    pods: int,
+    namespace: str,
+    tag: str,
+    pool: str,
+    pod_spec: Obj,
+    group: Mapping[str, Any] | None = None,
+) -> list[Obj]:
+    """A `scheduling.k8s.io/v1beta1` PodGroup (gang minCount = pods, and the rest of its spec
+    from `group`), then its pods on the pool, owned by nothing."""
+    docs: list[Obj] = [
+        {
+            "apiVersion": "scheduling.k8s.io/v1beta1",
+            "kind": "PodGroup",
+            "metadata": {"name": name, "namespace": namespace},
+            "spec": {"schedulingPolicy": {"gang": {"minCount": pods}}, **(group or {})},
+        }
+    ]
+    for i in range(pods):
+        spec = copy.deepcopy(pod_spec)
+        spec["schedulingGroup"] = {"podGroupName": name}
+        spec["nodeSelector"] = {POOL_LABEL: pool}
+        labels = {RUN_LABEL: tag, GANG_LABEL: name}
         docs.append(
             {
-                "apiVersion": "scheduling.k8s.io/v1beta1",
-                "kind": "PodGroup",
-                "metadata": {"name": name, "namespace": namespace},
-                "spec": {"schedulingPolicy": {"gang": {"minCount": GANG_SIZE}}},
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {"name": f"{name}-{i}", "namespace": namespace, "labels": labels},
+                "spec": spec,
             }
         )
-        for i in range(GANG_SIZE):
-            spec = small_pod_spec()
-            spec["schedulingGroup"] = {"podGroupName": name}
-            spec["nodeSelector"] = {POOL_LABEL: pool}
-            docs.append(
-                {
-                    "apiVersion": "v1",
-                    "kind": "Pod",
-                    "metadata": {
-                        "name": f"{name}-{i}",
-                        "namespace": namespace,
-                        "labels": {RUN_LABEL: tag},
-                    },
-                    "spec": spec,
-                }
-            )
     return docs
 
 
@@ -160,41 +188,47 @@ def queue_docs(
     namespace: str,
     quota: Mapping[str, str],
     preemption: Mapping[str, str] | None = None,
+    topology: str | None = None,
 ) -> list[Obj]:
-    """A flavor on the pool's nodes, a ClusterQueue with `quota` on it, a LocalQueue `q`."""
+    """A flavor on the pool's nodes (naming `topology` if given), a ClusterQueue with `quota`
+    on it, a LocalQueue `q`."""
     return [
         objects.namespace(namespace),
-        objects.flavor(pool, {POOL_LABEL: pool}),
+        objects.flavor(pool, {POOL_LABEL: pool}, topology=topology),
         objects.cluster_queue(pool, pool, quota, preemption=preemption),
         objects.local_queue(namespace, pool),
     ]
 
 
 def job_docs(count: int, pods: int, namespace: str, tag: str, gpu: int = 0) -> list[Obj]:
-    """`count` labelled Jobs of `pods` pods each (parallelism = completions = pods)."""
-    spec = small_pod_spec()
-    spec["restartPolicy"] = "Never"
-    if gpu:
-        resources = spec["containers"][0]["resources"]
-        resources["requests"]["nvidia.com/gpu"] = str(gpu)
-        resources["limits"] = {"nvidia.com/gpu": str(gpu)}
-    return [
-        {
-            "apiVersion": "batch/v1",
-            "kind": "Job",
-            "metadata": {
-                "name": f"job-{i:05d}",
-                "namespace": namespace,
-                "labels": {QUEUE_LABEL: "q"},
-            },
-            "spec": {
-                "parallelism": pods,
-                "completions": pods,
-                "template": {"metadata": {"labels": {RUN_LABEL: tag}}, "spec": spec},
-            },
-        }
-        for i in range(count)
-    ]
+    """`count` labelled Jobs of `pods` small pods each (and `gpu` GPUs a pod)."""
+    spec = pod_spec(gpu=gpu)
+    return [muster_job(f"job-{i:05d}", pods, namespace, tag, spec) for i in range(count)]
+
+
+def muster_job(
+    name: str,
+    pods: int,
+    namespace: str,
+    tag: str,
+    pod_spec: Obj,
+    annotations: Mapping[str, str] | None = None,
+) -> Obj:
+    """A Job of `pods` pods (parallelism = completions) in the LocalQueue `q`, whose flavor
+    puts them on the pool; `annotations` on its pod template."""
+    template: Obj = {"labels": {RUN_LABEL: tag, GANG_LABEL: name}}
+    if annotations:
+        template["annotations"] = dict(annotations)
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": name, "namespace": namespace, "labels": {QUEUE_LABEL: "q"}},
+        "spec": {
+            "parallelism": pods,
+            "completions": pods,
+            "template": {"metadata": template, "spec": {**pod_spec, "restartPolicy": "Never"}},
+        },
+    }
 
 
 def stages_with_heartbeat(directory: Path, seconds: float) -> Path:
@@ -213,7 +247,7 @@ def stages_with_heartbeat(directory: Path, seconds: float) -> Path:
     return path
 
 
-def quiet_nodes(local: LocalCluster, heartbeat: float, lease: int) -> None:
+def quiet_nodes(local: LocalCluster, stages: Path, heartbeat: float, lease: int) -> None:
     """Make the fresh cluster's kwok nodes cheaper to keep alive before it starts.
 
     A kubelet (and kwok) renews its node's Lease every quarter of the lease duration (10 s
@@ -221,10 +255,10 @@ def quiet_nodes(local: LocalCluster, heartbeat: float, lease: int) -> None:
     writes a second, more than 2 cores can serve next to anything else. scheduler_perf runs
     with no heartbeats at all; here node status is posted every `heartbeat` seconds, the
     Lease lasts `lease` seconds (renewed every lease/4), and kube-controller-manager waits
-    twice the lease before it calls a node unhealthy.
+    twice the lease before it calls a node unhealthy. kwok's stages are written into
+    `stages` (a directory), which kwok reads once, as it starts.
     """
     if heartbeat > 0:
-        stages = Path(tempfile.mkdtemp(prefix="muster-sched-bench-stages-"))
         cluster_module.STAGES_FILE = stages_with_heartbeat(stages, heartbeat)
     if lease <= 0:
         return
@@ -256,11 +290,12 @@ def make_nodes(
     cpu: str,
     memory: str,
     gpu: int = 0,
+    labels: Callable[[int], Mapping[str, str]] = lambda i: {},
 ) -> None:
-    """`count` kwok nodes labelled with the pool, created by 4 kubectl processes; waits
-    until every one is Ready."""
+    """`count` kwok nodes `<pool>-<i>` labelled with the pool (and `labels(i)`), created by 4
+    kubectl processes; waits until every one is Ready."""
     docs = [
-        node_manifest(f"{pool}-{i}", cpu, memory, gpu, 110, {POOL_LABEL: pool})
+        node_manifest(f"{pool}-{i}", cpu, memory, gpu, 110, {POOL_LABEL: pool, **labels(i)})
         for i in range(count)
     ]
     create_all(kc, kubeconfig, cast(list[Obj], docs))
@@ -289,6 +324,7 @@ class Tracker:
     def __init__(self, kube: Kube, tag: str, namespace: str, workloads: bool) -> None:
         self.created: dict[str, float] = {}
         self.bound: dict[str, float] = {}
+        self.node: dict[str, str] = {}  # the node each pod was bound to
         self.running: dict[str, float] = {}
         self.admitted: dict[str, float] = {}
         # When each pod was first seen deleting (or gone), and the gang its labels name.
@@ -323,8 +359,10 @@ class Tracker:
         self.gang.setdefault(key, ((new["metadata"].get("labels") or {}).get(GANG_LABEL, "")))
         if new["metadata"].get("deletionTimestamp"):
             self.gone.setdefault(key, now)
-        if (new.get("spec") or {}).get("nodeName"):
+        node = (new.get("spec") or {}).get("nodeName")
+        if node:
             self.bound.setdefault(key, now)
+            self.node.setdefault(key, node)
         if (new.get("status") or {}).get("phase") == "Running":
             self.running.setdefault(key, now)
 
@@ -713,11 +751,23 @@ def done(result: dict[str, Any]) -> dict[str, Any]:
     return result
 
 
+def open_namespace(env: Env, namespace: str, queue: Sequence[Obj] | None) -> None:
+    """A scenario's namespace: bare for kube-scheduler (no `queue`); for Muster made with its
+    queue objects, the controller started first."""
+    if queue is None:
+        kubectl(env.kc, env.kubeconfig, "create", "namespace", namespace)
+        return
+    if env.manager is None:
+        env.manager = start_manager(env)
+    env.cluster.apply(queue)
+    time.sleep(2.0)  # the queues reach the caches
+
+
 def run_native(env: Env, pool: str) -> dict[str, Any]:
     args = env.args
     tag = uuid.uuid4().hex[:6]
     namespace = f"bench-native-{tag}"
-    kubectl(env.kc, env.kubeconfig, "create", "namespace", namespace)
+    open_namespace(env, namespace, None)
     tracker = Tracker(env.reader, tag, namespace, workloads=False)
     tracker.start()
     docs = native_docs(args.gangs, namespace, tag, pool)
@@ -784,14 +834,11 @@ def run_muster(
     """Jobs through the whole path: webhook, Workload, admission, Job controller, Muster's
     scheduler loop, kwok."""
     args = env.args
-    if env.manager is None:
-        env.manager = start_manager(env)
-    timers = env.timers
-    assert timers is not None
     tag = uuid.uuid4().hex[:6]
     namespace = f"bench-{name}-{tag}"
-    env.cluster.apply(queue_docs(pool, namespace, quota))
-    time.sleep(2.0)  # the queues reach the caches
+    open_namespace(env, namespace, queue_docs(pool, namespace, quota))
+    assert env.manager is not None and env.timers is not None
+    timers = env.timers
     tracker = Tracker(env.reader, tag, namespace, workloads=True)
     tracker.start()
     docs = job_docs(jobs, pods_per_job, namespace, tag, gpu)
@@ -883,65 +930,9 @@ def priority_class_docs(tag: str) -> tuple[str, str, list[Obj]]:
 
 
 def one_cpu_pod_spec(priority_class: str) -> Obj:
-    spec = small_pod_spec()
-    spec["containers"][0]["resources"]["requests"]["cpu"] = "1"
+    spec = pod_spec(cpu="1")
     spec["priorityClassName"] = priority_class
     return spec
-
-
-def native_gang_docs(
-    name: str, pods: int, namespace: str, tag: str, pool: str, priority_class: str
-) -> list[Obj]:
-    """A PodGroup (gang minCount = pods, disruptionMode all) and its pods, owned by nothing."""
-    docs: list[Obj] = [
-        {
-            "apiVersion": "scheduling.k8s.io/v1beta1",
-            "kind": "PodGroup",
-            "metadata": {"name": name, "namespace": namespace},
-            "spec": {
-                "schedulingPolicy": {"gang": {"minCount": pods}},
-                "disruptionMode": {"all": {}},
-                "priorityClassName": priority_class,
-            },
-        }
-    ]
-    for i in range(pods):
-        spec = one_cpu_pod_spec(priority_class)
-        spec["schedulingGroup"] = {"podGroupName": name}
-        spec["nodeSelector"] = {POOL_LABEL: pool}
-        labels = {RUN_LABEL: tag, GANG_LABEL: name}
-        docs.append(
-            {
-                "apiVersion": "v1",
-                "kind": "Pod",
-                "metadata": {"name": f"{name}-{i}", "namespace": namespace, "labels": labels},
-                "spec": spec,
-            }
-        )
-    return docs
-
-
-def muster_gang_docs(
-    name: str, pods: int, namespace: str, tag: str, pool: str, priority_class: str
-) -> list[Obj]:
-    """A queued Job of `pods` pods (the queue's flavor puts them on the pool)."""
-    spec = one_cpu_pod_spec(priority_class)
-    spec["restartPolicy"] = "Never"
-    return [
-        {
-            "apiVersion": "batch/v1",
-            "kind": "Job",
-            "metadata": {"name": name, "namespace": namespace, "labels": {QUEUE_LABEL: "q"}},
-            "spec": {
-                "parallelism": pods,
-                "completions": pods,
-                "template": {
-                    "metadata": {"labels": {RUN_LABEL: tag, GANG_LABEL: name}},
-                    "spec": spec,
-                },
-            },
-        }
-    ]
 
 
 def conditions(obj: Obj | None) -> list[dict[str, Any]]:
@@ -958,6 +949,20 @@ def get_json(env: Env, *args: str) -> Obj:
     return cast(Obj, json.loads(found.stdout))
 
 
+def group_conditions(env: Env, native: bool, namespace: str, gang: str) -> Any:
+    """What the scheduler says about a gang: its PodGroup's conditions (kube-scheduler) or its
+    Job's Workload's (Muster), or why they could not be read."""
+    found = (
+        get_json(env, "podgroups.scheduling.k8s.io", gang, "-n", namespace)
+        if native
+        else get_json(
+            env, "workloads.muster.dev", "-n", namespace, "-l", f"{JOB_NAME_LABEL}={gang}"
+        )
+    )
+    items = found.get("items")
+    return conditions(items[0] if items else found) or found.get("error")
+
+
 def run_preemption(env: Env, native: bool, pool: str) -> dict[str, Any]:
     """Fill the pool with low gangs, then time one high gang from its create to every pod
     bound, and count the victims: by kube-scheduler (native PodGroups, bare pods) or by
@@ -971,17 +976,21 @@ def run_preemption(env: Env, native: bool, pool: str) -> dict[str, Any]:
     nodes = args.preemption_nodes
     size = args.low_gang_pods
     low_gangs = nodes * NODE_CPU // size
-    make = native_gang_docs if native else muster_gang_docs
-    if native:
-        kubectl(env.kc, env.kubeconfig, "create", "namespace", namespace)
-    else:
-        if env.manager is None:
-            env.manager = start_manager(env)
-        # Preemption within the queue by priority; quota ten times the nodes never binds.
-        quota = {"cpu": str(10 * nodes * NODE_CPU), "memory": "10Ti"}
-        queue = queue_docs(pool, namespace, quota, {"withinQueue": "LowerPriority"})
-        env.cluster.apply(queue)
-        time.sleep(2.0)  # the queues reach the caches
+    # Preemption within the queue by priority; quota ten times the nodes never binds.
+    quota = {"cpu": str(10 * nodes * NODE_CPU), "memory": "10Ti"}
+    open_namespace(
+        env,
+        namespace,
+        None if native else queue_docs(pool, namespace, quota, {"withinQueue": "LowerPriority"}),
+    )
+
+    def make(name: str, pods: int, priority_class: str) -> list[Obj]:
+        spec = one_cpu_pod_spec(priority_class)
+        if not native:
+            return [muster_job(name, pods, namespace, tag, spec)]
+        group = {"disruptionMode": {"all": {}}, "priorityClassName": priority_class}
+        return native_gang_docs(name, pods, namespace, tag, pool, spec, group)
+
     tracker = Tracker(env.reader, tag, namespace, workloads=False)
     tracker.start()
     gangs = [f"low-{g:03d}" for g in range(low_gangs)]
@@ -993,7 +1002,7 @@ def run_preemption(env: Env, native: bool, pool: str) -> dict[str, Any]:
     create_all(
         env.kc,
         env.kubeconfig,
-        [d for g in gangs for d in make(g, size, namespace, tag, pool, low)],
+        [d for g in gangs for d in make(g, size, low)],
     )
     if not wait_or_warn("low gangs", lambda: bound_of("low-") >= low_gangs * size, args.timeout):
         raise TimeoutError(f"{bound_of('low-')} of {low_gangs * size} low-priority pods bound")
@@ -1003,9 +1012,7 @@ def run_preemption(env: Env, native: bool, pool: str) -> dict[str, Any]:
     cpu_meter = CpuMeter(env.cluster)
     cpu_meter.start()
     started = time.monotonic()
-    create_all(
-        env.kc, env.kubeconfig, make("high", args.preemptor_pods, namespace, tag, pool, high)
-    )
+    create_all(env.kc, env.kubeconfig, make("high", args.preemptor_pods, high))
     all_bound = wait_or_warn(
         "the preemptor gang bound",
         lambda: bound_of("high") >= args.preemptor_pods,
@@ -1069,17 +1076,9 @@ def run_preemption(env: Env, native: bool, pool: str) -> dict[str, Any]:
             ),
             None,
         )
-        group = (
-            get_json(env, "podgroups.scheduling.k8s.io", "high", "-n", namespace)
-            if native
-            else get_json(
-                env, "workloads.muster.dev", "-n", namespace, "-l", "muster.dev/job-name=high"
-            )
-        )
-        items = group.get("items")
         result["preemptor_not_bound"] = {
             "timeout_seconds": args.preemption_timeout,
-            "group_conditions": conditions(items[0] if items else group) or group.get("error"),
+            "group_conditions": group_conditions(env, native, namespace, "high"),
             "waiting_pod": object_key(waiting) if waiting else None,
             "waiting_pod_conditions": conditions(waiting),
         }
@@ -1117,6 +1116,48 @@ def preemption_table(report: Mapping[str, Any]) -> str:
     return scenario_table(header, report, row)
 
 
+def topology_table(report: Mapping[str, Any]) -> str:
+    header = (
+        "scheduler",
+        "gangs (pods)",
+        "whole in one rack",
+        "over several racks",
+        "racks used / untouched",
+        "create s",
+        "every pod created s",
+        "every pod bound s",
+        "steady bound/s",
+        "per group (ms)",
+    )
+
+    def row(r: Mapping[str, Any]) -> tuple[str, ...]:
+        if "decide" in r:
+            d = r["decide"]
+            per_group = f"decide median {d.get('median_ms')}, p99 {d.get('p99_ms')}"
+        else:
+            seen = r["kube_scheduler_metrics"]
+            scheduled = [h for h in seen["attempt"] if "result=scheduled" in h["labels"]]
+            feasible = [h for h in seen["placement_evaluation"] if "result=feasible" in h["labels"]]
+            per_group = ", ".join(
+                [f"attempt mean {h['mean_ms']}" for h in scheduled]
+                + [f"one rack evaluated mean {h['mean_ms']}" for h in feasible]
+            )
+        return (
+            r["scenario"],
+            f"{r['groups']} ({r['pods']})",
+            f"{r['gangs_in_one_rack']} ({100 * r['share_in_one_rack']:.0f} %)",
+            str(r["gangs_over_several_racks"]),
+            f"{r['racks_used']} / {r['racks_untouched']}",
+            str(r["create_seconds"]),
+            str(r["all_pods_created_seconds"]),
+            str(r["all_bound_seconds"]),
+            str(r["steady_pods_bound_per_second"]),
+            per_group or "n/a",
+        )
+
+    return scenario_table(header, report, row)
+
+
 def scenario_table(
     header: Sequence[str],
     report: Mapping[str, Any],
@@ -1132,14 +1173,194 @@ def scenario_table(
     return render(header, rows)
 
 
+# --------------------------------------------------------------------------- topology
+# Issue 30's side by side: blocks of racks of 8-GPU nodes, and one stream of gangs each of
+# which must have all its pods inside one rack.
+BLOCK_LABEL = "muster-bench/block"
+RACK_LABEL = "muster-bench/rack"
+NODE_GPUS = 8
+POD_GPUS = 2
+TOPOLOGY_METRICS = (
+    "scheduler_podgroup_scheduling_attempt_duration_seconds",
+    "scheduler_placement_evaluation_duration_seconds",
+    "scheduler_generated_placements_total",
+    "scheduler_placement_evaluations_total",
+)
+
+
+@dataclass(frozen=True)
+class Fabric:
+    """`blocks` x `racks` (per block) x `nodes` (per rack) nodes of 8 GPUs, 64 cpu, 512Gi;
+    node i is in rack i // nodes."""
+
+    blocks: int
+    racks: int
+    nodes: int
+
+    @property
+    def count(self) -> int:
+        return self.blocks * self.racks * self.nodes
+
+    def labels(self, i: int) -> dict[str, str]:
+        """Node i's block and rack labels."""
+        rack = i // self.nodes
+        block = rack // self.racks
+        return {BLOCK_LABEL: f"b{block}", RACK_LABEL: f"b{block}-r{rack % self.racks}"}
+
+    def gang_sizes(self, fill: float) -> list[int]:
+        """Pods of POD_GPUS GPUs per gang: an eighth, a quarter and half of a rack in turn,
+        until the next would take the gangs past `fill` of the cluster's GPUs."""
+        per_rack = self.nodes * NODE_GPUS // POD_GPUS
+        cycle = [max(1, per_rack // 8), max(1, per_rack // 4), max(1, per_rack // 2)]
+        room = fill * self.count * NODE_GPUS / POD_GPUS
+        sizes: list[int] = []
+        while sum(sizes) + cycle[len(sizes) % 3] <= room:
+            sizes.append(cycle[len(sizes) % 3])
+        return sizes
+
+
+def rack_spread(
+    gangs: Mapping[str, int],
+    gang_of: Mapping[str, str],
+    node_of: Mapping[str, str],
+    rack_of: Mapping[str, str],
+) -> dict[str, Any]:
+    """Where the gangs landed: how many had every pod bound, how many of those inside one
+    rack, how many had bound pods in more than one, and the racks they used."""
+    racks: defaultdict[str, set[str]] = defaultdict(set)
+    bound: Counter[str] = Counter()
+    for pod, node in node_of.items():
+        gang = gang_of.get(pod, "")
+        racks[gang].add(rack_of[node])
+        bound[gang] += 1
+    whole = [g for g, pods in gangs.items() if bound[g] >= pods]
+    in_one = sum(1 for g in whole if len(racks[g]) == 1)
+    used = set().union(*racks.values())
+    return {
+        "gangs": len(gangs),
+        "gangs_all_bound": len(whole),
+        "gangs_in_one_rack": in_one,
+        "share_in_one_rack": round(in_one / len(gangs), 3) if gangs else None,
+        "gangs_over_several_racks": sum(1 for g in gangs if len(racks[g]) > 1),
+        "most_racks_of_one_gang": max((len(r) for r in racks.values()), default=0),
+        "racks_used": len(used),
+        "racks_untouched": len(set(rack_of.values()) - used),
+    }
+
+
+def run_topology(
+    env: Env, native: bool, pool: str, fabric: Fabric, topology: str
+) -> dict[str, Any]:
+    """One stream of gangs, each requiring one rack, created at once and timed from the
+    first create to every pod bound; then where each gang landed. kube-scheduler: native
+    PodGroups (gang minCount = pods, `schedulingConstraints.topology` on the rack label) and
+    bare pods. Muster: Jobs whose pod template asks for one rack
+    (`muster.dev/podset-required-topology`) in a queue whose flavor names the Topology."""
+    args = env.args
+    name = "topology-native" if native else "topology-muster"
+    tag = uuid.uuid4().hex[:6]
+    namespace = f"bench-{name}-{tag}"
+    n = fabric.count
+    quota = {GPU: str(n * NODE_GPUS), "cpu": str(n * 64), "memory": f"{n * 512}Gi"}
+    open_namespace(
+        env, namespace, None if native else queue_docs(pool, namespace, quota, topology=topology)
+    )
+    spec = pod_spec(cpu=args.pod_cpu, memory=args.pod_memory, gpu=POD_GPUS)
+    gangs = {f"gang-{g:04d}": size for g, size in enumerate(fabric.gang_sizes(args.fill))}
+    if native:
+        group = {"schedulingConstraints": {"topology": [{"key": RACK_LABEL}]}}
+        docs = [
+            doc
+            for gang, size in gangs.items()
+            for doc in native_gang_docs(gang, size, namespace, tag, pool, spec, group)
+        ]
+    else:
+        ask = {REQUIRED_TOPOLOGY_ANNOTATION: RACK_LABEL}
+        docs = [muster_job(gang, size, namespace, tag, spec, ask) for gang, size in gangs.items()]
+    pods = sum(gangs.values())
+    tracker = Tracker(env.reader, tag, namespace, workloads=not native)
+    tracker.start()
+    if env.timers is not None:
+        env.timers.reset()
+    before = scheduler_metrics(env.cluster, *TOPOLOGY_METRICS)
+    cpu_meter = CpuMeter(env.cluster)
+    cpu_meter.start()
+    started = time.monotonic()
+    create_all(env.kc, env.kubeconfig, docs)
+    created = time.monotonic() - started
+    all_bound = wait_or_warn(
+        f"{name}: every pod bound", lambda: len(tracker.bound) >= pods, args.topology_timeout
+    )
+    cpu = cpu_meter.stop()
+    after = scheduler_metrics(env.cluster, *TOPOLOGY_METRICS)
+    rack_of = {f"{pool}-{i}": fabric.labels(i)[RACK_LABEL] for i in range(n)}
+    result: dict[str, Any] = {
+        "scenario": name,
+        "scheduler": "kube-scheduler 1.37 (TopologyAwareWorkloadScheduling, PodGroup gang)"
+        if native
+        else "Muster (Jobs, required-topology annotation, flavor naming the Topology)",
+        "fabric": f"{fabric.blocks} blocks x {fabric.racks} racks x {fabric.nodes} nodes",
+        "pod": f"{POD_GPUS} GPUs, {args.pod_cpu} cpu, {args.pod_memory}",
+        "groups": len(gangs),
+        "pods": pods,
+        "bound": len(tracker.bound),
+        **rack_spread(gangs, tracker.gang, tracker.node, rack_of),
+        "create_seconds": round(created, 2),
+        "all_admitted_seconds": None if native else last(tracker.admitted, started),
+        "all_pods_created_seconds": last(tracker.created, started),
+        "all_bound_seconds": last(tracker.bound, started) if all_bound else None,
+        "steady_pods_bound_per_second": steady_rate(tracker.bound.values()),
+        "api_writes_per_group": writes_per_group(cpu, len(gangs)),
+        "cpu": cpu,
+    }
+    if native:
+        # The apiserver drops the constraint on create when its gate is off: say so.
+        first = get_json(env, "podgroups.scheduling.k8s.io", next(iter(gangs)), "-n", namespace)
+        kept = (first.get("spec") or {}).get("schedulingConstraints")
+        result["constraint_as_stored"] = kept or "dropped by the apiserver"
+        result["kube_scheduler_metrics"] = {
+            "attempt": histogram(before, after, TOPOLOGY_METRICS[0]),
+            "placement_evaluation": histogram(before, after, TOPOLOGY_METRICS[1]),
+            "counters": metrics.counter_deltas(before, after),
+        }
+    else:
+        assert env.timers is not None
+        result["decide"] = env.timers.summary().get("scheduler: decide (per group)", {})
+    if not all_bound:
+        result["waiting"] = waiting_gangs(env, native, namespace, gangs, tracker)
+    done(result)
+    result["cleanup_seconds"] = delete_and_wait(env, tracker, namespace)
+    tracker.stop()
+    return result
+
+
+def waiting_gangs(
+    env: Env, native: bool, namespace: str, gangs: Mapping[str, int], tracker: Tracker
+) -> dict[str, Any]:
+    """The gangs not wholly bound, and what the scheduler says about the first of them."""
+    bound = Counter(tracker.gang.get(k, "") for k in tracker.bound)
+    waiting = [g for g, pods in gangs.items() if bound[g] < pods]
+    if not waiting:
+        return {}
+    return {
+        "gangs": len(waiting),
+        "first": waiting[0],
+        "first_conditions": group_conditions(env, native, namespace, waiting[0]),
+    }
+
+
 def run(args: argparse.Namespace) -> dict[str, Any]:
     scenarios = ["native", "muster", "kai"] if args.scenario == "all" else [args.scenario]
-    with running_cluster(
-        args.kubeconfig,
-        prefix="muster-sched-bench-",
-        prepare=partial(quiet_nodes, heartbeat=args.node_heartbeat, lease=args.node_lease),
-        keep=args.keep,
-    ) as cluster:
+    quiet = partial(quiet_nodes, heartbeat=args.node_heartbeat, lease=args.node_lease)
+    with (
+        tempfile.TemporaryDirectory(prefix="muster-sched-bench-stages-") as stages,
+        running_cluster(
+            args.kubeconfig,
+            prefix="muster-sched-bench-",
+            prepare=partial(quiet, stages=Path(stages)),
+            keep=args.keep,
+        ) as cluster,
+    ):
         kc, kubeconfig = cluster.kc, cluster.kubeconfig
         env = Env(args, cluster, Kube(api_client(kubeconfig, pool_size=8)), profile=args.profile)
         results: list[dict[str, Any]] = []
@@ -1155,6 +1376,29 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             # kube-scheduler first, before the controller starts: it costs it nothing.
             results.append(guarded("preemption-native", lambda: run_preemption(env, True, pool)))
             results.append(guarded("preemption-muster", lambda: run_preemption(env, False, pool)))
+        if "topology" in scenarios:
+            fabric = Fabric(args.blocks, args.racks, args.rack_nodes)
+            pool = f"topo-{tag}"
+            t = time.monotonic()
+            make_nodes(
+                kc,
+                kubeconfig,
+                fabric.count,
+                pool,
+                env.reader,
+                cpu="64",
+                memory="512Gi",
+                gpu=NODE_GPUS,
+                labels=fabric.labels,
+            )
+            setup[f"{fabric.count} nodes created and Ready (s)"] = round(time.monotonic() - t, 1)
+            topology = f"fabric-{tag}"
+            cluster.apply([objects.topology(topology, (BLOCK_LABEL, RACK_LABEL, HOSTNAME_LABEL))])
+            # kube-scheduler first, before the controller starts: it costs it nothing.
+            for name, native in (("topology-native", True), ("topology-muster", False)):
+                results.append(
+                    guarded(name, partial(run_topology, env, native, pool, fabric, topology))
+                )
         if "native" in scenarios or "muster" in scenarios:
             pool = f"cpu-{tag}"
             t = time.monotonic()
@@ -1182,7 +1426,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 time.monotonic() - t, 1
             )
             quota = {
-                "nvidia.com/gpu": str(args.gpu_jobs),
+                GPU: str(args.gpu_jobs),
                 "cpu": str(args.gpu_nodes * 64),
                 "memory": f"{args.gpu_nodes * 512}Gi",
             }
@@ -1283,10 +1527,40 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--gpu-jobs", type=int, default=4000, help="one-GPU Jobs (kai)")
     parser.add_argument(
         "--scenario",
-        choices=("native", "muster", "kai", "all", "preemption"),
+        choices=("native", "muster", "kai", "all", "preemption", "topology"),
         default="all",
         help="all = native, muster, kai; preemption (not in all) = kube-scheduler's and "
-        "Muster's gang preemption, one after the other, on --preemption-nodes nodes",
+        "Muster's gang preemption, one after the other, on --preemption-nodes nodes; "
+        "topology (not in all) = a stream of gangs each requiring one rack, by kube-scheduler "
+        "and by Muster, on --blocks x --racks x --rack-nodes nodes",
+    )
+    parser.add_argument("--blocks", type=int, default=4, help="blocks (topology)")
+    parser.add_argument("--racks", type=int, default=8, help="racks per block (topology)")
+    parser.add_argument(
+        "--rack-nodes", type=int, default=16, help="8-GPU nodes per rack (topology)"
+    )
+    parser.add_argument(
+        "--fill",
+        type=float,
+        default=0.75,
+        help="the gangs ask for this share of the fabric's GPUs (topology)",
+    )
+    # By default cpu and memory in proportion to the GPUs (an eighth of a node's 64 cpu and
+    # 512Gi per GPU): kube-scheduler scores a rack by cpu and memory only (NodeResourcesFit's
+    # default resources), Muster by every resource the pods ask.
+    parser.add_argument(
+        "--pod-cpu", default=str(8 * POD_GPUS), help=f"cpu of a {POD_GPUS}-GPU pod (topology)"
+    )
+    parser.add_argument(
+        "--pod-memory",
+        default=f"{64 * POD_GPUS}Gi",
+        help=f"memory of a {POD_GPUS}-GPU pod (topology)",
+    )
+    parser.add_argument(
+        "--topology-timeout",
+        type=float,
+        default=600.0,
+        help="seconds to wait for every pod of the stream to be bound (topology)",
     )
     parser.add_argument(
         "--preemption-nodes", type=int, default=100, help="4-cpu nodes (preemption)"
@@ -1331,6 +1605,8 @@ def main(argv: list[str] | None = None) -> None:
     report = run(args)
     if args.scenario == "preemption":
         print(preemption_table(report))
+    elif args.scenario == "topology":
+        print(topology_table(report))
     else:
         print(table(report))
     print()

@@ -6,6 +6,7 @@ with Muster's CRDs installed."""
 from __future__ import annotations
 
 import contextlib
+import shutil
 import ssl
 import subprocess
 import sys
@@ -89,10 +90,13 @@ def running_cluster(
     """The cluster at `kubeconfig` (a local one if it sits in a local cluster's state
     directory), or the local cluster in `directory`, or else a fresh local cluster of class
     `kind` in `fresh_in` (a new temporary directory by default), `prepare`d before it starts
-    and stopped at the end unless `keep`. Binaries are built first only with `build`."""
+    and stopped at the end unless `keep`; a temporary directory of its own is deleted with it
+    (about 140 MiB of etcd data and logs a run) unless the run failed, whose logs it keeps.
+    Binaries are built first only with `build`."""
     binaries = ensure_binaries(build=build)
     local: LocalCluster | None = None
     owned = False
+    temporary: Path | None = None
     if kubeconfig is not None:
         state_dir = Path(kubeconfig).resolve().parent
         if (state_dir / STATE_FILE).exists():
@@ -101,17 +105,25 @@ def running_cluster(
         local = LocalCluster(directory, binaries)
         kubeconfig = str(local.kubeconfig)
     else:
-        local = kind(fresh_in or Path(tempfile.mkdtemp(prefix=prefix)), binaries)
+        if fresh_in is None:
+            fresh_in = temporary = Path(tempfile.mkdtemp(prefix=prefix))
+        local = kind(fresh_in, binaries)
         if prepare is not None:
             prepare(local)
         local.up()
         owned = True
         kubeconfig = str(local.kubeconfig)
+    failed = True
     try:
         yield Cluster(binaries["kubectl"], kubeconfig, local)
+        failed = False
     finally:
         if owned and local is not None:
             if keep:
                 print(f"cluster left running: --kubeconfig {local.kubeconfig}", file=sys.stderr)
             else:
                 local.down()
+                if temporary is not None and not failed:
+                    shutil.rmtree(temporary, ignore_errors=True)
+                elif temporary is not None:
+                    print(f"the failed run's cluster logs: {temporary}", file=sys.stderr)

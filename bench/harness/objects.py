@@ -1,5 +1,5 @@
 """The objects benchmarks create, in one shape each: a namespace, Muster's queue objects
-(ResourceFlavor, ClusterQueue, LocalQueue) and labelled one-pod Jobs."""
+(ResourceFlavor, ClusterQueue, LocalQueue), a Topology, and labelled one-pod Jobs."""
 
 from __future__ import annotations
 
@@ -14,13 +14,24 @@ def namespace(name: str) -> Obj:
     return {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}
 
 
-def flavor(name: str, node_labels: Mapping[str, str], api: str = MUSTER_API) -> Obj:
-    """A ResourceFlavor for the nodes carrying `node_labels` (Muster's, or Kueue's `api`)."""
+def flavor(
+    name: str, node_labels: Mapping[str, str], api: str = MUSTER_API, topology: str | None = None
+) -> Obj:
+    """A ResourceFlavor for the nodes carrying `node_labels` (Muster's, or Kueue's `api`),
+    naming a Topology if given."""
+    spec: Obj = {"nodeLabels": dict(node_labels)}
+    if topology is not None:
+        spec["topologyName"] = topology
+    return {"apiVersion": api, "kind": "ResourceFlavor", "metadata": {"name": name}, "spec": spec}
+
+
+def topology(name: str, levels: Sequence[str]) -> Obj:
+    """Muster's Topology: node labels, widest first."""
     return {
-        "apiVersion": api,
-        "kind": "ResourceFlavor",
+        "apiVersion": MUSTER_API,
+        "kind": "Topology",
         "metadata": {"name": name},
-        "spec": {"nodeLabels": dict(node_labels)},
+        "spec": {"levels": [{"nodeLabel": label} for label in levels]},
     }
 
 

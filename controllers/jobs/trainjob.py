@@ -30,6 +30,7 @@ from controllers.runtime.resources import Kind, Obj
 from controllers.state.caches import Caches
 from quota.api import ManifestError
 from quota.api.names import OWNER_UID_POD_LABEL
+from quota.api.topology import ForeignTopologyError, network_topology_request
 
 GROUP = "trainer.kubeflow.org"
 API_VERSION = f"{GROUP}/v1alpha1"
@@ -73,8 +74,8 @@ def runtime_of(trainjob: Mapping[str, Any], lookup: RuntimeLookup) -> Obj:
 
 def replicated_jobs(trainjob: Mapping[str, Any], runtime: Mapping[str, Any]) -> list[Obj]:
     """The runtime's replicated jobs as the Trainer runs them for this TrainJob: the trainer
-    step with its node count (replicas 1, parallelism = completions = nodes) and the
-    TrainJob's resources per node."""
+    step with its node count (replicas 1, parallelism = completions = nodes), the TrainJob's
+    resources per node, and the pod-template annotations of its users' runtime patches."""
     spec = runtime.get("spec") or {}
     jobs: list[Obj] = _copy(
         ((spec.get("template") or {}).get("spec") or {}).get("replicatedJobs") or []
@@ -93,7 +94,56 @@ def replicated_jobs(trainjob: Mapping[str, Any], runtime: Mapping[str, Any]) -> 
             for container in pod_spec_of(rj).get("containers") or []:
                 if container.get("name") == NODE_CONTAINER:
                     container["resources"] = _copy(resources)
+    _patch_annotations(trainjob, jobs)
     return jobs
+
+
+def _patch_annotations(trainjob: Mapping[str, Any], jobs: list[Obj]) -> None:
+    """Merge the pod-template annotations the TrainJob's own runtime patches set (in their
+    order, a later one winning, as the Trainer applies them) into `jobs`: a TrainJob's user
+    asks for topology there (`muster.dev/podset-*-topology`), since the runtime is shared."""
+    by_name = {str(rj.get("name")): rj for rj in jobs}
+    for patch in (trainjob.get("spec") or {}).get("runtimePatches") or []:
+        if patch.get("manager") == PATCH_MANAGER:
+            continue
+        template = ((patch.get("trainingRuntimeSpec") or {}).get("template") or {}).get("spec")
+        for rjp in (template or {}).get("replicatedJobs") or []:
+            pod = (((rjp.get("template") or {}).get("spec") or {}).get("template")) or {}
+            annotations = (pod.get("metadata") or {}).get("annotations")
+            rj = by_name.get(str(rjp.get("name")))
+            if not annotations or rj is None:
+                continue
+            job_spec = rj.setdefault("template", {}).setdefault("spec", {})
+            meta = job_spec.setdefault("template", {}).setdefault("metadata", {})
+            meta["annotations"] = {**(meta.get("annotations") or {}), **_copy(annotations)}
+
+
+def network_topology(trainjob: Mapping[str, Any], runtime: Mapping[str, Any]) -> Obj:
+    """The runtime's Volcano `podGroupPolicy.volcano.networkTopology` as a topologyRequest
+    (the rule the PodGroup intake follows), which the Trainer would put on the PodGroup it
+    makes: with the TrainJob queued by Muster, its own Workload stands for that PodGroup, so
+    the constraint comes here rather than be dropped. Each role (pod set) without a request
+    of its own is kept to it; roles are not kept together."""
+    policy = ((runtime.get("spec") or {}).get("podGroupPolicy") or {}).get("volcano") or {}
+    network = policy.get("networkTopology")
+    if network is None:
+        return {}
+    try:
+        return network_topology_request(network)
+    except ForeignTopologyError as error:
+        meta = trainjob.get("metadata") or {}
+        name = (runtime.get("metadata") or {}).get("name")
+        raise ManifestError(
+            0,
+            f"TrainJob {meta.get('namespace')}/{meta.get('name')}",
+            [
+                (
+                    f"spec.runtimeRef ({name}: spec.podGroupPolicy.volcano.networkTopology"
+                    f"{error.path})",
+                    error.rule,
+                )
+            ],
+        ) from None
 
 
 def muster_patch(uid: str, names: Sequence[str], flavors: Sequence[Mapping[str, Any]]) -> Obj:
@@ -161,13 +211,18 @@ class TrainJob(ReplicatedJobs):
     def workload_spec(
         self, priorities: Mapping[str, int], *, global_default: str | None, count: int | None
     ) -> Obj:
-        return workload_spec_of(
+        spec = workload_spec_of(
             self._obj,
             self._jobs(),
             priorities,
             global_default=global_default,
-            where="spec.runtimeRef (its replicatedJobs)",
+            where="spec.runtimeRef (its replicatedJobs, with spec.runtimePatches)",
         )
+        asked = network_topology(self._obj, runtime_of(self._obj, self._lookup))
+        if asked:
+            for pod_set in spec["podSets"]:
+                pod_set.setdefault("topologyRequest", dict(asked))
+        return spec
 
     def first_pod_sets(self) -> list[str] | None:
         # Initializers before the trainer nodes, as the runtime's dependsOn says.

@@ -21,8 +21,10 @@ from prometheus_client.registry import Collector
 from controllers.runtime.informer import Informer
 from controllers.state import workloads as wls
 from controllers.state.caches import Caches
+from quota.api.conditions import WorkloadConditions
 from quota.api.quantity import QuantityError, Unit, parse_quantity, unit_of
 from quota.model.queues import cluster_queue_of
+from quota.placement.topology import waiting_level
 
 ACTIVE = "Active"
 
@@ -56,6 +58,15 @@ def _per_flavor(
             value = amount(quantity, str(resource))
             if value is not None and (zero_too or value):
                 gauge.add_metric([queue, str(flavor), str(resource)], value)
+
+
+def _topology_wait(wl: Mapping[str, Any]) -> str | None:
+    """The level no domain could hold a pending Workload at, from the reason the admission
+    cycle wrote into its QuotaReserved condition; None when it waits for anything else."""
+    condition = wls.condition(wl, WorkloadConditions.QUOTA_RESERVED) or {}
+    if condition.get("reason") != WorkloadConditions.PENDING:
+        return None
+    return waiting_level(str(condition.get("message") or ""))
 
 
 @dataclass
@@ -94,9 +105,17 @@ class StateCollector(Collector):
             "Workloads holding quota (admitted and not finished), per ClusterQueue.",
             labels=["cluster_queue"],
         )
+        topology = GaugeMetricFamily(
+            "muster_topology_waiting_workloads",
+            "Workloads waiting because no domain of their flavor's Topology can hold them, per "
+            "ClusterQueue and the level asked for (as reasons name it: rack, block, node; "
+            "topology when not even the whole topology has room).",
+            labels=["cluster_queue", "level"],
+        )
         queues = {cq["metadata"]["name"]: cq for cq in caches.cluster_queues.objects()}
         waiting: Counter[tuple[str, str]] = Counter()
         holding: Counter[str] = Counter()
+        no_domain: Counter[tuple[str, str]] = Counter()
         for wl in caches.workloads.objects():
             if wls.is_finished(wl):
                 continue
@@ -106,6 +125,9 @@ class StateCollector(Collector):
             elif cq:
                 status = "active" if _is_active(queues.get(cq)) else "inadmissible"
                 waiting[(cq, status)] += 1
+                level = _topology_wait(wl)
+                if level is not None:
+                    no_domain[(cq, level)] += 1
         for name in queues:
             for status in ("active", "inadmissible"):
                 pending.add_metric([name, status], waiting.pop((name, status), 0))
@@ -115,7 +137,9 @@ class StateCollector(Collector):
             pending.add_metric([name, status], count)
         for name, count in sorted(holding.items()):
             admitted.add_metric([name], count)
-        return (pending, admitted)
+        for (name, level), count in sorted(no_domain.items()):
+            topology.add_metric([name, level], count)
+        return (pending, admitted, topology)
 
     def _queues(self, cluster_queues: list[dict[str, Any]]) -> Iterable[GaugeMetricFamily]:
         labels = ["cluster_queue", "flavor", "resource"]

@@ -14,9 +14,13 @@ the usual way (`Counter(name, help)`) is scraped too, with the process's own (`p
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
+
 from prometheus_client import REGISTRY, Counter, Histogram
 
 from quota.model.decisions import CycleResult
+from quota.model.nodes import Node
+from quota.placement.topology import SPREAD, DomainRequest, landed_level
 
 # Admission cycles take milliseconds to seconds; waits take seconds to days.
 _FAST = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
@@ -94,6 +98,14 @@ BIND_DURATION = Histogram(
     buckets=_FAST,
     registry=REGISTRY,
 )
+TOPOLOGY_PLACEMENTS = Counter(
+    "muster_topology_placements",
+    "Pod sets with a topology request placed, per ClusterQueue, the level whose one domain "
+    "holds all their pods (as reasons name it: rack, block, node; spread when none does) and "
+    "the request's mode (required, preferred, unconstrained).",
+    ["cluster_queue", "level", "mode"],
+    registry=REGISTRY,
+)
 WEBHOOK_DURATION = Histogram(
     "muster_webhook_request_duration_seconds",
     "Latency of admission webhook requests, by path and HTTP status code.",
@@ -124,6 +136,23 @@ def scheduler_pass(placed: int, unplaceable: int, seconds: float) -> None:
 def bind(seconds: float, ok: bool) -> None:
     """One pods/binding request took `seconds`."""
     BIND_DURATION.labels("bound" if ok else "failed").observe(seconds)
+
+
+def topology_placements(
+    cluster_queue: str,
+    placed: Iterable[tuple[DomainRequest, Iterable[str]]],
+    node: Callable[[str], Node],
+) -> None:
+    """Pod sets that keep to the domains of a Topology were placed: each (its request, the
+    nodes of its pods) counted at the level it landed, so a preferred one that had to climb
+    counts at the wider level. `node` looks a node up by name."""
+    for request, names in placed:
+        if request.required:
+            mode = "required"
+        else:
+            mode = "preferred" if request.level is not None else "unconstrained"
+        level = landed_level([node(n) for n in sorted(set(names))], request.levels) or SPREAD
+        TOPOLOGY_PLACEMENTS.labels(cluster_queue, level, mode).inc()
 
 
 def webhook(path: str, code: int, seconds: float) -> None:

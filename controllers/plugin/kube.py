@@ -58,7 +58,8 @@ def list_all(kube: Kube, kind: Kind, namespace: str | None = None, **kwargs: str
     try:
         items, _ = kube.list(kind, namespace, **kwargs)
     except ApiException as error:
-        raise api_error(error, f"listing {kind.name}s") from None
+        plural = kind.name[:-1] + "ies" if kind.name.endswith("y") else kind.name + "s"
+        raise api_error(error, f"listing {plural}") from None
     except Exception as error:  # connection refused, DNS, TLS
         raise click.ClickException(f"cannot reach the cluster: {error}") from None
     return items

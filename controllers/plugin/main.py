@@ -1,9 +1,11 @@
 """`kubectl muster ...` (the console script kubectl-muster; kubectl runs any kubectl-*
-program on PATH as a plugin): queues, explain, stop/resume, history, what-if, completion."""
+program on PATH as a plugin): queues, explain, stop/resume, topology, history, what-if,
+completion."""
 
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -188,6 +190,106 @@ def resume(target: Target, queue: str) -> None:
 
     before = set_stop_policy(target.kube(), queue, "None")
     click.echo(f"clusterqueue/{queue} resumed (was {before})")
+
+
+def _complete_names(plural: str) -> Callable[[click.Context, click.Parameter, str], list[str]]:
+    """Completion of cluster-scoped Muster objects' names, read from the cluster (nothing
+    when it cannot be reached or read: completion never prints an error)."""
+
+    def complete(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[str]:
+        from controllers.plugin.kube import list_all
+        from controllers.runtime.resources import muster_kind
+
+        target = ctx.find_object(Target) or Target()
+        try:
+            kube = target.kube()
+            items = list_all(kube, muster_kind("", plural, False))
+        except click.ClickException:
+            return []
+        names = (str(o["metadata"]["name"]) for o in items)
+        return sorted(n for n in names if n.startswith(incomplete))
+
+    return complete
+
+
+@main.command()
+@click.argument("name", required=False, shell_complete=_complete_names("topologies"))
+@click.option(
+    "--flavor",
+    default=None,
+    metavar="FLAVOR",
+    shell_complete=_complete_names("resourceflavors"),
+    help="Only this ResourceFlavor's nodes.",
+)
+@click.option(
+    "--gpus",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Per domain, how many pods asking this many of --resource it holds now.",
+)
+@click.option("--resource", default="nvidia.com/gpu", show_default=True, help="What --gpus counts.")
+@click.option(
+    "--fits",
+    type=click.IntRange(min=1),
+    default=None,
+    metavar="N",
+    help="With --gpus: mark the domains that hold N such pods, and say where a gang of N "
+    "required in one domain of each level would go now (or why it would wait).",
+)
+@click.option(
+    "--depth",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Levels shown below the flavor (nodes count as one). Default: every level.",
+)
+@click.option(
+    "--limit",
+    type=click.IntRange(min=1),
+    default=10,
+    show_default=True,
+    help="Domains shown under each domain: the roomiest; the rest in one line.",
+)
+@click.option("--all", "show_all", is_flag=True, help="Every level and every domain.")
+@click.option("--color", type=COLOR, default="auto", show_default=True)
+@click.pass_obj
+def topology(
+    target: Target,
+    name: str | None,
+    flavor: str | None,
+    gpus: int | None,
+    resource: str,
+    fits: int | None,
+    depth: int | None,
+    limit: int,
+    show_all: bool,
+    color: str,
+) -> None:
+    """Free room per domain of each Topology (block > rack > node): nodes, free GPUs, pods."""
+    from controllers.plugin import topology as topo
+
+    if fits is not None and gpus is None:
+        raise click.UsageError("--fits needs --gpus: the pods whose room it counts")
+    cluster = topo.read_cluster(target.kube())
+    console = _console(color)
+    if not console.is_terminal:
+        # A row per domain, as kubectl get prints: piped into grep or a file, never wrapped.
+        console.width = 100_000
+    for problem in cluster.left_out:
+        console.print(f"left out: {problem}", style="yellow")
+    shape = topo.Shape(resource, gpus, fits) if gpus is not None else None
+    flavors, notes = topo.views(cluster, shape, name, flavor)
+    if not flavors and not notes:
+        raise click.ClickException(topo.nothing_to_show(cluster, name, flavor))
+    for view in flavors:
+        console.print(
+            topo.render(view, shape, None if show_all else depth, None if show_all else limit)
+        )
+    for note in notes:
+        console.print(note, style="yellow")
+    if cluster.pods is None:
+        console.print(topo.pods_hidden(cluster.pods_refused), style="yellow")
+    elif cluster.workloads_refused:
+        console.print(topo.reservations_hidden(cluster.workloads_refused), style="yellow")
 
 
 @main.command("what-if")

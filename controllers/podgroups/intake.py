@@ -64,6 +64,11 @@ from quota.api.conditions import WorkloadConditions as WC
 from quota.api.meta import API_VERSION
 from quota.api.names import JOB_POD_SET, QUEUE_LABEL, WORKLOAD_FINALIZER
 from quota.api.quantity import format_quantity
+from quota.api.topology import (
+    ForeignTopologyError,
+    kep5732_topology_request,
+    network_topology_request,
+)
 from quota.model.nodeconvert import pod_requests
 from quota.model.queues import admitted_to
 
@@ -181,25 +186,39 @@ def workload_spec(
 
 
 def _topology_request(fk: ForeignKind, pg: Mapping[str, Any], subject: str) -> Obj:
-    """The group's topology constraint as the Workload's topologyRequest, never dropped.
-
-    Native (KEP-5732): every pod within one value of the label `key`, a hard constraint:
-    `required`. Volcano's `networkTopology` counts HyperNode tiers, which Muster does not map
-    to node labels yet: the group is refused rather than placed as if it asked nothing."""
+    """The group's topology constraint as the Workload's topologyRequest, never dropped:
+    what Muster cannot honour is refused naming the field. Native: KEP-5732's
+    `schedulingConstraints.topology`; Volcano: `networkTopology` in HyperNode tiers, which
+    the flavor's Topology resolves (`quota.placement.topology.domain_request`)."""
     spec = pg.get("spec") or {}
     if fk is NATIVE:
-        constraints = (spec.get("schedulingConstraints") or {}).get("topology") or []
-        if constraints:
-            return {"required": str((constraints[0] or {}).get("key") or "")}
-        return {}
-    if spec.get("networkTopology"):
-        raise Refused(
-            "UnsupportedTopology",
-            f"{subject}: spec.networkTopology: Muster does not map Volcano HyperNode tiers to "
-            "node labels yet, so it cannot keep this group in one; remove the field to queue "
-            "the group without it",
-        )
-    return {}
+        field = "spec.schedulingConstraints.topology"
+        value = (spec.get("schedulingConstraints") or {}).get("topology")
+        convert: Callable[[object], Obj] = kep5732_topology_request
+    else:
+        field = "spec.networkTopology"
+        value = spec.get("networkTopology")
+        if value is None:
+            return {}
+        convert = network_topology_request
+    try:
+        return convert(value)
+    except ForeignTopologyError as error:
+        reason = "UnsupportedTopology" if error.unsupported else "InvalidPodGroup"
+        raise Refused(reason, f"{subject}: {field}{error.path}: {error.rule}") from None
+
+
+def _topology_words(fk: ForeignKind, request: Obj) -> str:
+    """How the group's constraint was taken, for the Event that says its Workload exists."""
+    if not request:
+        return ""
+    if fk is NATIVE:
+        where = f"one domain of {request['required']}"
+    elif "requiredTier" in request:
+        where = f"one domain of tier {request['requiredTier']} (hard)"
+    else:
+        where = "one domain of tier 1 if one holds them, else of the lowest tier that can (soft)"
+    return f", every pod in {where}"
 
 
 def new_workload(fk: ForeignKind, pg: Mapping[str, Any], name: str, spec: Obj) -> Obj:
@@ -417,7 +436,8 @@ class PodGroupIntake:
                 "Normal",
                 "CreatedWorkload",
                 f"created Workload {name} in LocalQueue {spec['queueName']} for "
-                f"{spec['podSets'][0]['count']} pods",
+                f"{spec['podSets'][0]['count']} pods"
+                + _topology_words(fk, spec["podSets"][0].get("topologyRequest") or {}),
             )
             self.ctx.poke_admission()
         self._tell(

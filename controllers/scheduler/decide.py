@@ -12,7 +12,6 @@ the last, widest attempt's: the one that speaks of every node.
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
@@ -36,7 +35,7 @@ from quota.placement import (
     Unplaceable,
     place_gang,
 )
-from quota.placement.topology import DomainRequest
+from quota.placement.topology import DomainRequest, domain_of, level_name
 
 Obj = dict[str, Any]
 
@@ -51,6 +50,8 @@ class Decision:
     reason: str = ""  # why it waits, or which nodes were preferred
     never: bool = False  # no node could ever take it (only new nodes can help)
     error: bool = False  # the group's own objects are at fault, not the nodes
+    # Each placed pod set that keeps to a Topology's domains: its request, its pods' nodes.
+    domains: tuple[tuple[DomainRequest, tuple[str, ...]], ...] = ()
 
     @property
     def placed(self) -> bool:
@@ -64,8 +65,9 @@ def pinned(shape: PodShape, nodes: Collection[str]) -> PodShape:
     return replace(shape, affinity=tuple(SelectorTerm((*t.requirements, only)) for t in terms))
 
 
-# A pod set of identical waiting pods: (name, shape, pods, the domains they keep to).
-PodSet = tuple[str, PodShape, list[Obj], DomainRequest | None]
+# A pod set of identical waiting pods: (name, shape, pods, the domains they keep to, the
+# Workload's pod set they belong to).
+PodSet = tuple[str, PodShape, list[Obj], DomainRequest | None, str]
 
 
 def pod_sets(group: Group, view: NodeView) -> tuple[list[PodSet], str | None]:
@@ -90,8 +92,8 @@ def pod_sets(group: Group, view: NodeView) -> tuple[list[PodSet], str | None]:
         shape = on_labels(shape, group.node_labels)
         if domain is not None and domain.required and domain.level is not None:
             bound = [q for q in group.bound if _pod_set_of(q, group) == set_name]
-            shape = on_labels(shape, _domain_of(view, [p.node_of(q) for q in bound], domain))
-        out.append((name, shape, members, domain))
+            shape = on_labels(shape, domain_of(view, [p.node_of(q) for q in bound], domain))
+        out.append((name, shape, members, domain, set_name))
     return out, None
 
 
@@ -103,22 +105,6 @@ def _pod_set_of(pod: Obj, group: Group) -> str:
         if any(named == name for name, _, _ in group.pod_sets):
             return named
     return group.pod_set
-
-
-def _domain_of(view: NodeView, nodes: Collection[str], domain: DomainRequest) -> dict[str, str]:
-    """The label of the domain at the request's level holding most of `nodes` (empty when
-    none of them is in the view)."""
-    assert domain.level is not None
-    label = domain.levels[domain.level]
-    values = Counter(
-        view.node(n).labels.get(label) for n in nodes if n in view and view.node(n).labels
-    )
-    values.pop(None, None)
-    if not values:
-        return {}
-    value = max(values.items(), key=lambda kv: (kv[1], kv[0]))[0]
-    assert value is not None
-    return {label: value}
 
 
 def on_labels(shape: PodShape, labels: Mapping[str, str]) -> PodShape:
@@ -136,12 +122,12 @@ def _request(
     """The gang of `sets`, on the nodes `only` when given; `widen`: instead, each pod set
     that keeps to a domain on the domain holding those nodes, the others anywhere."""
     out = []
-    for name, shape, members, domain in sets:
+    for name, shape, members, domain, _ in sets:
         if only is not None:
             if not widen:
                 shape = pinned(shape, only)
             elif domain is not None and domain.level is not None:
-                shape = on_labels(shape, _domain_of(view, only, domain))
+                shape = on_labels(shape, domain_of(view, only, domain))
         out.append(PodSetRequest(name, len(members), shape, domain=domain))
     return GangRequest(tuple(out))
 
@@ -170,7 +156,7 @@ def decide(
     if planned:
         plan = [n for n in planned if n in view]
         preferences.append(("planned nodes", plan, False))
-        if any(domain is not None and domain.level is not None for *_, domain in sets):
+        if any(domain is not None and domain.level is not None for _, _, _, domain, _ in sets):
             preferences.append(("the planned domain", plan, True))
     running = [n for n in group.bound_on() if n in view]
     if running and strategy == "BinPack":  # Spread wants the pods apart, not together
@@ -182,16 +168,58 @@ def decide(
         if isinstance(found, Placement):
             return _decision(group, sets, found, label)
     found = place_gang(view, _request(sets, view, None, False), strategy)
+    if isinstance(found, Placement):
+        found = _in_one_domain(view, sets, found, strategy)
     if isinstance(found, Unplaceable):
         return Decision(group, reason=found.reason, never=found.never)
     return _decision(group, sets, found, "")
 
 
+def _in_one_domain(
+    view: NodeView, sets: list[PodSet], found: Placement, strategy: Strategy
+) -> Placement | Unplaceable:
+    """`found`, or, where the pods of one Workload pod set that requires one domain came in
+    several shapes (a PodGroup's leader and workers) and were placed apart, the first
+    placement with each such pod set's shapes pinned together in one domain, the domains
+    `found` used tried first."""
+    for owner in sorted({o for _, _, _, d, o in sets if d is not None and d.required}):
+        mine = [s for s in sets if s[4] == owner]
+        domain = mine[0][3]
+        if len(mine) < 2 or domain is None or domain.level is None:
+            continue
+        label = domain.levels[domain.level]
+        used = {view.node(n).labels.get(label) for s in mine for n, _ in found.nodes[s[0]]}
+        if len(used) == 1:
+            continue
+        values = {view.node(n).labels.get(label) for n in view} - {None}
+        for value in sorted(values, key=lambda v: (v not in used, v)):
+            assert value is not None
+            pinned_sets = [
+                (n, on_labels(sh, {label: value}) if o == owner else sh, m, d, o)
+                for n, sh, m, d, o in sets
+            ]
+            again = place_gang(view, _request(pinned_sets, view, None, False), strategy)
+            if isinstance(again, Placement):
+                found, sets = again, pinned_sets
+                break
+        else:
+            return Unplaceable(
+                f"no {level_name(label)} can hold every pod of pod set {owner} together"
+            )
+    return found
+
+
 def _decision(group: Group, sets: list[PodSet], placement: Placement, label: str) -> Decision:
     binds: list[tuple[Obj, str]] = []
-    for name, _, members, _ in sets:
+    for name, _, members, _, _ in sets:
         binds.extend(zip(members, placement.pod_nodes(name), strict=True))
-    return Decision(group, placement, tuple(binds), label)
+    # Per Workload pod set keeping to domains (its pods may come in several shapes).
+    kept: dict[str, tuple[DomainRequest, list[str]]] = {}
+    for name, _, _, domain, owner in sets:
+        if domain is not None:
+            kept.setdefault(owner, (domain, []))[1].extend(placement.pod_nodes(name))
+    domains = tuple((domain, tuple(nodes)) for domain, nodes in kept.values())
+    return Decision(group, placement, tuple(binds), label, domains=domains)
 
 
 def nodes_text(counts: Mapping[str, int], limit: int = 8) -> str:

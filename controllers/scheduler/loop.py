@@ -163,6 +163,7 @@ class SchedulerLoop:
                     decision = Decision(g, reason=str(error), error=True)
                 if decision.placement is not None:
                     view.assume(decision.placement)
+                    metrics.topology_placements(g.cluster_queue, decision.domains, view.node)
                 else:
                     for placeholder in own:
                         view.add_pod(placeholder)  # still planned there: nobody else takes it

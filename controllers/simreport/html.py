@@ -9,11 +9,14 @@ from controllers.simreport.plots import SCRIPT
 from controllers.simreport.table import QUOTA_ONLY
 from controllers.simreport.units import in_unit, percent, unit_of
 from quota.simulation.report import (
+    LANDED_NOTE,
+    LEVELS_NOTE,
     PlacementStats,
     QueueStats,
     flavor_stats,
     format_seconds,
     key_name,
+    landed_columns,
     placement_stats,
     queue_keys,
     queue_stats,
@@ -157,6 +160,42 @@ def _nodes_html(stats: PlacementStats) -> str:
     return _table(headers, rows, note)
 
 
+def _topology_html(stats: PlacementStats) -> str:
+    """Fragmentation per level, and where each queue's gangs landed."""
+    out = ""
+    if stats.levels:
+        rows = [
+            "<tr>"
+            + _cell(f.topology)
+            + _cell(f.level)
+            + _cell(f.resource)
+            + _cell(f"{f.domains:,}", f.domains)
+            + _cell(in_unit(f.resource, f.largest), f.largest)
+            + _cell(in_unit(f.resource, f.avg_largest_free), f.avg_largest_free)
+            + _cell(in_unit(f.resource, f.min_largest_free), f.min_largest_free)
+            + "</tr>"
+            for f in stats.levels
+        ]
+        headers = ["Topology", "Level", "Resource", "Domains", "Largest domain"]
+        out += _table([*headers, "Avg largest free", "min"], rows, _sentence(LEVELS_NOTE))
+    if stats.landed:
+        levels = stats.landed_levels
+        rows = [
+            "<tr>"
+            + _cell(q.queue)
+            + _cell(f"{q.gangs:,}", q.gangs)
+            + "".join(_cell(f"{q.by_level.get(lv, 0):,}", q.by_level.get(lv, 0)) for lv in levels)
+            + "</tr>"
+            for q in stats.landed
+        ]
+        out += _table(["Queue", "Gangs", *landed_columns(levels)], rows, _sentence(LANDED_NOTE))
+    return out
+
+
+def _sentence(note: str) -> str:
+    return note[0].upper() + note[1:] + "."
+
+
 def _resources_html(result: SimResult) -> str:
     """Every queue's average usage against its average fair share, one row per resource."""
     rows = []
@@ -221,6 +260,8 @@ def render_html(result: SimResult) -> str:
     ]
     if stats is not None and stats.timelines:
         body += ["<h2>Nodes</h2>", _nodes_html(stats), "<div id='nodes'></div>"]
+    if stats is not None and (stats.levels or stats.landed):
+        body += ["<h2>Topology</h2>", _topology_html(stats), "<div id='levels'></div>"]
     body += [
         "<h2>Usage against fair share over time</h2>",
         "<p class='note'>Solid: usage; dashed: fair share. One chart per flavor/resource of "

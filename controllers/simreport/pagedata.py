@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from controllers.simreport.units import short, unit_of
+from quota.placement.topology import level_name
 from quota.simulation.report import (
     NodeTimeline,
     PlacementStats,
@@ -149,6 +150,25 @@ def _nodes(stats: PlacementStats | None, scale: float) -> list[dict[str, Any]]:
     return out
 
 
+def _levels(stats: PlacementStats | None, scale: float) -> list[dict[str, Any]]:
+    """Per Topology and resource: the largest free room in one domain of each level over time."""
+    charts: dict[tuple[str, str], dict[str, Any]] = {}
+    for f in stats.levels if stats is not None else ():
+        divisor, unit = unit_of(f.resource)
+        chart = charts.setdefault(
+            (f.topology, f.resource),
+            {
+                "title": f"Topology {f.topology}: the most free {f.resource} in one domain",
+                "axis": f"{short(f.resource)} free ({unit})",
+                "starts": [round(v / scale, 4) for v in f.times],
+                "series": [],
+            },
+        )
+        values = [round(v / divisor, 3) for v in f.largest_free]
+        chart["series"].append({"name": f"one {level_name(f.level)}", "y": values})
+    return list(charts.values())
+
+
 class _Reasons:
     """Reason texts stored once and referred to by index: most repeat across workloads."""
 
@@ -237,6 +257,7 @@ def page_data(result: SimResult, stats: PlacementStats | None) -> dict[str, Any]
         "usage": usage,
         "waits": _waits(result),
         "nodes": _nodes(stats, scale),
+        "levels": _levels(stats, scale),
         "workloads": _workloads(result, stats is not None),
     }
 

@@ -264,6 +264,14 @@ function nodeCharts() {
   }
 }
 
+function levelCharts() {
+  const box = document.getElementById("levels");
+  if (!box) return;
+  for (const c of DATA.levels) {
+    stepChart(box, { title: c.title, axis: c.axis, x: c.starts, width: 900, series: c.series });
+  }
+}
+
 // A workload's states between its events, for the bar above its timeline.
 const STATE = { submitted: "pending", requeued: "pending", admitted: "running", resized: "running",
   evicted: "evicting", preempted: "evicting", reclaimed: "evicting", finished: null };
@@ -362,5 +370,6 @@ sortableTables();
 usageCharts();
 waitChart();
 nodeCharts();
+levelCharts();
 workloadPicker();
 """

@@ -10,10 +10,13 @@ from quota.api.quantity import format_quantity
 from quota.model.convert import is_priority_wait
 from quota.model.resources import FlavorResource
 from quota.simulation.report import (
+    LANDED_NOTE,
+    LEVELS_NOTE,
     QueueStats,
     flavor_stats,
     format_seconds,
     key_name,
+    landed_columns,
     placement_stats,
     queue_stats,
 )
@@ -105,17 +108,13 @@ def render_table(result: SimResult, console: Console) -> None:
     if stats is None:
         console.print(QUOTA_ONLY, style="dim", highlight=False)
     elif stats.timelines:
-        nodes = Table(
-            title=f"Nodes ({stats.nodes:,}): free room over time",
-            caption="partly used: nodes with some but not all of the resource in use (room a "
+        nodes = _figures(
+            f"Nodes ({stats.nodes:,}): free room over time",
+            "partly used: nodes with some but not all of the resource in use (room a "
             "whole-node gang cannot use); empty: nodes with none of it in use",
-            caption_justify="left",
+            ["Resource"],
+            ["Capacity", "Avg free on partly used", "max", "Avg free on empty"],
         )
-        nodes.add_column("Resource", no_wrap=True)
-        nodes.add_column("Capacity", justify="right")
-        nodes.add_column("Avg free on partly used", justify="right")
-        nodes.add_column("max", justify="right")
-        nodes.add_column("Avg free on empty", justify="right")
         for t in stats.timelines:
             nodes.add_row(
                 t.resource,
@@ -126,16 +125,12 @@ def render_table(result: SimResult, console: Console) -> None:
             )
         console.print(nodes)
     if stats is not None and stats.levels:
-        levels = Table(
-            title="Topology: the largest free room in one domain over time",
-            caption="what the biggest gang that must stay in one domain of the level could "
-            "still get",
-            caption_justify="left",
+        levels = _figures(
+            "Topology: the largest free room in one domain over time",
+            LEVELS_NOTE,
+            ["Topology", "Level", "Resource"],
+            ["Domains", "Largest domain", "Avg largest free", "min"],
         )
-        for column in ("Topology", "Level", "Resource"):
-            levels.add_column(column, no_wrap=True)
-        for column in ("Domains", "Largest domain", "Avg largest free", "min"):
-            levels.add_column(column, justify="right")
         for f in stats.levels:
             levels.add_row(
                 f.topology,
@@ -147,6 +142,20 @@ def render_table(result: SimResult, console: Console) -> None:
                 in_unit(f.resource, f.min_largest_free),
             )
         console.print(levels)
+    if stats is not None and stats.landed:
+        landed = _figures(
+            "Topology: where gangs landed",
+            LANDED_NOTE,
+            ["Queue"],
+            ["Gangs", *landed_columns(stats.landed_levels)],
+        )
+        for q in stats.landed:
+            landed.add_row(
+                q.queue,
+                f"{q.gangs:,}",
+                *(f"{q.by_level.get(level, 0):,}" for level in stats.landed_levels),
+            )
+        console.print(landed)
     _print_undecidable(result, console)
     unfinished = sum(1 for j in result.jobs if j.finished_at is None)
     tail = "" if result.finished_all else f" ({unfinished:,} workloads had not finished)"
@@ -154,6 +163,16 @@ def render_table(result: SimResult, console: Console) -> None:
         f"makespan {format_seconds(result.makespan)}{tail}; {result.cycles:,} admission "
         f"cycles, {result.evictions:,} evictions"
     )
+
+
+def _figures(title: str, caption: str, names: list[str], figures: list[str]) -> Table:
+    """A table of named rows (left, never wrapped) and figures (right-aligned)."""
+    table = Table(title=title, caption=caption, caption_justify="left")
+    for column in names:
+        table.add_column(column, no_wrap=True)
+    for column in figures:
+        table.add_column(column, justify="right")
+    return table
 
 
 def _node_wait_cell(q: QueueStats) -> str:

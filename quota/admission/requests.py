@@ -8,14 +8,14 @@ failures (identical shapes fail identically).
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from quota.admission.state import CycleState
 from quota.model.flavorassign import Planner, PodSetPlan, SliceBase, slice_base
 from quota.model.nodes import PodShape
 from quota.model.snapshot import Flavor, PodSet, PodSetTopology, QueueSpec, Snapshot, Workload
 from quota.placement.gang import GangRequest, PodSetRequest
-from quota.placement.topology import DomainRequest, domain_request
+from quota.placement.topology import DomainRequest, domain_of, domain_request
 
 
 @dataclass(slots=True)
@@ -58,12 +58,6 @@ class Requests:
                         "considered again once that slice is gone"
                     )
                 base = slice_base(w, running)
-                if any(ps.topology is not None for ps in w.pod_sets):
-                    # Its new pods would be placed apart from the running slice's domain.
-                    return (
-                        f"the scale-up slice replacing {w.replaces} asks for topology, and a "
-                        "slice is not kept in its running slice's domain yet"
-                    )
         plans: list[PodSetPlan] = []
         flexible = False
         for i, ps in enumerate(w.pod_sets):
@@ -179,7 +173,9 @@ def topology_for(
         return None, f"flavor {first} names Topology {topology}, which does not exist"
     if ask is None:
         return None, None
-    found = domain_request(topology, levels, ask.mode, ask.level, ask.slice_size, ask.slice_level)
+    found = domain_request(
+        topology, levels, ask.mode, ask.level, ask.slice_size, ask.slice_level, tier=ask.tier
+    )
     if isinstance(found, str):
         return None, f"its topologyRequest cannot be honoured on flavor {first}: {found}"
     return found, None
@@ -201,5 +197,21 @@ def topology_refusal(
 def request_gang(
     state: CycleState, request: Request, counts: Sequence[int], chosen: Sequence[Mapping[str, str]]
 ) -> tuple[GangRequest | None, str]:
-    """The gang to place for `request` on the flavors `chosen` (see `gang_of`)."""
-    return gang_of(state.snapshot, request.workload, counts, chosen, request.base is None)
+    """The gang to place for `request` on the flavors `chosen` (see `gang_of`).
+
+    A scale-up slice asks only for its extra pods; a pod set of it that requires one domain
+    places them in the domain where the slice it replaces runs, which is where the whole
+    Job must be."""
+    gang, where = gang_of(state.snapshot, request.workload, counts, chosen, request.base is None)
+    if gang is None or request.running is None or state.nodes is None:
+        return gang, where
+    view = state.nodes
+    running = [view.pods[k].node for k in state.pods_of.get(request.running.key, ())]
+    sets = []
+    for ps in gang.pod_sets:
+        if ps.domain is not None and ps.domain.required:
+            there = domain_of(view, running, ps.domain)
+            shape = replace(ps.shape, node_selector={**ps.shape.node_selector, **there})
+            ps = replace(ps, shape=shape)
+        sets.append(ps)
+    return replace(gang, pod_sets=tuple(sets)), where

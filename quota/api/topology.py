@@ -3,11 +3,15 @@
 A ResourceFlavor names one (`spec.topologyName`); its nodes then form a tree of domains, one
 per value of each level's label, and a pod set may require or prefer that all its pods share
 one domain at a level, or that each slice of its pods does (`Workload.spec.podSets[].
-topologyRequest`). The shape follows Kueue's Topology (ordered levels, widest first).
+topologyRequest`). The shape follows Kueue's Topology (ordered levels, widest first). Also
+what other schedulers' constraints become as such a request (Volcano's `networkTopology`,
+KEP-5732's `schedulingConstraints.topology`), one rule each for the controller's PodGroup
+intake and the importers.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, Literal, Self
 
 from pydantic import Field, model_validator
@@ -105,18 +109,25 @@ class Topology(ApiObject):
     spec: TopologySpec
 
 
+# The one-of rule of a request's kinds, in the words of both the CRD and the model.
+_ONE_KIND = "at most one of required, preferred, requiredTier, preferredTier and unconstrained"
+
+
 class TopologyRequest(ApiModel):
     """Where a pod set's pods must or should be, in levels of its flavor's topology.
 
-    At most one of required, preferred and unconstrained; a slice (`sliceSize` pods in a row
-    inside one domain at `sliceRequiredTopology`) goes with any of them.
+    At most one of required, preferred (a level by its node label), requiredTier,
+    preferredTier (a level counted from the narrowest, as Volcano counts HyperNode tiers) and
+    unconstrained; a slice (`sliceSize` pods in a row inside one domain at
+    `sliceRequiredTopology`) goes with any of them.
     """
 
     model_config = validations(
         cel(
-            "[has(self.required), has(self.preferred), "
-            "has(self.unconstrained) && self.unconstrained].filter(x, x).size() <= 1",
-            "at most one of required, preferred and unconstrained",
+            "[has(self.required), has(self.preferred), has(self.requiredTier), "
+            "has(self.preferredTier), has(self.unconstrained) && self.unconstrained]"
+            ".filter(x, x).size() <= 1",
+            _ONE_KIND,
         ),
         cel(
             "has(self.sliceSize) == has(self.sliceRequiredTopology)",
@@ -132,6 +143,21 @@ class TopologyRequest(ApiModel):
         "level that can, else anywhere in the topology.",
         optional=True,
     )
+    required_tier: int | None = Field(
+        None,
+        ge=1,
+        le=MAX_LEVELS,
+        description="As required, at the level this many tiers up from the narrowest: tier 1 "
+        "is the narrowest level that is not kubernetes.io/hostname (e.g. the rack), tier 2 "
+        "the one above, as Volcano counts HyperNode tiers. A tier beyond the flavor's "
+        "Topology waits with that reason.",
+    )
+    preferred_tier: int | None = Field(
+        None,
+        ge=1,
+        le=MAX_LEVELS,
+        description="As preferred, at the level counted as for requiredTier.",
+    )
     unconstrained: bool | None = Field(
         None, description="Anywhere among the topology's nodes (slices still apply)."
     )
@@ -144,11 +170,78 @@ class TopologyRequest(ApiModel):
 
     @model_validator(mode="after")
     def _consistent(self) -> Self:
-        if (
-            sum([self.required is not None, self.preferred is not None, bool(self.unconstrained)])
-            > 1
-        ):
-            raise ValueError("at most one of required, preferred and unconstrained")
+        kinds = (self.required, self.preferred, self.required_tier, self.preferred_tier)
+        if sum(x is not None for x in kinds) + bool(self.unconstrained) > 1:
+            raise ValueError(_ONE_KIND)
         if (self.slice_size is None) != (self.slice_required_topology is None):
             raise ValueError("sliceSize and sliceRequiredTopology go together")
         return self
+
+
+# What other schedulers' topology constraints become, for the controller's intake and the
+# importers alike: one rule each.
+
+VOLCANO_MODES = ("hard", "soft")
+
+
+class ForeignTopologyError(ValueError):
+    """A foreign constraint Muster refuses: `path` below the constraint's own field, the
+    `rule`, and whether the constraint is valid in its own API but beyond Muster
+    (`unsupported`) rather than malformed."""
+
+    def __init__(self, path: str, rule: str, *, unsupported: bool = False) -> None:
+        super().__init__(f"{path}: {rule}" if path else rule)
+        self.path = path
+        self.rule = rule
+        self.unsupported = unsupported
+
+
+def network_topology_request(network: object) -> dict[str, Any]:
+    """A Volcano `networkTopology` (HyperNode tiers, counted from the leaves) as a
+    topologyRequest. Hard mode keeps every pod inside one HyperNode of tier at most
+    `highestTierAllowed`, which is one domain at that tier: `requiredTier`; soft mode keeps
+    them as close as it can, climbing tier by tier: `preferredTier` 1 (the highest tier is
+    Volcano's for hard mode only). Volcano's CRD defaults: hard, tier 1."""
+    if not isinstance(network, Mapping):
+        raise ForeignTopologyError("", "must be an object")
+    mode = network.get("mode") or "hard"
+    if mode not in VOLCANO_MODES:
+        raise ForeignTopologyError(".mode", f"must be hard or soft (got {mode!r})")
+    if mode == "soft":
+        return {"preferredTier": 1}
+    tier = network.get("highestTierAllowed")
+    tier = 1 if tier is None else tier
+    if isinstance(tier, bool) or not isinstance(tier, int) or tier < 1:
+        raise ForeignTopologyError(
+            ".highestTierAllowed", f"must be a tier, at least 1 (got {tier!r})"
+        )
+    if tier > MAX_LEVELS:
+        raise ForeignTopologyError(
+            ".highestTierAllowed",
+            f"tier {tier} is beyond any Muster Topology, which has at most {MAX_LEVELS} levels",
+            unsupported=True,
+        )
+    return {"requiredTier": tier}
+
+
+def kep5732_topology_request(constraints: object) -> dict[str, Any]:
+    """A native PodGroup's `schedulingConstraints.topology` (KEP-5732: every pod within one
+    value of the node label `key`, a hard constraint) as a topologyRequest: `required`.
+    Its API allows one constraint; should more come, they are refused rather than some
+    ignored, since Muster keeps a group to one domain."""
+    if not constraints:
+        return {}
+    if not isinstance(constraints, list):
+        raise ForeignTopologyError("", "must be a list")
+    if len(constraints) > 1:
+        raise ForeignTopologyError(
+            "",
+            "Muster honours one topology constraint per group (as kube-scheduler 1.37 does), "
+            f"got {len(constraints)}",
+            unsupported=True,
+        )
+    first = constraints[0]
+    key = first.get("key") if isinstance(first, Mapping) else None
+    if not isinstance(key, str) or not key:
+        raise ForeignTopologyError("[0].key", "must name a node label")
+    return {"required": key}

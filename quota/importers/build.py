@@ -182,10 +182,13 @@ def priority_value(obj: SourceObject, path: str) -> int:
     return value
 
 
-def whole_cluster_flavor(origin: Origin, nodes: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
-    """The one flavor of a source without flavors (KAI, Volcano): every node. Muster counts a
-    flavor's capacity on the nodes carrying its labels, so the flavor takes the labels all
-    the files' Nodes share (none without Nodes: quota-only mode)."""
+def whole_cluster_flavor(
+    origin: Origin, nodes: Iterable[Mapping[str, Any]], topology: str | None = None
+) -> dict[str, Any]:
+    """The one flavor of a source without flavors (KAI, Volcano): every node, forming
+    `topology` if one is given. Muster counts a flavor's capacity on the nodes carrying its
+    labels, so the flavor takes the labels all the files' Nodes share (none without Nodes:
+    quota-only mode)."""
     common: dict[str, str] | None = None
     for node in nodes:
         meta = node.get("metadata")
@@ -195,7 +198,9 @@ def whole_cluster_flavor(origin: Origin, nodes: Iterable[Mapping[str, Any]]) -> 
         common = (
             current if common is None else {k: v for k, v in common.items() if current.get(k) == v}
         )
-    spec = {"nodeLabels": dict(sorted(common.items())[:16])} if common else {}
+    spec: dict[str, Any] = {"nodeLabels": dict(sorted(common.items())[:16])} if common else {}
+    if topology is not None:
+        spec["topologyName"] = topology
     return manifest(origin, "ResourceFlavor", {"metadata": {"name": DEFAULT_FLAVOR}, "spec": spec})
 
 

@@ -24,19 +24,28 @@ from quota.importers.build import (
 )
 from quota.importers.reader import SourceObject
 from quota.importers.report import ImportResult, Unmapped, refuse
+from quota.importers.topologies import level_topologies
 from quota.importers.workloads import (
     GroupedWork,
     QueuedWork,
     pod_work,
     queued_import,
-    refuse_other_source,
     skipped,
+    source_objects,
 )
 
 GROUP = "scheduling.run.ai"
 QUEUE_LABELS = ("kai.scheduler/queue", "runai/queue")
 GROUP_ANNOTATION = "pod-group-name"
 DEFAULT_PRIORITY = 100  # KAI's default queue priority
+QUEUE = (GROUP, "Queue")
+TOPOLOGY = ("kai.scheduler", "Topology")
+# KAI's topology annotations on a workload's top owner -> the PodGroup field each stands for.
+JOB_ANNOTATIONS = {
+    "topology": "kai.scheduler/topology",
+    "requiredTopologyLevel": "kai.scheduler/topology-required-placement",
+    "preferredTopologyLevel": "kai.scheduler/topology-preferred-placement",
+}
 UNLIMITED = -1
 # KAI's resources, the Muster resource each is, and one KAI unit in Muster's base units.
 RESOURCES = (
@@ -174,6 +183,79 @@ def _queue(obj: SourceObject, unmapped: list[Unmapped]) -> QueueDraft:
     )
 
 
+class _Placement:
+    """KAI's topology constraints (a PodGroup's `spec.topologyConstraint`, a Job's
+    `kai.scheduler/topology*` annotations) as Muster topologyRequests, on the Topology the
+    one flavor names (`flavor_topology`)."""
+
+    def __init__(self, flavor_topology: str | None, unmapped: list[Unmapped]) -> None:
+        self.flavor_topology = flavor_topology
+        self.unmapped = unmapped
+
+    def request(
+        self, obj: SourceObject, fields: dict[str, tuple[str, str]]
+    ) -> dict[str, Any] | None:
+        """`fields`: KAI's field (topology, requiredTopologyLevel, preferredTopologyLevel)
+        -> (its value, its path in `obj`). A required level keeps every pod in one domain
+        of it; inside, Muster keeps pods in as few domains of each lower level as it can,
+        which is what KAI's preferred level there asks. A preferred level alone: Muster's
+        preferred (climbing only when it must)."""
+        required = fields["requiredTopologyLevel"][0]
+        preferred, preferred_path = fields["preferredTopologyLevel"]
+        topology, topology_path = fields["topology"]
+        if not required and not preferred:
+            return None
+        if topology != self.flavor_topology:
+            skipped(
+                obj,
+                topology_path,
+                f"Topology {topology or '(unset)'}: Muster's one flavor names "
+                f"{self.flavor_topology or 'no Topology'}, whose levels the request is read "
+                "against",
+                self.unmapped,
+            )
+        if required and preferred and preferred != required:
+            skipped(
+                obj,
+                preferred_path,
+                f"inside one domain of {required}, Muster keeps the pods in as few domains "
+                "of each lower level as it can: the preferred level adds nothing to that",
+                self.unmapped,
+            )
+        return {"required": required} if required else {"preferred": preferred}
+
+    def of_group(self, group: SourceObject) -> dict[str, Any] | None:
+        spec = group.spec()
+        path = "spec.topologyConstraint"
+        constraint = group.mapping(spec.get("topologyConstraint"), path)
+        for i, sub in enumerate(group.items(spec.get("subGroups"), "spec.subGroups")):
+            if group.mapping(sub, f"spec.subGroups[{i}]").get("topologyConstraint"):
+                skipped(
+                    group,
+                    f"spec.subGroups[{i}].topologyConstraint",
+                    "Muster places a group by one request; sub-groups of it are not placed "
+                    "apart yet",
+                    self.unmapped,
+                )
+        return self.request(
+            group,
+            {
+                key: (group.text(constraint.get(key), f"{path}.{key}"), f"{path}.{key}")
+                for key in ("topology", "requiredTopologyLevel", "preferredTopologyLevel")
+            },
+        )
+
+    def of_job(self, job: SourceObject) -> dict[str, Any] | None:
+        annotations = job.meta_strings("annotations")
+        return self.request(
+            job,
+            {
+                key: (annotations.get(name, ""), f"metadata.annotations[{name}]")
+                for key, name in JOB_ANNOTATIONS.items()
+            },
+        )
+
+
 def _queue_label(obj: SourceObject) -> tuple[str, str]:
     labels = obj.meta_strings("labels")
     for key in QUEUE_LABELS:
@@ -186,19 +268,21 @@ def import_kai(objects: Sequence[SourceObject]) -> ImportResult:
     """Muster manifests for KAI Queues, and the Jobs, PodGroups and pods queued in them."""
     unmapped: list[Unmapped] = []
     state = ClusterState()
-    drafts: dict[str, QueueDraft] = {}
     found = GroupedWork(GROUP)
-    for obj in objects:
-        if state.take(obj) or found.take(obj):
-            continue
-        refuse_other_source(obj, "kai", "KAI")
-        if obj.group == GROUP and obj.kind == "Queue":
-            if obj.name in drafts:
-                refuse(obj.origin, "metadata.name", "Queue defined twice")
-            drafts[obj.name] = _queue(obj, unmapped)
-        else:
-            skipped(obj, "", "not a KAI queue, a Node or queued work: left out", unmapped)
+    by_kind = source_objects(objects, state, found, "kai", "KAI", [QUEUE, TOPOLOGY], unmapped)
+    drafts = {obj.name: _queue(obj, unmapped) for obj in by_kind[QUEUE]}
+    topology_objects = by_kind[TOPOLOGY]
     queues = cluster_queues(drafts, unmapped)
+    topologies = level_topologies(topology_objects, unmapped)
+    for obj in topology_objects[1:]:
+        skipped(
+            obj,
+            "",
+            f"imported, but Muster's one flavor for the cluster names Topology "
+            f"{topology_objects[0].name}; name this one from a flavor of its nodes",
+            unmapped,
+        )
+    placement = _Placement(topology_objects[0].name if topology_objects else None, unmapped)
     work: list[QueuedWork] = []
     for obj in found.jobs:
         queue, path = _queue_label(obj)
@@ -210,7 +294,7 @@ def import_kai(objects: Sequence[SourceObject]) -> ImportResult:
                 unmapped,
             )
             continue
-        work.append(QueuedWork(obj, queue, path, job=True))
+        work.append(QueuedWork(obj, queue, path, job=True, topology=placement.of_job(obj)))
     work += pod_work(
         found.pods,
         found.groups,
@@ -219,5 +303,6 @@ def import_kai(objects: Sequence[SourceObject]) -> ImportResult:
         _queue_label,
         ("metadata.labels[kai.scheduler/queue]", "the pod names no KAI queue: left out"),
         unmapped,
+        placement.of_group,
     )
-    return queued_import(drafts, queues, work, state, unmapped)
+    return queued_import(drafts, queues, work, state, unmapped, topologies)

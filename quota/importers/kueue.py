@@ -11,6 +11,7 @@ field by field, is in docs/import.md.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from fractions import Fraction
 from typing import Any
 
@@ -28,12 +29,14 @@ from quota.importers.build import (
 )
 from quota.importers.reader import SourceObject
 from quota.importers.report import ImportedWorkload, ImportResult, Unmapped, refuse
+from quota.importers.topologies import level_topologies
 from quota.importers.workloads import (
     PodSetSource,
     batch_job,
     finished,
     owned_by,
     pod_group_sets,
+    prefixed_topology,
     refuse_other_source,
     resolve_priority,
     skipped,
@@ -42,16 +45,32 @@ from quota.importers.workloads import (
 )
 
 GROUP = "kueue.x-k8s.io"
+ANNOTATION_PREFIX = "kueue.x-k8s.io/"
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 PRIORITY_LABEL = "kueue.x-k8s.io/priority-class"
 POD_GROUP_LABEL = "kueue.x-k8s.io/pod-group-name"
 WPC_SOURCE = "kueue.x-k8s.io/workloadpriorityclass"
 _UNMAPPED_KINDS = {
     "AdmissionCheck": "Muster has no admission checks (provisioning requests, MultiKueue)",
-    "Topology": "Kueue Topologies are not imported yet (Muster's Topology has the same levels)",
     "ProvisioningRequestConfig": "Muster has no admission checks",
     "MultiKueueConfig": "Muster manages one cluster",
     "MultiKueueCluster": "Muster manages one cluster",
+}
+# A Workload pod set's topologyRequest: Kueue's field -> Muster's.
+_REQUEST_FIELDS = {
+    "required": "required",
+    "preferred": "preferred",
+    "unconstrained": "unconstrained",
+    "podSetSliceRequiredTopology": "sliceRequiredTopology",
+    "podSetSliceSize": "sliceSize",
+}
+# What Kueue's integrations write for its own ordering of pods into domains (pod and
+# replicated-job indexes): not the user's request; Muster orders pods itself.
+_REQUEST_BOOKKEEPING = {"podIndexLabel", "subGroupIndexLabel", "subGroupCount"}
+_REQUEST_UNMAPPED = {
+    "podSetGroupName": "Muster places each pod set by its own request; pod sets are not "
+    "kept in one domain together",
+    "podsetSliceRequiredTopologyConstraints": "Muster has one slice level per pod set",
 }
 _CQ_UNMAPPED = {
     "flavorFungibility": "Muster tries flavors in order and always moves on to the next one",
@@ -183,7 +202,9 @@ def _limits(
     return out
 
 
-def _flavors(objs: Sequence[SourceObject], unmapped: list[Unmapped]) -> list[dict[str, Any]]:
+def _flavors(
+    objs: Sequence[SourceObject], topologies: set[str], unmapped: list[Unmapped]
+) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     names: set[str] = set()
     for obj in objs:
@@ -201,8 +222,17 @@ def _flavors(objs: Sequence[SourceObject], unmapped: list[Unmapped]) -> list[dic
             "nodeTaints": taints,
             "tolerations": obj.items(spec.get("tolerations"), "spec.tolerations"),
         }
-        if spec.get("topologyName"):
-            skipped(obj, "spec.topologyName", "Kueue Topologies are not imported yet", unmapped)
+        topology = obj.ref(spec.get("topologyName"), "spec.topologyName")
+        if topology:
+            body["topologyName"] = topology
+            if topology not in topologies:
+                skipped(
+                    obj,
+                    "spec.topologyName",
+                    f"Topology {topology} is not in the files: workloads that need this flavor "
+                    "wait until it exists",
+                    unmapped,
+                )
         if obj.name in names:
             refuse(obj.origin, "metadata.name", "ResourceFlavor defined twice")
         names.add(obj.name)
@@ -436,6 +466,21 @@ def _workload_priority(obj: SourceObject, state: ClusterState) -> tuple[str | No
     return (class_name, state.priority_classes[class_name]) if class_name else (None, 0)
 
 
+def _topology_request(
+    obj: SourceObject, pod_set: Any, path: str, unmapped: list[Unmapped]
+) -> dict[str, Any]:
+    """A Kueue Workload pod set's topologyRequest as Muster's (same levels and slices, other
+    field names); what Muster has no word for is reported."""
+    request = obj.mapping(pod_set.get("topologyRequest"), path)
+    out: dict[str, Any] = {}
+    for field, value in request.items():
+        if field in _REQUEST_FIELDS:
+            out[_REQUEST_FIELDS[field]] = value
+        elif field not in _REQUEST_BOOKKEEPING:
+            skipped(obj, f"{path}.{field}", _REQUEST_UNMAPPED.get(field, "not mapped"), unmapped)
+    return out
+
+
 def _kueue_workload(
     obj: SourceObject, state: ClusterState, unmapped: list[Unmapped]
 ) -> ImportedWorkload:
@@ -459,6 +504,7 @@ def _kueue_workload(
                 obj.mapping(template.get("spec"), f"{path}.template.spec"),
                 f"{path}.template.spec",
                 obj.integer(ps.get("minCount"), f"{path}.minCount", low=1),
+                topology=_topology_request(obj, ps, f"{path}.topologyRequest", unmapped),
             )
         )
     queue = obj.ref(spec.get("queueName"), "spec.queueName", required=True)
@@ -516,7 +562,9 @@ def _work(
                     f"WorkloadPriorityClass {wanted!r} is not in the files",
                 )
             priority = (wanted, wpc[wanted])
-        out.append(batch_job(obj, queue, priority, state))
+        out.append(
+            batch_job(obj, queue, priority, state, unmapped, annotation_prefix=ANNOTATION_PREFIX)
+        )
     groups: dict[tuple[str, str], list[SourceObject]] = {}
     for obj in by_kind.pop("Pod", []):
         labels = obj.meta_strings("labels")
@@ -539,7 +587,21 @@ def _work(
         else:
             class_name = first.text(first.spec().get("priorityClassName"), "spec.priorityClassName")
             resolved = resolve_priority(first, class_name, "spec.priorityClassName", state)
-        sets = pod_group_sets(pods)
+        # Kueue's pod integration reads the topology annotations off the pods themselves.
+        sets = [
+            replace(
+                ps,
+                topology=prefixed_topology(
+                    ps.source or first,
+                    (ps.source or first).doc,
+                    ANNOTATION_PREFIX,
+                    ps.count,
+                    "metadata",
+                    unmapped,
+                ),
+            )
+            for ps in pod_group_sets(pods)
+        ]
         out.append(workload(first, name=name, local_queue=queue, priority=resolved, pod_sets=sets))
     return out
 
@@ -562,7 +624,9 @@ def import_kueue(objects: Sequence[SourceObject]) -> ImportResult:
         else:
             refuse_other_source(obj, "kueue", "Kueue")
             skipped(obj, "", "not a Kueue queue object, a Node or queued work: left out", unmapped)
-    flavors = _flavors(by_kind.pop("ResourceFlavor", []), unmapped)
+    topologies = level_topologies(by_kind.pop("Topology", []), unmapped)
+    named = {t["metadata"]["name"] for t in topologies}
+    flavors = _flavors(by_kind.pop("ResourceFlavor", []), named, unmapped)
     flavor_names = {f["metadata"]["name"] for f in flavors}
     wpc, wpc_docs = _workload_priority_classes(by_kind.pop("WorkloadPriorityClass", []), state)
     queues, leaves = _tree(
@@ -575,5 +639,13 @@ def import_kueue(objects: Sequence[SourceObject]) -> ImportResult:
         reason = _UNMAPPED_KINDS.get(kind, f"Kueue {kind} has no Muster equivalent")
         for obj in objs:
             skipped(obj, "", reason, unmapped)
-    manifests = [*state.class_docs, *wpc_docs, *flavors, *queues, *local, *state.nodes]
+    manifests = [
+        *state.class_docs,
+        *wpc_docs,
+        *topologies,
+        *flavors,
+        *queues,
+        *local,
+        *state.nodes,
+    ]
     return ImportResult(tuple(manifests), tuple(work), tuple(unmapped))

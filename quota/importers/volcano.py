@@ -16,6 +16,7 @@ from typing import Any
 
 from quota.api.meta import INT32_MAX
 from quota.api.quantity import format_resource_list
+from quota.api.topology import ForeignTopologyError, network_topology_request
 from quota.importers.build import (
     DEFAULT_FLAVOR,
     ClusterState,
@@ -24,6 +25,7 @@ from quota.importers.build import (
 )
 from quota.importers.reader import SourceObject
 from quota.importers.report import ImportResult, Unmapped, refuse
+from quota.importers.topologies import hypernode_topology
 from quota.importers.workloads import (
     GroupedWork,
     PodSetSource,
@@ -31,13 +33,16 @@ from quota.importers.workloads import (
     owned_by,
     pod_work,
     queued_import,
-    refuse_other_source,
     skipped,
     skipped_fields,
+    source_objects,
 )
 
 GROUP = "scheduling.volcano.sh"
 JOB_GROUP = "batch.volcano.sh"
+QUEUE = (GROUP, "Queue")
+JOB = (JOB_GROUP, "Job")
+HYPERNODE = ("topology.volcano.sh", "HyperNode")
 ROOT = "root"
 DEFAULT_QUEUE = "default"
 GROUP_ANNOTATION = "scheduling.k8s.io/group-name"
@@ -138,6 +143,18 @@ def _queue(
     )
 
 
+def _network_topology(obj: SourceObject) -> dict[str, Any] | None:
+    """A Volcano Job's or PodGroup's `spec.networkTopology` as a topologyRequest in tiers,
+    by the rule the controller's intake follows (`network_topology_request`)."""
+    network = obj.spec().get("networkTopology")
+    if network is None:
+        return None
+    try:
+        return network_topology_request(network)
+    except ForeignTopologyError as error:
+        refuse(obj.origin, f"spec.networkTopology{error.path}", error.rule)
+
+
 def _job_sets(obj: SourceObject, unmapped: list[Unmapped]) -> list[PodSetSource]:
     spec = obj.spec()
     sets: list[PodSetSource] = []
@@ -148,6 +165,14 @@ def _job_sets(obj: SourceObject, unmapped: list[Unmapped]) -> list[PodSetSource]
         replicas = obj.integer(task.get("replicas", 1), f"{path}.replicas", low=0) or 0
         total += replicas
         template = obj.mapping(task.get("template"), f"{path}.template")
+        if task.get("partitionPolicy"):
+            skipped(
+                obj,
+                f"{path}.partitionPolicy",
+                "Muster's slices name a level by its node label, not a HyperNode tier; "
+                "write the task's pods as a Muster Workload with sliceRequiredTopology",
+                unmapped,
+            )
         sets.append(
             PodSetSource(
                 obj.text(task.get("name"), f"{path}.name") or f"task-{i}",
@@ -174,21 +199,13 @@ def import_volcano(objects: Sequence[SourceObject]) -> ImportResult:
     in them."""
     unmapped: list[Unmapped] = []
     state = ClusterState()
-    queue_objects: dict[str, SourceObject] = {}
-    vcjobs: list[SourceObject] = []
     found = GroupedWork(GROUP)
-    for obj in objects:
-        if state.take(obj) or found.take(obj):
-            continue
-        refuse_other_source(obj, "volcano", "Volcano")
-        if obj.group == GROUP and obj.kind == "Queue":
-            if obj.name in queue_objects:
-                refuse(obj.origin, "metadata.name", "Queue defined twice")
-            queue_objects[obj.name] = obj
-        elif obj.group == JOB_GROUP and obj.kind == "Job":
-            vcjobs.append(obj)
-        else:
-            skipped(obj, "", "not a Volcano queue, a Node or queued work: left out", unmapped)
+    by_kind = source_objects(
+        objects, state, found, "volcano", "Volcano", [QUEUE, JOB, HYPERNODE], unmapped
+    )
+    queue_objects = {obj.name: obj for obj in by_kind[QUEUE]}
+    vcjobs = by_kind[JOB]
+    hypernodes = by_kind[HYPERNODE]
     root_defined = ROOT in queue_objects
     resources = {"cpu", "memory"}
     for node in state.nodes:
@@ -218,6 +235,7 @@ def import_volcano(objects: Sequence[SourceObject]) -> ImportResult:
                 "spec.queue",
                 pod_sets=sets,
                 class_name=class_name,
+                topology=_network_topology(obj),
             )
         )
     for obj in found.jobs:
@@ -253,8 +271,10 @@ def import_volcano(objects: Sequence[SourceObject]) -> ImportResult:
             "the pod names no Volcano queue or PodGroup: left out",
         ),
         unmapped,
+        _network_topology,
     )
-    return queued_import(drafts, queues, work, state, unmapped)
+    topologies = hypernode_topology(hypernodes, unmapped)
+    return queued_import(drafts, queues, work, state, unmapped, topologies)
 
 
 def _queue_annotation(obj: SourceObject) -> tuple[str, str]:

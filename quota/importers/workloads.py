@@ -10,12 +10,19 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from quota.api import ManifestError
 from quota.api.meta import parse_duration
-from quota.api.names import QUEUE_LABEL
+from quota.api.names import (
+    PREFERRED_TOPOLOGY_ANNOTATION,
+    QUEUE_LABEL,
+    REQUIRED_TOPOLOGY_ANNOTATION,
+    SLICE_SIZE_ANNOTATION,
+    SLICE_TOPOLOGY_ANNOTATION,
+    UNCONSTRAINED_TOPOLOGY_ANNOTATION,
+)
 from quota.api.quantity import format_quantity
 from quota.api.workload import MAX_POD_COUNT, MAX_POD_SETS
 from quota.importers.build import (
@@ -34,9 +41,20 @@ from quota.importers.report import (
     from_manifest_error,
     refuse,
 )
-from quota.model.convert import job_to_workload_model
+from quota.model.convert import job_to_workload_model, topology_annotations
 from quota.model.nodeconvert import pod_shape_from_spec
 from quota.simulation.scenario import RUN_FOR_ANNOTATION, SUBMIT_AT_ANNOTATION
+
+MUSTER_PREFIX = "muster.dev/"  # of Muster's own pod-template annotations
+TOPOLOGY_ANNOTATIONS = frozenset(
+    (
+        REQUIRED_TOPOLOGY_ANNOTATION,
+        PREFERRED_TOPOLOGY_ANNOTATION,
+        UNCONSTRAINED_TOPOLOGY_ANNOTATION,
+        SLICE_TOPOLOGY_ANNOTATION,
+        SLICE_SIZE_ANNOTATION,
+    )
+)
 
 
 @dataclass(frozen=True)
@@ -49,6 +67,7 @@ class PodSetSource:
     path: str  # of the pod spec in its source object, for errors
     min_count: int | None = None
     source: SourceObject | None = None  # the object holding the spec, when not the workload's
+    topology: Mapping[str, Any] | None = None  # its Muster topologyRequest, if it asks
 
 
 def timing(obj: SourceObject) -> tuple[float, float | None]:
@@ -133,6 +152,8 @@ def workload(
             entry["template"]["affinity"] = affinity
         if ps.min_count is not None and ps.min_count < ps.count:
             entry["minCount"] = ps.min_count
+        if ps.topology:
+            entry["topologyRequest"] = dict(ps.topology)
         sets.append(entry)
     class_name, value = priority
     spec: dict[str, Any] = {"queueName": local_queue, "priority": value, "podSets": sets}
@@ -152,10 +173,16 @@ def batch_job(
     local_queue: str,
     priority: tuple[str | None, int] | None,
     state: ClusterState,
+    unmapped: list[Unmapped],
+    *,
+    topology: Mapping[str, Any] | None = None,
+    annotation_prefix: str | None = None,
 ) -> ImportedWorkload:
     """A batch/v1 Job queued in `local_queue`, converted exactly as Muster converts Jobs
     (one pod set of min(parallelism, completions) pods). `priority` overrides the pod
-    template's PriorityClass (Kueue's WorkloadPriorityClass label)."""
+    template's PriorityClass (Kueue's WorkloadPriorityClass label). Its topology request is
+    `topology`, or its pod template's annotations under `annotation_prefix` (Kueue's
+    `kueue.x-k8s.io/podset-*-topology`, read as Muster reads its own)."""
     meta = obj.mapping(obj.doc.get("metadata"), "metadata")
     labels = {**obj.meta_strings("labels"), QUEUE_LABEL: local_queue}
     job = {**obj.doc, "metadata": {**meta, "namespace": obj.namespace, "labels": labels}}
@@ -169,6 +196,19 @@ def batch_job(
     except ManifestError as error:
         raise from_manifest_error(obj.origin, error) from None
     body = model.model_dump(mode="json", by_alias=True, exclude_none=True)
+    pod_set = body["spec"]["podSets"][0]
+    if annotation_prefix is not None:
+        template = obj.mapping(obj.spec().get("template"), "spec.template")
+        topology = prefixed_topology(
+            obj,
+            template,
+            annotation_prefix,
+            pod_set["count"],
+            "spec.template.metadata",
+            unmapped,
+        )
+    if topology:
+        pod_set["topologyRequest"] = dict(topology)
     if priority is not None:
         class_name, value = priority
         body["spec"]["priority"] = value
@@ -181,6 +221,47 @@ def batch_job(
     doc = manifest(obj.origin, "Workload", body)
     submit, run_for = timing(obj)
     return ImportedWorkload(doc, submit, run_for, obj.origin)
+
+
+def prefixed_topology(
+    obj: SourceObject,
+    holder: Mapping[str, Any],
+    prefix: str,
+    pods: int,
+    where: str,
+    unmapped: list[Unmapped],
+) -> dict[str, Any]:
+    """The topology request of `holder`'s (a pod template's or a pod's) annotations that
+    another project spells as Muster does under its own `prefix` (Kueue's
+    `kueue.x-k8s.io/podset-required-topology` and the rest): read by Muster's one rule for
+    its own (`convert.topology_annotations`), refused in the source's words at `where`.
+    Its other `podset-` annotations (Kueue's podset-group-name, say) are reported."""
+    meta = obj.mapping(holder.get("metadata"), f"{where}")
+    annotations = obj.mapping(meta.get("annotations"), f"{where}.annotations")
+    renamed: dict[str, Any] = {}
+    for key, value in annotations.items():
+        if not key.startswith(prefix + "podset-"):
+            continue
+        ours = MUSTER_PREFIX + key[len(prefix) :]
+        if ours in TOPOLOGY_ANNOTATIONS:
+            renamed[ours] = value
+        else:
+            skipped(
+                obj,
+                f"{where}.annotations[{key}]",
+                "Muster has no equivalent: each pod set is placed by its own topology request",
+                unmapped,
+            )
+
+    def fail(path: str, rule: str) -> ManifestError:
+        return ManifestError(obj.origin.index, obj.origin.subject, [(path, rule)])
+
+    try:
+        return topology_annotations({"metadata": {"annotations": renamed}}, pods, fail)
+    except ManifestError as error:
+        path, rule = error.problems[0]
+        path = f"{where}.annotations" + path.removeprefix("spec.template.metadata.annotations")
+        refuse(obj.origin, path.replace(MUSTER_PREFIX, prefix), rule.replace(MUSTER_PREFIX, prefix))
 
 
 def _signature(pod_spec: Mapping[str, Any]) -> str:
@@ -253,6 +334,7 @@ class QueuedWork:
     job: bool = False
     pod_sets: Sequence[PodSetSource] = ()
     class_name: str = ""
+    topology: Mapping[str, Any] | None = None  # for every pod set, when the source asks
 
 
 def pod_group_work(
@@ -261,10 +343,11 @@ def pod_group_work(
     queue_of: Callable[[SourceObject], str],
     group_annotation: str,
     unmapped: list[Unmapped],
+    topology_of: Callable[[SourceObject], Mapping[str, Any] | None],
 ) -> list[QueuedWork]:
     """Each PodGroup with its member pods (taken out of `members`) as one piece of work on
-    the queue `queue_of` names; groups without pods in the files and pods whose group is
-    not in them are reported and left out."""
+    the queue `queue_of` names, asking for the topology `topology_of` reads; groups without
+    pods in the files and pods whose group is not in them are reported and left out."""
     work: list[QueuedWork] = []
     for key, group_obj in groups.items():
         spec = group_obj.spec()
@@ -294,6 +377,7 @@ def pod_group_work(
                 "spec.queue",
                 pod_sets=pod_group_sets(group_pods),
                 class_name=class_name,
+                topology=topology_of(group_obj),
             )
         )
     for (namespace, group), orphans in members.items():
@@ -312,6 +396,8 @@ _SOURCES = {
     "scheduling.run.ai": "kai",
     "scheduling.volcano.sh": "volcano",
     "batch.volcano.sh": "volcano",
+    "topology.volcano.sh": "volcano",
+    "kai.scheduler": "kai",
 }
 
 
@@ -325,6 +411,39 @@ def refuse_other_source(obj: SourceObject, source: str, name: str) -> None:
             "apiVersion",
             f"{obj.api_version} {obj.kind} is not a {name} object (use `muster import {other}`)",
         )
+
+
+def source_objects(
+    objects: Sequence[SourceObject],
+    state: ClusterState,
+    found: GroupedWork,
+    source: str,
+    name: str,
+    kinds: Sequence[tuple[str, str]],
+    unmapped: list[Unmapped],
+) -> dict[tuple[str, str], list[SourceObject]]:
+    """The objects of an import of `source` (`name`'s objects), sorted: cluster state into
+    `state`, PodGroups, Jobs and pods into `found`, and each of `kinds` ((group, kind)) in a
+    list of its own, a name defined once; another source's object is refused, and anything
+    else reported and left out."""
+    out: dict[tuple[str, str], list[SourceObject]] = {kind: [] for kind in kinds}
+    seen: set[tuple[str, str, str, str]] = set()
+    for obj in objects:
+        if state.take(obj) or found.take(obj):
+            continue
+        refuse_other_source(obj, source, name)
+        kind = (obj.group, obj.kind)
+        if kind not in out:
+            skipped(obj, "", f"not a {name} queue, a Node or queued work: left out", unmapped)
+            continue
+        # The namespace as written: a cluster-scoped kind's is not checked, so any value.
+        written = obj.mapping(obj.doc.get("metadata"), "metadata").get("namespace")
+        key = (*kind, str(written or ""), obj.name)
+        if key in seen:
+            refuse(obj.origin, "metadata.name", f"{obj.kind} defined twice")
+        seen.add(key)
+        out[kind].append(obj)
+    return out
 
 
 @dataclass
@@ -358,11 +477,13 @@ def pod_work(
     queue_of_pod: Callable[[SourceObject], tuple[str, str]],
     no_queue: tuple[str, str],
     unmapped: list[Unmapped],
+    topology_of_group: Callable[[SourceObject], Mapping[str, Any] | None],
 ) -> list[QueuedWork]:
     """The pods that are neither done nor run by a Job: each alone, on the queue
     `queue_of_pod` names (queue, field naming it), then each PodGroup (`groups`, which
-    `group_annotation` on a pod names) with its pods. A pod that names neither is left out
-    with `no_queue` (field, reason)."""
+    `group_annotation` on a pod names) with its pods, asking for the topology
+    `topology_of_group` reads off the group. A pod that names neither is left out with
+    `no_queue` (field, reason)."""
     work: list[QueuedWork] = []
     members: dict[tuple[str, str], list[SourceObject]] = {}
     for obj in pods:
@@ -386,7 +507,9 @@ def pod_work(
                 class_name=obj.text(spec.get("priorityClassName"), "spec.priorityClassName"),
             )
         )
-    return work + pod_group_work(groups, members, queue_of_group, group_annotation, unmapped)
+    return work + pod_group_work(
+        groups, members, queue_of_group, group_annotation, unmapped, topology_of_group
+    )
 
 
 def queue_work(
@@ -421,8 +544,11 @@ def queue_work(
         key = (item.obj.namespace, item.queue)
         if key not in local:
             local[key] = local_queue(leaves[item.queue], key[0], item.queue, item.queue)
+        asked = item.topology
         if item.job:
-            out.append(batch_job(item.obj, item.queue, None, state))
+            out.append(
+                batch_job(item.obj, item.queue, None, state, unmapped, topology=item.topology)
+            )
             continue
         priority = resolve_priority(item.obj, item.class_name, "spec.priorityClassName", state)
         out.append(
@@ -431,7 +557,9 @@ def queue_work(
                 name=item.obj.name,
                 local_queue=item.queue,
                 priority=priority,
-                pod_sets=item.pod_sets,
+                pod_sets=[replace(ps, topology=asked) for ps in item.pod_sets]
+                if asked
+                else item.pod_sets,
             )
         )
     return list(local.values()), out
@@ -443,16 +571,19 @@ def queued_import(
     work: Sequence[QueuedWork],
     state: ClusterState,
     unmapped: list[Unmapped],
+    topologies: Sequence[dict[str, Any]] = (),
 ) -> ImportResult:
     """The import of a source whose work names its queue (KAI, Volcano): its priority
-    classes, one flavor for the whole cluster, the ClusterQueues (`queues`, built from
-    `drafts`), a LocalQueue per queue and namespace with work, the nodes; and the work."""
+    classes, its Topologies (the first one named by the flavor), one flavor for the whole
+    cluster, the ClusterQueues (`queues`, built from `drafts`), a LocalQueue per queue and
+    namespace with work, the nodes; and the work."""
     parents = {d.parent for d in drafts.values() if d.parent}
     leaves = {name: d.origin for name, d in drafts.items() if name not in parents}
     first = next(iter(drafts.values()), None)
-    flavor = [whole_cluster_flavor(first.origin, state.nodes)] if first is not None else []
+    named = topologies[0]["metadata"]["name"] if topologies else None
+    flavor = [whole_cluster_flavor(first.origin, state.nodes, named)] if first is not None else []
     local, imported = queue_work(work, leaves, parents, state, unmapped)
-    manifests = [*state.class_docs, *flavor, *queues, *local, *state.nodes]
+    manifests = [*state.class_docs, *topologies, *flavor, *queues, *local, *state.nodes]
     return ImportResult(tuple(manifests), tuple(imported), tuple(unmapped))
 
 

@@ -75,9 +75,9 @@ def pod_set_topology(request: TopologyRequest | None) -> PodSetTopology | None:
     levels are checked against the flavor's Topology at placement)."""
     if request is None:
         return None
-    if request.required is not None:
+    if request.required is not None or request.required_tier is not None:
         mode: TopologyMode = "Required"
-    elif request.preferred is not None:
+    elif request.preferred is not None or request.preferred_tier is not None:
         mode = "Preferred"
     else:
         mode = "Unconstrained"
@@ -86,6 +86,7 @@ def pod_set_topology(request: TopologyRequest | None) -> PodSetTopology | None:
         request.required or request.preferred,
         request.slice_size,
         request.slice_required_topology,
+        request.required_tier or request.preferred_tier,
     )
 
 
@@ -390,13 +391,6 @@ def job_to_workload_model(
         pod_set["minCount"] = min(low, pods)
     assert isinstance(template, Mapping)  # it holds pod_spec, checked above
     asked = topology_annotations(template, pods, fail)
-    if asked and job_is_elastic(job):
-        # A scale-up slice would be placed apart from the pods already running.
-        raise fail(
-            f"metadata.annotations[{ELASTIC_ANNOTATION}]",
-            "an elastic Job cannot ask for topology yet (muster.dev/podset-*-topology on its "
-            "pod template): its scale-up slices would not be kept in its domain",
-        )
     if asked:
         pod_set["topologyRequest"] = asked
     body: dict[str, Any] = {"queueName": queue, "podSets": [pod_set]}

@@ -99,13 +99,16 @@ class PodSetTopology:
     Required: every pod in one domain at `level`. Preferred: in one domain at `level` if one
     can hold them all, else at the lowest wider level that can, else anywhere in the
     topology. Unconstrained: anywhere in the topology (`level` None). With a slice, each
-    run of `slice_size` consecutive pods is inside one domain at `slice_level` too.
+    run of `slice_size` consecutive pods is inside one domain at `slice_level` too. `tier`
+    names the level instead of `level`, counted up from the narrowest that is not the
+    hostname (Volcano's HyperNode tiers); the flavor's Topology resolves it.
     """
 
     mode: TopologyMode
     level: str | None = None
     slice_size: int | None = None
     slice_level: str | None = None
+    tier: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

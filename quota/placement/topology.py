@@ -31,14 +31,21 @@ so after one gang is placed only the classes it touched are counted again.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
+import re
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
+from quota.model.nodes import Node
 from quota.placement.candidates import Candidates, Share
 from quota.placement.nodes import HOSTNAME_LABEL, Demand, NodeState, NodeView, fit_count
 
 # Domains named in a reason, roomiest first.
 _NAMED = 3
+# What metrics and reports call pods that share no domain of even the widest level, and a
+# wait for room anywhere in the topology (not one domain of a level).
+SPREAD = "spread"
+ANYWHERE = "topology"
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,14 +75,29 @@ def domain_request(
     level: str | None,
     slice_size: int | None,
     slice_level: str | None,
+    *,
+    tier: int | None = None,
 ) -> DomainRequest | str:
-    """The request against `levels`, or the rule it breaks (for a reason)."""
+    """The request against `levels`, or the rule it breaks (for a reason). A `tier` names
+    the level in Volcano's terms, counted up from the narrowest level that is not the
+    hostname (tier 1, e.g. the rack or NVLink domain: the HyperNodes that hold nodes)."""
     known = ", ".join(levels)
     at: int | None = None
     if level is not None:
         if level not in levels:
             return f"{level} is not a level of Topology {topology} (levels: {known})"
         at = levels.index(level)
+    elif tier is not None:
+        tiers = [i for i, label in enumerate(levels) if label != HOSTNAME_LABEL]
+        if tier > len(tiers):
+            field = "requiredTier" if mode == "Required" else "preferredTier"
+            counted = ", ".join(f"tier {n} is {levels[i]}" for n, i in enumerate(tiers[::-1], 1))
+            return (
+                f"{field} {tier} is beyond Topology {topology}, which has {len(tiers)} "
+                f"tier{'' if len(tiers) == 1 else 's'} ({counted or 'its only level is the host'})"
+            )
+        at = tiers[-tier]
+        level = levels[at]
     slice_at: int | None = None
     if slice_level is not None:
         if slice_level not in levels:
@@ -506,18 +528,11 @@ def node_path(view: NodeView, name: str, levels: tuple[str, ...]) -> tuple[str, 
 def common_domain(view: NodeView, nodes: Iterable[str], request: DomainRequest) -> tuple[str, ...]:
     """The narrowest domain, at most as narrow as the request's level, holding every one of
     `nodes` (label values widest first; empty: none narrower than the whole topology)."""
-    levels = request.levels[: (request.level if request.level is not None else -1) + 1]
-    common: tuple[str, ...] | None = None
-    for name in nodes:
-        path = node_path(view, name, levels)
-        if common is None:
-            common = path
-            continue
-        same = 0
-        while same < len(common) and common[same] == path[same]:
-            same += 1
-        common = common[:same]
-    return common or ()
+    names = list(nodes)
+    depth = landed_depth((view.node(n) for n in names), request.levels)
+    if depth is None or request.level is None:
+        return ()
+    return node_path(view, names[0], request.levels[: min(depth, request.level) + 1])
 
 
 def domain_words(request: DomainRequest, path: tuple[str, ...]) -> str:
@@ -531,3 +546,70 @@ def freeable_words(request: DomainRequest, depth: int, count: int) -> str:
     name = level_name(request.levels[depth])
     plural = "s" if count != 1 else ""
     return f"{count:,} {name}{plural} would after evicting lower-priority workloads"
+
+
+def domain_of(view: NodeView, nodes: Iterable[str], request: DomainRequest) -> dict[str, str]:
+    """The node label (level: value) of the domain at the request's level that holds most of
+    `nodes` (ties to the name), where pods of the same gang already run; empty when the
+    request names no level or no such node is in the view. A pod set that must keep to one
+    domain places its later pods (a scale-up slice, a replacement) there."""
+    if request.level is None:
+        return {}
+    label = request.levels[request.level]
+    values = Counter(
+        value for n in nodes if n in view and (value := view.node(n).labels.get(label))
+    )
+    if not values:
+        return {}
+    return {label: max(values.items(), key=lambda kv: (kv[1], kv[0]))[0]}
+
+
+def domain_room(found: Tree, demand: Demand) -> Callable[[Domain], int]:
+    """Pods of `demand` a domain of `found` takes now, counted as `choose` counts them (down
+    to single nodes when the last level is the hostname): for views of free room."""
+    hosts = len(found.by_depth) if found.hostname else None
+    return _Room(found, demand, DomainRequest("", (), hosts, True)).pods
+
+
+def landed_depth(nodes: Iterable[Node], levels: tuple[str, ...]) -> int | None:
+    """The narrowest level at which one domain holds every one of `nodes` (its index in
+    `levels`); -1 when they span domains of the widest level; None when there are none or
+    one lacks a level's label (it is outside the topology)."""
+    hostname = bool(levels) and levels[-1] == HOSTNAME_LABEL
+    labelled = levels[:-1] if hostname else levels
+    paths: set[tuple[str, ...]] = set()
+    for node in nodes:
+        path = domain_path(node.labels, labelled)
+        if path is None:
+            return None
+        paths.add((*path, node.name) if hostname else path)
+    if not paths:
+        return None
+    depth = -1
+    while depth + 1 < len(levels) and len({p[: depth + 2] for p in paths}) == 1:
+        depth += 1
+    return depth
+
+
+def landed_level(nodes: Iterable[Node], levels: tuple[str, ...]) -> str | None:
+    """`landed_depth` in the words reasons use: "rack", "node", or SPREAD."""
+    depth = landed_depth(nodes, levels)
+    if depth is None:
+        return None
+    return level_name(levels[depth]) if depth >= 0 else SPREAD
+
+
+# The head of `_refusal`'s sentences, read back by `waiting_level`: a test holds them together.
+_NO_DOMAIN = re.compile(r"\bno (?P<level>\S+) of Topology \S+ can (ever )?hold ")
+_NOWHERE = re.compile(r"\bthe nodes of Topology \S+ (have room for|cannot hold) ")
+
+
+def waiting_level(reason: str) -> str | None:
+    """The level (as reasons name it) at which no domain can hold a waiting pod set, read
+    from the reason `choose` gave it, wherever the cycle wrapped it (ANYWHERE: not even the
+    whole topology has room); None for a wait of any other kind. Metrics count topology
+    waits by it."""
+    found = _NO_DOMAIN.search(reason)
+    if found is not None:
+        return found.group("level")
+    return ANYWHERE if _NOWHERE.search(reason) else None

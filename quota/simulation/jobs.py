@@ -46,6 +46,7 @@ class Job:
     placement_wait: float = 0.0
     placement_since: float | None = None  # since when the cycle has said "cannot place"
     pods: int = 0  # pods ever bound, for unique pod names
+    landed: str | None = None  # where its gang landed at its last admission (topology level)
     # Why it can never be decided (it names a PriorityClass that does not exist): it waits
     # with this reason from its arrival on, never handed to the admission cycle.
     waits_for: str = ""

@@ -25,7 +25,7 @@ from quota.model.nodes import Node
 from quota.model.resources import FlavorResource
 from quota.model.snapshot import QueueSpec
 from quota.placement.nodes import HOSTNAME_LABEL
-from quota.placement.topology import domain_path
+from quota.placement.topology import SPREAD, domain_path, level_name
 from quota.simulation.results import TOTAL, Bucket, JobOutcome, NodeEvent, SimResult
 
 # Times in the JSON are rounded to the millisecond: finer digits are float noise.
@@ -376,6 +376,17 @@ class NodeTimeline:
         return tuple((a + b) / 2 for a, b in zip(self.edges, self.edges[1:], strict=False))
 
 
+def _buckets(end: float, buckets: int) -> tuple[int, float]:
+    """How many equal buckets cover [0, end] (at most `buckets`, none under a second), and
+    their width."""
+    count = max(1, min(buckets, math.ceil(end))) if end > 0 else 1
+    return count, end / count if end > 0 else 1.0
+
+
+def _edges(end: float, count: int, width: float) -> tuple[float, ...]:
+    return tuple(round(min(i * width, end), _DIGITS) for i in range(count + 1))
+
+
 class _Steps:
     """Time-weighted integrals of a step function over equal buckets of [0, end]."""
 
@@ -418,8 +429,7 @@ def node_timeline(
     if not nodes:
         return None
     end = result.end
-    count = max(1, min(buckets, math.ceil(end))) if end > 0 else 1
-    width = end / count if end > 0 else 1.0
+    count, width = _buckets(end, buckets)
     alloc = {n.name: n.allocatable[resource] for n in nodes}
     usable = {n.name for n in nodes if n.ready and not n.unschedulable}
     rows = {n.name: _Steps(count, width) for n in nodes}
@@ -464,7 +474,7 @@ def node_timeline(
     whole.add(whole_now, changed, end)
     return NodeTimeline(
         resource=resource,
-        edges=tuple(round(min(i * width, end), _DIGITS) for i in range(count + 1)),
+        edges=_edges(end, count, width),
         nodes=tuple(n.name for n in nodes),
         allocatable=tuple(alloc[n.name] for n in nodes),
         used=tuple(rows[n.name].averages(end) for n in nodes),
@@ -493,11 +503,21 @@ class LevelFree:
     largest: int  # the allocatable of the largest domain (Ready, schedulable nodes)
     avg_largest_free: float  # time-weighted over the run
     min_largest_free: int  # at any instant
+    edges: tuple[float, ...] = ()  # bucket boundaries, one more than buckets
+    largest_free: tuple[float, ...] = ()  # per bucket, time-weighted: the plot over time
+
+    @property
+    def times(self) -> tuple[float, ...]:
+        """Bucket starts."""
+        return self.edges[:-1]
 
 
-def level_free(result: SimResult, resource: str) -> tuple[LevelFree, ...]:
+def level_free(
+    result: SimResult, resource: str, buckets: int = NODE_BUCKETS
+) -> tuple[LevelFree, ...]:
     """Per topology level (but the hostname), the largest free amount of `resource` in one
-    domain over time: fragmentation as a gang that must stay in one domain sees it."""
+    domain over time (summed up, and averaged over equal buckets for a plot): fragmentation
+    as a gang that must stay in one domain sees it."""
     out: list[LevelFree] = []
     nodes = [
         n
@@ -521,7 +541,7 @@ def level_free(result: SimResult, resource: str) -> tuple[LevelFree, ...]:
                 free[path] = free.get(path, 0) + alloc[node]
             largest = max(free.values())
             out.append(
-                _level_over_time(result, name, label, resource, alloc, domain_of, free, largest)
+                _level_over_time(result, name, label, resource, domain_of, free, largest, buckets)
             )
     return tuple(out)
 
@@ -531,15 +551,17 @@ def _level_over_time(
     topology: str,
     label: str,
     resource: str,
-    alloc: Mapping[str, int],
     domain_of: Mapping[str, tuple[str, ...]],
     free: dict[tuple[str, ...], int],
     largest: int,
+    buckets: int,
 ) -> LevelFree:
     used = dict.fromkeys(domain_of, 0)
     now = largest
     least = largest
-    area = 0.0
+    end = result.end
+    count, width = _buckets(end, buckets)
+    steps = _Steps(count, width)
     changed = 0.0
     for event in _events_of(result.node_events, domain_of):
         amount = event.used.get(resource, 0)
@@ -549,23 +571,69 @@ def _level_over_time(
         if event.at > changed:
             # What held at the end of the previous instant, not the steps within one.
             least = min(least, now)
-            area += now * (event.at - changed)
+            steps.add(now, changed, event.at)
             changed = event.at
         free[domain_of[node]] -= amount - used[node]
         used[node] = amount
         now = max(free.values())
     least = min(least, now)
-    end = result.end
-    area += now * (end - changed)
+    steps.add(now, changed, end)
     return LevelFree(
         topology=topology,
         level=label,
         resource=resource,
         domains=len(free),
         largest=largest,
-        avg_largest_free=area / end if end > 0 else float(now),
+        avg_largest_free=steps.total / end if end > 0 else float(now),
         min_largest_free=least,
+        edges=_edges(end, count, width),
+        largest_free=steps.averages(end),
     )
+
+
+# What the two topology tables of a report show, in the words of every rendering.
+LEVELS_NOTE = (
+    "the largest free room in one domain of the level over time: what the biggest gang that "
+    "must stay in one domain could still get"
+)
+LANDED_NOTE = (
+    "gangs (2 pods or more) on a flavor with a Topology, by the narrowest domain that held "
+    "all their pods at their last admission; spread: none did"
+)
+
+
+def landed_columns(levels: Sequence[str]) -> list[str]:
+    """The headers of the landed table after Queue and Gangs: "in one rack", ..., spread."""
+    return [f"in one {level}" if level != SPREAD else level for level in levels]
+
+
+@dataclass(frozen=True, slots=True)
+class Landed:
+    """Where one queue's gangs landed: how many of them one domain at each level held
+    (narrowest first; SPREAD: none did)."""
+
+    queue: str
+    gangs: int
+    by_level: Mapping[str, int]
+
+
+def landed_by_queue(result: SimResult) -> tuple[tuple[str, ...], tuple[Landed, ...]]:
+    """The levels, narrowest first, and per queue with gangs on a flavor with a Topology how
+    many landed inside one domain of each (at their last admission): what spreading costs
+    a team, next to what waiting for one domain costs it."""
+    levels: list[str] = []
+    for names in result.topologies.values():
+        for label in reversed(names):
+            if level_name(label) not in levels:
+                levels.append(level_name(label))
+    levels.append(SPREAD)
+    counts: dict[str, dict[str, int]] = {}
+    for job in result.jobs:
+        if job.landed is not None:
+            per = counts.setdefault(job.cluster_queue, {})
+            per[job.landed] = per.get(job.landed, 0) + 1
+    rows = tuple(Landed(queue, sum(per.values()), per) for queue, per in sorted(counts.items()))
+    return tuple(levels), rows
 
 
 @dataclass(frozen=True, slots=True)
@@ -577,6 +645,8 @@ class PlacementStats:
     levels: tuple[LevelFree, ...]  # per topology level and resource
     waited: int  # workloads that waited for nodes while quota allowed them
     wait_total: float  # seconds, summed over those workloads
+    landed_levels: tuple[str, ...]  # narrowest first
+    landed: tuple[Landed, ...]  # per queue with gangs on a flavor with a Topology
 
 
 def placement_stats(result: SimResult, buckets: int = NODE_BUCKETS) -> PlacementStats | None:
@@ -586,12 +656,15 @@ def placement_stats(result: SimResult, buckets: int = NODE_BUCKETS) -> Placement
     resources = placement_resources(result.nodes)
     timelines = [node_timeline(result, r, buckets) for r in resources]
     waits = [j.placement_wait for j in result.jobs if j.placement_wait > 0]
+    landed_levels, landed = landed_by_queue(result)
     return PlacementStats(
         nodes=len(result.nodes),
         timelines=tuple(t for t in timelines if t is not None),
-        levels=tuple(f for r in resources for f in level_free(result, r)),
+        levels=tuple(f for r in resources for f in level_free(result, r, buckets)),
         waited=len(waits),
         wait_total=sum(waits),
+        landed_levels=landed_levels,
+        landed=landed,
     )
 
 
@@ -627,5 +700,14 @@ def placement_json(result: SimResult) -> dict[str, Any]:
                 "minLargestFree": f.min_largest_free,
             }
             for f in stats.levels
+        ]
+    if stats.landed:
+        out["topologyLanded"] = [
+            {
+                "queue": q.queue,
+                "gangs": q.gangs,
+                "levels": {lv: q.by_level[lv] for lv in stats.landed_levels if lv in q.by_level},
+            }
+            for q in stats.landed
         ]
     return out

@@ -94,6 +94,10 @@ class JobOutcome:
     # Seconds of `waited` during which the cycle said its pods could not be placed: quota
     # allowed it, the nodes did not (only in scenarios with nodes).
     placement_wait: float = 0.0
+    # The narrowest level of its flavor's Topology whose one domain held all its pods at its
+    # last admission ("rack", "block", "node", or "spread"); None for a single pod, no
+    # Topology, or never admitted.
+    landed: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -65,6 +65,7 @@ from quota.model.snapshot import (
     pod_set_usage,
     queue_tree,
 )
+from quota.placement.topology import landed_level
 from quota.simulation.jobs import WAITING, Job, with_count
 from quota.simulation.meter import Meter, Vector
 from quota.simulation.pending import Pending
@@ -131,6 +132,7 @@ class _Simulation:
         self.last_fair: FairShare | None = None
         self.now = 0.0
         self.nodes = scenario.nodes
+        self.node_by_name = {n.name: n for n in scenario.nodes or ()}
         # Placement: each running workload's pods (engine key -> [(pod set, pod)], in the order
         # they were placed), what they take per node, and every change of that.
         self.pods_of: dict[str, list[tuple[str, BoundPod]]] = {}
@@ -333,6 +335,7 @@ class _Simulation:
         superseded = superseded_slice(key, w.replaces, self.admitted)
         if self.nodes is not None:
             admitted = self._bind(admitted, job, superseded, t)
+            job.landed = self._landed(admitted)
         self.admitted[key] = admitted
         self._charge(admitted, 1, t)
         job.flavors = _flavors_of(assignments)
@@ -527,6 +530,24 @@ class _Simulation:
             ),
         )
 
+    def _landed(self, w: Workload) -> str | None:
+        """The narrowest level of its flavor's Topology whose one domain holds every pod of
+        a gang (`topology.landed_level`); None for a single pod or a flavor without one."""
+        assert w.admission is not None
+        names = {node for a in w.admission for node, n in a.nodes if n}
+        if sum(n for a in w.admission for _, n in a.nodes) < 2:
+            return None
+        named = {
+            self.scenario.flavors[f].topology
+            for a in w.admission
+            for f in a.flavors.values()
+            if f in self.scenario.flavors
+        }
+        levels = [self.scenario.topologies.get(t) for t in named if t is not None]
+        if len(levels) != 1 or levels[0] is None:
+            return None
+        return landed_level((self.node_by_name[n] for n in sorted(names)), levels[0])
+
     def _bound_pods(self) -> tuple[BoundPod, ...]:
         if self._bound is None:
             self._bound = tuple(pod for pods in self.pods_of.values() for _, pod in pods)
@@ -653,6 +674,7 @@ class _Simulation:
                 resizes=tuple(j.resizes),
                 last_pending_reason=j.reason,
                 placement_wait=j.waited_for_placement(end),
+                landed=j.landed,
             )
             for j in self.jobs.values()
             if j.state != "waiting"

@@ -67,6 +67,26 @@ def intake_controller(
         ctl.stop()
 
 
+def group_pod(
+    name: str, group: dict[str, Any], namespace: str, pool: str, cpu: str
+) -> dict[str, Any]:
+    """A bare pod of `group` (native: spec.schedulingGroup; Volcano: the annotation Kubeflow
+    Trainer writes) that names Muster's scheduler and selects the nodes of `pool`."""
+    spec: dict[str, Any] = {
+        "schedulerName": "muster-scheduler",
+        "nodeSelector": {"muster-e2e/pool": pool},
+        "containers": [
+            {"name": "main", "image": "busybox", "resources": {"requests": {"cpu": cpu}}}
+        ],
+    }
+    meta: dict[str, Any] = {"name": name, "namespace": namespace}
+    if group["apiVersion"].startswith("scheduling.k8s.io"):
+        spec["schedulingGroup"] = {"podGroupName": group["metadata"]["name"]}
+    else:
+        meta["annotations"] = {"scheduling.k8s.io/group-name": group["metadata"]["name"]}
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec}
+
+
 class Pool:
     """Nodes with a label of their own and a queue (`cq`, LocalQueue `lq`) over them."""
 
@@ -94,21 +114,7 @@ class Pool:
         )
 
     def pod(self, name: str, group: dict[str, Any], cpu: str = "1") -> dict[str, Any]:
-        """A bare pod of `group` (native: spec.schedulingGroup; Volcano: the annotation
-        Kubeflow Trainer writes) that names Muster's scheduler and selects the pool."""
-        spec: dict[str, Any] = {
-            "schedulerName": "muster-scheduler",
-            "nodeSelector": {"muster-e2e/pool": self.name},
-            "containers": [
-                {"name": "main", "image": "busybox", "resources": {"requests": {"cpu": cpu}}}
-            ],
-        }
-        meta: dict[str, Any] = {"name": name, "namespace": self.namespace}
-        if group["apiVersion"].startswith("scheduling.k8s.io"):
-            spec["schedulingGroup"] = {"podGroupName": group["metadata"]["name"]}
-        else:
-            meta["annotations"] = {"scheduling.k8s.io/group-name": group["metadata"]["name"]}
-        return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec}
+        return group_pod(name, group, self.namespace, self.name, cpu)
 
     def delete(self) -> None:
         if self.nodes:

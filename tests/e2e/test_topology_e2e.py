@@ -84,28 +84,32 @@ class Fabric:
         return {self.rack_of[n] for n in nodes}
 
     def occupy(self, node: str, gpu: int) -> None:
-        """A pod Muster does not manage, bound to `node` (as another scheduler would)."""
-        create(
-            self.cluster,
-            {
-                "apiVersion": "v1",
-                "kind": "Pod",
-                "metadata": {"name": unique("other"), "namespace": self.namespace},
-                "spec": {
-                    "nodeName": node,
-                    "containers": [
-                        {
-                            "name": "c",
-                            "image": "busybox",
-                            "resources": {"requests": {GPU: str(gpu)}, "limits": {GPU: str(gpu)}},
-                        }
-                    ],
-                },
-            },
-        )
+        occupy(self.cluster, self.namespace, node, {GPU: str(gpu)})
 
     def delete(self) -> None:
         self.cluster.kubectl("delete", "node", *self.rack_of, "--wait=false", check=False)
+
+
+def occupy(cluster: ClusterHandle, namespace: str, node: str, requests: dict[str, str]) -> None:
+    """A pod Muster does not manage, bound to `node` (as another scheduler would)."""
+    create(
+        cluster,
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": unique("other"), "namespace": namespace},
+            "spec": {
+                "nodeName": node,
+                "containers": [
+                    {
+                        "name": "c",
+                        "image": "busybox",
+                        "resources": {"requests": requests, "limits": requests},
+                    }
+                ],
+            },
+        },
+    )
 
 
 @pytest.fixture
@@ -210,3 +214,34 @@ def test_requests_muster_cannot_honour_are_refused_with_the_field_and_rule(
     assert "muster.dev/podset-slice-size" in text
     assert not workloads_of(cluster, namespace, "sliced")
     assert not pods_of(cluster, namespace, "sliced")
+
+
+def test_an_elastic_job_requiring_a_rack_grows_inside_its_rack(
+    cluster: ClusterHandle,
+    namespace: str,
+    controller: Controller,  # noqa: F811
+    fabric: Fabric,
+) -> None:
+    grow = rack_job("grow", namespace, 2, 8)
+    grow["metadata"]["annotations"] = {"muster.dev/elastic-job": "true"}
+    del grow["spec"]["completions"]  # grows with its parallelism
+    apply(cluster, grow)
+    cluster.wait_for(
+        "the first slice bound",
+        lambda: sum(placement(cluster, namespace, "grow").values()) == 2,
+        timeout=90,
+    )
+    [rack] = fabric.racks(placement(cluster, namespace, "grow"))
+    # Every other rack is left room for one whole-node pod, its own rack for two: the
+    # fullest rack that fits the extra pod is any other one, where bin-packing alone would
+    # put it.
+    for node, its_rack in fabric.rack_of.items():
+        if its_rack != rack and not node.endswith("-3"):
+            fabric.occupy(node, 8)
+    cluster.kubectl("patch", "job", "grow", "-n", namespace, "-p", '{"spec":{"parallelism":3}}')
+    cluster.wait_for(
+        "the scale-up bound",
+        lambda: sum(placement(cluster, namespace, "grow").values()) == 3,
+        timeout=90,
+    )
+    assert fabric.racks(placement(cluster, namespace, "grow")) == {rack}

@@ -377,6 +377,10 @@ def test_queue_readers_are_bound_only_when_named() -> None:
     assert [s["name"] for s in binding["subjects"]] == ["system:authenticated", "ml-team"]
     reader = one(docs, "ClusterRole", "muster-queue-reader")["rules"]
     assert _grants(reader, "muster.dev", "clusterqueues", "list")
+    # The Topologies flavors name: `kubectl muster topology` reads them (nodes and pods stay
+    # the cluster admins' to grant).
+    assert _grants(reader, "muster.dev", "topologies", "list")
+    assert not _grants(reader, "", "pods", "list")
     assert not any(set(r["verbs"]) - {"get", "list", "watch"} for r in reader)
 
 

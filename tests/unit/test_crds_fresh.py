@@ -95,7 +95,7 @@ def test_cross_field_rules_sit_where_their_fields_are_visible() -> None:
         "topologyRequest.sliceSize must divide count",
     ]
     assert wl[".spec.podSets[].topologyRequest"] == [
-        "at most one of required, preferred and unconstrained",
+        "at most one of required, preferred, requiredTier, preferredTier and unconstrained",
         "sliceSize and sliceRequiredTopology go together",
     ]
     topology = _rules("Topology")

@@ -597,3 +597,12 @@ def test_simulate_prints_the_waits_and_bad_input_exits_1(tmp_path: Path) -> None
     assert refused.returncode == 1
     assert f"{bad}: document 0 (Queue q): spec.weight" in refused.stderr
     assert "Traceback" not in refused.stderr
+
+
+def test_a_cluster_scoped_object_with_a_stray_namespace_is_still_imported_once() -> None:
+    """Queues are cluster-scoped: a namespace written on one is not read, whatever it is;
+    the same Queue twice is refused all the same."""
+    stray = {**kai_queue("a"), "metadata": {"name": "a", "namespace": []}}
+    assert "a" in by_kind(run_import("kai", stray), "ClusterQueue")
+    with pytest.raises(ImportInputError, match="Queue defined twice"):
+        run_import("kai", stray, kai_queue("a"), {**kai_queue("a"), "metadata": {"name": "a"}})

@@ -18,7 +18,11 @@ from controllers.metrics.server import MetricsServer
 from controllers.metrics.workloads import WorkloadCounters, wait_seconds
 from controllers.state.caches import Caches
 from quota.model.decisions import CycleResult
+from quota.model.snapshot import PodSetTopology
+from quota.placement.topology import SPREAD
 from tests.unit.controller_fakes import FakeKube
+from tests.unit.test_topology import LEVELS, RACK, ask, fabric, topo_cycle
+from tests.unit.test_topology_controller import _ask, _scheduler
 
 
 def get(port: int, path: str) -> tuple[int, str]:
@@ -240,3 +244,87 @@ def test_eviction_and_preemption_are_counted_with_their_reasons() -> None:
     assert sample("muster_evicted_workloads_total", **labels) == 1
     labels["reason"] = "Reclaim"
     assert sample("muster_preempted_workloads_total", **labels) == 1
+
+
+# ------------------------------------------------------------------------ topology
+
+
+def waiting_for(name: str, queue: str, reason: str, message: str) -> Any:
+    wl = workload(name, queue)
+    wl["status"]["conditions"] = [
+        {"type": "QuotaReserved", "status": "False", "reason": reason, "message": message}
+    ]
+    return wl
+
+
+def test_workloads_no_domain_can_hold_are_counted_by_queue_and_level() -> None:
+    # The reason the admission cycle itself gives a gang no rack can hold.
+    _, (no_rack,) = topo_cycle(
+        PodSetTopology("Required", RACK), topologies={"fabric": LEVELS}, count=5
+    )
+    caches = Caches.create(FakeKube())
+    caches.cluster_queues.write_through(cq("team-a"))
+    caches.local_queues.write_through(lq("a", "ns", "team-a"))
+    caches.workloads.write_through(waiting_for("w1", "a", "Pending", no_rack.reason))
+    caches.workloads.write_through(waiting_for("w2", "a", "Pending", no_rack.reason))
+    quota = "insufficient quota for nvidia.com/gpu in flavor h100: requested 8, available 2"
+    caches.workloads.write_through(waiting_for("w3", "a", "Pending", quota))
+    got = scrape(StateCollector(Sources(caches, lambda: True)))
+    waits = {
+        labels: value
+        for (name, labels), value in got.items()
+        if name == "muster_topology_waiting_workloads"
+    }
+    assert waits == {(("cluster_queue", "team-a"), ("level", "rack")): 2}
+    # Admitted, it no longer waits.
+    caches.workloads.write_through(workload("w1", "a", admitted_to="team-a", rv="2"))
+    got = scrape(StateCollector(Sources(caches, lambda: True)))
+    assert (
+        got[("muster_topology_waiting_workloads", (("cluster_queue", "team-a"), ("level", "rack")))]
+        == 1
+    )
+
+
+def test_a_topology_placement_counts_at_the_level_it_landed() -> None:
+    by_name = {n.name: n for n in fabric()}
+    required, preferred = ask("Required", RACK), ask("Preferred", RACK)
+    unconstrained = ask("Unconstrained", None)
+
+    def count(level: str, mode: str) -> float:
+        return sample(
+            "muster_topology_placements_total", cluster_queue="topo-cq", level=level, mode=mode
+        )
+
+    watched = [("rack", "required"), ("block", "preferred"), (SPREAD, "preferred")]
+    watched.append(("node", "unconstrained"))
+    before = {k: count(*k) for k in watched}
+    m.topology_placements(
+        "topo-cq",
+        [
+            (required, ["b0-r0-n0", "b0-r0-n1", "b0-r0-n1"]),
+            # A preferred rack that had to climb to a block counts at the block, one that
+            # spread over blocks as spread.
+            (preferred, ["b0-r0-n0", "b0-r1-n0"]),
+            (preferred, ["b0-r0-n0", "b1-r1-n0"]),
+            (unconstrained, ["b1-r1-n0"]),
+        ],
+        by_name.__getitem__,
+    )
+    assert {k: count(*k) - before[k] for k in watched} == dict.fromkeys(watched, 1)
+
+
+def test_the_scheduler_loop_counts_the_gang_it_binds_inside_one_rack() -> None:
+    h = _scheduler()
+    h.job("gang", 4, gpu=8, pods=0)
+    _ask(h, "gang", {"required": RACK})
+    for i in range(4):
+        h.pod(f"gang-{i}", "uid-gang", gpu=8)
+    before = sample(
+        "muster_topology_placements_total", cluster_queue="cq", level="rack", mode="required"
+    )
+    h.run()
+    assert sum(h.placement("gang").values()) == 4
+    after = sample(
+        "muster_topology_placements_total", cluster_queue="cq", level="rack", mode="required"
+    )
+    assert after == before + 1

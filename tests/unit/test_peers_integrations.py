@@ -215,3 +215,145 @@ def test_what_a_reconcile_reads_works_on_the_informers_frozen_object(kind: str) 
     job.first_pod_sets()
     job.finished()
     job.pods_gone()
+
+
+# -- topology: the pod-template annotations a batch Job has, per replicated job ------------
+
+RACK = "example.com/rack"
+NODE = "kubernetes.io/hostname"
+
+
+def annotate(replicated_job: dict[str, Any], annotations: dict[str, str]) -> None:
+    replicated_job["template"]["spec"]["template"]["metadata"] = {"annotations": annotations}
+
+
+def test_a_replicated_jobs_topology_annotations_become_its_pod_sets_request() -> None:
+    obj = a_jobset()
+    annotate(
+        obj["spec"]["replicatedJobs"][1],
+        {
+            "muster.dev/podset-required-topology": RACK,
+            "muster.dev/podset-slice-required-topology": NODE,
+            "muster.dev/podset-slice-size": "3",
+        },
+    )
+    leader, workers = JobSet(obj).workload_spec({}, global_default=None, count=None)["podSets"]
+    assert "topologyRequest" not in leader
+    assert workers["topologyRequest"] == {
+        "required": RACK,
+        "sliceRequiredTopology": NODE,
+        "sliceSize": 3,
+    }
+
+
+@pytest.mark.parametrize(
+    ("annotations", "field", "rule"),
+    [
+        (
+            {
+                "muster.dev/podset-slice-required-topology": NODE,
+                "muster.dev/podset-slice-size": "4",
+            },
+            "[muster.dev/podset-slice-size]",
+            "4 does not divide the Job's 6 pods",
+        ),
+        (
+            {
+                "muster.dev/podset-required-topology": RACK,
+                "muster.dev/podset-preferred-topology": RACK,
+            },
+            "",
+            "at most one of muster.dev/podset-required-topology, "
+            "muster.dev/podset-preferred-topology and muster.dev/podset-unconstrained-topology",
+        ),
+    ],
+)
+def test_a_bad_topology_annotation_is_refused_in_a_jobs_words_at_the_jobsets_field(
+    annotations: dict[str, str], field: str, rule: str
+) -> None:
+    obj = a_jobset()
+    annotate(obj["spec"]["replicatedJobs"][1], annotations)
+    with pytest.raises(ManifestError) as error:
+        JobSet(obj).workload_spec({}, global_default=None, count=None)
+    assert error.value.problems == [
+        (f"spec.replicatedJobs[1].template.spec.template.metadata.annotations{field}", rule)
+    ]
+
+
+def test_a_trainjob_asks_for_topology_through_its_runtime_or_its_own_runtime_patch() -> None:
+    runtime = copy.deepcopy(RUNTIME)
+    annotate(
+        runtime["spec"]["template"]["spec"]["replicatedJobs"][1],
+        {"muster.dev/podset-required-topology": "example.com/block"},
+    )
+    obj = a_trainjob(numNodes=4)
+    spec = TrainJob(obj, lambda kind, key: runtime).workload_spec(
+        {}, global_default=None, count=None
+    )
+    assert spec["podSets"][1]["topologyRequest"] == {"required": "example.com/block"}
+    # The runtime is shared; a TrainJob's own patch of the trainer's pod template wins.
+    pod_patch = {
+        "metadata": {
+            "annotations": {
+                "muster.dev/podset-required-topology": RACK,
+                "muster.dev/podset-slice-required-topology": NODE,
+                "muster.dev/podset-slice-size": "2",
+            }
+        }
+    }
+    obj["spec"]["runtimePatches"] = [
+        {
+            "manager": "trainer.kubeflow.org/user",
+            "trainingRuntimeSpec": {
+                "template": {
+                    "spec": {
+                        "replicatedJobs": [
+                            {"name": "node", "template": {"spec": {"template": pod_patch}}}
+                        ]
+                    }
+                }
+            },
+        }
+    ]
+    launcher, node = TrainJob(freeze(obj), lambda kind, key: runtime).workload_spec(
+        {}, global_default=None, count=None
+    )["podSets"]
+    assert "topologyRequest" not in launcher
+    assert node["topologyRequest"] == {
+        "required": RACK,
+        "sliceRequiredTopology": NODE,
+        "sliceSize": 2,
+    }
+
+
+def test_a_runtimes_volcano_network_topology_keeps_each_role_in_one_domain() -> None:
+    """Trainer would put it on the Volcano PodGroup it makes; a TrainJob Muster queues has its
+    own Workload instead, which carries it (the PodGroup intake's rule), not drops it."""
+    runtime = copy.deepcopy(RUNTIME)
+    runtime["spec"]["podGroupPolicy"] = {
+        "volcano": {"networkTopology": {"mode": "hard", "highestTierAllowed": 2}}
+    }
+    annotate(
+        runtime["spec"]["template"]["spec"]["replicatedJobs"][1],
+        {"muster.dev/podset-required-topology": RACK},
+    )
+    spec = TrainJob(freeze(a_trainjob(numNodes=4)), lambda kind, key: runtime).workload_spec(
+        {}, global_default=None, count=None
+    )
+    # A role's own request stands; the others take the runtime's.
+    assert [p.get("topologyRequest") for p in spec["podSets"]] == [
+        {"requiredTier": 2},
+        {"required": RACK},
+    ]
+    runtime["spec"]["podGroupPolicy"]["volcano"]["networkTopology"]["highestTierAllowed"] = 0
+    with pytest.raises(ManifestError) as error:
+        TrainJob(a_trainjob(), lambda kind, key: runtime).workload_spec(
+            {}, global_default=None, count=None
+        )
+    assert error.value.problems == [
+        (
+            "spec.runtimeRef (torch: spec.podGroupPolicy.volcano.networkTopology"
+            ".highestTierAllowed)",
+            "must be a tier, at least 1 (got 0)",
+        )
+    ]

@@ -239,8 +239,84 @@ def test_a_native_topology_constraint_becomes_a_required_topology_request() -> N
     assert spec["podSets"][0]["topologyRequest"] == {"required": "example.com/rack"}
 
 
-def test_a_volcano_network_topology_is_refused_not_dropped() -> None:
-    pg = volcano("q", networkTopology={"mode": "hard", "highestTierAllowed": 1})
-    with pytest.raises(Refused, match=r"spec.networkTopology: Muster does not map") as refused:
+def native_with(*constraints: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "metadata": {"name": "g", "namespace": "ns", "labels": {"muster.dev/queue-name": "q"}},
+        "spec": {
+            "schedulingPolicy": {"gang": {"minCount": 4}},
+            "schedulingConstraints": {"topology": list(constraints)},
+        },
+    }
+
+
+@pytest.mark.parametrize(
+    ("constraints", "reason", "words"),
+    [
+        (
+            [{"key": "example.com/rack"}, {"key": "example.com/block"}],
+            "UnsupportedTopology",
+            "spec.schedulingConstraints.topology: Muster honours one topology constraint per "
+            "group (as kube-scheduler 1.37 does), got 2",
+        ),
+        (
+            [{}],
+            "InvalidPodGroup",
+            "spec.schedulingConstraints.topology[0].key: must name a node label",
+        ),
+    ],
+)
+def test_a_native_constraint_muster_cannot_honour_is_refused_naming_the_field(
+    constraints: list[dict[str, Any]], reason: str, words: str
+) -> None:
+    with pytest.raises(Refused) as refused:
+        workload_spec(
+            NATIVE, native_with(*constraints), [pod("a", "1")], [lq("q", "ns", "cq")], {}, None
+        )
+    assert refused.value.reason == reason
+    assert str(refused.value) == f"native PodGroup ns/g: {words}"
+
+
+@pytest.mark.parametrize(
+    ("network", "request_"),
+    [
+        ({"mode": "hard", "highestTierAllowed": 2}, {"requiredTier": 2}),
+        # Volcano's CRD defaults: hard, highest tier 1.
+        ({}, {"requiredTier": 1}),
+        ({"mode": "hard"}, {"requiredTier": 1}),
+        # Soft: as close as it can, climbing from the lowest tier; the highest tier is
+        # Volcano's for hard mode only.
+        ({"mode": "soft", "highestTierAllowed": 3}, {"preferredTier": 1}),
+    ],
+)
+def test_a_volcano_network_topology_becomes_a_request_in_tiers(
+    network: dict[str, Any], request_: dict[str, Any]
+) -> None:
+    pg = volcano("q", networkTopology=network)
+    spec = workload_spec(VOLCANO, pg, [pod("a", "1")], [lq("q", "ns", "cq")], {}, None)
+    assert spec["podSets"][0]["topologyRequest"] == request_
+
+
+@pytest.mark.parametrize(
+    ("network", "reason", "words"),
+    [
+        ({"mode": "strict"}, "InvalidPodGroup", "mode: must be hard or soft (got 'strict')"),
+        (
+            {"mode": "hard", "highestTierAllowed": 0},
+            "InvalidPodGroup",
+            "highestTierAllowed: must be a tier, at least 1 (got 0)",
+        ),
+        (
+            {"mode": "hard", "highestTierAllowed": 9},
+            "UnsupportedTopology",
+            "highestTierAllowed: tier 9 is beyond any Muster Topology, which has at most 8 levels",
+        ),
+    ],
+)
+def test_a_volcano_network_topology_muster_cannot_honour_is_refused_naming_the_field(
+    network: dict[str, Any], reason: str, words: str
+) -> None:
+    pg = volcano("q", networkTopology=network)
+    with pytest.raises(Refused) as refused:
         workload_spec(VOLCANO, pg, [pod("a", "1")], [lq("q", "ns", "cq")], {}, None)
-    assert refused.value.reason == "UnsupportedTopology"
+    assert refused.value.reason == reason
+    assert str(refused.value) == f"Volcano PodGroup ns/g: spec.networkTopology.{words}"

@@ -21,7 +21,7 @@ from controllers.main import main
 from controllers.simreport import pagedata
 from controllers.simreport.html import render_html
 from controllers.simreport.pagedata import embed
-from quota.simulation.report import queue_keys, queue_stats
+from quota.simulation.report import placement_stats, queue_keys, queue_stats
 from quota.simulation.results import SimResult
 from quota.simulation.scenario import parse_scenario
 from quota.simulation.simulator import simulate
@@ -348,3 +348,36 @@ def test_a_browser_runs_the_script_and_draws_every_chart_and_the_timeline(tmp_pa
     numbers = [float(v.rstrip("%")) for v in shares if v != "-"]
     assert numbers == sorted(numbers) and len(set(numbers)) > 1
     assert shares[: len(numbers)] == [f"{v:.0f}%" for v in numbers]  # "-" rows last
+
+
+def test_the_topology_tables_show_fragmentation_per_level_and_where_gangs_landed() -> None:
+    _, page = run("topology.yaml")
+    levels = page.table("Topology", "Level")
+    assert [row[1] for row in levels[1:]] == ["example.com/block", "example.com/rack"]
+    landed = page.table("Queue", "Gangs")
+    assert landed[0] == ["Queue", "Gangs", "in one node", "in one rack", "in one block", "spread"]
+    assert ["required", "6", "0", "6", "0", "0"] in landed
+    # Without nodes or topologies there is nothing to show.
+    _, plain = run("placement-binpack-vs-spread.yaml")
+    assert not [t for t in plain.tables if t[0][:2] == ["Queue", "Gangs"]]
+    assert plain.data()["levels"] == [] and "levels" not in plain.ids
+
+
+def test_the_largest_free_domain_over_time_averages_to_the_tables_figure() -> None:
+    result, page = run("topology.yaml")
+    data = page.data()
+    assert "levels" in page.ids
+    (chart,) = data["levels"]
+    assert chart["title"] == "Topology fabric: the most free nvidia.com/gpu in one domain"
+    assert [s["name"] for s in chart["series"]] == ["one block", "one rack"]
+    starts, end = chart["starts"], data["end"]
+    widths = [b - a for a, b in zip(starts, [*starts[1:], end], strict=True)]
+    stats = placement_stats(result)
+    assert stats is not None
+    for series, level in zip(chart["series"], stats.levels, strict=True):
+        assert len(series["y"]) == len(starts)
+        assert all(0 <= v <= level.largest for v in series["y"])
+        shown = sum(v * w for v, w in zip(series["y"], widths, strict=True)) / end
+        assert shown == pytest.approx(level.avg_largest_free, rel=0.01)
+    # The racks do run out of whole free room at times: the plot shows when.
+    assert min(chart["series"][1]["y"]) < stats.levels[1].largest

@@ -438,11 +438,12 @@ def test_quota_alone_still_keeps_workloads_off_a_flavor_naming_a_missing_topolog
     assert admit  # without nodes, quota decides: nothing to place by
 
 
-def test_an_elastic_job_asking_for_topology_is_refused_rather_than_split() -> None:
+def test_an_elastic_job_asks_for_topology_on_every_slice() -> None:
     elastic = job({REQUIRED_TOPOLOGY_ANNOTATION: RACK})
     elastic["metadata"]["annotations"] = {"muster.dev/elastic-job": "true"}
-    with pytest.raises(ManifestError, match="an elastic Job cannot ask for topology yet"):
-        convert.job_to_workload_model(elastic, {})
+    model = convert.job_to_workload_model(elastic, {})
+    request = model.spec.pod_sets[0].topology_request
+    assert request is not None and request.required == RACK
 
 
 # -- the simulator ------------------------------------------------------------------------
@@ -518,14 +519,18 @@ def test_a_node_pool_splits_into_domains_and_the_report_shows_the_largest_free_r
     assert block.min_largest_free == 24
 
 
-def test_a_scale_up_slice_asking_for_topology_waits_rather_than_land_elsewhere() -> None:
+def _scale_up(*, bound_in: str, other: dict[str, int], grow_to: int) -> tuple[Any, list[Node]]:
+    """A running slice of 2 whole-node pods bound in rack `bound_in`, other owners' pods on
+    the nodes of `other`, and a slice growing it to `grow_to` pods, all requiring a rack."""
+    nodes = fabric(blocks=1, racks=2, nodes=4)
+    need = PodSetTopology("Required", RACK)
     running = Workload(
         "ns/job-s1",
         "a",
         0,
         0.0,
-        (PodSet("main", 4, {GPU: 8}, topology=PodSetTopology("Required", RACK)),),
-        admission=(Assignment("main", 4, {GPU: "h100"}),),
+        (PodSet("main", 2, {GPU: 8}, topology=need),),
+        admission=(Assignment("main", 2, {GPU: "h100"}),),
         admitted_at=0.0,
     )
     grown = Workload(
@@ -533,22 +538,44 @@ def test_a_scale_up_slice_asking_for_topology_waits_rather_than_land_elsewhere()
         "a",
         0,
         1.0,
-        (PodSet("main", 6, {GPU: 8}, topology=PodSetTopology("Required", RACK)),),
+        (PodSet("main", grow_to, {GPU: 8}, topology=need),),
         replaces="ns/job-s1",
     )
+    pods = busy(nodes, other) + [
+        BoundPod(f"ns/s1-{i}", f"{bound_in}-n{i}", {GPU: 8}, workload="ns/job-s1") for i in range(2)
+    ]
     result = admission_cycle(
         Snapshot(
             now=10.0,
             queues=queues_of(queue("a", quota=1_000)),
             flavors={"h100": Flavor("h100", {"pool": "h100"}, topology="fabric")},
             capacity={("h100", GPU): 1_000},
+            nodes=tuple(nodes),
+            pods=tuple(pods),
             admitted=(running,),
             pending=(grown,),
             topologies={"fabric": LEVELS},
         )
     )
+    return result, nodes
+
+
+def test_a_scale_up_slice_of_a_required_gang_lands_in_its_running_rack() -> None:
+    # Rack b0-r1 is the fuller one (room for one more pod: bin-packing would pick it), but
+    # the Job runs in b0-r0.
+    busy_r1 = {f"b0-r1-n{i}": 8 for i in range(3)}
+    result, _ = _scale_up(bound_in="b0-r0", other=busy_r1, grow_to=3)
+    [admitted] = result.admit
+    nodes = {node for a in admitted.assignments for node, _ in a.nodes}
+    assert nodes and all(n.startswith("b0-r0-") for n in nodes), nodes
+
+
+def test_a_scale_up_slice_waits_when_its_running_rack_is_full_rather_than_split() -> None:
+    # b0-r0 holds the two running pods and two other pods: the extra two have no room
+    # there, though rack b0-r1 is empty.
+    result, _ = _scale_up(bound_in="b0-r0", other={"b0-r0-n2": 8, "b0-r0-n3": 8}, grow_to=4)
     assert not result.admit
-    assert "a slice is not kept in its running slice's domain yet" in result.pending[0].reason
+    assert "rack" in result.pending[0].reason
 
 
 def test_a_partial_gang_is_never_placeable_only_when_no_rack_could_hold_its_minimum() -> None:

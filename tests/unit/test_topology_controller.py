@@ -248,3 +248,19 @@ def test_a_group_whose_topology_is_gone_binds_nothing_and_says_why() -> None:
     assert h.placement("gang") == {}
     message = scheduler.condition(h.pod_group("gang"))["message"]
     assert "flavor h100 names Topology fabric, which does not exist" in message
+
+
+def test_pods_of_one_pod_set_in_several_shapes_are_kept_in_one_rack() -> None:
+    # A PodGroup's leader (1 GPU) and workers (8 GPUs) make one pod set. Placed apart, the
+    # workers would take r1 and the leader the last GPU of r0-n0 (the fullest node).
+    h = _scheduler()
+    h.pod("foreign-0", gpu=7, node="r0-n0", scheduler="default-scheduler")
+    for i in (1, 2, 3):
+        h.pod(f"foreign-{i}", gpu=8, node=f"r0-n{i}", scheduler="default-scheduler")
+    h.job("gang", 4, gpu=8, pods=0)
+    _ask(h, "gang", {"required": RACK})
+    h.pod("gang-leader", "uid-gang", gpu=1)
+    for i in range(3):
+        h.pod(f"gang-{i}", "uid-gang", gpu=8)
+    h.run()
+    assert _racks(h, "gang") == {"r1"} and sum(h.placement("gang").values()) == 4
