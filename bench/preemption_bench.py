@@ -33,6 +33,7 @@ from quota.model.snapshot import (
     Flavor,
     FlavorQuota,
     PodSet,
+    PodSetTopology,
     QueueSpec,
     Snapshot,
     Workload,
@@ -165,6 +166,100 @@ def bench(args: argparse.Namespace) -> None:
     print(line("  per preemptor", per))
 
 
+# -- topology: one rack freed for a gang that must sit in one ----------------------------
+
+GPU = "nvidia.com/gpu"
+BLOCK = "example.com/block"
+RACK = "example.com/rack"
+
+
+def fabric(
+    blocks: int, racks: int, per_rack: int, gang: int
+) -> tuple[tuple[Node, ...], list[Workload], list[BoundPod]]:
+    """Blocks of racks of 8-GPU nodes, every rack full of low-priority gangs of `gang`
+    nodes (one 8-GPU pod per node), of priorities 0 to 3 and start times that vary."""
+    nodes: list[Node] = []
+    admitted: list[Workload] = []
+    pods: list[BoundPod] = []
+    for b in range(blocks):
+        for r in range(racks):
+            names = [f"b{b}-r{r:02d}-n{n:02d}" for n in range(per_rack)]
+            labels = {"pool": "gpu", BLOCK: f"b{b}", RACK: f"b{b}-r{r:02d}"}
+            nodes.extend(Node(n, {GPU: 8, "pods": 110}, dict(labels)) for n in names)
+            for g in range(0, per_rack, gang):
+                i = len(admitted)
+                key = f"low/g{i:05d}"
+                on = names[g : g + gang]
+                admitted.append(
+                    Workload(
+                        key,
+                        "low",
+                        (i * 7) % 4,
+                        0.0,
+                        (PodSet("main", len(on), {GPU: 8}),),
+                        admission=(
+                            Assignment("main", len(on), {GPU: "gpu"}, tuple((n, 1) for n in on)),
+                        ),
+                        admitted_at=float((i * 13) % 97),
+                    )
+                )
+                pods.extend(BoundPod(f"{key}-{j}", n, {GPU: 8}, key) for j, n in enumerate(on))
+    return tuple(nodes), admitted, pods
+
+
+def topology_snapshot(args: argparse.Namespace, required: bool) -> Snapshot:
+    """The fabric and one high-priority gang of a rack's size, requiring one rack (or,
+    without `required`, asking for no topology: KEP-5710's whole-cluster search)."""
+    nodes, admitted, pods = fabric(args.blocks, args.racks, args.rack_nodes, args.low_nodes)
+    ask = PodSetTopology("Required", RACK) if required else None
+    preemptor = Workload(
+        "high/train",
+        "high",
+        1000,
+        10_000.0,
+        (PodSet("main", args.rack_nodes, {GPU: 8}, topology=ask),),
+    )
+    plenty = {GPU: 10**9}
+    return Snapshot(
+        now=20_000.0,
+        queues={
+            "low": QueueSpec("low", flavors=(FlavorQuota("gpu", plenty),)),
+            "high": QueueSpec("high", flavors=(FlavorQuota("gpu", plenty),), reclaim="Any"),
+        },
+        flavors={"gpu": Flavor("gpu", {"pool": "gpu"}, topology="fabric")},
+        admitted=tuple(admitted),
+        pending=(preemptor,),
+        nodes=nodes,
+        pods=tuple(pods),
+        topologies={"fabric": (BLOCK, RACK, "kubernetes.io/hostname")},
+    )
+
+
+def topology_bench(args: argparse.Namespace) -> None:
+    racks = args.blocks * args.racks
+    print(
+        f"{racks * args.rack_nodes} nodes of 8 GPUs ({args.blocks} blocks x {args.racks} racks "
+        f"x {args.rack_nodes} nodes), every rack full of low-priority gangs of "
+        f"{args.low_nodes} nodes; one gang of {args.rack_nodes} pods x 8 GPUs"
+    )
+    for required in (True, False):
+        snap = topology_snapshot(args, required)
+        times, result = timed(lambda snap=snap: admission_cycle(snap), args.repeat)
+        victims = [v.workload for p in result.preempt for v in p.victims]
+        on = {w.key: w for w in snap.admitted}
+        racks_hit = {
+            node.rsplit("-", 1)[0]
+            for v in victims
+            for a in on[v].admission or ()
+            for node, _ in a.nodes
+        }
+        label = "requiring one rack (by domain)" if required else "no topology (whole cluster)"
+        print(
+            line(f"admission cycle, {label}", times)
+            + f"  victims {len(victims)} in {len(racks_hit)} rack(s)"
+        )
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--nodes", type=int, default=1000)
@@ -175,7 +270,20 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--preemptor-pods", type=int, default=1)
     parser.add_argument("--preemptor-cpu", type=int, default=3970, help="millicores per pod")
     parser.add_argument("--repeat", type=int, default=5)
-    bench(parser.parse_args(argv))
+    parser.add_argument(
+        "--topology",
+        action="store_true",
+        help="a gang requiring one rack of a fabric (--blocks, --racks, --rack-nodes)",
+    )
+    parser.add_argument("--blocks", type=int, default=4)
+    parser.add_argument("--racks", type=int, default=8, help="racks per block")
+    parser.add_argument("--rack-nodes", type=int, default=16, help="nodes per rack")
+    parser.add_argument("--low-nodes", type=int, default=4, help="nodes per low-priority gang")
+    args = parser.parse_args(argv)
+    if args.topology:
+        topology_bench(args)
+    else:
+        bench(args)
 
 
 if __name__ == "__main__":

@@ -31,7 +31,7 @@ from quota.model.flavorassign import Fit, FitFailure, assign_flavors, assign_fla
 from quota.model.ledger import Ledger
 from quota.model.resources import FlavorResource, add_into, on_flavors, subtracted
 from quota.model.snapshot import Assignment, PodSet, QueueSpec, Workload
-from quota.placement.gang import Placement, Unplaceable, place_gang
+from quota.placement.gang import Placement, Unplaceable
 
 
 class Decide:
@@ -312,7 +312,7 @@ class Decide:
         gang, where = request_gang(state, request, counts, fit.flavors)
         if gang is None:
             return Placement({}, 0, {})
-        placed = place_gang(state.nodes, gang, spec.placement)
+        placed = self.room.placer(request.workload, gang, spec.placement)()
         if isinstance(placed, Unplaceable):
             return Unplaceable(
                 f"quota is available but the pods cannot be placed{where}: {placed.reason}",

@@ -11,10 +11,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from functools import partial
 
 from quota.admission.candidates import VictimLists
-from quota.admission.node_room import NodeRoom, held_assignments, placement_words
+from quota.admission.node_room import NodeRoom, held_assignments, held_words
 from quota.admission.requests import Request, gang_of, request_gang
 from quota.admission.state import CycleState
 from quota.model.decisions import Pending, Preempt, Victim
@@ -22,6 +21,7 @@ from quota.model.flavorassign import Fit
 from quota.model.snapshot import Hold, QueueSpec, Workload
 from quota.placement.gang import Placement, Unplaceable, place_gang
 from quota.preemption.consolidation import consolidate, move_reason
+from quota.preemption.domains import domain_scope
 from quota.preemption.victims import Candidate, started_at
 
 
@@ -53,11 +53,13 @@ class Moves:
             movable,
             state.pods_of,
             self.room.leaving(set(), stuck),
-            partial(place_gang, view, gang, spec.placement),
+            self.room.placer(w, gang, spec.placement),
             self._place_moved,
         )
         if plan is None:
             return False
+        scope = domain_scope(gang)
+        domain = scope.words(view, plan.placement) if scope is not None else ""
         now = state.snapshot.now
         moved = [m.candidate.workload.key for m in plan.moves]
         # The moved keep their quota (they are admitted again at once, where room is held
@@ -70,7 +72,7 @@ class Moves:
                 m.candidate.workload.key,
                 m.candidate.queue,
                 "Moved",
-                move_reason(w.key, w.priority, m.leaves),
+                move_reason(w.key, w.priority, m.leaves, domain),
                 Hold(held_assignments(m.candidate.workload, m.placement), now),
             )
             for m in plan.moves
@@ -82,12 +84,10 @@ class Moves:
         hold = Hold(held_assignments(w, plan.placement, fit.flavors), now, tuple(sorted(moved)))
         reason = (
             f"waiting for {n} workload{'s' if n != 1 else ''} to move off nodes "
-            f"{', '.join(freed)} (free room was scattered): {', '.join(moved)}; its room is "
-            "held: " + placement_words(plan.placement)
+            f"{', '.join(freed)} (free room was scattered): {', '.join(moved)}; "
             if victims
-            else "waiting for preempted workloads to leave nodes; its room is held: "
-            + placement_words(plan.placement)
-        )
+            else "waiting for preempted workloads to leave nodes; "
+        ) + held_words(plan.placement, domain)
         lapsed = self.room.lapse_words(w, stuck)
         state.pending.append(Pending(w.key, spec.name, lapsed + reason, hold))
         return True

@@ -27,16 +27,22 @@ from quota.model.flavorassign import Fit
 from quota.model.nodes import BoundPod
 from quota.model.nodewords import pods_on_nodes
 from quota.model.snapshot import Assignment, Hold, QueueSpec, Workload
-from quota.placement.gang import Placement, Unplaceable, place_gang
+from quota.placement.gang import GangRequest, Placement, Unplaceable, place_gang
+from quota.placement.profiles import Strategy
 from quota.placement.reservations import held_by
+from quota.placement.topology import freeable_words
+from quota.preemption.domains import Scope, Search, domain_scope
 from quota.preemption.nodes import (
+    NodeCandidates,
     NodePlan,
+    Place,
+    forbidden_words,
     node_candidates,
     node_victim_reason,
     preempt_on_nodes,
     protected_words,
 )
-from quota.preemption.victims import Candidate
+from quota.preemption.victims import Candidate, victim_order
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,13 +51,14 @@ class HeldRoom:
 
     plan: NodePlan
     hold: Hold | None  # None: no pods to place
+    domain: str = ""  # "rack b0-r1 of Topology fabric" when the gang keeps to one
 
     def sparing(self, spared: set[str]) -> HeldRoom:
         """The same room, no longer waiting for the `spared` workloads."""
         if self.hold is None:
             return self
         victims = tuple(v for v in self.hold.victims if v not in spared)
-        return HeldRoom(self.plan, replace(self.hold, victims=victims))
+        return replace(self, hold=replace(self.hold, victims=victims))
 
 
 class NodeRoom:
@@ -113,6 +120,28 @@ class NodeRoom:
 
     # -- making room ------------------------------------------------------------------------
 
+    def placer(self, w: Workload, gang: GangRequest, strategy: Strategy) -> Place:
+        """How to place `w`'s gang: for a preemptor holding room in a domain, inside that
+        domain first (its victims were evicted there), then wherever there is room."""
+        view = self.state.nodes
+        assert view is not None
+        anywhere = partial(place_gang, view, gang, strategy)
+        if w.hold is None:  # every workload but a waiting preemptor: kept cheap
+            return anywhere
+        scope = domain_scope(gang)
+        if scope is None:
+            return anywhere
+        path = scope.domain_of(view, (node for a in w.hold.assignments for node, _ in a.nodes))
+        if not path:
+            return anywhere
+        held = scope.pinned(path)
+
+        def place() -> Placement | Unplaceable:
+            placed = place_gang(view, held, strategy)
+            return placed if isinstance(placed, Placement) else anywhere()
+
+        return place
+
     def make_room(
         self,
         spec: QueueSpec,
@@ -145,31 +174,87 @@ class NodeRoom:
         found = node_candidates(w, spec, state.queues, self.lists.on_nodes(), excluded, now)
         stuck = self.stuck(w)
         leaving = self.leaving(chosen, stuck)
-        if why is not None and not found.allowed and not found.protected and not leaving:
+        scope = domain_scope(gang)
+        if spec.within_queue == "Never" and spec.reclaim == "Never":
+            # A queue that may evict no one is told one reason for a shape, whatever the
+            # priority (decide.py's memo): not how many domains others' eviction would free.
+            found = replace(found, forbidden=())
+        spared = found.protected or (scope is not None and found.forbidden)
+        if why is not None and not found.allowed and not spared and not leaving:
             return why
-        plan = preempt_on_nodes(
-            view,
-            found.allowed,
-            state.pods_of,
-            leaving,
-            partial(place_gang, view, gang, spec.placement),
-        )
+        place = self.placer(w, gang, spec.placement)
+        freeable = ""
+        if scope is None:
+            plan = preempt_on_nodes(view, found.allowed, state.pods_of, leaving, place)
+        else:
+            plan, freeable = self._in_domains(scope, found, leaving, place, spec.placement)
         if isinstance(plan, Unplaceable):
             reason = (
                 why.reason
                 if why is not None
                 else f"quota is available but the pods cannot be placed{where}: {plan.reason}"
             )
-            if found.allowed:
+            if found.allowed and not freeable:
                 reason = (
                     f"quota is available but the pods cannot be placed{where} even if every "
                     "lower-priority workload on its flavor's nodes that its queue may preempt "
                     f"were evicted: {plan.reason}"
                 )
+            if freeable:
+                reason += "; " + freeable
+                if found.forbidden:
+                    reason += "; " + forbidden_words(found.forbidden, spec)
             if found.protected:
                 reason += "; " + protected_words(found.protected, now)
             return Unplaceable(self.lapse_words(w, stuck) + reason, False, plan.pod_set)
-        return HeldRoom(plan, self._hold_for(request, fit, plan, quota_victims))
+        domain = scope.words(view, plan.placement) if scope is not None else ""
+        return HeldRoom(plan, self._hold_for(request, fit, plan, quota_victims), domain)
+
+    def _in_domains(
+        self,
+        scope: Scope,
+        found: NodeCandidates,
+        leaving: Sequence[str],
+        place: Place,
+        strategy: Strategy,
+    ) -> tuple[NodePlan | Unplaceable, str]:
+        """Room for a gang that keeps to domains (quota/preemption/domains.py): the
+        leaving alone, then victims in the one domain that costs least, then (a preferred
+        request past its widest level) anywhere. On failure, the failure as things are and,
+        when lower-priority workloads that minRuntime or its queue's policies spare stand
+        in the way, how many domains would hold the gang were they evicted ("" when none
+        would or no one is spared)."""
+        state = self.state
+        view = state.nodes
+        assert view is not None
+        alone = preempt_on_nodes(view, (), state.pods_of, leaving, place)
+        if isinstance(alone, NodePlan):
+            return alone, ""
+        search = Search(
+            view,
+            scope,
+            state.pods_of,
+            leaving,
+            lambda path: partial(place_gang, view, scope.pinned(path), strategy),
+            strategy,
+        )
+        if found.allowed:
+            plan = search.run(found.allowed)
+            if plan is not None:
+                return plan, ""
+        anywhere = preempt_on_nodes(
+            view,
+            found.allowed,
+            state.pods_of,
+            leaving,
+            partial(place_gang, view, scope.gang, strategy),
+        )
+        if isinstance(anywhere, NodePlan) or not (found.protected or found.forbidden):
+            return anywhere, ""
+        spared = (*(p.candidate for p in found.protected), *found.forbidden)
+        every = sorted((*found.allowed, *spared), key=victim_order)
+        count, depth = search.freeable(every)
+        return alone, freeable_words(scope.lead, depth, count) if count else ""
 
     def _hold_for(
         self, request: Request, fit: Fit, plan: NodePlan, quota_victims: Sequence[Candidate]
@@ -214,7 +299,7 @@ class NodeRoom:
                     c.workload.key,
                     c.queue,
                     "Preempted" if c.queue == spec.name else "Reclaimed",
-                    node_victim_reason(w, c, plan.freed[c.workload.key], spec.name),
+                    node_victim_reason(w, c, plan.freed[c.workload.key], spec.name, room.domain),
                 )
                 for c in plan.victims
             ),
@@ -237,13 +322,12 @@ class NodeRoom:
             )
             reason = (
                 f"waiting for {n} preempted workload{'s' if n != 1 else ''} to {what}: "
-                f"{', '.join(v.workload for v in victims)}; its room is held: "
-                + placement_words(plan.placement)
+                f"{', '.join(v.workload for v in victims)}; "
+                + held_words(plan.placement, room.domain)
             )
         else:
-            reason = (
-                "waiting for preempted workloads to leave nodes; its room is held: "
-                + placement_words(plan.placement)
+            reason = "waiting for preempted workloads to leave nodes; " + held_words(
+                plan.placement, room.domain
             )
         state.pending.append(Pending(w.key, spec.name, lapsed + reason, room.hold))
 
@@ -264,6 +348,12 @@ def held_assignments(
         for i, ps in enumerate(w.pod_sets)
         if placed.nodes.get(ps.name)
     )
+
+
+def held_words(placed: Placement, domain: str) -> str:
+    """ "its room is held in rack b0-r1 of Topology fabric: 8 pods planned on ..." """
+    where = f" in {domain}" if domain else ""
+    return f"its room is held{where}: " + placement_words(placed)
 
 
 def placement_words(placed: Placement) -> str:

@@ -62,6 +62,10 @@ class DomainRequest:
     required: bool
     slice_size: int | None = None
     slice_level: int | None = None
+    # A domain to keep to, by its label values widest first (the node's name at the
+    # hostname level): what preemption frees and a hold keeps is one domain, and the pods
+    # must land in it. Within it the request applies as usual.
+    within: tuple[str, ...] | None = None
 
 
 def domain_request(
@@ -375,14 +379,22 @@ def choose(
             f"{outside}",
             True,
         )
+    top = found.root if request.within is None else _find(found, request.within)
+    if top is None:
+        where_name = level_name(request.levels[len(request.within or ()) - 1])
+        return Refused(
+            f"{where_name} {(request.within or ('',))[-1]} of Topology {request.topology} has no "
+            "matching node",
+            False,
+        )
     if request.required and level is not None:
-        where = found.level(level)
+        where = _at_depth(found, top, max(level, top.depth))
     else:
-        where = [found.root]
+        where = [top]
         if level is not None:
             # Preferred: the lowest level with a domain that takes every pod, climbing.
-            for depth in range(level, -1, -1):
-                domains = found.level(depth)
+            for depth in range(max(level, top.depth), top.depth, -1):
+                domains = _at_depth(found, top, depth)
                 if _fullest(room, domains, want) is not None:
                     where = domains
                     break
@@ -392,7 +404,41 @@ def choose(
             out: Portions = []
             _spread(room, domain, count, out)
             return out, count
-    return _refusal(found, room, where, request, want, min(floor, want) or want, subject)
+    refused = _refusal(found, room, where, request, want, min(floor, want) or want, subject)
+    # "Never" speaks of the whole topology: a domain kept to may be too small while another
+    # is not.
+    return refused if top is found.root else Refused(refused.reason, False)
+
+
+def _find(found: Tree, path: tuple[str, ...]) -> Domain | None:
+    """The domain named by `path` (label values widest first), or None when no node of
+    the tree is in it."""
+    domain = found.root
+    for depth, value in enumerate(path):
+        if depth < len(found.by_depth):
+            child = domain.children.get(value)
+        else:
+            child = next((h for h in domain.hosts() if h.name == value), None)
+        if child is None:
+            return None
+        domain = child
+    return domain
+
+
+def _at_depth(found: Tree, top: Domain, depth: int) -> list[Domain]:
+    """The domains at `depth` inside `top` (`top` itself at its own depth)."""
+    if top is found.root:
+        return found.level(depth)
+    out = [top]
+    while out and out[0].depth < depth:
+        out = [
+            kid
+            for d in out
+            for kid in (
+                sorted(d.children.values(), key=lambda k: k.name) if d.children else d.hosts()
+            )
+        ]
+    return out
 
 
 def _counts(want: int, floor: int, size: int) -> Iterator[int]:
@@ -451,6 +497,55 @@ def _refusal(
         f"{level_name(request.levels[where[0].depth])}{plural} have room for {named}",
         False,
     )
+
+
+# -- domains as preemption and holds see them ---------------------------------------------
+
+
+def domains_at(
+    view: NodeView, cands: Candidates, request: DomainRequest, depth: int
+) -> list[tuple[str, ...]]:
+    """The domains at `depth` of `request`'s Topology over `cands`, each by its label values
+    widest first, by name."""
+    out = []
+    for domain in tree(view, cands, request.levels).level(depth):
+        path: list[str] = []
+        up: Domain | None = domain
+        while up is not None and up.parent is not None:
+            path.append(up.name)
+            up = up.parent
+        out.append(tuple(reversed(path)))
+    return out
+
+
+def node_path(view: NodeView, name: str, levels: tuple[str, ...]) -> tuple[str, ...]:
+    """Node `name`'s domain at each of `levels` (its name at the hostname level; "" for a
+    label it lacks)."""
+    labels = view.node(name).labels
+    return tuple(name if label == HOSTNAME_LABEL else labels.get(label, "") for label in levels)
+
+
+def common_domain(view: NodeView, nodes: Iterable[str], request: DomainRequest) -> tuple[str, ...]:
+    """The narrowest domain, at most as narrow as the request's level, holding every one of
+    `nodes` (label values widest first; empty: none narrower than the whole topology)."""
+    names = list(nodes)
+    depth = landed_depth((view.node(n) for n in names), request.levels)
+    if depth is None or request.level is None:
+        return ()
+    return node_path(view, names[0], request.levels[: min(depth, request.level) + 1])
+
+
+def domain_words(request: DomainRequest, path: tuple[str, ...]) -> str:
+    """ "rack b0-r1 of Topology fabric" for a domain given by its label values."""
+    return f"{level_name(request.levels[len(path) - 1])} {path[-1]} of Topology {request.topology}"
+
+
+def freeable_words(request: DomainRequest, depth: int, count: int) -> str:
+    """ "3 racks would after evicting lower-priority workloads": domains that could hold a
+    gang no domain holds now, were lower-priority workloads in them gone."""
+    name = level_name(request.levels[depth])
+    plural = "s" if count != 1 else ""
+    return f"{count:,} {name}{plural} would after evicting lower-priority workloads"
 
 
 def domain_of(view: NodeView, nodes: Iterable[str], request: DomainRequest) -> dict[str, str]:

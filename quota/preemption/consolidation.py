@@ -100,10 +100,12 @@ def consolidate(
     return ConsolidationPlan(placed, tuple(moves))
 
 
-def move_reason(preemptor: str, priority: int, nodes: Sequence[str]) -> str:
-    """Why a workload is moved (its pods restart on other nodes, room held for them)."""
+def move_reason(preemptor: str, priority: int, nodes: Sequence[str], domain: str = "") -> str:
+    """Why a workload is moved (its pods restart on other nodes, room held for them), out of
+    `domain` ("rack b0-r1 of Topology fabric") when the gang keeps to one."""
+    where = named_nodes(nodes) + (f" in {domain}" if domain else "")
     return (
-        f"moved to other nodes to free {named_nodes(nodes)} for {preemptor} "
+        f"moved to other nodes to free {where} for {preemptor} "
         f"(priority {priority}), whose pods fit nowhere else only because free room is "
         "scattered; its pods restart on room held for them, and it keeps its place in line"
     )

@@ -45,10 +45,12 @@ class Protected:
 
 @dataclass(frozen=True, slots=True)
 class NodeCandidates:
-    """Workloads a preemptor may evict for nodes (least important first), and those spared."""
+    """Workloads a preemptor may evict for nodes (least important first), those minRuntime
+    spares, and those of lower priority its queue's policies spare (`Never`)."""
 
     allowed: tuple[Candidate, ...]
     protected: tuple[Protected, ...]
+    forbidden: tuple[Candidate, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,6 +82,7 @@ def node_candidates(
     """
     allowed: list[Candidate] = []
     protected: list[Protected] = []
+    forbidden: list[Candidate] = []
     for c in ordered:
         w = c.workload
         if w.priority >= preemptor.priority:
@@ -88,10 +91,12 @@ def node_candidates(
             continue
         if c.queue == spec.name:
             if spec.within_queue == "Never":
+                forbidden.append(c)
                 continue
             min_runtime = spec.min_runtime_preempt_s
         else:
             if spec.reclaim == "Never":
+                forbidden.append(c)
                 continue
             victim_queue = queues.get(c.queue)
             min_runtime = victim_queue.min_runtime_reclaim_s if victim_queue else 0.0
@@ -100,7 +105,7 @@ def node_candidates(
             protected.append(Protected(c, until))
             continue
         allowed.append(c)
-    return NodeCandidates(tuple(allowed), tuple(protected))
+    return NodeCandidates(tuple(allowed), tuple(protected), tuple(forbidden))
 
 
 def preempt_on_nodes(
@@ -109,6 +114,8 @@ def preempt_on_nodes(
     pods_of: Mapping[str, Sequence[str]],
     leaving: Iterable[str],
     place: Place,
+    keep: bool = True,
+    short: bool = False,
 ) -> NodePlan | Unplaceable:
     """Choose victims among `candidates` (victim order) so that `place()` succeeds.
 
@@ -117,15 +124,19 @@ def preempt_on_nodes(
     assumed in the view and only the victims' and leaving pods in its way stay removed:
     nothing else planned in this cycle can take the held room. On failure the view is left
     exactly as it was and the Unplaceable says why even removing every candidate would not
-    do (or, without candidates, why the leaving ones do not suffice).
+    do (or, without candidates, why the leaving ones do not suffice). Without `keep` the
+    view is left as it was on success too, and the plan is an estimate: the victims
+    KEP-5710's reprieve leaves (see `WhatIf.hold`), what domains are compared on. `short`
+    says the caller knows the leaving alone do not make room (and `candidates` are some).
     """
     what_if = WhatIf(view)
     gone = [key for w in leaving for key in pods_of.get(w, ())]
     what_if.remove(gone)
-    placed = place()
+    placed = None if short else place()
     if isinstance(placed, Placement):
-        return what_if.hold(placed, (), gone, pods_of, place)
+        return what_if.hold(placed, (), gone, pods_of, place, keep)
     if not candidates:
+        assert placed is not None
         what_if.undo()
         return placed
     # Candidates are in victim order, priority first: "every candidate up to a priority
@@ -170,7 +181,7 @@ def preempt_on_nodes(
     placed = fits_with(hi)
     if not isinstance(placed, Placement):  # placement is deterministic on the same view
         raise AssertionError("the gang stopped fitting without victims it fitted without")
-    return what_if.hold(placed, chosen, gone, pods_of, place)
+    return what_if.hold(placed, chosen, gone, pods_of, place, keep)
 
 
 class WhatIf:
@@ -230,6 +241,7 @@ class WhatIf:
         gone: Sequence[str],
         pods_of: Mapping[str, Sequence[str]],
         place: Place,
+        keep: bool = True,
     ) -> NodePlan:
         """Assume the gang, reprieve victims most important first while it still fits, then
         put back every removed pod not in its way, so the view shows what still runs.
@@ -240,6 +252,8 @@ class WhatIf:
         first, is put back and the gang placed again: the first placement was found with
         every candidate gone and may sit on a victim's nodes while room free without any
         eviction goes unused. This round places the gang once per victim left, a few.
+        Without `keep` the view is put back after the first round, and the plan (its
+        victims after that round, no `freed`) is an estimate.
         """
         view, tx = self.view, self.tx
         view.assume(placed)
@@ -251,6 +265,10 @@ class WhatIf:
             if not self.add_back(pods_of.get(c.workload.key, ())):
                 tx.rollback(mark)
                 kept.append(c)
+        if not keep:
+            # An estimate (domains compared on it): KEP-5710's reprieve alone.
+            self.undo()
+            return NodePlan(placed, tuple(reversed(kept)), {})
         needed: list[Candidate] = []
         for c in kept:  # most important first
             mark = tx.checkpoint()
@@ -305,11 +323,24 @@ def protected_words(protected: Sequence[Protected], now: float) -> str:
     )
 
 
+def forbidden_words(forbidden: Sequence[Candidate], spec: QueueSpec) -> str:
+    """ "queue a's policies spare 3 of them (withinQueue: Never)": lower-priority workloads
+    in the way that the preemptor's queue may not evict."""
+    own = sum(1 for c in forbidden if c.queue == spec.name)
+    rules = [
+        *(["withinQueue: Never"] if own else []),
+        *(["reclaim: Never"] if own < len(forbidden) else []),
+    ]
+    n = len(forbidden)
+    return f"queue {spec.name}'s policies spare {n} of them ({', '.join(rules)})"
+
+
 def node_victim_reason(
-    preemptor: Workload, victim: Candidate, nodes: Sequence[str], queue: str
+    preemptor: Workload, victim: Candidate, nodes: Sequence[str], queue: str, domain: str = ""
 ) -> str:
-    """Why a victim was chosen to free nodes (it goes whole: every pod of it)."""
-    where = named_nodes(nodes)
+    """Why a victim was chosen to free nodes (it goes whole: every pod of it), in `domain`
+    ("rack b0-r1 of Topology fabric") when the preemptor keeps to one."""
+    where = named_nodes(nodes) + (f" in {domain}" if domain else "")
     who = f"{preemptor.key} (priority {preemptor.priority})"
     verb = "preempted" if victim.queue == queue else f"reclaimed by queue {queue}"
     return (

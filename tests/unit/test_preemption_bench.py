@@ -14,3 +14,12 @@ def test_the_preemption_benchmark_evicts_one_group_per_preemptor() -> None:
     assert result.exit_code == 0, result.output
     assert "1 preemptor (everything)" in result.output and "victims 1\n" in result.output
     assert "victims 5 (5 distinct)" in result.output
+
+
+def test_the_topology_preemption_benchmark_evicts_in_one_rack_only() -> None:
+    args = ["bench", "preemption", "--topology", "--blocks", "1", "--racks", "3"]
+    args += ["--rack-nodes", "4", "--low-nodes", "2", "--repeat", "1"]
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 0, result.output
+    assert "requiring one rack (by domain)" in result.output
+    assert "victims 2 in 1 rack(s)" in result.output
