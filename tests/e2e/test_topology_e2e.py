@@ -1,5 +1,6 @@
 """Topology end to end, driven with kubectl: kwok nodes labelled into racks, a Topology, a
-flavor naming it, and Jobs asking (a pod-template annotation) to keep every pod in one rack.
+flavor naming it (`fabric.py`), and Jobs asking (a pod-template annotation) to keep every
+pod in one rack.
 
 - A 16-pod gang requiring one rack has every pod bound in one rack, where bin-packing on a
   flat list of nodes would have split it over the racks others had partly filled.
@@ -12,7 +13,6 @@ flavor naming it, and Jobs asking (a pod-template annotation) to keep every pod 
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Iterator
 from typing import Any
 
@@ -26,99 +26,24 @@ from tests.e2e.controller_harness import (
     condition,
     controller,  # noqa: F401 - fixture
     crds,  # noqa: F401 - fixture
-    create,
     events_on,
-    flavor,
-    local_queue,
     pods_of,
-    unique,
     workloads_of,
 )
-from tests.e2e.controller_harness import cluster_queue as cq_manifest
+from tests.e2e.fabric import HOST, RACK, Fabric
 from tests.e2e.test_scheduler_e2e import gpu_job, placement
 
 pytestmark = pytest.mark.e2e
 
 GPU = "nvidia.com/gpu"
-RACK = "e2e.muster.dev/rack"
-HOST = "kubernetes.io/hostname"
 RACKS, PER_RACK = 4, 4
-
-
-class Fabric:
-    """4 racks of 4 nodes of 8 GPUs, a Topology (rack, hostname), a flavor naming it and a
-    queue over it; the nodes are deleted at the end."""
-
-    def __init__(self, cluster: ClusterHandle, namespace: str) -> None:
-        self.cluster = cluster
-        self.namespace = namespace
-        self.pool = unique("topo")
-        self.rack_of: dict[str, str] = {}
-        for r in range(RACKS):
-            rack = f"{self.pool}-r{r}"
-            for node in cluster.nodes(
-                PER_RACK,
-                prefix=rack,
-                cpu="32",
-                gpu=8,
-                labels={"muster-e2e/pool": self.pool, RACK: rack},
-            ):
-                self.rack_of[node] = rack
-        self.topology = unique("fabric")
-        cq = unique("cq")
-        quota = {"cpu": str(32 * RACKS * PER_RACK), GPU: str(8 * RACKS * PER_RACK)}
-        apply(
-            cluster,
-            {
-                "apiVersion": "muster.dev/v1alpha1",
-                "kind": "Topology",
-                "metadata": {"name": self.topology},
-                "spec": {"levels": [{"nodeLabel": RACK}, {"nodeLabel": HOST}]},
-            },
-            flavor(self.pool, self.pool, topologyName=self.topology),
-            cq_manifest(cq, [{"name": self.pool, "quota": quota}]),
-            local_queue("team", namespace, cq),
-        )
-
-    def racks(self, nodes: Counter[str]) -> set[str]:
-        return {self.rack_of[n] for n in nodes}
-
-    def occupy(self, node: str, gpu: int) -> None:
-        occupy(self.cluster, self.namespace, node, {GPU: str(gpu)})
-
-    def delete(self) -> None:
-        self.cluster.kubectl("delete", "node", *self.rack_of, "--wait=false", check=False)
-
-
-def occupy(cluster: ClusterHandle, namespace: str, node: str, requests: dict[str, str]) -> None:
-    """A pod Muster does not manage, bound to `node` (as another scheduler would)."""
-    create(
-        cluster,
-        {
-            "apiVersion": "v1",
-            "kind": "Pod",
-            "metadata": {"name": unique("other"), "namespace": namespace},
-            "spec": {
-                "nodeName": node,
-                "containers": [
-                    {
-                        "name": "c",
-                        "image": "busybox",
-                        "resources": {"requests": requests, "limits": requests},
-                    }
-                ],
-            },
-        },
-    )
 
 
 @pytest.fixture
 def fabric(cluster: ClusterHandle, namespace: str) -> Iterator[Fabric]:
-    made = Fabric(cluster, namespace)
-    try:
-        yield made
-    finally:
-        made.delete()
+    """4 racks of 4 nodes of 8 GPUs."""
+    quota = {"cpu": str(32 * RACKS * PER_RACK), GPU: str(8 * RACKS * PER_RACK)}
+    yield from Fabric.made(cluster, namespace, racks=RACKS, per_rack=PER_RACK, quota=quota)
 
 
 def rack_job(name: str, namespace: str, pods: int, gpu: int, **annotations: str) -> dict[str, Any]:
@@ -129,24 +54,30 @@ def rack_job(name: str, namespace: str, pods: int, gpu: int, **annotations: str)
     return job
 
 
-def test_a_gang_requiring_one_rack_binds_there_and_the_next_waits_when_all_are_fragmented(
-    cluster: ClusterHandle,
-    namespace: str,
-    controller: Controller,  # noqa: F811
-    fabric: Fabric,
-) -> None:
-    # One GPU taken on a node of each of the first three racks: only the fourth can hold
-    # 16 pods x 2 GPUs (32 GPUs, a whole rack); flat bin-packing would fill the three
-    # fuller racks' free GPUs first.
+def first_gang_in_the_one_whole_rack(cluster: ClusterHandle, namespace: str, fabric: Fabric) -> str:
+    """A GPU taken on a node of each of the first three racks, then Job `first` (16 pods x 2
+    GPUs, a whole rack's 32, required in one rack) bound: only in the fourth rack, which is
+    returned, where flat bin-packing would fill the three fuller racks' free GPUs first."""
     for r in range(3):
-        fabric.occupy(f"{fabric.pool}-r{r}-0", 1)
+        fabric.occupy(f"{fabric.pool}-r{r}-0", {GPU: "1"})
     apply(cluster, rack_job("first", namespace, 16, 2))
     cluster.wait_for(
         "every pod of the first gang bound",
         lambda: sum(placement(cluster, namespace, "first").values()) == 16,
         timeout=120,
     )
-    assert fabric.racks(placement(cluster, namespace, "first")) == {f"{fabric.pool}-r3"}
+    rack = f"{fabric.pool}-r3"
+    assert fabric.racks(placement(cluster, namespace, "first")) == {rack}
+    return rack
+
+
+def test_a_gang_requiring_one_rack_binds_there_and_the_next_waits_when_all_are_fragmented(
+    cluster: ClusterHandle,
+    namespace: str,
+    controller: Controller,  # noqa: F811
+    fabric: Fabric,
+) -> None:
+    first_gang_in_the_one_whole_rack(cluster, namespace, fabric)
 
     # Now every rack has a GPU or more taken: no rack can hold another such gang.
     apply(cluster, rack_job("second", namespace, 16, 2))
@@ -237,7 +168,7 @@ def test_an_elastic_job_requiring_a_rack_grows_inside_its_rack(
     # put it.
     for node, its_rack in fabric.rack_of.items():
         if its_rack != rack and not node.endswith("-3"):
-            fabric.occupy(node, 8)
+            fabric.occupy(node, {GPU: "8"})
     cluster.kubectl("patch", "job", "grow", "-n", namespace, "-p", '{"spec":{"parallelism":3}}')
     cluster.wait_for(
         "the scale-up bound",

@@ -24,12 +24,9 @@ from tests.e2e.controller_harness import (
     Controller,
     apply,
     crds,  # noqa: F401 - fixture
-    flavor,
     get,
-    local_queue,
-    unique,
 )
-from tests.e2e.controller_harness import cluster_queue as cq_manifest
+from tests.e2e.fabric import BLOCK, HOST, RACK, Fabric
 from tests.e2e.test_podgroup_intake_e2e import (
     NATIVE,
     VOLCANO,
@@ -42,78 +39,45 @@ from tests.e2e.test_podgroup_intake_e2e import (
     volcano_crd,  # noqa: F401 - fixture
     volcano_group,
 )
-from tests.e2e.test_topology_e2e import occupy
 
 pytestmark = pytest.mark.e2e
-
-BLOCK = "e2e.muster.dev/block"
-RACK = "e2e.muster.dev/rack"
-HOST = "kubernetes.io/hostname"
-POOL = "muster-e2e/pool"  # the label group_pod's pods select
-
-
-class Fabric:
-    """2 blocks x 2 racks x 2 nodes of 4 cpu, a Topology (block, rack, hostname), a flavor
-    naming it and a queue (LocalQueue `team`) over it; the nodes are deleted at the end."""
-
-    def __init__(self, cluster: ClusterHandle, namespace: str) -> None:
-        self.cluster = cluster
-        self.namespace = namespace
-        self.pool = unique("tf")
-        self.rack_of: dict[str, str] = {}
-        for b in range(2):
-            for r in range(2):
-                rack = f"{self.pool}-b{b}-r{r}"
-                labels = {POOL: self.pool, BLOCK: f"{self.pool}-b{b}", RACK: rack}
-                for node in cluster.nodes(2, prefix=rack, cpu="4", memory="64Gi", labels=labels):
-                    self.rack_of[node] = rack
-        self.topology = unique("fabric")
-        cq = unique("cq")
-        apply(
-            cluster,
-            {
-                "apiVersion": "muster.dev/v1alpha1",
-                "kind": "Topology",
-                "metadata": {"name": self.topology},
-                "spec": {
-                    "levels": [{"nodeLabel": BLOCK}, {"nodeLabel": RACK}, {"nodeLabel": HOST}]
-                },
-            },
-            flavor(self.pool, self.pool, topologyName=self.topology),
-            cq_manifest(cq, [{"name": self.pool, "quota": {"cpu": "32"}, "limit": {"cpu": "32"}}]),
-            local_queue("team", namespace, cq),
-        )
-
-    def fragment(self) -> None:
-        """One cpu taken, by a pod Muster does not manage, on the first node of three racks:
-        their first nodes are then the fullest with room, where flat bin-packing puts pods."""
-        for rack in sorted(set(self.rack_of.values()))[:3]:
-            assert f"{rack}-0" in self.rack_of, rack
-            occupy(self.cluster, self.namespace, f"{rack}-0", {"cpu": "1"})
-
-    def pod(self, name: str, group: dict[str, Any]) -> dict[str, Any]:
-        """A bare pod of `group` asking 2 cpu, naming Muster's scheduler, on the fabric."""
-        return group_pod(name, group, self.namespace, self.pool, "2")
-
-    def racks(self, pods: list[str]) -> set[str]:
-        items = get(self.cluster, "pods", "-n", self.namespace)["items"]
-        return {
-            self.rack_of[p["spec"]["nodeName"]]
-            for p in items
-            if p["metadata"]["name"] in pods and p["spec"].get("nodeName")
-        }
-
-    def delete(self) -> None:
-        self.cluster.kubectl("delete", "node", *self.rack_of, "--wait=false", check=False)
 
 
 @pytest.fixture
 def fabric(cluster: ClusterHandle, namespace: str) -> Iterator[Fabric]:
-    made = Fabric(cluster, namespace)
-    try:
-        yield made
-    finally:
-        made.delete()
+    """2 blocks x 2 racks x 2 nodes of 4 cpu."""
+    yield from Fabric.made(
+        cluster,
+        namespace,
+        blocks=2,
+        racks=2,
+        per_rack=2,
+        node={"cpu": "4", "memory": "64Gi"},
+        quota={"cpu": "32"},
+    )
+
+
+def fragment(fabric: Fabric) -> None:
+    """One cpu taken, by a pod Muster does not manage, on the first node of three racks:
+    their first nodes are then the fullest with room, where flat bin-packing puts pods."""
+    for rack in sorted(set(fabric.rack_of.values()))[:3]:
+        assert f"{rack}-0" in fabric.rack_of, rack
+        fabric.occupy(f"{rack}-0", {"cpu": "1"})
+
+
+def pod_of(fabric: Fabric, name: str, group: dict[str, Any]) -> dict[str, Any]:
+    """A bare pod of `group` asking 2 cpu, naming Muster's scheduler, on the fabric."""
+    return group_pod(name, group, fabric.namespace, fabric.pool, "2")
+
+
+def racks_of(fabric: Fabric, pods: list[str]) -> set[str]:
+    """The racks the named pods are bound in."""
+    items = get(fabric.cluster, "pods", "-n", fabric.namespace)["items"]
+    return fabric.racks(
+        p["spec"]["nodeName"]
+        for p in items
+        if p["metadata"]["name"] in pods and p["spec"].get("nodeName")
+    )
 
 
 def with_network_topology(group: dict[str, Any], **network: Any) -> dict[str, Any]:
@@ -127,12 +91,12 @@ def test_a_native_and_a_volcano_group_each_bind_inside_one_rack(
     namespace: str,
     fabric: Fabric,
 ) -> None:
-    fabric.fragment()
+    fragment(fabric)
     # Native (KEP-5732): 4 pods of 2 cpu in one rack; only the untouched rack holds 8 cpu.
     native = native_group("native", namespace, 4, "team")
     native["spec"]["schedulingConstraints"] = {"topology": [{"key": RACK}]}
     native_pods = [f"native-{i}" for i in range(4)]
-    apply(cluster, native, *(fabric.pod(p, native) for p in native_pods))
+    apply(cluster, native, *(pod_of(fabric, p, native) for p in native_pods))
     # The apiserver keeps the constraint (the local cluster runs with the
     # TopologyAwareWorkloadScheduling gate), and Muster takes it.
     kept = get(cluster, NATIVE, "native", "-n", namespace)["spec"]
@@ -142,7 +106,7 @@ def test_a_native_and_a_volcano_group_each_bind_inside_one_rack(
         lambda: len(bound(cluster, namespace, native_pods)) == 4,
         timeout=120,
     )
-    assert fabric.racks(native_pods) == {f"{fabric.pool}-b1-r1"}
+    assert racks_of(fabric, native_pods) == {f"{fabric.pool}-b1-r1"}
     (wl,) = podgroup_workloads(cluster, namespace, "native")
     assert wl["spec"]["podSets"][0]["topologyRequest"] == {"required": RACK}
 
@@ -152,13 +116,13 @@ def test_a_native_and_a_volcano_group_each_bind_inside_one_rack(
         volcano_group("hard", namespace, 3, "team"), mode="hard", highestTierAllowed=1
     )
     volcano_pods = [f"hard-{i}" for i in range(3)]
-    apply(cluster, volcano, *(fabric.pod(p, volcano) for p in volcano_pods))
+    apply(cluster, volcano, *(pod_of(fabric, p, volcano) for p in volcano_pods))
     cluster.wait_for(
         "every pod of the Volcano group bound",
         lambda: len(bound(cluster, namespace, volcano_pods)) == 3,
         timeout=120,
     )
-    assert len(fabric.racks(volcano_pods)) == 1, fabric.racks(volcano_pods)
+    assert len(racks_of(fabric, volcano_pods)) == 1, racks_of(fabric, volcano_pods)
     (wl,) = podgroup_workloads(cluster, namespace, "hard")
     assert wl["spec"]["podSets"][0]["topologyRequest"] == {"requiredTier": 1}
     cluster.wait_for(
@@ -190,11 +154,11 @@ def test_what_muster_cannot_honour_is_refused_on_the_podgroup_with_field_and_rul
     apply(
         cluster,
         beyond,
-        fabric.pod("beyond-0", beyond),
+        pod_of(fabric, "beyond-0", beyond),
         zero,
-        fabric.pod("zero-0", zero),
+        pod_of(fabric, "zero-0", zero),
         unknown,
-        fabric.pod("unknown-0", unknown),
+        pod_of(fabric, "unknown-0", unknown),
     )
 
     def told(kind: str, name: str, condition: str, words: str) -> None:

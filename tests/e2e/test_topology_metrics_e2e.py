@@ -19,10 +19,14 @@ from tests.e2e.controller_harness import (
     crds,  # noqa: F401 - fixture
     workloads_of,
 )
+from tests.e2e.fabric import Fabric
 from tests.e2e.test_metrics_e2e import scrape, total
 from tests.e2e.test_plugin_e2e import kubectl_muster
-from tests.e2e.test_scheduler_e2e import placement
-from tests.e2e.test_topology_e2e import Fabric, fabric, rack_job  # noqa: F401 - fixture
+from tests.e2e.test_topology_e2e import (  # noqa: F401 - fixture
+    fabric,
+    first_gang_in_the_one_whole_rack,
+    rack_job,
+)
 from tests.e2e.test_topology_plugin_e2e import lines
 
 pytestmark = pytest.mark.e2e
@@ -34,16 +38,7 @@ def test_placements_and_waits_by_level_are_counted_and_the_rack_shows_full(
     controller: Controller,  # noqa: F811
     fabric: Fabric,  # noqa: F811
 ) -> None:
-    for r in range(3):
-        fabric.occupy(f"{fabric.pool}-r{r}-0", 1)
-    apply(cluster, rack_job("first", namespace, 16, 2))
-    cluster.wait_for(
-        "every pod of the first gang bound",
-        lambda: sum(placement(cluster, namespace, "first").values()) == 16,
-        timeout=120,
-    )
-    rack = f"{fabric.pool}-r3"
-    assert fabric.racks(placement(cluster, namespace, "first")) == {rack}
+    rack = first_gang_in_the_one_whole_rack(cluster, namespace, fabric)
     placed = "muster_topology_placements_total"
     assert total(scrape(controller), placed, level="rack", mode="required") == 1
     assert total(scrape(controller), placed, level="node") == 0

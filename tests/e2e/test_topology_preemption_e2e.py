@@ -10,7 +10,6 @@ it); then all its pods are bound there and every other Job keeps all of its pods
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Iterator
 from typing import Any
 
@@ -24,86 +23,35 @@ from tests.e2e.controller_harness import (
     condition,
     controller,  # noqa: F401 - fixture
     crds,  # noqa: F401 - fixture
-    flavor,
     get,
-    local_queue,
     priority_class,
     unique,
     workloads_of,
 )
-from tests.e2e.controller_harness import cluster_queue as cq_manifest
+from tests.e2e.fabric import Fabric
 from tests.e2e.test_preemption_e2e import evicted, slow_to_stop, waiting_reason
 from tests.e2e.test_scheduler_e2e import GPU, placement, with_priority
 
 pytestmark = pytest.mark.e2e
 
-BLOCK = "e2e.muster.dev/block"
-RACK, HOST = topology_e2e.RACK, topology_e2e.HOST  # the rack label its rack_job asks for
 BLOCKS, RACKS, PER_RACK = 2, 2, 4
-
-
-class Fabric:
-    """2 blocks x 2 racks x 4 nodes of 8 GPUs, a Topology (block, rack, hostname), a flavor
-    naming it and a queue over it that may preempt lower priorities in itself; quota is
-    never short, so only the racks are in question. The nodes are deleted at the end."""
-
-    def __init__(self, cluster: ClusterHandle, namespace: str) -> None:
-        self.cluster = cluster
-        self.pool = unique("tpre")
-        self.rack_of: dict[str, str] = {}
-        for b in range(BLOCKS):
-            for r in range(RACKS):
-                rack = f"{self.pool}-b{b}-r{r}"
-                for node in cluster.nodes(
-                    PER_RACK,
-                    prefix=rack,
-                    cpu="32",
-                    gpu=8,
-                    labels={"muster-e2e/pool": self.pool, BLOCK: f"b{b}", RACK: rack},
-                ):
-                    self.rack_of[node] = rack
-        # Nodes of the flavor outside the Topology (no block or rack label): no rack gang
-        # can use them, but they count in the flavor's capacity, so quota is never what a
-        # gang waits for, only room in a rack.
-        self.outside = cluster.nodes(
-            4, prefix=f"{self.pool}-loose", cpu="32", gpu=8, labels={"muster-e2e/pool": self.pool}
-        )
-        self.topology = unique("fabric")
-        cq = unique("cq")
-        apply(
-            cluster,
-            {
-                "apiVersion": "muster.dev/v1alpha1",
-                "kind": "Topology",
-                "metadata": {"name": self.topology},
-                "spec": {
-                    "levels": [{"nodeLabel": BLOCK}, {"nodeLabel": RACK}, {"nodeLabel": HOST}]
-                },
-            },
-            flavor(self.pool, self.pool, topologyName=self.topology),
-            cq_manifest(
-                cq,
-                [{"name": self.pool, "quota": {"cpu": "10000", GPU: "10000"}}],
-                preemption={"withinQueue": "LowerPriority"},
-            ),
-            local_queue("team", namespace, cq),
-        )
-
-    def racks(self, nodes: Counter[str]) -> set[str]:
-        return {self.rack_of[n] for n in nodes}
-
-    def delete(self) -> None:
-        nodes = [*self.rack_of, *self.outside]
-        self.cluster.kubectl("delete", "node", *nodes, "--wait=false", check=False)
 
 
 @pytest.fixture
 def fabric(cluster: ClusterHandle, namespace: str) -> Iterator[Fabric]:
-    made = Fabric(cluster, namespace)
-    try:
-        yield made
-    finally:
-        made.delete()
+    """2 blocks x 2 racks x 4 nodes of 8 GPUs and a queue that may preempt lower priorities
+    in itself. Four nodes of the flavor outside the Topology (no block or rack label) count in
+    its capacity, so quota is never what a gang waits for, only room in a rack."""
+    yield from Fabric.made(
+        cluster,
+        namespace,
+        blocks=BLOCKS,
+        racks=RACKS,
+        per_rack=PER_RACK,
+        outside=4,
+        quota={"cpu": "10000", GPU: "10000"},
+        preemption={"withinQueue": "LowerPriority"},
+    )
 
 
 def rack_job(name: str, namespace: str, pods: int, priority: str) -> dict[str, Any]:
