@@ -36,6 +36,7 @@ from controllers.runtime.resources import (
     object_key,
 )
 from controllers.scheduler.nodeview import nominees
+from controllers.scheduler.versions import describe
 from controllers.state import workloads as wls
 from controllers.state.caches import job_uid_of_pod
 from quota.api import ManifestError, parse_manifest
@@ -81,18 +82,13 @@ class LiveCluster:
     workloads_refused: str = ""  # the apiserver's words when Workloads were refused
 
 
-def _said(error: ManifestError) -> str:
-    """ "Node n-1: status.allocatable[cpu]: not a quantity": the object, field and rule."""
-    return f"{error.subject}: " + "; ".join(f"{path}: {rule}" for path, rule in error.problems)
-
-
 def _parsed(objects: Iterable[Obj], left_out: list[str]) -> list[object]:
     out: list[object] = []
     for obj in objects:
         try:
             out.append(parse_manifest(obj, 0))
         except ManifestError as error:
-            left_out.append(_said(error))
+            left_out.append(describe(error))
     return out
 
 
@@ -135,7 +131,7 @@ def read_cluster(kube: Kube) -> LiveCluster:
         try:
             nodes.append(node_from_manifest(raw))
         except ManifestError as error:
-            left_out.append(_said(error))
+            left_out.append(describe(error))
     try:
         raw_pods = list_all(kube, POD, field_selector="spec.nodeName!=")
     except Forbidden as refused:
@@ -149,7 +145,7 @@ def read_cluster(kube: Kube) -> LiveCluster:
         try:
             pod = bound_pod_from_manifest(raw)
         except ManifestError as error:
-            left_out.append(_said(error))
+            left_out.append(describe(error))
             continue
         if pod is not None:
             pods.append(pod)

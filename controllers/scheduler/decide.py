@@ -19,7 +19,7 @@ from typing import Any
 from controllers.jobs.jobset import REPLICATED_JOB_LABEL
 from controllers.scheduler import pods as p
 from controllers.scheduler.groups import Group
-from controllers.scheduler.nodeview import describe
+from controllers.scheduler.versions import describe
 from quota.api import ManifestError
 from quota.model.nodeconvert import pod_shape_from_spec
 from quota.model.nodes import NAME_FIELD

@@ -13,16 +13,16 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
-from typing import Generic, TypeVar
+from typing import TypeVar
 
 from controllers.runtime.resources import Obj, object_key
 from controllers.scheduler import pods as p
 from controllers.scheduler.groups import Group
+from controllers.scheduler.versions import ByVersion
 from controllers.state import workloads as wls
 from controllers.state.caches import Caches
-from quota.api import ManifestError
 from quota.api.quantity import QuantityError, parse_quantity
 from quota.model.nodeconvert import bound_pod_from_manifest, node_from_manifest
 from quota.model.snapshot import Assignment, Hold, PodSet, Workload
@@ -39,12 +39,6 @@ T = TypeVar("T")
 ASSUMED_TTL = 300.0
 
 
-def describe(error: ManifestError) -> str:
-    """ "Node n-1: status.allocatable[cpu]: not a quantity" without the document number."""
-    problems = "; ".join(f"{path}: {rule}" for path, rule in error.problems)
-    return f"{error.subject}: {problems}"
-
-
 @dataclass(frozen=True)
 class Assumed:
     """A pod this loop bound, until the watch shows it bound (or gone)."""
@@ -55,45 +49,12 @@ class Assumed:
     at: float
 
 
-class _ByVersion(Generic[T]):
-    """Objects of one kind converted once per resourceVersion; the ones gone are dropped."""
-
-    def __init__(self, convert: Callable[[Obj], T | None], what: str) -> None:
-        self._convert = convert
-        self._what = what  # "node", "pod": for the warning
-        self._cache: dict[str, tuple[str, T | None]] = {}
-
-    def convert(self, objects: Iterable[Obj]) -> dict[str, T]:
-        """Key -> converted object, every object that converts, in the order given."""
-        out: dict[str, T] = {}
-        seen: set[str] = set()
-        for obj in objects:
-            key = object_key(obj)
-            seen.add(key)
-            rv = str((obj.get("metadata") or {}).get("resourceVersion") or "")
-            cached = self._cache.get(key)
-            if cached is None or cached[0] != rv:
-                try:
-                    value: T | None = self._convert(obj)
-                except ManifestError as error:
-                    extra = {"error": describe(error)}
-                    log.warning("%s left out of placement", self._what, extra=extra)
-                    value = None
-                cached = (rv, value)
-                self._cache[key] = cached
-            if cached[1] is not None:
-                out[key] = cached[1]
-        for gone in [k for k in self._cache if k not in seen]:
-            del self._cache[gone]
-        return out
-
-
 class Parsed:
     """Nodes and bound pods converted for placement, cached by resourceVersion."""
 
     def __init__(self) -> None:
-        self._nodes = _ByVersion(node_from_manifest, "node")
-        self._pods = _ByVersion(bound_pod_from_manifest, "pod")
+        self._nodes = ByVersion(node_from_manifest, "node")
+        self._pods = ByVersion(bound_pod_from_manifest, "pod")
 
     def nodes(self, objects: Iterable[Obj]) -> list[Node]:
         return list(self._nodes.convert(objects).values())

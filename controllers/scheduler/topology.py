@@ -4,18 +4,19 @@ The scheduler loop binds inside the domains the admission planned in, and must d
 the same rule when the plan no longer fits: a pod set's `topologyRequest` resolved against
 the Topology of the flavors its admission assigned (`quota.admission.requests.topology_for`,
 the admission cycle's own rule). Flavors and Topologies are read from the caches once per
-pass and parsed once per resourceVersion.
+pass and parsed once per resourceVersion; a Workload's requests are worked out once per
+version of it, of the flavors and of the Topologies.
 """
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Mapping
 from typing import Any
 
 from pydantic import ValidationError
 
 from controllers.runtime.resources import Obj, object_key
+from controllers.scheduler.versions import ByVersion
 from controllers.state import workloads as wls
 from controllers.state.caches import Caches
 from quota.admission.requests import topology_for
@@ -25,55 +26,52 @@ from quota.model import convert
 from quota.model.snapshot import Flavor
 from quota.placement.topology import DomainRequest
 
-log = logging.getLogger(__name__)
-
 # Pod set name -> its domain request.
 Domains = dict[str, DomainRequest]
 
 
 class Topologies:
-    """The caches' flavors and Topologies as the placement core reads them."""
+    """The caches' flavors and Topologies as the placement core reads them, and each
+    admitted Workload's domain requests, worked out again only when the Workload, a flavor
+    or a Topology changed."""
 
     def __init__(self) -> None:
-        self._parsed: dict[str, tuple[str, Any]] = {}  # key -> (resourceVersion, parsed)
+        self._flavors = ByVersion(_flavor, "ResourceFlavor")
+        self._topologies = ByVersion(Topology.model_validate, "Topology")
         self.flavors: dict[str, Flavor] = {}
         self.levels: dict[str, tuple[str, ...]] = {}
         self._named: frozenset[str] = frozenset()  # flavors that name a Topology
+        # Workload key -> (its resourceVersion, what `domains` said), for these flavors and
+        # Topologies: cleared when they change.
+        self._memo: dict[str, tuple[str, tuple[Domains, str | None]]] = {}
+        self._asked: set[str] = set()
 
     def refresh(self, caches: Caches) -> None:
         """Read the flavors and Topologies as they are now (at the start of a pass)."""
-        flavors: dict[str, Flavor] = {}
-        for raw in caches.flavors.objects():
-            found = self._parse(f"rf:{object_key(raw)}", raw, _flavor)
-            if found is not None:
-                flavors[found.name] = found
-        levels: dict[str, tuple[str, ...]] = {}
-        for raw in caches.topologies.objects():
-            topology = self._parse(f"topo:{object_key(raw)}", raw, Topology.model_validate)
-            if topology is not None:
-                levels[topology.name] = topology.spec.labels
-        seen = {f"rf:{name}" for name in flavors} | {f"topo:{name}" for name in levels}
-        for key in self._parsed.keys() - seen:
-            del self._parsed[key]
+        flavors = {f.name: f for f in self._flavors.convert(caches.flavors.objects()).values()}
+        topologies = self._topologies.convert(caches.topologies.objects()).values()
+        levels = {t.name: t.spec.labels for t in topologies}
+        if flavors != self.flavors or levels != self.levels:
+            self._memo = {}
+        else:  # Workloads no pass asked about since the last refresh are gone or done
+            self._memo = {k: v for k, v in self._memo.items() if k in self._asked}
+        self._asked = set()
         self.flavors, self.levels = flavors, levels
         self._named = frozenset(n for n, f in flavors.items() if f.topology is not None)
-
-    def _parse(self, key: str, raw: Obj, parse: Any) -> Any:
-        version = str((raw.get("metadata") or {}).get("resourceVersion") or "")
-        cached = self._parsed.get(key)
-        if cached is not None and cached[0] == version:
-            return cached[1]
-        try:
-            parsed = parse(raw)
-        except ValidationError as error:
-            log.warning("not read for placement", extra={"object": key, "error": str(error)[:300]})
-            parsed = None
-        self._parsed[key] = (version, parsed)
-        return parsed
 
     def domains(self, wl: Mapping[str, Any]) -> tuple[Domains, str | None]:
         """The domain request of each pod set of the admitted Workload `wl`, or why its pods
         cannot be placed as it asks (then none is bound)."""
+        key = object_key(wl)
+        version = str((wl.get("metadata") or {}).get("resourceVersion") or "")
+        self._asked.add(key)
+        known = self._memo.get(key)
+        if known is None or known[0] != version:
+            known = (version, self._domains(wl))
+            self._memo[key] = known
+        return known[1]
+
+    def _domains(self, wl: Mapping[str, Any]) -> tuple[Domains, str | None]:
         assigned = wls.assigned_flavors(wl)
         out: Domains = {}
         several = len((wl.get("spec") or {}).get("podSets") or []) > 1

@@ -549,19 +549,25 @@ def freeable_words(request: DomainRequest, depth: int, count: int) -> str:
 
 
 def domain_of(view: NodeView, nodes: Iterable[str], request: DomainRequest) -> dict[str, str]:
-    """The node label (level: value) of the domain at the request's level that holds most of
-    `nodes` (ties to the name), where pods of the same gang already run; empty when the
-    request names no level or no such node is in the view. A pod set that must keep to one
-    domain places its later pods (a scale-up slice, a replacement) there."""
+    """The node labels (level: value, every level down to the request's) of the domain at
+    the request's level that holds most of `nodes` (ties to the path), where pods of the same
+    gang already run; empty when the request names no level or no such node is in the view.
+    A pod set that must keep to one domain places its later pods (a scale-up slice, a
+    replacement) there. The whole path, because a rack is a rack of its block: two blocks
+    may both have a rack labelled r1."""
     if request.level is None:
         return {}
-    label = request.levels[request.level]
-    values = Counter(
-        value for n in nodes if n in view and (value := view.node(n).labels.get(label))
-    )
-    if not values:
+    levels = request.levels[: request.level + 1]
+    paths = Counter(path for n in nodes if n in view and all(path := node_path(view, n, levels)))
+    if not paths:
         return {}
-    return {label: max(values.items(), key=lambda kv: (kv[1], kv[0]))[0]}
+    path = max(paths.items(), key=lambda kv: (kv[1], kv[0]))[0]
+    # The hostname level is a node's name; its label says the same where the node has it.
+    return {
+        label: value
+        for label, value in zip(levels, path, strict=True)
+        if label != HOSTNAME_LABEL or label in view.node(value).labels
+    }
 
 
 def domain_room(found: Tree, demand: Demand) -> Callable[[Domain], int]:

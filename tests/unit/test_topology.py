@@ -39,7 +39,7 @@ from quota.placement import (
     Unplaceable,
     place_gang,
 )
-from quota.placement.topology import DomainRequest, domain_request
+from quota.placement.topology import DomainRequest, domain_of, domain_request
 from tests.unit.strategies import GPU, queue, queues_of
 
 BLOCK = "example.com/block"
@@ -585,3 +585,18 @@ def test_a_partial_gang_is_never_placeable_only_when_no_rack_could_hold_its_mini
     assert isinstance(waiting, Unplaceable) and not waiting.never  # 4 fit a rack emptied
     never = place_gang(NodeView(nodes), gang(6, ask(), floor=5))
     assert isinstance(never, Unplaceable) and never.never
+
+
+def test_the_domain_of_running_pods_is_named_by_its_whole_path() -> None:
+    # Rack labels repeat across blocks (each block has an "r0"): the rack where pods run is
+    # b1's r0, never b0's as well.
+    nodes = [
+        Node(f"{b}-n{i}", {GPU: 8, "pods": 110}, {BLOCK: b, RACK: "r0", "pool": "h100"})
+        for b in ("b0", "b1")
+        for i in range(2)
+    ]
+    view = NodeView(nodes)
+    assert domain_of(view, ["b1-n0", "b1-n1"], ask()) == {BLOCK: "b1", RACK: "r0"}
+    assert domain_of(view, ["b1-n0"], ask(level=HOSTNAME_LABEL)) == {BLOCK: "b1", RACK: "r0"}
+    assert domain_of(view, ["gone"], ask()) == {}
+    assert domain_of(view, ["b0-n0"], ask("Unconstrained", None)) == {}

@@ -248,6 +248,10 @@ def test_a_group_whose_topology_is_gone_binds_nothing_and_says_why() -> None:
     assert h.placement("gang") == {}
     message = scheduler.condition(h.pod_group("gang"))["message"]
     assert "flavor h100 names Topology fabric, which does not exist" in message
+    # Created again: the next pass reads it (the group's requests are worked out anew).
+    h.caches.topologies.write_through(h.kube.put(TOPOLOGY, _topology()))
+    h.run()
+    assert _racks(h, "gang") and len(_racks(h, "gang")) == 1
 
 
 def test_pods_of_one_pod_set_in_several_shapes_are_kept_in_one_rack() -> None:
