@@ -346,7 +346,7 @@ class DecisionWriter:
         held = nomination_status(engine, victim.hold) if engine is not None else None
 
         def mutate(w: Obj) -> bool:
-            if not wls.mark_evicted(w, reason, message, now):
+            if not wls.mark_evicted(w, reason, message, now, preemptor):
                 return False
             if held is not None:
                 _set_nomination(w, held)
@@ -447,6 +447,7 @@ class DecisionWriter:
             current.get("reason") == reason
             and current.get("message") == message
             and wls.nomination(raw) == nomination
+            and not wls.requeue_unsettled(raw, self.ctx.now())
         ):
             self.pending_writer.discard(key)
             return
