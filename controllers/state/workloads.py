@@ -322,11 +322,11 @@ def clock(text: str | None) -> str:
 
 def eviction_story(wl: Mapping[str, Any]) -> str:
     """After what eviction a requeued Workload waits: "an eviction by reclaim for ns/x"."""
-    preempted = condition(wl, PREEMPTED) or {}
-    by = str(preempted.get("message") or "")
+    preempted = str((condition(wl, PREEMPTED) or {}).get("message") or "")
+    by = preempted.split(": ", 1)[-1]  # after the kept reason, once the eviction ended
     if by.startswith("by "):
         return f"an eviction {by}"
-    reason = str((condition(wl, EVICTED) or {}).get("reason") or "")
+    reason = _eviction_reason(condition(wl, EVICTED) or {})
     by = _EVICTED_BY.get(reason, reason)
     return f"an eviction by {by}" if by else "an eviction"
 
@@ -385,14 +385,24 @@ def release_quota(wl: Obj, now: datetime) -> bool:
 
 
 def _end_eviction(wl: Obj, now: datetime) -> bool:
+    """Evicted and Preempted False (QuotaReleased), their reason kept at the head of the
+    message ("Reclaimed: ..."), as Kueue keeps it after "Previously: "."""
     changed = False
     for type_ in (EVICTED, PREEMPTED):
         found = condition(wl, type_)
         if found is not None and found.get("status") == "True":
-            message = str(found.get("message") or "")
-            set_condition(wl, type_, "False", WC.QUOTA_RELEASED, message, now)
+            was = f"{found.get('reason')}: {found.get('message') or ''}"
+            set_condition(wl, type_, "False", WC.QUOTA_RELEASED, was, now)
             changed = True
     return changed
+
+
+def _eviction_reason(evicted: Mapping[str, Any]) -> str:
+    """The reason the eviction had, also once it ended (`_end_eviction`)."""
+    reason = str(evicted.get("reason") or "")
+    if reason != WC.QUOTA_RELEASED:
+        return reason
+    return str(evicted.get("message") or "").split(":", 1)[0]
 
 
 def requeue_unsettled(wl: Mapping[str, Any], now: datetime) -> bool:
