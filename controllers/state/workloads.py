@@ -410,6 +410,8 @@ def requeue_unsettled(wl: Mapping[str, Any], now: datetime) -> bool:
     Requeued still says False, or it still shows Evicted True with its quota released (as
     controllers before issue 25 left it). The admission loop's next pending write settles
     it (`settle_requeue`)."""
+    if not (wl.get("status") or {}).get("requeueState"):
+        return False  # never requeued (most Workloads, every cycle: the cheap test first)
     if has_quota(wl) or is_finished(wl) or condition(wl, EVICTED) is None:
         return False  # holds quota, or was never evicted: no requeue to settle
     if is_evicted(wl):

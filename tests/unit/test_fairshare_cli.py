@@ -154,18 +154,12 @@ status: {{allocatable: {{nvidia.com/gpu: "4", cpu: "32"}}}}
 """
 
 
-PLACED = """
-apiVersion: muster.dev/v1alpha1
-kind: ResourceFlavor
-metadata: {name: gpu}
-spec: {nodeLabels: {pool: gpu}}
----
-apiVersion: muster.dev/v1alpha1
-kind: ClusterQueue
-metadata: {name: team}
-spec:
-  flavors: [{name: gpu, quota: {nvidia.com/gpu: 8}}]
----
+# BASE's queue on a flavor of labelled nodes, and a pending Workload of one 6-GPU pod.
+PLACED = (
+    BASE.replace(
+        "metadata: {name: gpu}\n", "metadata: {name: gpu}\nspec: {nodeLabels: {pool: gpu}}\n"
+    )
+    + """---
 apiVersion: muster.dev/v1alpha1
 kind: Workload
 metadata: {name: big, namespace: n}
@@ -173,6 +167,7 @@ spec:
   queueName: team
   podSets: [{name: main, count: 1, requests: {nvidia.com/gpu: 6}}]
 """
+)
 
 RUNNING = """
 apiVersion: muster.dev/v1alpha1
