@@ -324,14 +324,9 @@ class ViewBuilder:
                 continue
             when = facts.requeue_at
             if when is not None and when > now:
-                blocked.append(
-                    (
-                        key,
-                        PENDING,
-                        f"evicted earlier; back-off until {wls.rfc3339(when)} before it "
-                        "competes for quota again",
-                    )
-                )
+                story = wls.queued_story(raw, competing=False)
+                why = f"queued {story}" if story else f"in backoff until {wls.rfc3339(when)}"
+                blocked.append((key, PENDING, why))
                 continue
             if facts.priority_class and (
                 wait := convert.priority_wait(None, facts.priority_class, self._classes)

@@ -139,15 +139,16 @@ class DecisionWriter:
             self._carry([decision.workload], partial(self._plan_admission, view, decision))
         with self._lock:
             busy = set(self._in_flight)
+        now = self.ctx.now()
         for p in result.pending:
             if p.workload in busy:
                 continue
             engine = view.engine.get(p.workload)
             nomination = nomination_status(engine, p.hold) if engine is not None else None
-            self._submit_pending(view, p.workload, PENDING, p.reason, nomination)
+            self._submit_pending(view, p.workload, (PENDING, p.reason, nomination), now)
         for key, reason, message in view.blocked:
             if key not in busy:
-                self._submit_pending(view, key, reason, message, None)
+                self._submit_pending(view, key, (reason, message, None), now)
 
     def _carry(self, keys: Sequence[str], plan: Callable[[], Task | None]) -> None:
         """Claim `keys`, plan their write and queue it (skipped if one is being written).
@@ -346,7 +347,7 @@ class DecisionWriter:
         held = nomination_status(engine, victim.hold) if engine is not None else None
 
         def mutate(w: Obj) -> bool:
-            if not wls.mark_evicted(w, reason, message, now):
+            if not wls.mark_evicted(w, reason, message, now, preemptor):
                 return False
             if held is not None:
                 _set_nomination(w, held)
@@ -437,20 +438,22 @@ class DecisionWriter:
 
     # ---------------------------------------------------------------- pending reasons
     def _submit_pending(
-        self, view: View, key: str, reason: str, message: str, nomination: Obj | None
+        self, view: View, key: str, desired: tuple[str, str, Obj | None], now: datetime
     ) -> None:
         raw = view.raw.get(key) or self.ctx.caches.workloads.get(key)
         if raw is None:
             return
+        reason, message, nomination = desired
         current = wls.condition(raw, wls.QUOTA_RESERVED) or {}
         if (
             current.get("reason") == reason
             and current.get("message") == message
             and wls.nomination(raw) == nomination
+            and not wls.requeue_unsettled(raw, now)  # Requeued is due to turn True
         ):
             self.pending_writer.discard(key)
             return
-        self.pending_writer.submit(key, (reason, message, nomination))
+        self.pending_writer.submit(key, desired)
 
     def _write_pending(self, key: str, desired: tuple[str, str, Obj | None]) -> None:
         reason, message, nomination = desired

@@ -140,10 +140,10 @@ def _now(text: str | None) -> float:
     return moment.timestamp()
 
 
-def _state(path: Path, now: str | None) -> ClusterState:
+def _state(path: Path, now: str | None, *, place: bool) -> ClusterState:
     docs = load_documents(path)
     try:
-        return cluster_state(docs, _now(now))
+        return cluster_state(docs, _now(now), place=place)
     except ManifestError as error:
         raise click.ClickException(f"{path}: {error}") from None
 
@@ -222,7 +222,7 @@ _file = click.argument(
 @_now_option
 def fairshare(file: Path, output: str, now: str | None) -> None:
     """Print each queue's fair share, usage and demand per flavor/resource for FILE."""
-    state = _state(file, now)
+    state = _state(file, now, place=False)
     data = fair_share_table(state.snapshot, fair_share(state.snapshot))
     _report(output, data, lambda: _print_fair_share(data, state.snapshot))
 
@@ -254,8 +254,9 @@ def _print_decisions(result: CycleResult) -> None:
 @output_option
 @_now_option
 def admit(file: Path, output: str, now: str | None) -> None:
-    """Run one admission cycle on FILE and print what it decides."""
-    state = _state(file, now)
+    """Run one admission cycle on FILE and print what it decides: on its Nodes when it has
+    any (the admitted Workloads naming the nodes their pods run on), else on quota alone."""
+    state = _state(file, now, place=True)
     with paused_collection():
         result = state.with_waiting(admission_cycle(state.snapshot))
     _report(output, result.to_dict(), lambda: _print_decisions(result))

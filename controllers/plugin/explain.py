@@ -37,18 +37,23 @@ def _sentence(cond: Mapping[str, Any]) -> str:
 
 
 def state_of(wl: Mapping[str, Any]) -> tuple[str, str]:
-    """(state, the engine's reason for it), as a user asks "why does it wait"."""
+    """(state, the engine's reason for it), as a user asks "why does it wait".
+
+    An evicted Workload is "being stopped" only while it still holds its quota; once its
+    pods are gone and the quota released it is queued again, and says since when, after
+    what eviction and from when it competes for quota (`workloads.queued_story`)."""
     if wls.is_finished(wl):
         return "finished", _sentence(_cond(wl, wls.FINISHED))
-    if wls.is_evicted(wl):
-        return "evicted (its pods are being stopped)", _sentence(_cond(wl, wls.EVICTED))
     if wls.has_quota(wl):
+        if wls.is_evicted(wl):
+            return "evicted (its pods are being stopped)", _sentence(_cond(wl, wls.EVICTED))
         return "admitted", _sentence(_cond(wl, wls.ADMITTED) or _cond(wl, wls.QUOTA_RESERVED))
     waiting = _cond(wl, wls.QUOTA_RESERVED)
+    story = wls.queued_story(wl)
+    if story is not None:
+        return f"queued ({story})", _sentence(waiting)
     if waiting:
         return "waiting for quota", _sentence(waiting)
-    if _cond(wl, wls.REQUEUED).get("status") == "True":
-        return "waiting to be queued again", _sentence(_cond(wl, wls.REQUEUED))
     return "waiting", "not looked at by an admission cycle yet (is the controller running?)"
 
 

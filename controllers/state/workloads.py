@@ -277,29 +277,88 @@ def mark_admitted(wl: Obj, admission: Obj, message: str, now: datetime) -> bool:
 
 
 def mark_pending(wl: Obj, reason: str, message: str, now: datetime) -> bool:
-    """Say why a Workload that holds no quota still waits."""
+    """Say why a Workload that holds no quota still waits (and, once its requeue backoff
+    is over, that it competes for quota again)."""
     if is_finished(wl) or has_quota(wl):
         return False
     changed = set_condition(wl, QUOTA_RESERVED, "False", reason, message, now)
     changed |= set_condition(wl, ADMITTED, "False", reason, message, now)
+    changed |= settle_requeue(wl, now)
     return changed
 
 
-def mark_evicted(wl: Obj, reason: str, message: str, now: datetime) -> bool:
+def mark_evicted(
+    wl: Obj, reason: str, message: str, now: datetime, preemptor: str | None = None
+) -> bool:
     """Ask for eviction: the Job reconciler suspends the Job, and the quota stays reserved
-    until its pods are gone (so a preemptor never lands on GPUs still in use)."""
+    until its pods are gone (so a preemptor never lands on GPUs still in use). A preemption
+    or reclaim names its `preemptor` ("ns/name") in the Preempted condition, as Kueue's does,
+    so that the requeue can say after what eviction the workload waits."""
     if is_finished(wl) or not has_quota(wl) or is_evicted(wl):
         return False
     set_condition(wl, EVICTED, "True", reason, message, now)
     if reason in (WC.EVICTED_BY_PREEMPTION, WC.EVICTED_BY_RECLAIM):
         kind = WC.WITHIN_QUEUE if reason == WC.EVICTED_BY_PREEMPTION else WC.RECLAIM
-        set_condition(wl, PREEMPTED, "True", kind, message, now)
+        by = f"by {_EVICTED_BY[reason]}" + (f" for {preemptor}" if preemptor else "")
+        set_condition(wl, PREEMPTED, "True", kind, by, now)
     return True
+
+
+# How a person names what an eviction of each reason was ("after an eviction by reclaim").
+_EVICTED_BY = {
+    WC.EVICTED_BY_PREEMPTION: "preemption",
+    WC.EVICTED_BY_RECLAIM: "reclaim",
+    WC.MOVED: "a move to other nodes",
+    WC.CLUSTER_QUEUE_STOPPED: "its ClusterQueue's stop policy",
+    WC.JOB_RESIZED: "a resize",
+}
+
+
+def clock(text: str | None) -> str:
+    """A condition's time as a person reads it in a sentence: HH:MM:SS (UTC)."""
+    moment = parse_time(text)
+    return moment.astimezone(UTC).strftime("%H:%M:%S") if moment is not None else "?"
+
+
+def eviction_story(wl: Mapping[str, Any]) -> str:
+    """After what eviction a requeued Workload waits: "an eviction by reclaim for ns/x"."""
+    preempted = str((condition(wl, PREEMPTED) or {}).get("message") or "")
+    by = preempted.split(": ", 1)[-1]  # after the kept reason, once the eviction ended
+    if by.startswith("by "):
+        return f"an eviction {by}"
+    reason = _eviction_reason(condition(wl, EVICTED) or {})
+    by = _EVICTED_BY.get(reason, reason)
+    return f"an eviction by {by}" if by else "an eviction"
+
+
+def queued_story(wl: Mapping[str, Any], competing: bool | None = None) -> str | None:
+    """ "since 14:05:03, after an eviction by reclaim for ns/x; competes for quota from
+    14:05:13" for a Workload queued again after an eviction (its quota released), else None.
+
+    Read off its conditions alone, so the controller's words and `kubectl muster explain`'s
+    are one; `competing` says whether its backoff is over (default: Requeued is True)."""
+    evicted = condition(wl, EVICTED)
+    if has_quota(wl) or is_finished(wl) or evicted is None or evicted.get("status") != "False":
+        return None
+    state = (wl.get("status") or {}).get("requeueState") or {}
+    if competing is None:
+        competing = is_true(wl, REQUEUED)
+    competes = "since" if competing else "from"
+    return (
+        f"since {clock(evicted.get('lastTransitionTime'))}, after {eviction_story(wl)}; "
+        f"competes for quota {competes} {clock(state.get('requeueAt'))}"
+    )
 
 
 def release_quota(wl: Obj, now: datetime) -> bool:
     """After an eviction is complete (the Job's pods are gone): give the quota back and
-    queue again after a growing backoff (quota.lifecycle, which the simulator follows too)."""
+    queue again after a growing backoff (quota.lifecycle, which the simulator follows too).
+
+    The eviction is over, so Evicted (and Preempted) turn False with reason QuotaReleased,
+    their messages kept, and QuotaReserved says the workload is queued, since when, after
+    what and from when it competes (`queued_story`), not that it is being evicted. Requeued
+    stays False until the backoff ends (`settle_requeue`), or turns True at once when there
+    is none (a move)."""
     if is_finished(wl) or not has_quota(wl):
         return False
     evicted = condition(wl, EVICTED) or {}
@@ -309,14 +368,73 @@ def release_quota(wl: Obj, now: datetime) -> bool:
     requeue = requeue_after_eviction(
         int(state.get("count") or 0),
         reason=str(evicted.get("reason") or ""),
-        message=str(evicted.get("message") or ""),
     )
     state["count"] = requeue.count
     state["requeueAt"] = rfc3339(requeue.competes_at(now))
     status["requeueState"] = state
+    _end_eviction(wl, now)
+    competing = requeue.delay_s <= 0
+    # Why it waits, until a cycle says more: the admission loop keeps these words while the
+    # backoff lasts (controllers/admission/view.py), then writes the engine's reason.
+    queued = f"queued {queued_story(wl, competing)}"
     for type_ in (QUOTA_RESERVED, ADMITTED):
-        set_condition(wl, type_, "False", requeue.pending_reason, requeue.pending_message, now)
-    set_condition(wl, REQUEUED, "False", requeue.requeued_reason, requeue.requeued_message, now)
+        set_condition(wl, type_, "False", requeue.pending_reason, queued, now)
+    requeued = "True" if competing else "False"
+    set_condition(wl, REQUEUED, requeued, requeue.requeued_reason, requeue.requeued_message, now)
+    return True
+
+
+def _end_eviction(wl: Obj, now: datetime) -> bool:
+    """Evicted and Preempted False (QuotaReleased), their reason kept at the head of the
+    message ("Reclaimed: ..."), as Kueue keeps it after "Previously: "."""
+    changed = False
+    for type_ in (EVICTED, PREEMPTED):
+        found = condition(wl, type_)
+        if found is not None and found.get("status") == "True":
+            was = f"{found.get('reason')}: {found.get('message') or ''}"
+            set_condition(wl, type_, "False", WC.QUOTA_RELEASED, was, now)
+            changed = True
+    return changed
+
+
+def _eviction_reason(evicted: Mapping[str, Any]) -> str:
+    """The reason the eviction had, also once it ended (`_end_eviction`)."""
+    reason = str(evicted.get("reason") or "")
+    if reason != WC.QUOTA_RELEASED:
+        return reason
+    return str(evicted.get("message") or "").split(":", 1)[0]
+
+
+def requeue_unsettled(wl: Mapping[str, Any], now: datetime) -> bool:
+    """A Workload queued again whose conditions are behind: its backoff has ended and
+    Requeued still says False, or it still shows Evicted True with its quota released (as
+    controllers before issue 25 left it). The admission loop's next pending write settles
+    it (`settle_requeue`)."""
+    if not (wl.get("status") or {}).get("requeueState"):
+        return False  # never requeued (most Workloads, every cycle: the cheap test first)
+    if has_quota(wl) or is_finished(wl) or condition(wl, EVICTED) is None:
+        return False  # holds quota, or was never evicted: no requeue to settle
+    if is_evicted(wl):
+        return True
+    requeued = condition(wl, REQUEUED) or {}
+    if requeued.get("status") != "False" or requeued.get("reason") == "Admitted":
+        return False
+    when = requeue_at(wl)
+    return when is None or when <= now
+
+
+def settle_requeue(wl: Obj, now: datetime) -> bool:
+    """Bring a requeued Workload's conditions up to date (`requeue_unsettled`): the eviction
+    ended, and Requeued True (BackoffFinished) once the backoff is over, as Kueue sets it:
+    it competes for quota again."""
+    if not requeue_unsettled(wl, now):
+        return False
+    changed = _end_eviction(wl, now)
+    when = requeue_at(wl)
+    if when is not None and when > now:
+        return changed
+    message = f"the backoff is over: competes for quota since {clock(rfc3339(when or now))}"
+    set_condition(wl, REQUEUED, "True", WC.BACKOFF_FINISHED, message, now)
     return True
 
 

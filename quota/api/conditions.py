@@ -146,6 +146,9 @@ class WorkloadConditions:
     RECLAIM = "Reclaim"
     # Requeued
     BACKOFF_FINISHED = "BackoffFinished"
+    # Evicted and Preempted turn False with it once the pods are gone: the eviction is over
+    # and the workload is queued again (Kueue ends them only when quota is reserved again).
+    QUOTA_RELEASED = "QuotaReleased"
     # Finished
     SUCCEEDED = "Succeeded"
     FAILED = "Failed"

@@ -50,9 +50,8 @@ class Requeue:
 
     count: int  # requeues so far, this one included
     delay_s: float
-    # QuotaReserved and Admitted turn False with these.
+    # QuotaReserved and Admitted turn False with this reason.
     pending_reason: str
-    pending_message: str
     # Requeued (False until the backoff ends) says why and for how long.
     requeued_reason: str
     requeued_message: str
@@ -69,12 +68,11 @@ def requeue_after_eviction(
     requeues: int,
     *,
     reason: str = "",
-    message: str = "",
     backoff: Backoff = DEFAULT_BACKOFF,
 ) -> Requeue:
     """The requeue that follows an eviction of a workload requeued `requeues` times before.
 
-    `reason` and `message` are those of the eviction (its Evicted condition), if known.
+    `reason` is the eviction's (its Evicted condition's), if known.
     """
     if reason == WC.MOVED:
         # A move is not a failure to be paced: the room it goes to is held for it now.
@@ -82,18 +80,15 @@ def requeue_after_eviction(
             count=requeues,
             delay_s=0.0,
             pending_reason=WC.PENDING,
-            pending_message=f"moved: {message or 'restarting on other nodes'}",
             requeued_reason=WC.MOVED,
             requeued_message="queued again at once, to be admitted on the room held for it",
         )
     count = requeues + 1
     delay = backoff.delay(count)
-    why = message or "evicted"
     return Requeue(
         count=count,
         delay_s=delay,
         pending_reason=WC.PENDING,
-        pending_message=f"evicted: {why}",
         requeued_reason=reason or WC.EVICTED,
         requeued_message=(
             f"queued again; competes for quota after {delay:.0f}s backoff (requeue #{count})"

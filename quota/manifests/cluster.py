@@ -2,6 +2,11 @@
 
 The file holds the manifests an admin would export — ResourceFlavors, ClusterQueues,
 LocalQueues, PriorityClasses, Nodes, Namespaces — and the Workloads, pending or admitted.
+
+With Nodes, the cycle places pods on them as the controller's does (the same decision code);
+without, it trusts quota alone. It reads no Pods: an admitted Workload takes room on the
+nodes its admission names (`status.admission.podSetAssignments[].nodes`, which the
+controller writes), so a file with Nodes must name them for every admitted pod.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ from quota.manifests.documents import (
     capacity,
     flavors,
     invalid,
+    nodes,
     priority_classes,
     queues,
     read_documents,
@@ -105,7 +111,36 @@ def _check_admission(
                 )
 
 
-def cluster_state(docs: Sequence[Any], now: float) -> ClusterState:
+def _check_placed(
+    index: int, doc: Mapping[str, Any], wl: WorkloadModel, node_names: frozenset[str]
+) -> None:
+    """An admitted Workload of a file with Nodes says where its pods run: without Pods in
+    the file, that is the only way to know the room it takes."""
+    admission = wl.status.admission
+    assert admission is not None
+    for i, assignment in enumerate(admission.pod_set_assignments):
+        path = f"status.admission.podSetAssignments[{i}].nodes"
+        placed = sum(n.count for n in assignment.nodes)
+        if assignment.count and not assignment.nodes:
+            raise invalid(
+                index,
+                doc,
+                path,
+                "required when the file has Nodes: the nodes this pod set's pods run on "
+                "([{name, count}], as the controller writes them); muster admit reads no Pods, "
+                "so it cannot tell the room they take (or leave the Nodes out to decide on "
+                "quota alone)",
+            )
+        if placed != assignment.count:
+            raise invalid(
+                index, doc, path, f"{placed} pods placed, but {assignment.count} admitted"
+            )
+        for j, node in enumerate(assignment.nodes):
+            if node.name not in node_names:
+                raise invalid(index, doc, f"{path}[{j}].name", f"no Node {node.name!r} in the file")
+
+
+def cluster_state(docs: Sequence[Any], now: float, *, place: bool = True) -> ClusterState:
     """The snapshot a cluster file describes (for `muster fairshare` and `muster admit`).
 
     A pending Workload's `spec.queueName` names a LocalQueue of its namespace; in files
@@ -114,11 +149,16 @@ def cluster_state(docs: Sequence[Any], now: float) -> ClusterState:
     `metadata.creationTimestamp` (workloads without one arrive first, in file order), and
     the admission time is the QuotaReserved condition's lastTransitionTime. A pending
     Workload naming a PriorityClass the file does not hold waits (`ClusterState.waiting`).
+    With Nodes and `place` (`muster admit`), pending Workloads are placed on them, and every
+    admitted one must name the nodes its pods run on (`_check_placed`); `muster fairshare`
+    shares quota and node capacity and places nothing.
     """
     read = read_documents(docs, CLUSTER_KINDS, "muster fairshare / muster admit")
     classes, _ = priority_classes(read)
     specs, _ = queues(read)
     engine_flavors = flavors(read)
+    file_nodes = nodes(read) if place else None
+    node_names = frozenset(n.name for n in file_nodes or ())
     local_queues = {
         f"{lq.metadata.namespace or 'default'}/{lq.name}": read.raw[index]
         for index, lq in read.local_queues
@@ -142,6 +182,8 @@ def cluster_state(docs: Sequence[Any], now: float) -> ClusterState:
                     f"ClusterQueue {queue!r} does not exist",
                 )
             _check_admission(index, doc, wl, specs, engine_flavors)
+            if file_nodes is not None:
+                _check_placed(index, doc, wl, node_names)
             reserved = find_condition(wl.status.conditions, "QuotaReserved")
             admitted_at = reserved.last_transition_time.timestamp() if reserved else arrival
             admitted.append(
@@ -171,6 +213,7 @@ def cluster_state(docs: Sequence[Any], now: float) -> ClusterState:
         queues=specs,
         flavors=engine_flavors,
         capacity=capacity(read, engine_flavors),
+        nodes=file_nodes,
         admitted=tuple(admitted),
         pending=tuple(pending),
         topologies=topologies(read),

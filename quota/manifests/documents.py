@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from pydantic_core import ErrorDetails
@@ -27,6 +27,7 @@ from quota.api.topology import Topology
 from quota.api.workload import Workload as WorkloadModel
 from quota.model import convert
 from quota.model.nodeconvert import node_from_manifest
+from quota.model.nodes import Node
 from quota.model.queues import queue_specs
 from quota.model.resources import FlavorResource
 from quota.model.snapshot import Flavor, QueueSpec
@@ -338,6 +339,24 @@ def ready(node: Mapping[str, Any]) -> Mapping[str, Any]:
     if status.get("conditions"):
         return node
     return {**node, "status": {**status, "conditions": [{"type": "Ready", "status": "True"}]}}
+
+
+DEFAULT_MAX_PODS = 110  # the kubelet's default, for nodes that do not say
+
+
+def with_max_pods(node: Node) -> Node:
+    """`node`, with room for the kubelet's default number of pods when it does not say."""
+    if "pods" in node.allocatable:
+        return node
+    return replace(node, allocatable={**node.allocatable, "pods": DEFAULT_MAX_PODS})
+
+
+def nodes(docs: Documents) -> tuple[Node, ...] | None:
+    """The file's Nodes as placement sees them; None when it has none (quota-only)."""
+    found = tuple(
+        with_max_pods(node_from_manifest(ready(doc), index=index)) for index, doc in docs.nodes
+    )
+    return found or None
 
 
 def capacity(

@@ -46,16 +46,16 @@ from quota.manifests.documents import (
     capacity,
     flavors,
     invalid,
+    nodes,
     priority_classes,
     problem,
     queues,
     read_documents,
-    ready,
     subject,
     topologies,
+    with_max_pods,
 )
 from quota.model import convert
-from quota.model.nodeconvert import node_from_manifest
 from quota.model.nodes import Node
 from quota.model.resources import FlavorResource
 from quota.model.snapshot import Flavor, PodSet, QueueSpec
@@ -65,7 +65,6 @@ SCENARIO_API: Final = "simulate.muster.dev/v1alpha1"
 SUBMIT_AT_ANNOTATION = "muster.dev/submit-at"
 RUN_FOR_ANNOTATION = "muster.dev/run-for"
 DEFAULT_START = datetime(2025, 1, 6, 9, 0, tzinfo=UTC)  # a Monday morning, for the history
-DEFAULT_MAX_PODS = 110  # the kubelet's default, for nodes that do not say
 # A simulated span is sampled every sample interval; more samples than this would take
 # minutes and gigabytes, so such a scenario is refused with what to change.
 MAX_SAMPLES = 100_000
@@ -405,12 +404,8 @@ def _pool_nodes(sim: _SimDocs) -> list[Mapping[str, Any]]:
 
 def _nodes(docs: Documents, sim: _SimDocs) -> tuple[Node, ...] | None:
     """The scenario's nodes as placement sees them; None when it has none (quota-only)."""
-    nodes: list[Node] = []
-    names: dict[str, int] = {}
-    for index, doc in docs.nodes:
-        node = node_from_manifest(ready(doc), index=index)
-        names[node.name] = index
-        nodes.append(node)
+    found = list(nodes(docs) or ())
+    names = {node.name: index for node, (index, _) in zip(found, docs.nodes, strict=True)}
     for index, pool in sim.node_pools:
         for i in range(pool.spec.count):
             name = f"{pool.metadata.name}-{i}"
@@ -423,28 +418,16 @@ def _nodes(docs: Documents, sim: _SimDocs) -> tuple[Node, ...] | None:
                     "rename the pool or the Node",
                 )
             names[name] = index
-            nodes.append(
-                Node(
-                    name=name,
-                    allocatable=dict(pool.spec.allocatable),
-                    labels=pool.spec.node_labels(pool.metadata.name or "", i),
+            found.append(
+                with_max_pods(
+                    Node(
+                        name=name,
+                        allocatable=dict(pool.spec.allocatable),
+                        labels=pool.spec.node_labels(pool.metadata.name or "", i),
+                    )
                 )
             )
-    if not nodes:
-        return None
-    return tuple(
-        n
-        if "pods" in n.allocatable
-        else Node(
-            n.name,
-            {**n.allocatable, "pods": DEFAULT_MAX_PODS},
-            n.labels,
-            n.taints,
-            n.unschedulable,
-            n.ready,
-        )
-        for n in nodes
-    )
+    return tuple(found) or None
 
 
 def _capacity(

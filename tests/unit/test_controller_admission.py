@@ -331,3 +331,86 @@ def test_a_bound_pod_counts_for_its_jobs_admitted_workload_only_while_it_is_admi
     h.caches.node_pods.forget("ns/p")
     assert views.build().snapshot.pods == ()
     assert views._pods == {}
+
+
+def test_a_workload_queued_again_after_an_eviction_says_so_and_competes_after_its_backoff() -> None:
+    """Issue 25: once its pods are gone and its quota released, an evicted Workload's
+    conditions and `kubectl muster explain` say it is queued (since when, after what
+    eviction, from when it competes), not evicted; Requeued turns True within one cycle of
+    the backoff's end; it is admitted again when there is room."""
+    from controllers.plugin.explain import state_of
+
+    h = Harness(cpu_quota="4", limit="4", preemption={"withinQueue": "LowerPriority"})
+    h.workload("low", 4, priority=1)
+    h.cycle()
+    h.workload("high", 4, priority=100, created=5)
+    h.cycle()
+    assert state_of(h.get("low"))[0] == "evicted (its pods are being stopped)"
+
+    # The Job reconciler saw its pods go and released the quota (controllers/jobs).
+    released_at = NOW + timedelta(seconds=3)
+    low = copy.deepcopy(h.get("low"))
+    assert wls.release_quota(low, released_at)
+    h.cache(WORKLOAD).write_through(
+        h.kube.patch(WORKLOAD, "ns", "low", {"status": low["status"]}, status=True)
+    )
+    low = h.get("low")
+    evicted, requeued = wls.condition(low, "Evicted"), wls.condition(low, "Requeued")
+    assert evicted is not None and requeued is not None
+    assert (evicted["status"], evicted["reason"]) == ("False", "QuotaReleased")
+    assert (requeued["status"], requeued["reason"]) == ("False", "Preempted")
+    story = "since 12:00:03, after an eviction by preemption for ns/high; competes for quota"
+    assert state_of(low)[0] == f"queued ({story} from 12:00:04)"
+
+    h.ctx.now = lambda: released_at  # a cycle within the backoff keeps the same words
+    h.cycle()
+    h.loop.pending_writer.flush_due()
+    low = h.get("low")
+    assert (wls.condition(low, "QuotaReserved") or {})["message"] == f"queued {story} from 12:00:04"
+    assert (wls.condition(low, "Requeued") or {})["status"] == "False"
+
+    h.ctx.now = lambda: released_at + timedelta(seconds=2)  # the 1 s backoff is over
+    h.cycle()
+    h.loop.pending_writer.flush_due()
+    low = h.get("low")
+    requeued = wls.condition(low, "Requeued")
+    assert requeued is not None
+    assert (requeued["status"], requeued["reason"]) == ("True", "BackoffFinished")
+    assert state_of(low)[0] == f"queued ({story} since 12:00:04)"
+    assert "exceeds limit of queue cq" in state_of(low)[1], "the current reason"
+
+    high = copy.deepcopy(h.get("high"))
+    assert wls.mark_finished(high, "Succeeded", "done", released_at)
+    h.cache(WORKLOAD).write_through(
+        h.kube.patch(WORKLOAD, "ns", "high", {"status": high["status"]}, status=True)
+    )
+    assert [a.workload for a in h.cycle().admit] == ["ns/low"]
+    assert state_of(h.get("low"))[0] == "admitted"
+
+
+def test_an_old_style_release_is_settled_by_the_next_pending_write() -> None:
+    """A Workload released by a controller before issue 25 (Evicted still True, no quota)
+    reads queued after the next cycle: the pending write ends the eviction."""
+    h = Harness(cpu_quota="0")
+    wl = copy.deepcopy(h.workload("w", 1))
+    status = wls.status_of(wl)
+    status["requeueState"] = {"count": 1, "requeueAt": "2026-01-01T11:00:00Z"}
+    status["conditions"] = [
+        {"type": t, "status": s, "reason": r, "message": "m", "lastTransitionTime": at}
+        for t, s, r, at in (
+            ("Evicted", "True", "Reclaimed", "2026-01-01T10:59:00Z"),
+            ("QuotaReserved", "False", "Pending", "2026-01-01T10:59:59Z"),
+            ("Requeued", "False", "Reclaimed", "2026-01-01T10:59:59Z"),
+        )
+    ]
+    h.cache(WORKLOAD).write_through(
+        h.kube.patch(WORKLOAD, "ns", "w", {"status": status}, status=True)
+    )
+    h.cycle()
+    h.loop.pending_writer.flush_due()
+    w = h.get("w")
+    assert (wls.condition(w, "Evicted") or {})["status"] == "False"
+    assert (wls.condition(w, "Requeued") or {})["reason"] == "BackoffFinished"
+    assert wls.queued_story(w) == (
+        "since 12:00:00, after an eviction by reclaim; competes for quota since 11:00:00"
+    )

@@ -143,3 +143,107 @@ def test_malformed_files_are_refused_with_index_field_and_rule(
     assert code != 0
     for text in expected:
         assert text in output, output
+
+
+def _node(name: str) -> str:
+    return f"""
+apiVersion: v1
+kind: Node
+metadata: {{name: {name}, labels: {{pool: gpu}}}}
+status: {{allocatable: {{nvidia.com/gpu: "4", cpu: "32"}}}}
+"""
+
+
+# BASE's queue on a flavor of labelled nodes, and a pending Workload of one 6-GPU pod.
+PLACED = (
+    BASE.replace(
+        "metadata: {name: gpu}\n", "metadata: {name: gpu}\nspec: {nodeLabels: {pool: gpu}}\n"
+    )
+    + """---
+apiVersion: muster.dev/v1alpha1
+kind: Workload
+metadata: {name: big, namespace: n}
+spec:
+  queueName: team
+  podSets: [{name: main, count: 1, requests: {nvidia.com/gpu: 6}}]
+"""
+)
+
+RUNNING = """
+apiVersion: muster.dev/v1alpha1
+kind: Workload
+metadata: {name: small, namespace: n, creationTimestamp: "2025-01-06T08:00:00Z"}
+spec:
+  queueName: team
+  podSets: [{name: main, count: 1, requests: {nvidia.com/gpu: 1}}]
+status:
+  admission:
+    clusterQueue: team
+    podSetAssignments: [{name: main, count: 1, flavors: {nvidia.com/gpu: gpu}NODES}]
+  conditions:
+  - {type: QuotaReserved, status: "True", reason: QuotaReserved,
+     lastTransitionTime: "2025-01-06T08:00:05Z"}
+"""
+
+
+def _admit(tmp_path: Path, *documents: str) -> tuple[int, str]:
+    path = tmp_path / "cluster.yaml"
+    path.write_text("\n---\n".join(documents))
+    return invoke("admit", str(path), "-o", "json", "--now", NOW)
+
+
+def test_admit_places_on_the_files_nodes_and_trusts_quota_alone_without_them(
+    tmp_path: Path,
+) -> None:
+    """Issue 25: 6 GPUs fit the queue's quota of 8, but no 4-GPU node holds the pod: with
+    the Nodes in the file `muster admit` places, as the controller does, and it waits."""
+    code, output = _admit(tmp_path, PLACED, _node("a"), _node("b"))
+    assert code == 0, output
+    decisions = json.loads(output)
+    assert decisions["admit"] == []
+    (pending,) = decisions["pending"]
+    assert pending["workload"] == "n/big"
+    assert "the largest node has 4 allocatable" in pending["reason"], pending["reason"]
+
+    code, output = _admit(tmp_path, PLACED)  # no Nodes: quota alone, as the docs say
+    assert code == 0, output
+    assert [a["workload"] for a in json.loads(output)["admit"]] == ["n/big"]
+
+
+def test_admit_counts_the_room_a_running_workload_takes_on_the_node_it_names(
+    tmp_path: Path,
+) -> None:
+    small = PLACED.replace("nvidia.com/gpu: 6", "nvidia.com/gpu: 4")
+    running = RUNNING.replace("NODES", ", nodes: [{name: a, count: 1}]")
+    code, output = _admit(tmp_path, small, running, _node("a"), _node("b"))
+    assert code == 0, output
+    (admitted,) = json.loads(output)["admit"]
+    assert "planned on b" in admitted["reason"], admitted["reason"]  # a has 3 GPUs left
+
+
+@pytest.mark.parametrize(
+    ("running", "expected"),
+    [
+        ("", ["podSetAssignments[0].nodes", "required when the file has Nodes", "no Pods"]),
+        (", nodes: [{name: c, count: 1}]", ["nodes[0].name", "no Node 'c' in the file"]),
+        (", nodes: [{name: a, count: 2}]", ["2 pods placed, but 1 admitted"]),
+    ],
+)
+def test_admit_refuses_a_running_workload_whose_nodes_it_cannot_read(
+    tmp_path: Path, running: str, expected: list[str]
+) -> None:
+    documents = (PLACED, RUNNING.replace("NODES", running), _node("a"))
+    code, output = _admit(tmp_path, *documents)
+    assert code != 0
+    for text in expected:
+        assert text in output, output
+    # fairshare places nothing: the same file is read.
+    code, output = invoke("fairshare", str(tmp_path / "cluster.yaml"), "-o", "json")
+    assert code == 0, output
+
+
+def test_admit_refuses_pods_naming_the_kind(tmp_path: Path) -> None:
+    pod = "apiVersion: v1\nkind: Pod\nmetadata: {name: p, namespace: n}\nspec: {nodeName: a}"
+    code, output = _admit(tmp_path, PLACED, _node("a"), pod)
+    assert code != 0
+    assert "'Pod' is not accepted" in output, output

@@ -246,6 +246,43 @@ def test_eviction_and_preemption_are_counted_with_their_reasons() -> None:
     assert sample("muster_preempted_workloads_total", **labels) == 1
 
 
+def test_the_end_of_an_eviction_is_not_counted_as_another_one() -> None:
+    """Issue 25: once the pods are gone, Evicted and Preempted turn False (the workload is
+    queued again); that flip, and Requeued turning True, count nothing. The next eviction
+    counts once."""
+    from datetime import UTC, datetime, timedelta
+
+    from controllers.state import workloads as wls
+
+    caches = Caches.create(FakeKube())
+    counters = WorkloadCounters(caches.local_queues, lambda: True)
+    caches.workloads.add_handler(counters.on_workload)
+    labels = {"cluster_queue": "flip-cq", "reason": "Reclaimed"}
+    preempted = {"cluster_queue": "flip-cq", "reason": "Reclaim"}
+    now = datetime(2026, 1, 1, 12, tzinfo=UTC)
+    wl = workload("f", "q", admitted_to="flip-cq", rv="1")
+    caches.workloads.write_through(wl)
+    versions = 1
+
+    def write(change: Any, at: datetime) -> None:
+        nonlocal wl, versions
+        wl = {**wl, "status": {**wl["status"]}}
+        wl["metadata"] = {**wl["metadata"], "resourceVersion": str(versions := versions + 1)}
+        assert change(wl, at)
+        caches.workloads.write_through(wl)
+
+    for round_ in (1, 2):
+        write(lambda w, t: wls.mark_evicted(w, "Reclaimed", "reclaimed", t, "ns/x"), now)
+        assert sample("muster_evicted_workloads_total", **labels) == round_
+        write(wls.release_quota, now + timedelta(seconds=1))
+        write(wls.settle_requeue, now + timedelta(seconds=60))
+        assert sample("muster_evicted_workloads_total", **labels) == round_
+        assert sample("muster_preempted_workloads_total", **preempted) == round_
+        admission = {"clusterQueue": "flip-cq", "podSetAssignments": []}
+        write(lambda w, t, a=admission: wls.mark_admitted(w, a, "fits", t), now)
+        now += timedelta(minutes=5)
+
+
 # ------------------------------------------------------------------------ topology
 
 

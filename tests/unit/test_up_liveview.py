@@ -73,3 +73,36 @@ def test_a_decision_reads_as_a_sentence_with_its_nodes_or_victims() -> None:
         decision_line(reclaimed)
         == "03:05:09  reclaimed (preempted) ns/small — Reclaimed: by queue product"
     )
+
+
+def test_the_waiting_table_shows_a_requeued_workload_queued_with_its_current_reason() -> None:
+    """Issue 25: once its pods are gone, a reclaimed Workload is listed as queued (since
+    when, after what), with the reason it waits now, not as "being stopped"."""
+    from datetime import timedelta
+
+    from controllers.state import workloads as wls
+    from controllers.up.liveview import _pending_table
+
+    now = datetime(2026, 1, 1, 14, 5, 2, tzinfo=UTC)
+    wl: dict[str, object] = {
+        "metadata": {"name": "train", "namespace": "ns", "creationTimestamp": "t"},
+        "spec": {"queueName": "q"},
+    }
+    admission = wls.admission_status("a", [("main", 1, {"cpu": "f"}, {"cpu": "1"})])
+    assert wls.mark_admitted(wl, admission, "fits", now - timedelta(minutes=5))
+    assert wls.mark_evicted(wl, "Reclaimed", "reclaimed by queue b", now, "ns/x")
+
+    def shown() -> str:
+        console = Console(width=300, record=True)
+        console.print(_pending_table([wl]))
+        return " ".join(console.export_text().split())
+
+    assert "evicted (its pods are being stopped)" in shown()
+    assert wls.release_quota(wl, now + timedelta(seconds=1))
+    assert wls.mark_pending(wl, "Pending", "no room", now + timedelta(seconds=30))
+    text = shown()
+    assert (
+        "queued (since 14:05:03, after an eviction by reclaim for ns/x; competes for quota "
+        "since 14:05:04): Pending: no room"
+    ) in text, text
+    assert "being stopped" not in text
