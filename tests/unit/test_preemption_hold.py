@@ -298,7 +298,7 @@ def test_the_simulator_evicts_exactly_two_gangs_and_holds_their_nodes_for_the_pr
 def test_a_preemptor_set_aside_for_the_second_pass_keeps_its_room_held_meanwhile() -> None:
     # Capacity 16 GPUs on two nodes, both in queue a's use; la is leaving for `urgent`,
     # which is beyond its fair share and so decided in the second pass, after queue o's
-    # medium-priority job (o may not preempt). The room on h100-0 stays urgent's.
+    # medium-priority job (o may not preempt). The room on h100-0 and its quota stay urgent's.
     a = queue("a", quota=64, within_queue="LowerPriority")
     o = queue("o", quota=64)
     la, la_pods = running("ns/la", "a", ["h100-0"], 10, admitted_at=1.0)
@@ -319,6 +319,8 @@ def test_a_preemptor_set_aside_for_the_second_pass_keeps_its_room_held_meanwhile
         )
     )
     assert not result.preempt  # lb is not evicted on top
-    assert "cannot be placed" in pending_of(result, "ns/medium").reason
+    # Neither urgent's room nor its quota (held with the room) goes to medium.
+    assert not result.admit
+    assert "insufficient quota" in pending_of(result, "ns/medium").reason
     assert pending_of(result, "ns/medium").hold is None
     assert held_nodes(pending_of(result, "ns/urgent").hold) == ["h100-0"]
