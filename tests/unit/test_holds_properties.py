@@ -17,37 +17,14 @@ from dataclasses import replace
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from quota.admission.cycle import admission_cycle
-from quota.model.decisions import CycleResult
 from quota.model.nodes import BoundPod
-from quota.model.snapshot import Assignment, PodSet, QueueSpec, Snapshot, Workload
-from tests.unit.strategies import GPU, queue, queues_of, workload
-from tests.unit.test_preemption_nodes import H100, NOW, gpu_nodes
+from quota.model.snapshot import Assignment, PodSet, QueueSpec, Workload
+from tests.unit.strategies import GPU, queue, workload
+from tests.unit.test_preemption_hold import cycle
+from tests.unit.test_preemption_nodes import NOW, gpu_nodes
 
-TIMEOUT = 300.0
+TIMEOUT = 300.0  # test_preemption_hold.cycle's hold timeout
 GPUS = 8  # per node
-
-
-def _cycle(
-    specs: list[QueueSpec],
-    nodes: int,
-    admitted: list[Workload],
-    pods: list[BoundPod],
-    pending: list[Workload],
-    now: float,
-) -> CycleResult:
-    return admission_cycle(
-        Snapshot(
-            now=now,
-            queues=queues_of(*specs),
-            flavors={"h100": H100},
-            admitted=tuple(admitted),
-            pending=tuple(pending),
-            nodes=gpu_nodes(nodes, GPUS),
-            pods=tuple(pods),
-            hold_timeout_s=TIMEOUT,
-        )
-    )
 
 
 @st.composite
@@ -144,7 +121,7 @@ def test_a_holder_is_admitted_on_its_room_or_told_its_hold_lapsed(
     later: float,
 ) -> None:
     specs, nodes, admitted, pods, gang = cluster
-    first = _cycle(specs, nodes, admitted, pods, [gang], NOW)
+    first = cycle(specs, [gang], gpu_nodes(nodes, GPUS), admitted, pods)
     holds = {p.workload: p.hold for p in first.pending if p.hold is not None}
     victims = [v for p in first.preempt for v in p.victims]
     holds.update({v.workload: v.hold for v in victims if v.hold is not None})
@@ -162,7 +139,7 @@ def test_a_holder_is_admitted_on_its_room_or_told_its_hold_lapsed(
     ]
     running = [w for w in admitted if w.key not in gone]
     still = [p for p in pods if p.workload not in gone]
-    second = _cycle(specs, nodes, running, still, [*holders, *extra], NOW + later)
+    second = cycle(specs, [*holders, *extra], gpu_nodes(nodes, GPUS), running, still, NOW + later)
 
     admits = {a.workload: a for a in second.admit}
     reasons = {p.workload: p.reason for p in second.pending}
