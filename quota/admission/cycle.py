@@ -78,9 +78,15 @@ def _open_queues(state: CycleState) -> dict[str, list[Workload]]:
     for w in state.snapshot.pending:
         by_queue.setdefault(w.queue, []).append(w)
     open_queues: dict[str, list[Workload]] = {}
+    held = state.reserved
     for name in sorted(by_queue):
         items = by_queue[name]
         items.sort(key=workload_order)
+        if held:
+            # Holders first (a moved workload, a preemptor whose room is held): they already
+            # won their place, and are not put behind newcomers (nor held back for the
+            # second pass behind one, nor kept waiting behind a StrictFIFO head).
+            items.sort(key=lambda w: w.key not in held)
         blocker = admission_blocker(state.queues, state.tree, name)
         if blocker is not None:
             state.pending.extend(Pending(w.key, name, blocker) for w in items)

@@ -18,6 +18,7 @@ cheaper than re-running victim searches after every preemption.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 
 from quota.admission.moves import Moves
 from quota.admission.node_room import HeldRoom, NodeRoom, placement_words
@@ -69,10 +70,30 @@ class Decide:
 
         With `within_share`, return BEYOND without deciding when `w` would take its queue
         or an ancestor beyond fair share (whether it would fit or not).
+
+        A holder (a preemptor, a moved workload) takes back the room and quota held for it
+        for its turn, and every ending of the turn that neither admits it nor holds new
+        room for it gives them back: no later workload of the cycle is admitted on them.
+        When its hold has lapsed instead, its wait says so.
         """
+        if w.hold is None:
+            return self._turn(spec, w, within_share)
+        released = self.room.release_hold(w)
+        outcome = self._turn(spec, w, within_share)
+        if outcome == "admitted" or outcome == "waiting":
+            return outcome
+        if released is not None:
+            self.room.restore_hold(released)
+        elif outcome != "beyond":
+            lapsed = self.room.lapse_words(w, self.room.stuck(w))
+            last = self.state.pending[-1]
+            if lapsed and last.workload == w.key:
+                self.state.pending[-1] = replace(last, reason=lapsed + last.reason)
+        return outcome
+
+    def _turn(self, spec: QueueSpec, w: Workload, within_share: bool) -> Outcome:
+        """`consider` without the holder's room and quota."""
         state = self.state
-        if w.hold is not None:
-            self.room.release_hold(w)
         request = self._set_aside.pop(w.key, None) or self.requests.make(spec, w)
         if isinstance(request, str):
             state.pending.append(Pending(w.key, spec.name, request))
@@ -150,7 +171,6 @@ class Decide:
         then, so it is worked out again."""
         if request.base is None:
             self._set_aside[request.workload.key] = request
-        self.room.keep_hold(request.workload.key)
         return "beyond"
 
     def _could_stay_within_share(self, queue: str, request: Request) -> bool:

@@ -3,10 +3,14 @@
 A workload that fits quota but not nodes may evict lower-priority workloads in its way
 (KEP-5710; the search itself is quota/preemption/nodes.py). It then waits with its room
 held: its placement is written as a `Hold` (placeholder pods every other workload and the
-scheduler loop count as taken) and its quota charged in the planned ledger. In each later
-cycle, at its own turn, the held room is released to it (`release_hold`) and it is placed
-again, into its room or wherever there is room by then; set aside for the borrowing pass, it
-keeps its room until then (`keep_hold`). A hold lapses after the snapshot's hold timeout if
+scheduler loop count as taken) and its quota charged in the planned ledger. A workload moved
+by consolidation (moves.py) holds its new room the same way. In each later cycle the hold's
+quota is charged in the planned ledger from the start (state.py) and the holder goes first
+in its queue (cycle.py); at its own turn the room and quota are released to it
+(`release_hold`) and it is placed again, into its room or wherever there is room by then.
+Every ending of the turn that neither admits it nor holds new room for it (set aside for
+the borrowing pass, pending, refused) gives them back (`restore_hold`, called in one place:
+decide.py's `consider`). A hold lapses after the snapshot's hold timeout if
 its victims would not leave: a new plan then does not count on their room (`stuck`), and the
 reason says so (`lapse_words`). A hold keeps its start while no one new is evicted for it,
 so a plan that keeps breaking cannot hold room for ever.
@@ -26,6 +30,7 @@ from quota.model.decisions import Pending, Preempt, Victim
 from quota.model.flavorassign import Fit
 from quota.model.nodes import BoundPod
 from quota.model.nodewords import pods_on_nodes
+from quota.model.resources import FlavorResource
 from quota.model.snapshot import Assignment, Hold, QueueSpec, Workload
 from quota.placement.gang import GangRequest, Placement, Unplaceable, place_gang
 from quota.placement.profiles import Strategy
@@ -61,34 +66,51 @@ class HeldRoom:
         return replace(self, hold=replace(self.hold, victims=victims))
 
 
+@dataclass(frozen=True, slots=True)
+class Released:
+    """What a holder's turn took back from the view and the planned ledger: its
+    placeholder pods and the quota of its hold."""
+
+    workload: Workload
+    pods: tuple[BoundPod, ...]
+    usage: Mapping[FlavorResource, int]
+
+
 class NodeRoom:
     """Node preemption, holds and lapses for the preemptors of one cycle."""
 
     def __init__(self, state: CycleState, lists: VictimLists) -> None:
         self.state = state
         self.lists = lists
-        # Placeholder pods of holds released at their preemptor's turn (see keep_hold).
-        self._released: dict[str, list[BoundPod]] = {}
 
     # -- a held room across cycles ----------------------------------------------------------
 
-    def release_hold(self, w: Workload) -> None:
-        """The preemptor's own turn: the room held for it is its own to place into again."""
-        nodes = self.state.nodes
-        if w.hold is None or nodes is None:
-            return
-        keys = self.state.pods_of.pop(held_by(w.key), ())
-        self._released[w.key] = [nodes.remove_pod(k) for k in keys if k in nodes.pods]
+    def release_hold(self, w: Workload) -> Released | None:
+        """The holder's own turn: the room and quota held for it are its own to take again
+        (None: it holds nothing, or its hold lapsed)."""
+        state = self.state
+        usage = state.reserved.pop(w.key, None)
+        if usage is None:
+            return None
+        state.planned.release(w.queue, usage)
+        nodes = state.nodes
+        assert nodes is not None  # a hold is room on nodes
+        keys = state.pods_of.pop(held_by(w.key), ())
+        return Released(w, tuple(nodes.remove_pod(k) for k in keys if k in nodes.pods), usage)
 
-    def keep_hold(self, key: str) -> None:
-        """A preemptor set aside for the second pass keeps its room held until then."""
-        pods = self._released.pop(key, None)
-        nodes = self.state.nodes
-        if not pods or nodes is None:
-            return
-        for pod in pods:
+    def restore_hold(self, released: Released) -> None:
+        """A turn that ended without admitting the holder or a new plan for it (set aside
+        for the second pass, pending, refused): it keeps its room and quota held, so no
+        later workload of the cycle is admitted on them."""
+        state = self.state
+        nodes = state.nodes
+        assert nodes is not None
+        w = released.workload
+        for pod in released.pods:
             nodes.add_pod(pod)
-        self.state.pods_of[held_by(key)] = [pod.key for pod in pods]
+        state.pods_of[held_by(w.key)] = [pod.key for pod in released.pods]
+        state.planned.charge(w.queue, released.usage)
+        state.reserved[w.key] = released.usage
 
     def stuck(self, w: Workload) -> frozenset[str]:
         """Victims of `w`'s lapsed hold that still have pods on nodes: they would not go in
@@ -206,7 +228,7 @@ class NodeRoom:
                     reason += "; " + forbidden_words(found.forbidden, spec)
             if found.protected:
                 reason += "; " + protected_words(found.protected, now)
-            return Unplaceable(self.lapse_words(w, stuck) + reason, False, plan.pod_set)
+            return Unplaceable(reason, False, plan.pod_set)
         domain = scope.words(view, plan.placement) if scope is not None else ""
         return HeldRoom(plan, self._hold_for(request, fit, plan, quota_victims), domain)
 

@@ -42,6 +42,9 @@ class Requests:
         # Fair share planned the pending pod sets of this snapshot already.
         planner = fair.planner if fair.snapshot is state.snapshot else None
         self.planner = planner if planner is not None else Planner(state.snapshot.flavors)
+        # Whether some queue's workloads may be moved (consolidation), for whom depends on
+        # the priority of the workload they would be moved for.
+        self.movable = state.nodes is not None and any(q.movable for q in state.queues.values())
 
     def make(self, spec: QueueSpec, w: Workload) -> Request | str:
         """`w` as a request in `spec`, or why it cannot be admitted in this cycle."""
@@ -72,17 +75,19 @@ class Requests:
             counts = tuple([ps.count for ps in w.pod_sets])
         else:
             counts = tuple(max(0, ps.count - base.counts[i]) for i, ps in enumerate(w.pod_sets))
-        memo_key = self.memo_key(spec, w) if base is None else None
+        # A holder's room and quota are its own: its failure says nothing of another's.
+        memo_key = self.memo_key(spec, w) if base is None and w.hold is None else None
         return Request(w, tuple(plans), counts, base, running, flexible, memo_key)
 
     def memo_key(self, spec: QueueSpec, w: Workload) -> tuple[object, ...]:
-        """Identical shapes fail identically; priority and arrival matter only to preemption.
-        (Not for a scale-up slice: what it needs depends on the slice it replaces.)"""
+        """Identical shapes fail identically; priority and arrival matter only to preemption,
+        and priority to consolidation too (who may be moved for it). (Not for a scale-up
+        slice: what it needs depends on the slice it replaces; nor for a holder.)"""
         shape: list[object] = [spec.name]
         for ps in w.pod_sets:
             # The planner's shape number: equal numbers, equal signatures.
             shape.append((self.planner.shape(ps), ps.count, ps.min_count, ps.topology))
-        if spec.within_queue != "Never" or spec.reclaim != "Never":
+        if spec.within_queue != "Never" or spec.reclaim != "Never" or self.movable:
             shape.append(w.priority)
             if spec.within_queue == "LowerOrNewerEqualPriority":
                 shape.append(w.arrival)

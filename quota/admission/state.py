@@ -3,7 +3,8 @@
 The cycle keeps two ledgers. `held` is what nodes actually hold: admitted workloads,
 including those already told to leave, plus this cycle's admissions. `planned` is the state
 once every eviction in flight has completed: victims and drained workloads released,
-preemptors that wait for them charged. A workload is admitted only when it fits both, so it
+preemptors that wait for them, and workloads being moved, charged (the quota of their
+holds, from the start of the cycle until their own turn). A workload is admitted only when it fits both, so it
 neither overcommits nodes nor takes room promised to a preemptor; preemption plans against
 `planned`, so no quota is promised twice and no victim is chosen twice.
 
@@ -14,7 +15,8 @@ its own caches and reads or records here only what the others must see.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import replace
 from functools import partial
 
 from quota.fairness.fairshare import Counted, FairShare, root_amount
@@ -25,6 +27,7 @@ from quota.model.resources import FlavorResource, add_into
 from quota.model.snapshot import (
     QueueSpec,
     Snapshot,
+    Workload,
     draining,
     pod_set_usage,
     queue_tree,
@@ -77,18 +80,22 @@ class CycleState:
         # Per queue, its admitted workloads that may still be chosen as victims.
         self.admitted_by_queue: Mapping[str, Sequence[Counted]] = holding
         self._release_leaving(holding)
-        # Whether `planned` may differ from `held` (then a fit is checked in both).
-        self.diverged = bool(self.taken)
+        # Quota held with a hold's room, per holder (see `_reserve_holds`).
+        self.reserved: dict[str, Mapping[FlavorResource, int]] = {}
         # Placement: free room on every node, less bound pods and planned, unbound room.
         self.nodes: NodeView | None = None
         if snapshot.nodes is not None:
             kept = [w for w in snapshot.admitted if w.key not in gone]
             pods = list(snapshot.pods) + planned_pods(kept, snapshot.pods)
-            # Room held for preemptors whose victims are leaving: taken for everyone else,
-            # whichever queue comes first, until the preemptor's own turn (node_room.py).
+            # Room held for preemptors whose victims are leaving and for moved workloads:
+            # taken for everyone else, whichever queue comes first, until the holder's own
+            # turn (node_room.py).
             holders = [*snapshot.pending, *(w for w in snapshot.admitted if w.hold is not None)]
             pods += held_pods(holders, snapshot.now, snapshot.hold_timeout_s)
+            self._reserve_holds(holders)
             self.nodes = NodeView(snapshot.nodes, pods)
+        # Whether `planned` may differ from `held` (then a fit is checked in both).
+        self.diverged = bool(self.taken or self.reserved)
         # Pod keys in the view per workload (bound and planned), for preemption on nodes.
         self.pods_of: dict[str, list[str]] = {}
         if self.nodes is not None:
@@ -125,6 +132,23 @@ class CycleState:
             holding.setdefault(w.queue, []).append((w, usage))
             add_into(per_leaf.setdefault(w.queue, {}), usage)
         return holding, per_leaf
+
+    def _reserve_holds(self, holders: Iterable[Workload]) -> None:
+        """Charge in `planned` the quota of every hold that has not lapsed, as its room is
+        taken in the view: a moved workload keeps its quota across the move, a preemptor the
+        quota its victims free, until its own turn (node_room.py releases it then), so that
+        no one else is admitted on it, of its queue or another, whichever comes first."""
+        snapshot = self.snapshot
+        for w in holders:
+            hold = snapshot.active_hold(w)
+            if hold is None or w.queue not in self.tree.paths:
+                continue
+            if w.admission is not None and not w.evicting:
+                continue  # admitted where it is: its admission holds its quota
+            # The quota of its held plan: what it takes once admitted there.
+            usage = pod_set_usage(replace(w, admission=hold.assignments))
+            self.planned.charge(w.queue, usage)
+            self.reserved[w.key] = usage
 
     def _release_leaving(self, holding: Mapping[str, Sequence[Counted]]) -> None:
         """Release from `planned` the workloads already leaving (evicted, or in a draining

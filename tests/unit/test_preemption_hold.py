@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from quota.admission.cycle import admission_cycle
 from quota.model.decisions import CycleResult, Pending
 from quota.model.nodes import BoundPod, Node
-from quota.model.snapshot import Assignment, Hold, QueueSpec, Snapshot, Workload
+from quota.model.snapshot import Assignment, Hold, PodSet, QueueSpec, Snapshot, Workload
 from quota.simulation.report import to_json
 from quota.simulation.scenario import parse_scenario
 from quota.simulation.simulator import simulate
@@ -26,6 +26,7 @@ from tests.unit.test_preemption_nodes import H100, NOW, gangs, gpu_nodes, runnin
 A = queue("a", quota=64, reclaim="Any")
 B = queue("b", quota=80)
 BIG = workload("ns/big", "a", gpus=8, count=4, priority=100)
+FPGA = "example.com/fpga"
 
 
 def cycle(
@@ -298,7 +299,7 @@ def test_the_simulator_evicts_exactly_two_gangs_and_holds_their_nodes_for_the_pr
 def test_a_preemptor_set_aside_for_the_second_pass_keeps_its_room_held_meanwhile() -> None:
     # Capacity 16 GPUs on two nodes, both in queue a's use; la is leaving for `urgent`,
     # which is beyond its fair share and so decided in the second pass, after queue o's
-    # medium-priority job (o may not preempt). The room on h100-0 stays urgent's.
+    # medium-priority job (o may not preempt). The room on h100-0 and its quota stay urgent's.
     a = queue("a", quota=64, within_queue="LowerPriority")
     o = queue("o", quota=64)
     la, la_pods = running("ns/la", "a", ["h100-0"], 10, admitted_at=1.0)
@@ -319,6 +320,105 @@ def test_a_preemptor_set_aside_for_the_second_pass_keeps_its_room_held_meanwhile
         )
     )
     assert not result.preempt  # lb is not evicted on top
-    assert "cannot be placed" in pending_of(result, "ns/medium").reason
+    # Neither urgent's room nor its quota (held with the room) goes to medium.
+    assert not result.admit
+    assert "insufficient quota" in pending_of(result, "ns/medium").reason
     assert pending_of(result, "ns/medium").hold is None
     assert held_nodes(pending_of(result, "ns/urgent").hold) == ["h100-0"]
+
+
+# -- a holder's turn: its room and quota stay its own until it is admitted or the hold lapses --
+
+SVC = queue("svc", quota=8, limit=8, movable=True, within_queue="LowerOrNewerEqualPriority")
+TRAIN = queue("train", quota=64)
+
+
+def test_a_moved_workload_is_admitted_on_its_held_room_before_newcomers_of_its_queue() -> None:
+    # 3 nodes: h100-0 has 2 free, h100-1 4, h100-2 2. A 6-GPU gang of train moves svc/m off
+    # h100-0 onto h100-1. Once the move is done, newcomers arrive in svc: a higher priority
+    # one, and one that arrived after svc/m. Neither takes svc/m's quota or room.
+    m, m_pods = running("svc/m", "svc", ["h100-0"], gpus=4)
+    x, x_pods = running("svc/x", "svc", ["h100-1"], gpus=4)
+    f, f_pods = running("train/f", "train", ["h100-0"], gpus=2)
+    g, g_pods = running("train/g", "train", ["h100-2"], gpus=6)
+    gang = workload("ml/gang", "train", gpus=6)
+    others, other_pods = [x, f, g], [*x_pods, *f_pods, *g_pods]
+    first = cycle([SVC, TRAIN], [gang], gpu_nodes(3), [m, *others], [*m_pods, *other_pods])
+    ((moved,),) = [p.victims for p in first.preempt]
+    assert (moved.workload, moved.kind) == ("svc/m", "Moved")
+    assert held_nodes(moved.hold) == ["h100-1"]
+    gang_hold = pending_of(first, "ml/gang").hold
+    hi = workload("svc/hi", "svc", gpus=2, priority=10, arrival=50.0)
+    late = workload("svc/late", "svc", gpus=2, arrival=60.0)
+    # Requeued as the simulator does it: arrival at the requeue, after the newcomers.
+    again = replace(m, admission=None, admitted_at=None, arrival=70.0, hold=moved.hold)
+    pending = [again, replace(gang, hold=gang_hold), hi, late]
+    second = cycle([SVC, TRAIN], pending, gpu_nodes(3), others, other_pods, NOW + 10)
+    admitted = {a.workload: a.assignments[0].nodes for a in second.admit}
+    assert admitted["svc/m"] == (("h100-1", 1),)
+    assert admitted["ml/gang"] == (("h100-0", 1),)
+    for key in ("svc/hi", "svc/late"):
+        assert key not in admitted or "h100-1" not in dict(admitted[key])
+
+
+def test_a_holder_whose_turn_fails_keeps_its_room_for_the_rest_of_the_cycle() -> None:
+    # ns/p holds h100-0 (its victim has left), but its queue no longer has quota for one of
+    # its resources: its turn ends pending. The next workload of its queue, which fits
+    # quota, must still not get h100-0.
+    a = queue("a", quota=64)
+    busy, busy_pods = running("ns/busy", "a", ["h100-1"], gpus=8)
+    hold = Hold((Assignment("main", 1, {GPU: "h100"}, (("h100-0", 1),)),), NOW - 1, ("ns/v",))
+    p = Workload("ns/p", "a", 0, 1.0, (PodSet("main", 1, {GPU: 8, FPGA: 1}),), hold=hold)
+    other = workload("ns/other", "a", gpus=8, arrival=2.0)
+    result = cycle([a], [p, other], gpu_nodes(2), [busy], busy_pods)
+    assert not result.admit
+    assert "no quota for example.com/fpga" in pending_of(result, "ns/p").reason
+    assert "cannot be placed" in pending_of(result, "ns/other").reason
+    assert pending_of(result, "ns/other").hold is None
+
+
+def test_a_holders_quota_is_not_taken_by_a_queue_visited_before_its_turn() -> None:
+    # ns/p borrows the cohort's last 8 GPUs, given to it when its victim was evicted; it is
+    # beyond its fair share, so its turn comes in the second pass, and queue c's newcomer
+    # (within c's share) comes first. Room on nodes is plenty: quota is what is held.
+    root = queue("root", quota=16)
+    a = queue("a", parent="root", quota=0)
+    c = queue("c", parent="root", quota=8)
+    busy, busy_pods = running("ns/busy", "c", ["h100-1"], gpus=8)
+    hold = Hold((Assignment("main", 1, {GPU: "h100"}, (("h100-0", 1),)),), NOW - 1, ("ns/v",))
+    p = workload("ns/p", "a", gpus=8, priority=100, arrival=1.0, hold=hold)
+    other = workload("ns/other", "c", gpus=4, arrival=2.0)
+    result = cycle([root, a, c], [p, other], gpu_nodes(3), [busy], busy_pods)
+    assert [(x.workload, x.assignments[0].nodes) for x in result.admit] == [
+        ("ns/p", (("h100-0", 1),))
+    ]
+    assert "insufficient quota" in pending_of(result, "ns/other").reason
+
+
+def test_a_lapsed_hold_is_no_longer_kept_and_the_wait_says_so_whatever_ends_the_turn() -> None:
+    a = queue("a", quota=64, limit=4)
+    hold = Hold((Assignment("main", 1, {GPU: "h100"}, (("h100-0", 1),)),), NOW - 400)
+    p = workload("ns/p", "a", gpus=8, arrival=1.0, hold=hold)
+    other = workload("ns/other", "b", gpus=8, arrival=2.0)
+    result = cycle([a, B], [p, other], gpu_nodes(1), [], [], NOW)
+    reason = pending_of(result, "ns/p").reason
+    assert reason.startswith("the room held since 02:40:00 UTC lapsed after 300s; ")
+    assert "exceeds limit" in reason
+    # The room is free again: another queue's workload is admitted on it.
+    assert [x.workload for x in result.admit] == ["ns/other"]
+
+
+def test_a_holder_goes_first_in_a_strict_fifo_queue() -> None:
+    # A newcomer of higher priority at the head of a StrictFIFO queue cannot be placed (the
+    # only free room is held): the holder behind it is admitted on its room, not kept
+    # waiting behind the head.
+    fifo = queue("a", quota=64, queueing_strategy="StrictFIFO")
+    busy, busy_pods = running("ns/busy", "a", ["h100-1"], gpus=8, priority=100)
+    hold = Hold((Assignment("main", 1, {GPU: "h100"}, (("h100-0", 1),)),), NOW - 1)
+    held = workload("ns/held", "a", gpus=8, arrival=5.0, hold=hold)
+    head = workload("ns/head", "a", gpus=8, priority=10, arrival=1.0)
+    result = cycle([fifo], [head, held], gpu_nodes(2), [busy], busy_pods)
+    assert [(x.workload, x.assignments[0].nodes) for x in result.admit] == [
+        ("ns/held", (("h100-0", 1),))
+    ]
+    assert "cannot be placed" in pending_of(result, "ns/head").reason
