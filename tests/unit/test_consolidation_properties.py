@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from itertools import product
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, event, given, settings
 from hypothesis import strategies as st
 
 from quota.admission.cycle import admission_cycle
@@ -29,7 +29,11 @@ TRAIN = queue("train", quota=64)
 RECLAIMING = replace(TRAIN, reclaim="Any", within_queue="LowerPriority")
 CAPACITY = 8
 
-fast = settings(max_examples=int(__import__("os").environ.get("N", "60")), deadline=None, suppress_health_check=[HealthCheck.too_slow])
+fast = settings(
+    max_examples=int(__import__("os").environ.get("N", "200")),
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
 
 
 @dataclass(frozen=True)
@@ -64,7 +68,7 @@ def clusters(draw: st.DrawFn, max_nodes: int = 4) -> Cluster:
     ws: list[Workload] = []
     pods: list[BoundPod] = []
     for i in range(draw(st.integers(0, 3 * n))):
-        gpus = draw(st.integers(1, 8))
+        gpus = draw(st.integers(1, 4) | st.integers(1, 8))
         nodes = draw(st.lists(st.integers(0, n - 1), min_size=1, max_size=2))
         need = Counter(nodes)
         if any(free[j] < gpus * k for j, k in need.items()):
@@ -121,7 +125,7 @@ def run(c: Cluster, pending: Sequence[Workload], train: QueueSpec = TRAIN) -> Cy
     )
 
 
-def assert_consistent(c: Cluster, result: CycleResult) -> None:
+def assert_consistent(c: Cluster, pending: Sequence[Workload], result: CycleResult) -> None:
     """Replayed, the plan over-commits no node: the pods that stay, the moved workloads on
     their held room and every waiting gang on its own."""
     moved = {v.workload: v for p in result.preempt for v in p.victims}
@@ -132,7 +136,7 @@ def assert_consistent(c: Cluster, result: CycleResult) -> None:
     holds = [(v.workload, v.hold) for v in moved.values() if v.kind == "Moved"]
     holds += [(p.workload, p.hold) for p in result.pending if p.hold is not None]
     per_pod = {w.key: w.pod_sets[0].per_pod[GPU] for w in c.running}
-    per_pod |= {p.workload: gpus for p, gpus in _pending_gpus(result)}
+    per_pod |= {w.key: w.pod_sets[0].per_pod[GPU] for w in pending}
     for key, hold in holds:
         assert hold is not None, f"{key} moved without room held"
         for a in hold.assignments:
@@ -141,18 +145,15 @@ def assert_consistent(c: Cluster, result: CycleResult) -> None:
     assert all(v <= CAPACITY for v in used.values()), f"over-committed: {used}"
 
 
-_GPUS: dict[str, int] = {}
-
-
-def _pending_gpus(result: CycleResult) -> list[tuple[object, int]]:
-    return [(p, _GPUS[p.workload]) for p in result.pending if p.workload in _GPUS]
-
-
-def pending_gang(data: st.DataObject, key: str, free: Sequence[int]) -> Workload:
-    gpus = data.draw(st.integers(1, 8), label=f"{key} gpus")
+def pending_gang(data: st.DataObject, key: str, c: Cluster) -> Workload:
+    """A gang of 1-3 identical pods that does not fit as things are (rejected when every
+    size fits): only such a gang asks for consolidation."""
     count = data.draw(st.integers(1, 3), label=f"{key} pods")
-    _GPUS[key] = gpus
-    return workload(key, "train", gpus=gpus, count=count, priority=data.draw(st.sampled_from([0, 5])))
+    sizes = [g for g in range(1, CAPACITY + 1) if not gang_fits(c.free(), count, g)]
+    assume(sizes)
+    gpus = data.draw(st.sampled_from(sizes), label=f"{key} gpus")
+    priority = data.draw(st.sampled_from([0, 5]), label=f"{key} priority")
+    return workload(key, "train", gpus=gpus, count=count, priority=priority)
 
 
 def moves_for(result: CycleResult, key: str) -> list[str]:
@@ -166,19 +167,22 @@ def moves_for(result: CycleResult, key: str) -> list[str]:
 def test_a_one_move_plan_is_found_whenever_one_exists(
     c: Cluster, data: st.DataObject, reclaims: bool
 ) -> None:
-    gang = pending_gang(data, "ml/p", c.free())
-    if gang_fits(c.free(), gang.pod_sets[0].count, gang.pod_sets[0].per_pod[GPU]):
-        return  # fits as things are: nothing to consolidate
+    gang = pending_gang(data, "ml/p", c)
     result = run(c, [gang], RECLAIMING if reclaims else TRAIN)
-    assert_consistent(c, result)
+    assert_consistent(c, [gang], result)
     if one_move(c, gang) is None:
         if not reclaims:
             # No single move helps; a plan of several moves is fine, an eviction is not.
             moves_for(result, "ml/p")
         return
-    from hypothesis import event
     event("one-move plan")
-    assert len(moves_for(result, "ml/p")) == 1, (c, gang.pod_sets[0], gang.priority, result.preempt, one_move(c, gang))
+    assert len(moves_for(result, "ml/p")) == 1, (
+        c,
+        gang.pod_sets[0],
+        gang.priority,
+        result.preempt,
+        one_move(c, gang),
+    )
     (waiting,) = [p for p in result.pending if p.workload == "ml/p"]
     assert waiting.hold is not None
 
@@ -189,8 +193,8 @@ def test_the_second_pending_workload_gets_its_move_when_the_first_cannot_be_help
     c: Cluster, data: st.DataObject, reclaims: bool, two_queues: bool
 ) -> None:
     train = RECLAIMING if reclaims else TRAIN
-    first = pending_gang(data, "ml/first", c.free())
-    second = pending_gang(data, "ml/second", c.free())
+    first = pending_gang(data, "ml/first", c)
+    second = pending_gang(data, "ml/second", c)
     second = replace(second, arrival=1.0)
     if two_queues:
         second = replace(second, queue="train2")
@@ -212,13 +216,10 @@ def test_the_second_pending_workload_gets_its_move_when_the_first_cannot_be_help
     alone = cycle([first])
     if alone.admit or alone.preempt:
         return  # the first can be helped
-    if one_move(c, second) is None or gang_fits(
-        c.free(), second.pod_sets[0].count, second.pod_sets[0].per_pod[GPU]
-    ):
+    if one_move(c, second) is None:
         return
-    from hypothesis import event
     event("differential")
     both = cycle([first, second])
-    assert_consistent(c, both)
+    assert_consistent(c, [first, second], both)
     assert len(moves_for(both, "ml/second")) == 1
     assert not moves_for(both, "ml/first")
