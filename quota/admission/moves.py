@@ -1,10 +1,11 @@
 """Consolidation in the cycle: move running workloads so that a gang fits the nodes.
 
-When a gang fits quota but its flavor's free room is scattered over nodes, and no one may
-be evicted for it, workloads of queues that allow it (`movable`) and of no higher priority
-are moved elsewhere (quota/preemption/consolidation.py chooses whom and where). The moved
-keep their quota and are admitted again at once into room held for them; the gang waits
-with its room held, as a preemptor does (node_room.py).
+When a gang fits quota but its flavor's free room is scattered over nodes, workloads of
+queues that allow it (`movable`) and of no higher priority are moved elsewhere
+(quota/preemption/consolidation.py chooses whom and where). This is tried before anyone is
+evicted for nodes (decide.py): a move keeps the workload running, an eviction requeues it.
+The moved keep their quota and are admitted again at once into room held for them; the
+gang waits with its room held, as a preemptor does (node_room.py).
 """
 
 from __future__ import annotations

@@ -39,10 +39,11 @@ from quota.preemption.victims import Candidate
 # workload, so a plan of more moves is rarely worth it (KAI caps its consolidation
 # preemptees likewise); plans of more moves come only from the last, take-all-off try.
 MAX_MOVES = 3
-# Placements tried (one gang placement each, plus the movers' on success) before the search
-# gives up: on a big cluster a gang blocked by fragmentation may have hundreds of movable
-# neighbours, and a placement is the expensive step.
-MAX_TRIES = 48
+# Sets tried (a gang placement and the movers' each) before the search gives up: on a big
+# cluster a gang blocked by fragmentation may have hundreds of movable neighbours, and a
+# placement is the expensive step. 16 failed tries cost less than the last, take-all-off
+# try on 200 busy nodes; on a small cluster they cover every single move.
+MAX_TRIES = 16
 # Sets looked at (a few dict sums each, no placement) before the search gives up.
 MAX_SETS = 2048
 
@@ -97,7 +98,7 @@ def consolidate(
     for chosen in islice(sets, MAX_TRIES):
         if (plan := attempt(chosen)) is not None:
             return plan
-    if (plan := attempt(movable)) is not None:
+    if (plan := attempt(movable, orders=(False,))) is not None:
         return plan
     what_if.undo()
     return None
@@ -151,17 +152,19 @@ def _attempt(
     place: Place,
     place_moved: Callable[[Candidate], Placement | Unplaceable],
     chosen: Sequence[Candidate],
+    orders: tuple[bool, ...] = (False, True),
 ) -> ConsolidationPlan | None:
     """Take `chosen` off and find room for the gang and for each of them that must move.
     A plan (committed) when all find room; else the view as before.
 
     The gang goes first (where the profile puts it), then the movers; when they find no
     room, the other way round: the profile may put part of a gang just where a mover had
-    to go while other room would have held it."""
+    to go while other room would have held it. `orders` says which to try (movers first:
+    True); the take-all-off try has too many movers to place them all before the gang."""
     tx = what_if.tx
     mark = tx.checkpoint()
     what_if.remove(key for c in chosen for key in pods_of.get(c.workload.key, ()))
-    for movers_first in (False, True):
+    for movers_first in orders:
         found = _arrange(what_if, pods_of, place, place_moved, chosen, movers_first)
         if found is None:
             tx.rollback(mark)
