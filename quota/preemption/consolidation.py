@@ -163,12 +163,11 @@ def _attempt(
     True); the take-all-off try has too many movers to place them all before the gang."""
     tx = what_if.tx
     mark = tx.checkpoint()
-    what_if.remove(key for c in chosen for key in pods_of.get(c.workload.key, ()))
     for movers_first in orders:
+        what_if.remove(key for c in chosen for key in pods_of.get(c.workload.key, ()))
         found = _arrange(what_if, pods_of, place, place_moved, chosen, movers_first)
         if found is None:
             tx.rollback(mark)
-            what_if.remove(key for c in chosen for key in pods_of.get(c.workload.key, ()))
             continue
         placed, moved = found
         moves = [_move(what_if, pods_of, c, again) for c, again in moved]
@@ -180,7 +179,6 @@ def _attempt(
                 tx.rollback(back)
         tx.commit()
         return ConsolidationPlan(placed, tuple(moves))
-    tx.rollback(mark)
     return None
 
 
