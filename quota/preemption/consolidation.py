@@ -211,31 +211,32 @@ def _arrange(
         return None
     assume(placed)
     what_if.used = placement_nodes(placed)
+    moving: list[Candidate] = []
     for c in reversed(chosen):  # the most important stays where it is whenever it can
         back = tx.checkpoint()
         key = c.workload.key
-        if key in moved:
+        if key in moved:  # placed anew already: its new room is given up to try the old
             view.forget(moved[key][1])
             tx.record(partial(view.assume, moved[key][1]))
         if what_if.add_back(pods_of.get(key, ())):
             moved.pop(key, None)
         else:
             tx.rollback(back)
-            if not movers_first:
-                moved[key] = (c, Placement({}, 0, {}))
-    if not movers_first:
-        for key, (c, _) in moved.items():
-            again = place_moved(c)
-            if isinstance(again, Unplaceable):
-                return None
-            assume(again)
-            moved[key] = (c, again)
+            if key not in moved:
+                moving.append(c)
+    for c in moving:
+        again = place_moved(c)
+        if isinstance(again, Unplaceable):
+            return None
+        assume(again)
+        moved[c.workload.key] = (c, again)
     return placed, list(moved.values())
 
 
 def _move(
     what_if: WhatIf, pods_of: Mapping[str, Sequence[str]], c: Candidate, again: Placement
 ) -> Move:
+    """`c` moved to `again`, leaving the nodes of the gang's placement it ran on."""
     keys = pods_of.get(c.workload.key, ())
     old = {what_if.removed[k].node for k in keys if k in what_if.removed}
     return Move(c, again, tuple(sorted(old & what_if.used)))
