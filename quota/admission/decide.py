@@ -296,12 +296,13 @@ class Decide:
             if isinstance(placed, Unplaceable):
                 placed = Unplaceable(first.reason, first.never and placed.never, first.pod_set)
         if isinstance(placed, Unplaceable) and isinstance(first, Unplaceable) and not first.never:
-            # Quota chose these flavors: make room on their nodes, if lower priorities allow.
+            # Quota chose these flavors: make room on their nodes by moving workloads that
+            # may move (they keep running), else by evicting lower priorities if allowed.
+            if self.moves.consolidate(spec, request, counts, first_fit):
+                return "waiting"
             still = self.room.make_room(spec, request, counts, first_fit, first)
             if isinstance(still, HeldRoom):
                 self.room.wait(spec, request, first_fit, still)
-                return "waiting"
-            if self.moves.consolidate(spec, request, counts, first_fit):
                 return "waiting"
             placed = still
         if isinstance(placed, Unplaceable):

@@ -1,16 +1,16 @@
 """Consolidation in the cycle: move running workloads so that a gang fits the nodes.
 
-When a gang fits quota but its flavor's free room is scattered over nodes, and no one may
-be evicted for it, workloads of queues that allow it (`movable`) and of no higher priority
-are moved elsewhere (quota/preemption/consolidation.py chooses whom and where). The moved
-keep their quota and are admitted again at once into room held for them; the gang waits
-with its room held, as a preemptor does (node_room.py).
+When a gang fits quota but its flavor's free room is scattered over nodes, workloads of
+queues that allow it (`movable`) and of no higher priority are moved elsewhere
+(quota/preemption/consolidation.py chooses whom and where). This is tried before anyone is
+evicted for nodes (decide.py): a move keeps the workload running, an eviction requeues it.
+The moved keep their quota and are admitted again at once into room held for them; the
+gang waits with its room held, as a preemptor does (node_room.py).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 from quota.admission.candidates import VictimLists
 from quota.admission.node_room import NodeRoom, held_assignments, held_words
@@ -25,13 +25,18 @@ from quota.preemption.domains import domain_scope
 from quota.preemption.victims import Candidate, started_at
 
 
-@dataclass(frozen=True, slots=True)
 class Moves:
     """Consolidation for the pending workloads of one cycle."""
 
-    state: CycleState
-    lists: VictimLists
-    room: NodeRoom
+    __slots__ = ("any_movable", "lists", "room", "state")
+
+    def __init__(self, state: CycleState, lists: VictimLists, room: NodeRoom) -> None:
+        self.state = state
+        self.lists = lists
+        self.room = room
+        # Tried for every pending workload that fits quota but not nodes, before node
+        # preemption: when no queue opts in, that must cost nothing.
+        self.any_movable = any(q.movable for q in state.queues.values())
 
     def consolidate(
         self, spec: QueueSpec, request: Request, counts: Sequence[int], fit: Fit
@@ -40,12 +45,14 @@ class Moves:
         waits for them to move."""
         state = self.state
         view = state.nodes
-        gang, _ = request_gang(state, request, counts, fit.flavors)
-        if view is None or gang is None:
+        if view is None or not self.any_movable:
             return False
         w = request.workload
         movable = self._movable(w, request)
         if not movable:
+            return False
+        gang, _ = request_gang(state, request, counts, fit.flavors)
+        if gang is None:
             return False
         stuck = self.room.stuck(w)
         plan = consolidate(
@@ -55,6 +62,7 @@ class Moves:
             self.room.leaving(set(), stuck),
             self.room.placer(w, gang, spec.placement),
             self._place_moved,
+            [ps.shape.requests for ps in gang.pod_sets],
         )
         if plan is None:
             return False

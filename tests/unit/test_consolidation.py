@@ -11,7 +11,7 @@ import yaml
 from quota.admission.cycle import admission_cycle
 from quota.model.decisions import CycleResult, Pending
 from quota.model.nodes import BoundPod
-from quota.model.snapshot import QueueSpec, Snapshot, Workload
+from quota.model.snapshot import Hold, QueueSpec, Snapshot, Workload
 from quota.simulation.report import to_json
 from quota.simulation.scenario import parse_scenario
 from quota.simulation.simulator import simulate
@@ -20,6 +20,7 @@ from tests.unit.test_preemption_nodes import H100, NOW, gpu_nodes, running
 
 SVC = queue("svc", quota=64, movable=True)
 TRAIN = queue("train", quota=64)
+FIX = queue("fix", quota=64)
 GANG = workload("ml/gang", "train", gpus=8, count=2, priority=0)
 
 
@@ -138,6 +139,89 @@ def test_a_young_workload_protected_by_min_runtime_is_not_moved() -> None:
     protected = replace(SVC, min_runtime_reclaim_s=600.0)
     assert not cycle([protected, TRAIN], [GANG], young, pods).preempt
     assert cycle([protected, TRAIN], [GANG], young, pods, now=NOW + 600).preempt
+
+
+def one_pod_jobs(
+    layout: dict[int, Sequence[tuple[str, int]]],
+) -> tuple[list[Workload], list[BoundPod]]:
+    """Single-pod running jobs: node index -> (key, GPUs), admitted in the order given."""
+    ws: list[Workload] = []
+    pods: list[BoundPod] = []
+    for node, jobs in layout.items():
+        for key, gpus in jobs:
+            queue_name = key.split("/")[0]
+            w, bound = running(key, queue_name, [f"h100-{node}"], gpus=gpus, admitted_at=len(ws))
+            ws.append(w)
+            pods.extend(bound)
+    return ws, pods
+
+
+def held_nodes(hold: object) -> set[str]:
+    assert isinstance(hold, Hold)
+    return {node for a in hold.assignments for node, _ in a.nodes}
+
+
+def test_one_small_job_moves_where_the_gang_needs_its_room() -> None:
+    # Free room 2 on h100-0 and 1 on h100-1; a 3-GPU pod fits neither. Moving svc/w3 (2 GPUs)
+    # from h100-1 to h100-0 is the one move that makes room. Placing the gang first on an
+    # emptied h100-0 found no plan at all.
+    ws, pods = one_pod_jobs(
+        {0: [("svc/w0", 4), ("svc/w1", 2)], 1: [("svc/w2", 4), ("svc/w3", 2), ("svc/w4", 1)]}
+    )
+    pod = workload("ml/p", "train", gpus=3)
+    result = cycle([SVC, TRAIN], [pod], ws, pods, n_nodes=2)
+    (decision,) = result.preempt
+    (moved,) = decision.victims
+    assert (moved.workload, moved.kind) == ("svc/w3", "Moved")
+    assert held_nodes(moved.hold) == {"h100-0"}
+    assert held_nodes(pending_of(result, "ml/p").hold) == {"h100-1"}
+
+
+def test_the_mover_goes_first_when_the_gang_would_take_its_room() -> None:
+    # Free 0, 3, 7, 3. Two 4-GPU pods fit once svc/w0 (5 GPUs) leaves h100-3 for h100-2;
+    # placed first, the gang would take one pod's room on h100-2 and leave w0 nowhere.
+    ws, pods = one_pod_jobs(
+        {0: [("fix/a", 8)], 1: [("fix/b", 5)], 2: [("fix/c", 1)], 3: [("svc/w0", 5)]}
+    )
+    gang = workload("ml/gang", "train", gpus=4, count=2)
+    result = cycle([SVC, FIX, TRAIN], [gang], ws, pods)
+    (decision,) = result.preempt
+    (moved,) = decision.victims
+    assert moved.workload == "svc/w0" and held_nodes(moved.hold) == {"h100-2"}
+    assert held_nodes(pending_of(result, "ml/gang").hold) == {"h100-3"}
+
+
+def test_a_gang_that_may_reclaim_moves_workloads_instead_of_evicting_them() -> None:
+    # train may reclaim (the API's default) and the gang outranks the jobs in its way: both
+    # a move and an eviction would do, and a move keeps the jobs running.
+    ws, pods = scattered()
+    urgent = replace(GANG, priority=10)
+    result = cycle(
+        [SVC, replace(TRAIN, reclaim="Any", within_queue="LowerPriority")], [urgent], ws, pods
+    )
+    (decision,) = result.preempt
+    assert [v.kind for v in decision.victims] == ["Moved", "Moved"]
+    # With nothing movable it evicts, as before.
+    evicted = cycle(
+        [replace(SVC, movable=False), replace(TRAIN, reclaim="Any")], [urgent], ws, pods
+    )
+    (decision,) = evicted.preempt
+    assert {v.kind for v in decision.victims} == {"Reclaimed"}
+
+
+def test_the_second_pending_gang_is_consolidated_when_the_first_cannot_be() -> None:
+    # No moves give three whole nodes to ml/first (the four jobs need two nodes' room), but
+    # one move gives ml/second a whole node, in the same cycle. Neither outranks the jobs, so
+    # neither may evict them.
+    ws, pods = scattered()
+    first = workload("ml/first", "train", gpus=8, count=3)
+    second = workload("ml/second", "train", gpus=8, arrival=1.0)
+    for train in (TRAIN, replace(TRAIN, reclaim="Any")):
+        result = cycle([SVC, train], [first, second], ws, pods)
+        (decision,) = result.preempt
+        assert decision.preemptor == "ml/second"
+        assert [v.kind for v in decision.victims] == ["Moved"]
+        assert pending_of(result, "ml/first").hold is None
 
 
 # -- the simulator runs the same consolidation ------------------------------------------------

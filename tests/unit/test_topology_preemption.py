@@ -398,8 +398,9 @@ def test_a_moved_workload_keeps_its_own_rack_request() -> None:
     nodes = fabric(blocks=1, racks=5)
     movable = replace(B, movable=True)
     # Rack b0-r0 runs ns/pair (which must keep to one rack) and ns/w0; racks b0-r1..r4 have
-    # one free node each. Freeing b0-r0 needs both moved, and ns/pair has no rack to go to:
-    # its two pods would be in two racks.
+    # one free node each, the rest run workloads of queue a, which do not move. Freeing
+    # b0-r0 needs both moved, and ns/pair has no rack to go to: its two pods would be in
+    # two racks.
     pair, pair_pods = running("ns/pair", ["b0-r0-n2", "b0-r0-n3"], priority=100)
     keeps = PodSet("main", 2, {GPU: 8}, topology=PodSetTopology("Required", RACK))
     others, other_pods = fill(
@@ -408,6 +409,7 @@ def test_a_moved_workload_keeps_its_own_rack_request() -> None:
             *(([f"b0-r{r}-n{n}" for n in range(3)], 100, 0.0) for r in range(1, 5)),
         ]
     )
+    others = [w if w.key == "ns/w0" else replace(w, queue="a") for w in others]
     pending = [gang("ns/big", 4)]
     specs = (A, movable)
     result = cycle(
