@@ -103,8 +103,9 @@ class Reasons:
             text += "; " + "; ".join(failure.skipped)
         if partial:
             text += "; not even minCount pods fit"
-        if spec.within_queue != "Never" or spec.reclaim != "Never":
-            text += "; no preemption or reclaim allowed by the queue's policies would make room"
+        allowed = eviction_policies(spec)
+        if allowed:
+            text += f"; its queue may {allowed}, but no set of workloads it may evict makes room"
         return text
 
     def _no_node_carries(self, flavor: str) -> str | None:
@@ -131,6 +132,19 @@ class Reasons:
             )
             self._homeless[flavor] = known
         return known or None
+
+
+def eviction_policies(spec: QueueSpec) -> str:
+    """What `spec`'s policies let its workloads evict, in words ("" for nothing)."""
+    within = {
+        "LowerPriority": "preempt lower priorities in it",
+        "LowerOrNewerEqualPriority": "preempt lower priorities and newer equal ones in it",
+    }.get(spec.within_queue, "")
+    reclaim = {
+        "Any": "reclaim from queues above their fair share or quota",
+        "LowerPriority": "reclaim lower priorities from queues above their fair share or quota",
+    }.get(spec.reclaim, "")
+    return " or ".join(part for part in (within, reclaim) if part)
 
 
 def _flavor_labels(flavor: Flavor | None) -> str:
