@@ -4,6 +4,7 @@ what it borrows, and why a workload does not fit."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
 
 from quota.admission.requests import Request
 from quota.admission.state import CycleState
@@ -103,9 +104,6 @@ class Reasons:
             text += "; " + "; ".join(failure.skipped)
         if partial:
             text += "; not even minCount pods fit"
-        allowed = eviction_policies(spec)
-        if allowed:
-            text += f"; its queue may {allowed}, but no set of workloads it may evict makes room"
         return text
 
     def _no_node_carries(self, flavor: str) -> str | None:
@@ -132,6 +130,30 @@ class Reasons:
             )
             self._homeless[flavor] = known
         return known or None
+
+
+def no_victim_set(spec: QueueSpec) -> str:
+    """ "its queue may reclaim from queues above their fair share or quota, but no set of
+    workloads it may evict makes room": a victim search that found nothing."""
+    return (
+        f"its queue may {eviction_policies(spec)}, but no set of workloads it may evict makes room"
+    )
+
+
+def waits_before_evicting(spec: QueueSpec, since: float, now: float) -> str:
+    """ "it may evict from 14:05:02 UTC (in 1.5s): queue a waits 2s (waitBeforeEvicting) for
+    room to free by completions first" """
+    start = since + spec.wait_before_evicting_s
+    when = datetime.fromtimestamp(start, UTC).strftime("%H:%M:%S UTC")
+    return (
+        f"it may evict from {when} (in {_seconds(start - now)}): queue {spec.name} waits "
+        f"{_seconds(spec.wait_before_evicting_s)} (waitBeforeEvicting) for room to free by "
+        "completions first"
+    )
+
+
+def _seconds(amount: float) -> str:
+    return f"{amount:.0f}s" if amount >= 10 else f"{round(amount, 1):g}s"
 
 
 def eviction_policies(spec: QueueSpec) -> str:

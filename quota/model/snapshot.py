@@ -50,6 +50,8 @@ class QueueSpec:
     reclaim: ReclaimPolicy = "Never"
     min_runtime_preempt_s: float = 0.0
     min_runtime_reclaim_s: float = 0.0
+    # A pending workload evicts no one until it has waited this long (waitBeforeEvicting).
+    wait_before_evicting_s: float = 0.0
     stop_policy: StopPolicy = "None"
     placement: PlacementStrategy = "BinPack"  # how its workloads' pods are placed on nodes
     # Consolidation: its running workloads may be moved to other nodes (below this priority).

@@ -82,7 +82,9 @@ from quota.simulation.results import (
 from quota.simulation.scenario import Scenario
 
 # Events of one instant are applied in this order: what frees quota before what asks for it.
-_COMPLETE, _EVICTED, _SCALE, _ARRIVE, _REQUEUE = range(5)
+# A wake-up changes nothing: it is an instant a pending workload may start to evict
+# (waitBeforeEvicting), so a cycle runs then even if nothing else happens.
+_COMPLETE, _EVICTED, _SCALE, _ARRIVE, _REQUEUE, _WAKE = range(6)
 # Cycles at one instant keep running while they evict (each round admits the preemptors of
 # the previous one); the engine's anti-ping-pong rules end this long before the cap.
 MAX_CYCLES_PER_INSTANT = 64
@@ -296,6 +298,13 @@ class _Simulation:
         job.hold = None
         job.state = "pending"
         job.workload = key
+        spec = self.queues.get(job.cluster_queue)
+        if (
+            spec is not None
+            and spec.wait_before_evicting_s > 0
+            and (spec.within_queue != "Never" or spec.reclaim != "Never")
+        ):
+            self.push(t + spec.wait_before_evicting_s, _WAKE, key)
         if not requeued:
             job.pending_since = t
         self.pending.add(w)
