@@ -173,6 +173,9 @@ class Workload:
     # Evicting all its pods now would take some PodDisruptionBudget below its minimum: a
     # victim of last resort among equals (best effort, as kube-scheduler's preemption).
     disrupts_budget: bool = False
+    # Admitted only: when it last saved its work (annotation muster.dev/last-checkpoint), if
+    # it says; victims that would lose the least work go first among equal priorities.
+    checkpointed_at: float | None = None
     # Pending preemptors only: the room held for it on nodes (see Hold).
     hold: Hold | None = None
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import replace
 
 from quota.admission.cycle import admission_cycle
+from quota.api.names import LAST_CHECKPOINT_ANNOTATION
+from quota.model.convert import last_checkpoint
 from quota.model.decisions import CycleResult
 from quota.model.snapshot import QueueSpec, Snapshot, Workload
 from tests.unit.strategies import apply_cycle, queue, queues_of, workload
@@ -172,3 +174,38 @@ def test_a_failed_reclaim_says_what_the_policies_allow_and_that_no_set_makes_roo
         "its queue may reclaim from queues above their fair share or quota, but no set of "
         "workloads it may evict makes room"
     )
+
+
+# -- the cost of preemption: least work lost first -------------------------------------------
+
+
+def test_the_victim_that_checkpointed_most_recently_goes_first() -> None:
+    # Both started long ago; ns/newer would lose 600s of work, ns/older only 60s since its
+    # checkpoint: without checkpoints the newer one would go.
+    spec = queue("a", quota=2, within_queue="LowerPriority")
+    admitted = [
+        replace(running("ns/older", 1, started=100.0), checkpointed_at=940.0),
+        running("ns/newer", 1, started=400.0),
+    ]
+    result = admission_cycle(snapshot(spec, admitted, [workload("ns/p", "a", gpus=1, priority=5)]))
+    assert victims(result) == ["ns/older"]
+
+
+def test_priority_comes_before_lost_work_and_an_old_checkpoint_does_not_count() -> None:
+    spec = queue("a", quota=3, within_queue="LowerPriority")
+    admitted = [
+        # Checkpointed a moment ago, but of a higher priority: spared.
+        replace(running("ns/saved", 1, priority=1, started=100.0), checkpointed_at=999.0),
+        # A checkpoint from before it started (an earlier run) saves nothing of this one.
+        replace(running("ns/stale", 1, started=300.0), checkpointed_at=50.0),
+        running("ns/fresh", 1, started=500.0),
+    ]
+    result = admission_cycle(snapshot(spec, admitted, [workload("ns/p", "a", gpus=1, priority=5)]))
+    assert victims(result) == ["ns/fresh"]
+
+
+def test_last_checkpoint_annotation_is_read_as_a_time_and_nonsense_as_none() -> None:
+    assert last_checkpoint({LAST_CHECKPOINT_ANNOTATION: "2026-01-01T00:00:10Z"}) == 1767225610.0
+    assert last_checkpoint({LAST_CHECKPOINT_ANNOTATION: "yesterday"}) is None
+    assert last_checkpoint({LAST_CHECKPOINT_ANNOTATION: "2026-01-01T00:00:10"}) is None  # no zone
+    assert last_checkpoint({}) is None
