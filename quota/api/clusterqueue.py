@@ -93,10 +93,10 @@ class FlavorQuota(ApiModel):
 
 
 # What `waitBeforeEvicting` is where no queue on the path sets it. On Kueue's baseline trace
-# at a tenth every value from 2s up avoids all 500 evictions with the same waits and makespan
-# (docs/benchmarks.md); 5s leaves room for a cluster's slower admission pipeline and is still
-# a few controller resyncs, nothing next to the work an evicted training job loses.
-DEFAULT_WAIT_BEFORE_EVICTING = timedelta(seconds=5)
+# every value tried from 15s up avoids all 6,050 evictions with the same waits (2s suffices
+# at a tenth of it); 5s still evicts 155, 10s 55 (docs/benchmarks.md). 30s keeps a margin for
+# a cluster's slower pipeline, and is nothing next to the work an evicted training job loses.
+DEFAULT_WAIT_BEFORE_EVICTING = timedelta(seconds=30)
 
 
 class Preemption(ApiModel):
@@ -127,8 +127,8 @@ class Preemption(ApiModel):
     wait_before_evicting: Duration | None = Field(
         None,
         description="A pending workload of this queue evicts others (preemption or reclaim) "
-        "only once it has waited this long for room to free by completions (e.g. '30s'; "
-        "'0s' evicts at once). Inherited from the nearest ancestor that sets it; 5s when "
+        "only once it has waited this long for room to free by completions (e.g. '2m'; "
+        "'0s' evicts at once). Inherited from the nearest ancestor that sets it; 30s when "
         "none does.",
     )
 

@@ -77,7 +77,7 @@ def test_preemption_on_nodes_waits_too() -> None:
     assert cycle([replace(A, wait_before_evicting_s=10.0), B], [big], nodes, ws, pods).preempt
 
 
-def test_a_team_inherits_its_departments_wait_and_none_set_means_five_seconds() -> None:
+def test_a_team_inherits_its_departments_wait_and_none_set_means_thirty_seconds() -> None:
     queues = specs(
         cluster_queue("dept", waitBeforeEvicting="1m"),
         cluster_queue("team-a", "dept"),
@@ -86,7 +86,7 @@ def test_a_team_inherits_its_departments_wait_and_none_set_means_five_seconds() 
     )
     assert queues["team-a"].wait_before_evicting_s == 60.0
     assert queues["team-b"].wait_before_evicting_s == 0.0  # evicts at once
-    assert queues["other"].wait_before_evicting_s == 5.0
+    assert queues["other"].wait_before_evicting_s == 30.0
 
 
 SCENARIO = """
