@@ -5,6 +5,7 @@ simulator decides again at that instant."""
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Any
 
 import yaml
 
@@ -12,7 +13,7 @@ from quota.admission.cycle import admission_cycle
 from quota.model.snapshot import Snapshot
 from quota.simulation.scenario import parse_scenario
 from quota.simulation.simulator import simulate
-from tests.unit.strategies import queue, queues_of, workload
+from tests.unit.strategies import GPU, queue, queues_of, workload
 from tests.unit.test_min_runtime import cluster_queue, specs
 from tests.unit.test_preemption_nodes import BIG, A, B, cycle, gangs, gpu_nodes, pending_reason
 
@@ -114,46 +115,35 @@ apiVersion: scheduling.k8s.io/v1
 kind: PriorityClass
 metadata: {name: urgent}
 value: 10
----
-apiVersion: batch/v1
-kind: Job
-metadata:
-  name: low
-  namespace: ns
-  labels: {muster.dev/queue-name: q}
-  annotations: {muster.dev/submit-at: 0s, muster.dev/run-for: 1h}
-spec:
-  template:
-    spec:
-      restartPolicy: Never
-      containers:
-      - name: main
-        image: main:latest
-        resources:
-          requests: {nvidia.com/gpu: 4}
----
-apiVersion: batch/v1
-kind: Job
-metadata:
-  name: urgent
-  namespace: ns
-  labels: {muster.dev/queue-name: q}
-  annotations: {muster.dev/submit-at: 10s, muster.dev/run-for: 1m}
-spec:
-  template:
-    spec:
-      priorityClassName: urgent
-      restartPolicy: Never
-      containers:
-      - name: main
-        image: main:latest
-        resources:
-          requests: {nvidia.com/gpu: 4}
 """
 
 
+def job(name: str, submit_at: str, priority_class: str | None = None) -> dict[str, Any]:
+    """A one-pod Job asking for the queue's 4 GPUs, running for an hour."""
+    pod: dict[str, Any] = {
+        "restartPolicy": "Never",
+        "containers": [
+            {"name": "main", "image": "main:latest", "resources": {"requests": {GPU: 4}}}
+        ],
+    }
+    if priority_class:
+        pod["priorityClassName"] = priority_class
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {
+            "name": name,
+            "namespace": "ns",
+            "labels": {"muster.dev/queue-name": "q"},
+            "annotations": {"muster.dev/submit-at": submit_at, "muster.dev/run-for": "1h"},
+        },
+        "spec": {"template": {"spec": pod}},
+    }
+
+
 def test_the_simulator_evicts_at_the_instant_the_wait_ends() -> None:
-    result = simulate(parse_scenario(list(yaml.safe_load_all(SCENARIO))))
+    docs = [*yaml.safe_load_all(SCENARIO), job("low", "0s"), job("urgent", "10s", "urgent")]
+    result = simulate(parse_scenario(docs))
     (record,) = result.preemptions
     # Nothing else happens at 17s: the simulator decides again then, on its own.
     assert record.at == 17.0
