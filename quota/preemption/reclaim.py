@@ -508,15 +508,17 @@ def _walk(
     floor = levels.floor
     used_of = ledger.used
     paths = tree.paths
-    budgets: dict[str, dict[FlavorResource, int]] = {}
+    Budgets = dict[str, dict[FlavorResource, int]]
+    budgets: Budgets = {}  # what the greedy set leaves above the floors
 
-    def budget(name: str) -> dict[FlavorResource, int]:
-        left = budgets.get(name)
-        if left is None:
-            used = used_of[name]
-            left = {k: used.get(k, 0) - floor(name, k) for k in contended}
-            budgets[name] = left
-        return left
+    def known(chain: Sequence[str], budgets: Budgets) -> Budgets:
+        """`budgets` with every queue of `chain` in it: at first, all it holds above its
+        floor on the contended pairs."""
+        for name in chain:
+            if name not in budgets:
+                used = used_of[name]
+                budgets[name] = {k: used.get(k, 0) - floor(name, k) for k in contended}
+        return budgets
 
     def merge(
         dropping: bool,
@@ -562,7 +564,9 @@ def _walk(
                 yield candidate, taking, paths[leaf][:length]
             # The leaf stays in the merge while it holds anything above its floor.
             step += 1
-            if step < len(seq) and (not dropping or any(v > 0 for v in budget(leaf).values())):
+            if step < len(seq) and (
+                not dropping or any(v > 0 for v in known((leaf,), budgets)[leaf].values())
+            ):
                 heapq.heappush(heap, (index.order_keys(leaf)[seq[step]], step, leaf, length))
 
     def fits_budget(
@@ -588,25 +592,18 @@ def _walk(
     freed: dict[FlavorResource, int] = {}
     out: list[Candidate] = []
     for candidate, taking, chain in merge(dropping=True):
-        for name in chain:
-            budget(name)
-        if fits_budget(taking, chain, budgets):
+        if fits_budget(taking, chain, known(chain, budgets)):
             take(taking, chain, budgets, freed)
             out.append(candidate)
             if covered(freed):
                 yield out
                 break
     greedy = {c.workload.key for c in out}
-    fresh = {
-        name: {k: used_of[name].get(k, 0) - floor(name, k) for k in contended} for name in budgets
-    }
+    fresh: Budgets = {}  # all each queue holds above its floor
     seen: list[tuple[Candidate, list[tuple[FlavorResource, int]], tuple[str, ...]]] = []
     anchors = 0
     for anchor, taking, chain in merge(dropping=False):
-        for name in chain:
-            if name not in fresh:
-                used = used_of[name]
-                fresh[name] = {k: used.get(k, 0) - floor(name, k) for k in contended}
+        known(chain, fresh)  # the set of a later anchor may take it
         if anchor.workload.key not in greedy and fits_budget(taking, chain, fresh):
             left = {name: dict(amounts) for name, amounts in fresh.items()}
             freed = {}
