@@ -214,16 +214,23 @@ class _Simulation:
                 break
             self.meter.advance(t)
             self.now = t
+            decide = False
             while self.heap and self.heap[0][0] == t:
                 _, order, _, key, value = heapq.heappop(self.heap)
-                self._apply(order, key, value, t)
-            self._cycles(t)
+                decide |= self._apply(order, key, value, t)
+            if decide:
+                self._cycles(t)
             if progress is not None:
                 progress(t, self.finished)
         # Stopped by --until with work left: the simulation covers up to `until`.
         self.end = until if until is not None and self.heap else self.now
 
-    def _apply(self, order: int, key: str, value: int, t: float) -> None:
+    def _apply(self, order: int, key: str, value: int, t: float) -> bool:
+        """Apply one event; whether a cycle should follow (every event but the wake-up of a
+        workload no longer pending)."""
+        if order == _WAKE:
+            job = self.job_of.get(key)
+            return job is not None and job.state == "pending" and job.workload == key
         if order == _ARRIVE:
             self._arrive(self.jobs[key], t)
         elif order == _COMPLETE:
@@ -240,6 +247,7 @@ class _Simulation:
                 self._submit(job, t, requeued=True)
         elif order == _SCALE:
             self._scale(self.jobs[key], value, t)
+        return True
 
     # -- what happens to a job ---------------------------------------------------------------
 
