@@ -173,10 +173,10 @@ class NodeRoom:
             excluded.add(request.running.key)
         now = state.snapshot.now
         found = node_candidates(w, spec, state.queues, self.lists.on_nodes(), excluded, now)
-        waits = ""
-        if found.allowed and now < w.arrival + spec.wait_before_evicting_s:
+        waits = waits_before_evicting(spec, w, now) if found.allowed else ""
+        if waits:
             found = replace(found, allowed=())  # those already leaving may still do
-            waits = "; " + waits_before_evicting(spec, w.arrival, now)
+            waits = "; " + waits
         stuck = self.stuck(w)
         leaving = self.leaving(chosen, stuck)
         scope = domain_scope(gang)

@@ -64,10 +64,11 @@ class QuotaPreemption:
         if not contended:
             # Nothing is short in the planned ledger: evicting cannot help.
             return NoEviction(failed)
-        if state.snapshot.now < w.arrival + spec.wait_before_evicting_s:
+        waits = waits_before_evicting(spec, w, state.snapshot.now)
+        if waits:
             # Room may still free by completions: evicting now could throw work away for
-            # nothing. (Arrival is when it was queued, or queued again after an eviction.)
-            return NoEviction(waits_before_evicting(spec, w.arrival, state.snapshot.now))
+            # nothing.
+            return NoEviction(waits)
         # Valid for the whole call: each search below leaves the ledger as it found it or
         # succeeds and ends the call.
         covered = _covering(options, room)

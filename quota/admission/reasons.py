@@ -140,10 +140,14 @@ def no_victim_set(spec: QueueSpec) -> str:
     )
 
 
-def waits_before_evicting(spec: QueueSpec, since: float, now: float) -> str:
-    """ "it may evict from 14:05:02 UTC (in 1.5s): queue a waits 2s (waitBeforeEvicting) for
-    room to free by completions first" """
-    start = since + spec.wait_before_evicting_s
+def waits_before_evicting(spec: QueueSpec, w: Workload, now: float) -> str:
+    """While `w` is in its queue's wait before evicting (waitBeforeEvicting, counted from its
+    arrival: its creation on the cluster, its latest queueing in the simulator), why it
+    evicts no one: "it may evict from 14:05:32 UTC (in 1.5s): queue a waits 30s
+    (waitBeforeEvicting) for room to free by completions first"; "" once it may."""
+    start = w.arrival + spec.wait_before_evicting_s
+    if now >= start:
+        return ""
     when = datetime.fromtimestamp(start, UTC).strftime("%H:%M:%S UTC")
     return (
         f"it may evict from {when} (in {_seconds(start - now)}): queue {spec.name} waits "
