@@ -318,6 +318,12 @@ class Reconciler:
 
     def drive(self, job: GenericJob, wl: Obj, desired: Obj | None) -> float | None:
         """Carry a single Workload's state over to its object (shared by plain and elastic)."""
+        if wls.owner_annotations(job.object) != wls.owner_annotations(wl):
+            # Its checkpoint time moved: the next cycle's victim order reads it off the Workload.
+            wl = (
+                self.update_workload(wl, lambda w: wls.follow_owner_annotations(w, job.object))
+                or wl
+            )
         if not wls.has_quota(wl):
             if desired is not None and not same_request(wl.get("spec") or {}, desired):
                 self.update_workload_spec(wl, desired)

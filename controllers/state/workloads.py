@@ -21,7 +21,12 @@ from typing import Any
 from controllers.state.foreigngroups import group_id_of_workload, is_foreign_group
 from quota.api.conditions import WorkloadConditions as WC
 from quota.api.meta import API_VERSION
-from quota.api.names import JOB_NAME_LABEL, JOB_UID_LABEL, WORKLOAD_FINALIZER
+from quota.api.names import (
+    JOB_NAME_LABEL,
+    JOB_UID_LABEL,
+    LAST_CHECKPOINT_ANNOTATION,
+    WORKLOAD_FINALIZER,
+)
 from quota.lifecycle.eviction import requeue_after_eviction
 from quota.lifecycle.slices import pods_after_scale_down
 
@@ -459,6 +464,32 @@ def mark_finished(wl: Obj, reason: str, message: str, now: datetime) -> bool:
     return True
 
 
+# The owner's annotations its Workload carries too, kept equal while it lives: what the
+# admission cycle reads off the Workload but only the owner's workload can say.
+COPIED_ANNOTATIONS = (LAST_CHECKPOINT_ANNOTATION,)
+
+
+def owner_annotations(owner: Mapping[str, Any]) -> dict[str, str]:
+    """The owner's annotations of `COPIED_ANNOTATIONS` that it sets."""
+    annotations = (owner.get("metadata") or {}).get("annotations") or {}
+    return {k: str(annotations[k]) for k in COPIED_ANNOTATIONS if k in annotations}
+
+
+def follow_owner_annotations(wl: Obj, owner: Mapping[str, Any]) -> bool:
+    """Make `wl`'s copied annotations the owner's (a mutation: whether it changed)."""
+    wanted = owner_annotations(owner)
+    annotations = wl.setdefault("metadata", {}).setdefault("annotations", {})
+    changed = False
+    for key in COPIED_ANNOTATIONS:
+        if annotations.get(key) != wanted.get(key):
+            changed = True
+            if key in wanted:
+                annotations[key] = wanted[key]
+            else:
+                annotations.pop(key, None)
+    return changed
+
+
 def new_workload(
     name: str,
     namespace: str,
@@ -470,6 +501,7 @@ def new_workload(
     deleting the owner deletes it, and its finalizer keeps it, and its quota, until its pods
     are gone."""
     meta = job["metadata"]
+    copied = owner_annotations(job)
     return {
         "apiVersion": API_VERSION,
         "kind": "Workload",
@@ -478,6 +510,7 @@ def new_workload(
             "namespace": namespace,
             "finalizers": [WORKLOAD_FINALIZER],
             "labels": {JOB_UID_LABEL: meta["uid"], JOB_NAME_LABEL: meta["name"][:63]},
+            **({"annotations": copied} if copied else {}),
             "ownerReferences": [
                 {
                     "apiVersion": owner_kind[0],

@@ -24,6 +24,7 @@ from datetime import UTC, datetime
 from functools import partial
 
 from quota.admission.candidates import VictimLists
+from quota.admission.reasons import waits_before_evicting
 from quota.admission.requests import Request, request_gang
 from quota.admission.state import CycleState
 from quota.model.decisions import Pending, Preempt, Victim
@@ -194,6 +195,10 @@ class NodeRoom:
             excluded.add(request.running.key)
         now = state.snapshot.now
         found = node_candidates(w, spec, state.queues, self.lists.on_nodes(), excluded, now)
+        waits = waits_before_evicting(spec, w, now) if found.allowed else ""
+        if waits:
+            found = replace(found, allowed=())  # those already leaving may still do
+            waits = "; " + waits
         stuck = self.stuck(w)
         leaving = self.leaving(chosen, stuck)
         scope = domain_scope(gang)
@@ -203,7 +208,7 @@ class NodeRoom:
             found = replace(found, forbidden=())
         spared = found.protected or (scope is not None and found.forbidden)
         if why is not None and not found.allowed and not spared and not leaving:
-            return why
+            return replace(why, reason=why.reason + waits) if waits else why
         place = self.placer(w, gang, spec.placement)
         freeable = ""
         if scope is None:
@@ -228,6 +233,7 @@ class NodeRoom:
                     reason += "; " + forbidden_words(found.forbidden, spec)
             if found.protected:
                 reason += "; " + protected_words(found.protected, now)
+            reason += waits
             return Unplaceable(reason, False, plan.pod_set)
         domain = scope.words(view, plan.placement) if scope is not None else ""
         return HeldRoom(plan, self._hold_for(request, fit, plan, quota_victims), domain)

@@ -17,6 +17,7 @@ from typing import Literal, NamedTuple
 from quota.admission.candidates import VictimLists
 from quota.admission.node_room import HeldRoom, NodeRoom
 from quota.admission.outcome import NoEviction
+from quota.admission.reasons import no_victim_set, waits_before_evicting
 from quota.admission.requests import Request
 from quota.admission.state import CycleState
 from quota.model.decisions import Pending, Preempt, Victim
@@ -58,9 +59,16 @@ class QuotaPreemption:
         if spec.within_queue == "Never" and spec.reclaim == "Never":
             return NoEviction()
         w = request.workload
+        failed = no_victim_set(spec)
         options, room, contended = self._options(spec.name, request, counts)
         if not contended:
-            return NoEviction()  # nothing is short in the planned ledger: evicting cannot help
+            # Nothing is short in the planned ledger: evicting cannot help.
+            return NoEviction(failed)
+        waits = waits_before_evicting(spec, w, state.snapshot.now)
+        if waits:
+            # Room may still free by completions: evicting now could throw work away for
+            # nothing.
+            return NoEviction(waits)
         # Valid for the whole call: each search below leaves the ledger as it found it or
         # succeeds and ends the call.
         covered = _covering(options, room)
@@ -119,7 +127,8 @@ class QuotaPreemption:
                     for c in chosen
                 ]
         if chosen is None:
-            return NoEviction(self._protected(spec, w, contended))
+            protected = self._protected(spec, w, contended)
+            return NoEviction(f"{failed}; {protected}" if protected else failed)
         fit = try_fit()
         assert fit is not None, "victim search ended in a state where the preemptor fits"
         if state.nodes is not None:
@@ -164,7 +173,8 @@ class QuotaPreemption:
             tx.rollback()
             names = ", ".join(c.workload.key for c in chosen)
             return NoEviction(
-                f"evicting {names} would free the quota, but no one is evicted: " + outcome.reason
+                f"{no_victim_set(spec)}; evicting {names} would free the quota, but no one is "
+                "evicted: " + outcome.reason
             )
         tx.commit()
         kept = self._reprieve_for_quota(chosen, outcome, fit, try_fit)

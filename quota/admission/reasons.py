@@ -4,6 +4,7 @@ what it borrows, and why a workload does not fit."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
 
 from quota.admission.requests import Request
 from quota.admission.state import CycleState
@@ -103,8 +104,6 @@ class Reasons:
             text += "; " + "; ".join(failure.skipped)
         if partial:
             text += "; not even minCount pods fit"
-        if spec.within_queue != "Never" or spec.reclaim != "Never":
-            text += "; no preemption or reclaim allowed by the queue's policies would make room"
         return text
 
     def _no_node_carries(self, flavor: str) -> str | None:
@@ -131,6 +130,47 @@ class Reasons:
             )
             self._homeless[flavor] = known
         return known or None
+
+
+def no_victim_set(spec: QueueSpec) -> str:
+    """ "its queue may reclaim from queues above their fair share or quota, but no set of
+    workloads it may evict makes room": a victim search that found nothing."""
+    return (
+        f"its queue may {eviction_policies(spec)}, but no set of workloads it may evict makes room"
+    )
+
+
+def waits_before_evicting(spec: QueueSpec, w: Workload, now: float) -> str:
+    """While `w` is in its queue's wait before evicting (waitBeforeEvicting, counted from its
+    arrival: its creation on the cluster, its latest queueing in the simulator), why it
+    evicts no one: "it may evict from 14:05:32 UTC (in 1.5s): queue a waits 30s
+    (waitBeforeEvicting) for room to free by completions first"; "" once it may."""
+    start = w.arrival + spec.wait_before_evicting_s
+    if now >= start:
+        return ""
+    when = datetime.fromtimestamp(start, UTC).strftime("%H:%M:%S UTC")
+    return (
+        f"it may evict from {when} (in {_seconds(start - now)}): queue {spec.name} waits "
+        f"{_seconds(spec.wait_before_evicting_s)} (waitBeforeEvicting) for room to free by "
+        "completions first"
+    )
+
+
+def _seconds(amount: float) -> str:
+    return f"{amount:.0f}s" if amount >= 10 else f"{round(amount, 1):g}s"
+
+
+def eviction_policies(spec: QueueSpec) -> str:
+    """What `spec`'s policies let its workloads evict, in words ("" for nothing)."""
+    within = {
+        "LowerPriority": "preempt lower priorities in it",
+        "LowerOrNewerEqualPriority": "preempt lower priorities and newer equal ones in it",
+    }.get(spec.within_queue, "")
+    reclaim = {
+        "Any": "reclaim from queues above their fair share or quota",
+        "LowerPriority": "reclaim lower priorities from queues above their fair share or quota",
+    }.get(spec.reclaim, "")
+    return " or ".join(part for part in (within, reclaim) if part)
 
 
 def _flavor_labels(flavor: Flavor | None) -> str:

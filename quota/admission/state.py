@@ -4,8 +4,9 @@ The cycle keeps two ledgers. `held` is what nodes actually hold: admitted worklo
 including those already told to leave, plus this cycle's admissions. `planned` is the state
 once every eviction in flight has completed: victims and drained workloads released,
 preemptors that wait for them, and workloads being moved, charged (the quota of their
-holds, from the start of the cycle until their own turn). A workload is admitted only when it fits both, so it
-neither overcommits nodes nor takes room promised to a preemptor; preemption plans against
+holds, from the start of the cycle until their own turn). A workload is admitted only when
+it fits both, so it neither overcommits nodes nor takes room promised to a preemptor;
+preemption plans against
 `planned`, so no quota is promised twice and no victim is chosen twice.
 
 `CycleState` is built once per cycle from the snapshot and handed to every part (the driver

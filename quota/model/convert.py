@@ -10,6 +10,7 @@ frozen snapshot values out.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from datetime import datetime
 from typing import Any
 
 from quota.api import ManifestError, parse_manifest
@@ -17,6 +18,7 @@ from quota.api.meta import Toleration as TolerationModel
 from quota.api.names import (
     ELASTIC_ANNOTATION,
     JOB_POD_SET,
+    LAST_CHECKPOINT_ANNOTATION,
     MIN_PARALLELISM_ANNOTATION,
     PREFERRED_TOPOLOGY_ANNOTATION,
     QUEUE_LABEL,
@@ -153,7 +155,24 @@ def workload(
         admitted_at=admitted_at,
         replaces=f"{namespace}/{wl.spec.replaces}" if wl.spec.replaces else None,
         evicting=evicting,
+        checkpointed_at=last_checkpoint(wl.metadata.annotations),
     )
+
+
+def last_checkpoint(annotations: Mapping[str, str]) -> float | None:
+    """The time in annotation muster.dev/last-checkpoint, in seconds, or None.
+
+    The workload writes it while it runs; a value that is not an RFC 3339 time with a zone
+    counts as no checkpoint (the eviction order then falls back on the start time) rather
+    than stopping the cycle."""
+    text = annotations.get(LAST_CHECKPOINT_ANNOTATION)
+    if not text:
+        return None
+    try:
+        moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return moment.timestamp() if moment.tzinfo is not None else None
 
 
 def priority_wait(

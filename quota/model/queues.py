@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
 from typing import Any
 
-from quota.api.clusterqueue import ClusterQueue
+from quota.api.clusterqueue import DEFAULT_WAIT_BEFORE_EVICTING, ClusterQueue
 from quota.api.conditions import ClusterQueueConditions
 from quota.api.queuetree import QueueTree
 from quota.model.snapshot import FlavorQuota, QueueSpec
@@ -59,6 +59,9 @@ def queue_spec(cq: ClusterQueue, active: bool = True, reason: str = "") -> Queue
     preemption = spec.preemption
     preempt_min = preemption.preempt_min_runtime
     reclaim_min = preemption.reclaim_min_runtime
+    wait = preemption.wait_before_evicting
+    if wait is None:
+        wait = DEFAULT_WAIT_BEFORE_EVICTING
     return QueueSpec(
         name=cq.name,
         parent=spec.parent,
@@ -70,6 +73,7 @@ def queue_spec(cq: ClusterQueue, active: bool = True, reason: str = "") -> Queue
         reclaim=preemption.reclaim,
         min_runtime_preempt_s=preempt_min.total_seconds() if preempt_min else 0.0,
         min_runtime_reclaim_s=reclaim_min.total_seconds() if reclaim_min else 0.0,
+        wait_before_evicting_s=wait.total_seconds(),
         stop_policy=spec.stop_policy,
         placement=spec.placement_strategy,
         movable=spec.consolidation.movable,
@@ -82,27 +86,38 @@ def queue_spec(cq: ClusterQueue, active: bool = True, reason: str = "") -> Queue
 def inherit_min_runtimes(
     queues: Mapping[str, QueueSpec], cluster_queues: Iterable[ClusterQueue]
 ) -> dict[str, QueueSpec]:
-    """`queues` with each queue's minimum runtimes taken from its nearest ancestor that
-    sets one, where it sets none itself: protecting a department's workloads protects its
-    teams' (a queue may still say `0s` to opt out)."""
+    """`queues` with each queue's minimum runtimes and wait before evicting taken from its
+    nearest ancestor that sets one, where it sets none itself: protecting a department's
+    workloads protects its teams' (a queue may still say `0s` to opt out). A wait before
+    evicting no queue on the path sets is `DEFAULT_WAIT_BEFORE_EVICTING`."""
     own = {cq.name: cq.spec.preemption for cq in cluster_queues}
     out: dict[str, QueueSpec] = {}
     for name, spec in queues.items():
         preempt = own[name].preempt_min_runtime if name in own else None
         reclaim = own[name].reclaim_min_runtime if name in own else None
+        wait = own[name].wait_before_evicting if name in own else None
         seen = {name}
         parent = spec.parent
-        while (preempt is None or reclaim is None) and parent in own and parent not in seen:
+        while (
+            (preempt is None or reclaim is None or wait is None)
+            and parent in own
+            and parent not in seen
+        ):
             seen.add(parent)
             if preempt is None:
                 preempt = own[parent].preempt_min_runtime
             if reclaim is None:
                 reclaim = own[parent].reclaim_min_runtime
+            if wait is None:
+                wait = own[parent].wait_before_evicting
             parent = queues[parent].parent if parent in queues else None
+        if wait is None:
+            wait = DEFAULT_WAIT_BEFORE_EVICTING
         out[name] = replace(
             spec,
             min_runtime_preempt_s=preempt.total_seconds() if preempt else 0.0,
             min_runtime_reclaim_s=reclaim.total_seconds() if reclaim else 0.0,
+            wait_before_evicting_s=wait.total_seconds(),
         )
     return out
 

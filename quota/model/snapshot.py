@@ -50,6 +50,8 @@ class QueueSpec:
     reclaim: ReclaimPolicy = "Never"
     min_runtime_preempt_s: float = 0.0
     min_runtime_reclaim_s: float = 0.0
+    # A pending workload evicts no one until it has waited this long (waitBeforeEvicting).
+    wait_before_evicting_s: float = 0.0
     stop_policy: StopPolicy = "None"
     placement: PlacementStrategy = "BinPack"  # how its workloads' pods are placed on nodes
     # Consolidation: its running workloads may be moved to other nodes (below this priority).
@@ -171,6 +173,9 @@ class Workload:
     # Evicting all its pods now would take some PodDisruptionBudget below its minimum: a
     # victim of last resort among equals (best effort, as kube-scheduler's preemption).
     disrupts_budget: bool = False
+    # Admitted only: when it last saved its work (annotation muster.dev/last-checkpoint), if
+    # it says; victims that would lose the least work go first among equal priorities.
+    checkpointed_at: float | None = None
     # Pending preemptors only: the room held for it on nodes (see Hold).
     hold: Hold | None = None
 

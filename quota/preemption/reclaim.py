@@ -23,8 +23,11 @@ reclaimer's path has no room under its ceiling or limit, only its subtree is sea
 enough, nothing is searched (`ReclaimIndex.freeable`, kept up to date per leaf). Otherwise
 the reachable leaves' candidates, each leaf's already in victim order, are merged lazily and
 taken while every queue on the victim's side stays above its floor, until the freed room
-could be enough. The usual greedy-then-reprieve search (quota/preemption.py) then picks the
-final victims among those.
+could be enough. Where small candidates use up a floor's budget that one larger candidate
+alone would fit, sets anchored on each candidate the greedy set left out follow, in victim
+order (`_walk`), so a single sufficient victim is always found. The usual
+greedy-then-reprieve search (victims.py) then picks the final victims of the first set that
+makes room.
 """
 
 from __future__ import annotations
@@ -164,7 +167,7 @@ def plan_reclaim(
             continue  # the reclaimer's own queue has no room under its ceiling or limit
         if not covered(index.freeable(rule, queue.name, contended, reach)):
             continue  # even all that the reachable subtrees hold above their floors won't do
-        candidates = _walk(
+        sets = _walk(
             preemptor,
             queue,
             queues,
@@ -178,8 +181,6 @@ def plan_reclaim(
             reach,
             covered,
         )
-        if not candidates:
-            continue
 
         def allowed(candidate: Candidate, levels: _Levels = levels) -> bool:
             for name in below(tree, candidate.queue, meeting(candidate.queue)):
@@ -204,15 +205,16 @@ def plan_reclaim(
                         return False
             return True
 
-        victims = select_victims(candidates, ledger, fits, allowed, tx=tx)
-        if victims is not None:
-            reasons = {
-                v.workload.key: _reason(
-                    preemptor, queue.name, v, victims, levels, ledger, contended
-                )
-                for v in victims
-            }
-            return ReclaimPlan(tuple(victims), rule, reasons)
+        for candidates in sets:
+            victims = select_victims(candidates, ledger, fits, allowed, tx=tx)
+            if victims is not None:
+                reasons = {
+                    v.workload.key: _reason(
+                        preemptor, queue.name, v, victims, levels, ledger, contended
+                    )
+                    for v in victims
+                }
+                return ReclaimPlan(tuple(victims), rule, reasons)
     return None
 
 
@@ -482,82 +484,150 @@ def _walk(
     now: float,
     reach: int,
     covered: Callable[[Mapping[FlavorResource, int]], bool],
-) -> list[Candidate]:
-    """Candidates this rule lets go, least important first, until enough could be freed.
+) -> Iterator[list[Candidate]]:
+    """Sets of candidates this rule lets go, each of which could free enough, in the
+    documented victim order.
 
     The reachable leaves' candidate lists (each already in victim order) are merged lazily,
     and a candidate is taken while every queue on the victim's side keeps its floor: each has
     a budget (what it holds above its floor on the contended pairs) that taken candidates use
     up, exactly as the removals would. The merge stops as soon as the freed room could be
     enough, so a search that succeeds looks at a handful of workloads however many leaves
-    have something to give. Returns [] when even every allowed candidate would not do.
+    have something to give: that greedy set comes first.
+
+    A greedy set can fail where another succeeds: small candidates taken first can use up a
+    budget that one larger candidate alone would fit, and stay within. So then every
+    candidate the greedy set did not take is tried as an anchor, least important first (up
+    to `_ANCHORS` of them): the anchor, then the candidates before it that still fit what
+    it leaves of the budgets. Each set thus holds the anchor as its most important member,
+    sets come in the order of that member, and a single sufficient victim is found at the
+    latest when it is the anchor (the caller's reprieve drops the others it does not need).
+    The anchor goes first in its set: the caller releases in the order given.
     """
     lower_only = queue.reclaim == "LowerPriority"
     floor = levels.floor
     used_of = ledger.used
     paths = tree.paths
-    budgets: dict[str, dict[FlavorResource, int]] = {}
+    Budgets = dict[str, dict[FlavorResource, int]]
+    budgets: Budgets = {}  # what the greedy set leaves above the floors
 
-    def budget(name: str) -> dict[FlavorResource, int]:
-        left = budgets.get(name)
-        if left is None:
-            used = used_of[name]
-            left = {k: used.get(k, 0) - floor(name, k) for k in contended}
-            budgets[name] = left
-        return left
+    def known(chain: Sequence[str], budgets: Budgets) -> Budgets:
+        """`budgets` with every queue of `chain` in it: at first, all it holds above its
+        floor on the contended pairs."""
+        for name in chain:
+            if name not in budgets:
+                used = used_of[name]
+                budgets[name] = {k: used.get(k, 0) - floor(name, k) for k in contended}
+        return budgets
 
-    # (victim order of the leaf's next candidate, step in the leaf's sequence, leaf, length
-    # of its chain). With one contended pair (the usual case: GPUs) a leaf's sequence is only
-    # its workloads holding that pair, so workloads that could not help are never looked at.
-    heap: list[tuple[VictimKey, int, str, int]] = []
-    avail = index.available(levels.rule)
-    single = next(iter(contended)) if len(contended) == 1 else None
-    steps: dict[str, Sequence[int]] = {}
-    for leaf, length in index.leaves_within(levels.rule, queue.name, reach):
-        # Only leaves whose whole victim side has some contended pair to give are merged.
-        mine = avail.get(leaf, _NOTHING)
-        top = avail.get(paths[leaf][length - 1], _NOTHING)
-        if not any(k in mine and k in top for k in contended):
-            continue
-        # (A leaf may hold only this cycle's admissions or reservations: nothing to take.)
-        found = index.candidates(leaf)
-        seq = index.holding(leaf, single) if single is not None else range(len(found))
-        if seq:
-            steps[leaf] = seq
-            heap.append((index.order_keys(leaf)[seq[0]], 0, leaf, length))
-    heapq.heapify(heap)
+    def merge(
+        dropping: bool,
+    ) -> Iterator[tuple[Candidate, list[tuple[FlavorResource, int]], tuple[str, ...]]]:
+        """The candidates this rule allows, in victim order, each with what it takes of the
+        contended pairs and the queues on its side. With `dropping`, a leaf leaves the merge
+        once the greedy takes leave it nothing above its floor."""
+        # (victim order of the leaf's next candidate, step in the leaf's sequence, leaf,
+        # length of its chain). With one contended pair (the usual case: GPUs) a leaf's
+        # sequence is only its workloads holding that pair, so workloads that could not help
+        # are never looked at.
+        heap: list[tuple[VictimKey, int, str, int]] = []
+        avail = index.available(levels.rule)
+        single = next(iter(contended)) if len(contended) == 1 else None
+        steps: dict[str, Sequence[int]] = {}
+        for leaf, length in index.leaves_within(levels.rule, queue.name, reach):
+            # Only leaves whose whole victim side has some contended pair to give are merged.
+            mine = avail.get(leaf, _NOTHING)
+            top = avail.get(paths[leaf][length - 1], _NOTHING)
+            if not any(k in mine and k in top for k in contended):
+                continue
+            # (A leaf may hold only this cycle's admissions or reservations: nothing to take.)
+            found = index.candidates(leaf)
+            seq = index.holding(leaf, single) if single is not None else range(len(found))
+            if seq:
+                steps[leaf] = seq
+                heap.append((index.order_keys(leaf)[seq[0]], 0, leaf, length))
+        heapq.heapify(heap)
+        while heap:
+            _, step, leaf, length = heapq.heappop(heap)
+            seq = steps[leaf]
+            candidate = index.candidates(leaf)[seq[step]]
+            w = candidate.workload
+            if lower_only and w.priority >= preemptor.priority:
+                continue  # sorted by priority: the rest of this leaf is no less important
+            taking = [(k, amount) for k, amount in candidate.usage.items() if k in contended]
+            min_runtime = queues[leaf].min_runtime_reclaim_s
+            if (
+                taking
+                and w.key not in excluded
+                and not (min_runtime and now - started_at(w) < min_runtime)
+            ):
+                yield candidate, taking, paths[leaf][:length]
+            # The leaf stays in the merge while it holds anything above its floor.
+            step += 1
+            if step < len(seq) and (
+                not dropping or any(v > 0 for v in known((leaf,), budgets)[leaf].values())
+            ):
+                heapq.heappush(heap, (index.order_keys(leaf)[seq[step]], step, leaf, length))
+
+    def fits_budget(
+        taking: Sequence[tuple[FlavorResource, int]],
+        chain: Sequence[str],
+        left: Mapping[str, Mapping[FlavorResource, int]],
+    ) -> bool:
+        return all(left[name][k] >= amount for name in chain for k, amount in taking)
+
+    def take(
+        taking: Sequence[tuple[FlavorResource, int]],
+        chain: Sequence[str],
+        left: Mapping[str, dict[FlavorResource, int]],
+        freed: dict[FlavorResource, int],
+    ) -> None:
+        for name in chain:
+            mine = left[name]
+            for k, amount in taking:
+                mine[k] -= amount
+        for k, amount in taking:
+            freed[k] = freed.get(k, 0) + amount
+
     freed: dict[FlavorResource, int] = {}
     out: list[Candidate] = []
-    while heap:
-        _, step, leaf, length = heapq.heappop(heap)
-        seq = steps[leaf]
-        candidate = index.candidates(leaf)[seq[step]]
-        w = candidate.workload
-        if lower_only and w.priority >= preemptor.priority:
-            continue  # sorted by priority: the rest of this leaf is no less important
-        taking = [(k, amount) for k, amount in candidate.usage.items() if k in contended]
-        min_runtime = queues[leaf].min_runtime_reclaim_s
-        if (
-            taking
-            and w.key not in excluded
-            and not (min_runtime and now - started_at(w) < min_runtime)
-        ):
-            chain = paths[leaf][:length]
-            if all(budget(name)[k] >= amount for name in chain for k, amount in taking):
-                for name in chain:
-                    left = budgets[name]
-                    for k, amount in taking:
-                        left[k] -= amount
-                for k, amount in taking:
-                    freed[k] = freed.get(k, 0) + amount
-                out.append(candidate)
-                if covered(freed):
-                    return out
-        # The leaf stays in the merge while it holds anything above its floor.
-        step += 1
-        if step < len(seq) and any(v > 0 for v in budget(leaf).values()):
-            heapq.heappush(heap, (index.order_keys(leaf)[seq[step]], step, leaf, length))
-    return []
+    for candidate, taking, chain in merge(dropping=True):
+        if fits_budget(taking, chain, known(chain, budgets)):
+            take(taking, chain, budgets, freed)
+            out.append(candidate)
+            if covered(freed):
+                yield out
+                break
+    greedy = {c.workload.key for c in out}
+    fresh: Budgets = {}  # all each queue holds above its floor
+    seen: list[tuple[Candidate, list[tuple[FlavorResource, int]], tuple[str, ...]]] = []
+    anchors = 0
+    for anchor, taking, chain in merge(dropping=False):
+        known(chain, fresh)  # the set of a later anchor may take it
+        if anchor.workload.key not in greedy and fits_budget(taking, chain, fresh):
+            left = {name: dict(amounts) for name, amounts in fresh.items()}
+            freed = {}
+            take(taking, chain, left, freed)
+            chosen = [anchor]
+            enough = covered(freed)
+            for earlier, their, theirs in seen:
+                if enough:
+                    break
+                if fits_budget(their, theirs, left):
+                    take(their, theirs, left, freed)
+                    chosen.append(earlier)
+                    enough = covered(freed)
+            if enough:
+                yield chosen
+            anchors += 1
+            if anchors >= _ANCHORS:
+                return
+        seen.append((anchor, taking, chain))
+
+
+# How many candidates a failed greedy reclaim search tries as anchors (see `_walk`): failed
+# searches are most of a contended cycle's work, so they stay bounded.
+_ANCHORS = 32
 
 
 def _reason(

@@ -36,15 +36,25 @@ def started_at(workload: Workload) -> float:
     return workload.admitted_at if workload.admitted_at is not None else workload.arrival
 
 
-VictimKey = tuple[int, bool, float, str]
+def saved_at(workload: Workload) -> float:
+    """Up to when an admitted workload's work would survive an eviction: its last checkpoint
+    (annotation muster.dev/last-checkpoint) if it checkpointed since it started, else its
+    start. An eviction loses the work done since (now - saved_at)."""
+    start = started_at(workload)
+    checkpoint = workload.checkpointed_at
+    return checkpoint if checkpoint is not None and checkpoint > start else start
+
+
+VictimKey = tuple[int, bool, float, float, str]
 
 
 def victim_order(candidate: Candidate) -> VictimKey:
     """Least important first: lowest priority, then those whose eviction keeps every
-    PodDisruptionBudget (best effort: a budget never stops a needed eviction), then most
-    recently started, then key."""
+    PodDisruptionBudget (best effort: a budget never stops a needed eviction), then least
+    work lost (latest checkpoint, or start without one: KEP-5710's cost of preemption), then
+    most recently started, then key."""
     w = candidate.workload
-    return (w.priority, w.disrupts_budget, -started_at(w), w.key)
+    return (w.priority, w.disrupts_budget, -saved_at(w), -started_at(w), w.key)
 
 
 def in_victim_order(
@@ -58,13 +68,7 @@ def in_victim_order(
     sorting: a cycle sorts most of the admitted workloads of a full cluster this way.
     """
     keys = [
-        (
-            w.priority,
-            w.disrupts_budget,
-            -started_at(w),
-            w.key,
-        )
-        for w, _ in workloads
+        (w.priority, w.disrupts_budget, -saved_at(w), -started_at(w), w.key) for w, _ in workloads
     ]
     order = sorted(range(len(keys)), key=keys.__getitem__)
     candidates = [Candidate(w, queue, usage) for w, usage in map(workloads.__getitem__, order)]

@@ -82,7 +82,9 @@ from quota.simulation.results import (
 from quota.simulation.scenario import Scenario
 
 # Events of one instant are applied in this order: what frees quota before what asks for it.
-_COMPLETE, _EVICTED, _SCALE, _ARRIVE, _REQUEUE = range(5)
+# A wake-up changes nothing: it is an instant a pending workload may start to evict
+# (waitBeforeEvicting), so a cycle runs then even if nothing else happens.
+_COMPLETE, _EVICTED, _SCALE, _ARRIVE, _REQUEUE, _WAKE = range(6)
 # Cycles at one instant keep running while they evict (each round admits the preemptors of
 # the previous one); the engine's anti-ping-pong rules end this long before the cap.
 MAX_CYCLES_PER_INSTANT = 64
@@ -212,16 +214,23 @@ class _Simulation:
                 break
             self.meter.advance(t)
             self.now = t
+            decide = False
             while self.heap and self.heap[0][0] == t:
                 _, order, _, key, value = heapq.heappop(self.heap)
-                self._apply(order, key, value, t)
-            self._cycles(t)
+                decide |= self._apply(order, key, value, t)
+            if decide:
+                self._cycles(t)
             if progress is not None:
                 progress(t, self.finished)
         # Stopped by --until with work left: the simulation covers up to `until`.
         self.end = until if until is not None and self.heap else self.now
 
-    def _apply(self, order: int, key: str, value: int, t: float) -> None:
+    def _apply(self, order: int, key: str, value: int, t: float) -> bool:
+        """Apply one event; whether a cycle should follow (every event but the wake-up of a
+        workload no longer pending)."""
+        if order == _WAKE:
+            job = self.job_of.get(key)
+            return job is not None and job.state == "pending" and job.workload == key
         if order == _ARRIVE:
             self._arrive(self.jobs[key], t)
         elif order == _COMPLETE:
@@ -238,6 +247,7 @@ class _Simulation:
                 self._submit(job, t, requeued=True)
         elif order == _SCALE:
             self._scale(self.jobs[key], value, t)
+        return True
 
     # -- what happens to a job ---------------------------------------------------------------
 
@@ -296,6 +306,13 @@ class _Simulation:
         job.hold = None
         job.state = "pending"
         job.workload = key
+        spec = self.queues.get(job.cluster_queue)
+        if (
+            spec is not None
+            and spec.wait_before_evicting_s > 0
+            and (spec.within_queue != "Never" or spec.reclaim != "Never")
+        ):
+            self.push(t + spec.wait_before_evicting_s, _WAKE, key)
         if not requeued:
             job.pending_since = t
         self.pending.add(w)

@@ -200,11 +200,14 @@ def flavor(name: str, pool: str, **spec: Any) -> dict[str, Any]:
 
 
 def cluster_queue(name: str, flavors: list[dict[str, Any]], **spec: Any) -> dict[str, Any]:
+    """A ClusterQueue that evicts at once (waitBeforeEvicting 0s) unless told otherwise: the
+    tests follow what an eviction does, and the wait before it is the unit tests' to check."""
+    preemption = {"waitBeforeEvicting": "0s", **(spec.pop("preemption", None) or {})}
     return {
         "apiVersion": "muster.dev/v1alpha1",
         "kind": "ClusterQueue",
         "metadata": {"name": name},
-        "spec": {"flavors": flavors, **spec},
+        "spec": {"flavors": flavors, "preemption": preemption, **spec},
     }
 
 

@@ -19,7 +19,12 @@ from controllers.runtime.resources import JOB, POD, RESOURCE_FLAVOR, WORKLOAD, K
 from controllers.state import workloads as wls
 from controllers.state.caches import Caches, Context
 from quota.api import ManifestError
-from quota.api.names import ADMISSION_GATE, ORIGINAL_SCHEDULING_ANNOTATION
+from quota.api.names import (
+    ADMISSION_GATE,
+    LAST_CHECKPOINT_ANNOTATION,
+    ORIGINAL_SCHEDULING_ANNOTATION,
+)
+from quota.model.convert import last_checkpoint
 from tests.unit.controller_fakes import FakeKube
 
 NOW = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
@@ -473,3 +478,23 @@ def test_a_running_job_grown_past_its_admission_is_evicted_and_requeued_at_the_n
     [wl] = h.workloads()
     assert not wls.has_quota(wl)
     assert wl["spec"]["podSets"][0]["count"] == 40, "queued again at the size it asks for"
+
+
+def test_the_jobs_checkpoint_time_follows_it_to_its_workload_while_it_runs() -> None:
+    h = Harness()
+    job = job_dict()
+    job["metadata"]["annotations"] = {LAST_CHECKPOINT_ANNOTATION: "2026-01-01T11:00:00Z"}
+    h.put(JOB, job)
+    h.reconcile()
+    [wl] = h.workloads()
+    assert wl["metadata"]["annotations"][LAST_CHECKPOINT_ANNOTATION] == "2026-01-01T11:00:00Z"
+    h.admit(wl, 2)
+    h.reconcile()
+    # The running job saves its work again: the victim order reads the new time.
+    later = {"metadata": {"annotations": {LAST_CHECKPOINT_ANNOTATION: "2026-01-01T11:30:00Z"}}}
+    h.patch(JOB, "ns", "train", later)
+    h.reconcile()
+    [wl] = h.workloads()
+    annotations = wl["metadata"]["annotations"]
+    assert last_checkpoint(annotations) == datetime(2026, 1, 1, 11, 30, tzinfo=UTC).timestamp()
+    assert wls.has_quota(wl)

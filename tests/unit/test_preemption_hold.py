@@ -290,10 +290,11 @@ def test_the_simulator_evicts_exactly_two_gangs_and_holds_their_nodes_for_the_pr
     by_name = {w["name"]: w for w in result["workloads"]}
     evicted = sorted(name for name, w in by_name.items() if w["evictions"])
     assert evicted == ["research/research-sweep-4", "research/research-sweep-5"]
-    # Evicted at minute 10, gone 3 minutes later: the preemptor runs then, and the
-    # higher-priority queue's replicas, which arrived meanwhile, did not take its room.
-    assert by_name["prod/prod-launch-1"]["admittedAt"] == 780.0
-    assert by_name["serving/serving-replicas-1"]["admittedAt"] > 780.0
+    # Evicted at minute 10 and 30 seconds (waitBeforeEvicting's default: no completion made
+    # room meanwhile), gone 3 minutes later: the preemptor runs then, and the higher-priority
+    # queue's replicas, which arrived meanwhile, did not take its room.
+    assert by_name["prod/prod-launch-1"]["admittedAt"] == 810.0
+    assert by_name["serving/serving-replicas-1"]["admittedAt"] > 810.0
 
 
 def test_a_preemptor_set_aside_for_the_second_pass_keeps_its_room_held_meanwhile() -> None:

@@ -61,7 +61,12 @@ def test_a_workload_above_both_fair_share_and_quota_reclaims_nothing() -> None:
     specs = [queue("a", quota=4, reclaim="Any"), queue("b", quota=4)]
     result = run(specs, borrower_runs(8), [workload("ns/a1", "a", gpus=5)])
     assert result.preempt == ()
-    assert "no preemption or reclaim allowed" in result.pending[0].reason
+    # Its policy allows reclaim; no set of victims may be taken (issue 25: the words said
+    # no reclaim was allowed).
+    assert result.pending[0].reason.endswith(
+        "its queue may reclaim from queues above their fair share or quota, but no set of "
+        "workloads it may evict makes room"
+    )
 
 
 def test_in_quota_usage_is_never_reclaimed() -> None:

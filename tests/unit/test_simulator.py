@@ -44,14 +44,17 @@ value: 1
 """
 
 
-def queue(name: str, quota: int, *, within: str = "Never", reclaim: str = "Never") -> str:
+def queue(
+    name: str, quota: int, *, within: str = "Never", reclaim: str = "Never", wait: str = "30s"
+) -> str:
+    """A queue with its LocalQueue `q`; `wait` is its waitBeforeEvicting (the default's)."""
     return f"""
 ---
 apiVersion: muster.dev/v1alpha1
 kind: ClusterQueue
 metadata: {{name: {name}}}
 spec:
-  preemption: {{withinQueue: {within}, reclaim: {reclaim}}}
+  preemption: {{withinQueue: {within}, reclaim: {reclaim}, waitBeforeEvicting: {wait}}}
   flavors: [{{name: gpu, quota: {{nvidia.com/gpu: {quota}}}}}]
 ---
 apiVersion: muster.dev/v1alpha1
@@ -144,7 +147,7 @@ def test_a_guaranteed_queue_admits_in_the_cycle_where_capacity_frees() -> None:
     assert owner["finishedAt"] == 150
 
 
-def test_a_guaranteed_queue_with_reclaim_takes_its_quota_back_at_once() -> None:
+def test_a_guaranteed_queue_with_reclaim_takes_its_quota_back_once_it_has_waited() -> None:
     text = (
         CLUSTER
         + queue("a", 4, reclaim="Any")
@@ -154,7 +157,9 @@ def test_a_guaranteed_queue_with_reclaim_takes_its_quota_back_at_once() -> None:
         + job("a", "owner", gpus=4, at="10s", run="50s")
     )
     result = run(text)
-    assert outcome(result, "a/owner")["admittedAt"] == 10
+    # Arrived at 10s; no room frees within the 30s a queue waits before evicting by default
+    # (waitBeforeEvicting), so the reclaim comes at 40s, with no eviction delay.
+    assert outcome(result, "a/owner")["admittedAt"] == 40
     evicted = [outcome(result, f"b/borrower-{i}")["evictions"] for i in (1, 2)]
     assert sorted(evicted) == [0, 1]  # exactly one of b's jobs gave the 4 GPUs back
 
@@ -170,10 +175,12 @@ def test_a_higher_priority_workload_preempts_when_the_queue_allows_it() -> None:
     result = run(text)
     urgent = outcome(result, "a/urgent")
     batch = outcome(result, "a/batch")
-    assert urgent["admittedAt"] == 30
+    # Arrived at 30s, it evicts once it has waited 30s (waitBeforeEvicting's default) and
+    # no room freed meanwhile.
+    assert urgent["admittedAt"] == 60
     assert batch["evictions"] == 1
     # The victim restarts after the urgent job, and runs its full 100s again.
-    assert batch["finishedAt"] == 50 + 100
+    assert batch["finishedAt"] == 80 + 100
     stats = {q.name: q for q in queue_stats(result)}
     assert stats["a"].preempted == 1
 
@@ -193,7 +200,7 @@ def test_the_same_workload_waits_when_the_queue_never_preempts() -> None:
 def test_an_eviction_delay_keeps_the_preemptor_waiting_until_the_victim_is_gone() -> None:
     text = (
         CLUSTER
-        + queue("a", 8, within="LowerPriority")
+        + queue("a", 8, within="LowerPriority", wait="0s")
         + job("a", "batch", gpus=8, run="100s", priority="low")
         + job("a", "urgent", gpus=8, at="30s", run="20s", priority="high")
         + settings(evictionDelay="15s", requeueBase="5s")
@@ -327,6 +334,8 @@ def test_showing_a_cycle_only_the_oldest_of_each_shape_changes_no_decision(
     for doc in docs:
         if doc["kind"] == "ClusterQueue":
             doc["spec"]["flavors"][0]["quota"]["cpu"] //= 4 if doc["spec"].get("parent") else 1
+            # Preemptors evict at once: the windows must not change who is evicted either.
+            doc["spec"].setdefault("preemption", {})["waitBeforeEvicting"] = "0s"
         if doc["kind"] == "WorkloadGenerator":
             for cls in doc["spec"]["classes"]:
                 cls["count"] //= 10

@@ -280,7 +280,8 @@ def test_a_preemptor_takes_the_nodes_of_its_victim_once_the_victim_is_gone() -> 
     text = (
         nodes(1)
         + queue("a", 8).replace(
-            "placementStrategy", "preemption: {withinQueue: LowerPriority}\n  placementStrategy"
+            "placementStrategy",
+            "preemption: {withinQueue: LowerPriority, waitBeforeEvicting: 0s}\n  placementStrategy",
         )
         + PRIORITIES
         + job("a", "batch", gpus=8, run="1000s", priority="low")
