@@ -3,14 +3,19 @@
 Every admitted workload that may still be chosen becomes a `Candidate` once per cycle, in
 victim order (quota/preemption/victims.py): per leaf queue (shared by within-queue
 preemption and reclaim), all of them, those with pods on nodes, and those a minRuntime still
-protects. Taken ones are filtered where a list is used.
+protects. Taken ones are filtered where a list is used. A non-preemptible workload is never
+a candidate: it is left out here, once, so that no search (within-queue preemption, reclaim,
+preemption on nodes, consolidation) can choose it.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from quota.admission.state import CycleState
+from quota.fairness.fairshare import Counted
 from quota.model.resources import FlavorResource
-from quota.model.snapshot import QueueSpec, Workload
+from quota.model.snapshot import QueueSpec, Workload, is_preemptible
 from quota.preemption.reclaim import ReclaimIndex
 from quota.preemption.victims import (
     Candidate,
@@ -38,6 +43,9 @@ class VictimLists:
         # victim order, with their priorities (see within_queue).
         self._holders: dict[tuple[str, FlavorResource], tuple[list[Candidate], list[int]]] = {}
         self._reclaim: ReclaimIndex | None = None
+        # Per queue, its admitted workloads that may be chosen, and the non-preemptible rest.
+        self._preemptible: dict[str, Sequence[Counted]] = {}
+        self._shielded: dict[str, list[Counted]] = {}
 
     def close(self) -> None:
         """Drop the reclaim index: it holds bound methods of this object, a cycle of
@@ -49,10 +57,47 @@ class VictimLists:
         cycle and shared by preemption and reclaim."""
         found = self._per_queue.get(queue)
         if found is None:
-            found, keys = in_victim_order(self.state.admitted_by_queue.get(queue, ()), queue)
+            found, keys = in_victim_order(self.preemptible(queue), queue)
             self._per_queue[queue] = found
             self._keys[queue] = keys
         return found
+
+    def preemptible(self, queue: str) -> Sequence[Counted]:
+        """The admitted workloads of `queue` (with their usage) that may be chosen as
+        victims: all but the non-preemptible ones."""
+        found = self._preemptible.get(queue)
+        if found is None:
+            admitted = self.state.admitted_by_queue.get(queue, ())
+            spec = self.state.queues[queue]
+            kept = [c for c in admitted if is_preemptible(c[0], spec)]
+            # The same list when nothing is left out: most queues hold no non-preemptible work.
+            found = admitted if len(kept) == len(admitted) else kept
+            self._preemptible[queue] = found
+            self._shielded[queue] = [c for c in admitted if not is_preemptible(c[0], spec)]
+        return found
+
+    def shielded(
+        self, spec: QueueSpec, w: Workload, contended: set[FlavorResource]
+    ) -> list[Workload]:
+        """The non-preemptible workloads `w` could otherwise have taken by its queue's
+        policies (lower priority in its own queue, in other queues as reclaim allows), holding
+        some of `contended`: why a search that found no victims may have found none."""
+        out: list[Workload] = []
+        for queue in self.state.admitted_by_queue:
+            own = queue == spec.name
+            policy = spec.within_queue if own else spec.reclaim
+            if policy == "Never":
+                continue
+            self.preemptible(queue)
+            lower = own or policy == "LowerPriority"
+            out.extend(
+                v
+                for v, usage in self._shielded[queue]
+                if v.key not in self.state.taken
+                and (not lower or v.priority < w.priority)
+                and not contended.isdisjoint(usage)
+            )
+        return out
 
     def keys(self, queue: str) -> list[VictimKey]:
         """`victim_order` of each of `of_queue(queue)`, for the reclaim search's merge."""
@@ -113,7 +158,7 @@ class VictimLists:
             found = self._holders.get((spec.name, pair))
             if found is None:
                 found = self._holders[spec.name, pair] = pair_holders(
-                    state.admitted_by_queue.get(spec.name, ()), pair, spec.name
+                    self.preemptible(spec.name), pair, spec.name
                 )
             return within_queue_holders(
                 w,
@@ -128,7 +173,7 @@ class VictimLists:
             w,
             spec.within_queue,
             spec.name,
-            state.admitted_by_queue.get(spec.name, ()),
+            self.preemptible(spec.name),
             state.taken,
             contended,
             state.snapshot.now,
@@ -149,3 +194,13 @@ class VictimLists:
                 state.quotas,
             )
         return self._reclaim
+
+
+def shielded_words(shielded: Sequence[Workload]) -> str:
+    """ "2 workloads holding what it needs are non-preemptible: ns/a, ns/b" ("" for none)."""
+    if not shielded:
+        return ""
+    n = len(shielded)
+    names = ", ".join(v.key for v in shielded[:4]) + (f" and {n - 4} more" if n > 4 else "")
+    verb = "workloads holding what it needs are" if n != 1 else "workload holding what it needs is"
+    return f"{n} {verb} non-preemptible and never evicted: {names}"

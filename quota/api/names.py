@@ -13,6 +13,9 @@ ELASTIC_ANNOTATION = "muster.dev/elastic-job"
 ELASTIC_POD_LABEL = ELASTIC_ANNOTATION
 # On a Job: the fewest pods it can run with (partial admission).
 MIN_PARALLELISM_ANNOTATION = "muster.dev/min-parallelism"
+# On a Job (or JobSet, TrainJob, PodGroup, ...), copied to its Workload: "true" or "false"
+# overrides the queue's spec.preemption.preemptibleBelowPriority for this one workload.
+PREEMPTIBLE_ANNOTATION = "muster.dev/preemptible"
 # On a Job: its pod template's scheduling fields before Muster merged flavors into them.
 ORIGINAL_SCHEDULING_ANNOTATION = "muster.dev/original-scheduling"
 # Scheduling gate that holds the pods of an elastic slice until the slice is admitted.

@@ -18,6 +18,7 @@ from quota.api.names import (
     ELASTIC_ANNOTATION,
     JOB_POD_SET,
     MIN_PARALLELISM_ANNOTATION,
+    PREEMPTIBLE_ANNOTATION,
     PREFERRED_TOPOLOGY_ANNOTATION,
     QUEUE_LABEL,
     REQUIRED_TOPOLOGY_ANNOTATION,
@@ -28,7 +29,7 @@ from quota.api.names import (
 from quota.api.quantity import QuantityError, format_quantity, parse_quantity
 from quota.api.resourceflavor import ResourceFlavor
 from quota.api.topology import TopologyRequest
-from quota.api.workload import PodSetAssignment
+from quota.api.workload import PodSetAssignment, preemptible_override
 from quota.api.workload import Workload as WorkloadModel
 from quota.model.nodeconvert import affinity_terms, pod_shape_from_spec
 from quota.model.nodes import Taint, Toleration
@@ -153,6 +154,7 @@ def workload(
         admitted_at=admitted_at,
         replaces=f"{namespace}/{wl.spec.replaces}" if wl.spec.replaces else None,
         evicting=evicting,
+        preemptible=wl.preemptible,
     )
 
 
@@ -389,6 +391,10 @@ def job_to_workload_model(
                 f"must be at least 1 (got {low})",
             )
         pod_set["minCount"] = min(low, pods)
+    try:
+        preemptible_override(annotations)
+    except ValueError as error:
+        raise fail(f"metadata.annotations[{PREEMPTIBLE_ANNOTATION}]", str(error)) from None
     assert isinstance(template, Mapping)  # it holds pod_spec, checked above
     asked = topology_annotations(template, pods, fail)
     if asked:
@@ -404,6 +410,7 @@ def job_to_workload_model(
         "metadata": {
             "name": name or str(meta.get("name") or ""),
             "namespace": str(meta.get("namespace") or "default"),
+            "annotations": copied_annotations(annotations),
         },
         "spec": body,
     }
@@ -415,6 +422,13 @@ def job_to_workload_model(
         raise ManifestError(index, subject, problems) from None
     assert isinstance(model, WorkloadModel)
     return model
+
+
+def copied_annotations(annotations: Mapping[str, Any]) -> dict[str, str]:
+    """The annotations of a user's object (Job, JobSet, TrainJob, PodGroup, ...) its Workload
+    carries too: muster.dev/preemptible, which admission reads from the Workload."""
+    value = annotations.get(PREEMPTIBLE_ANNOTATION)
+    return {} if value is None else {PREEMPTIBLE_ANNOTATION: str(value)}
 
 
 _TOPOLOGY_FIELDS = (
