@@ -80,22 +80,31 @@ class VictimLists:
         self, spec: QueueSpec, w: Workload, contended: set[FlavorResource]
     ) -> list[Workload]:
         """The non-preemptible workloads `w` could otherwise have taken by its queue's
-        policies (lower priority in its own queue, in other queues as reclaim allows), holding
-        some of `contended`: why a search that found no victims may have found none."""
+        policies, holding some of `contended`: lower-priority ones of its own queue, and
+        those of queues above their fair share in what it is short of, as reclaim allows.
+        Why a search that found no victims may have found none."""
+        state = self.state
         out: list[Workload] = []
-        for queue in self.state.admitted_by_queue:
+        for queue in state.admitted_by_queue:
             own = queue == spec.name
             policy = spec.within_queue if own else spec.reclaim
             if policy == "Never":
                 continue
             self.preemptible(queue)
+            shielded = self._shielded[queue]
+            if not shielded:
+                continue
+            pairs = contended
+            if not own:
+                used, share = state.planned.used[queue], state.fair.shares.get(queue, {})
+                pairs = {k for k in contended if used.get(k, 0) > share.get(k, 0)}
             lower = own or policy == "LowerPriority"
             out.extend(
                 v
-                for v, usage in self._shielded[queue]
-                if v.key not in self.state.taken
+                for v, usage in shielded
+                if v.key not in state.taken
                 and (not lower or v.priority < w.priority)
-                and not contended.isdisjoint(usage)
+                and not pairs.isdisjoint(usage)
             )
         return out
 
