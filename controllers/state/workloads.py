@@ -24,6 +24,7 @@ from quota.api.meta import API_VERSION
 from quota.api.names import JOB_NAME_LABEL, JOB_UID_LABEL, WORKLOAD_FINALIZER
 from quota.lifecycle.eviction import requeue_after_eviction
 from quota.lifecycle.slices import pods_after_scale_down
+from quota.model.convert import copied_annotations
 
 Obj = dict[str, Any]
 
@@ -360,6 +361,8 @@ def new_workload(
             "namespace": namespace,
             "finalizers": [WORKLOAD_FINALIZER],
             "labels": {JOB_UID_LABEL: meta["uid"], JOB_NAME_LABEL: meta["name"][:63]},
+            # What admission reads from the Workload (muster.dev/preemptible), for every kind.
+            "annotations": copied_annotations(meta.get("annotations") or {}),
             "ownerReferences": [
                 {
                     "apiVersion": owner_kind[0],
