@@ -16,6 +16,7 @@ from quota.admission.state import CycleState
 from quota.fairness.fairshare import Counted
 from quota.model.resources import FlavorResource
 from quota.model.snapshot import QueueSpec, Workload, is_preemptible
+from quota.preemption.nodes import node_candidates
 from quota.preemption.reclaim import ReclaimIndex
 from quota.preemption.victims import (
     Candidate,
@@ -107,6 +108,24 @@ class VictimLists:
                 and not pairs.isdisjoint(usage)
             )
         return out
+
+    def shielded_on_nodes(
+        self, w: Workload, spec: QueueSpec, excluded: set[str] | frozenset[str]
+    ) -> list[Workload]:
+        """The non-preemptible workloads with pods on nodes that `w` could otherwise evict
+        for room there (by `node_candidates`' rules): why a placement that found no victims
+        may have found none."""
+        state = self.state
+        ordered: list[Candidate] = []
+        for queue in state.admitted_by_queue:
+            self.preemptible(queue)
+            placed = [c for c in self._shielded[queue] if c[0].key in state.pods_of]
+            ordered.extend(in_victim_order(placed, queue)[0])
+        if not ordered:
+            return []
+        ordered.sort(key=victim_order)
+        found = node_candidates(w, spec, state.queues, ordered, excluded, state.snapshot.now)
+        return [c.workload for c in found.allowed]
 
     def keys(self, queue: str) -> list[VictimKey]:
         """`victim_order` of each of `of_queue(queue)`, for the reclaim search's merge."""
@@ -206,10 +225,11 @@ class VictimLists:
 
 
 def shielded_words(shielded: Sequence[Workload]) -> str:
-    """ "2 workloads holding what it needs are non-preemptible: ns/a, ns/b" ("" for none)."""
+    """ "2 workloads in its way are non-preemptible and never evicted: ns/a, ns/b" ("" for
+    none)."""
     if not shielded:
         return ""
     n = len(shielded)
     names = ", ".join(v.key for v in shielded[:4]) + (f" and {n - 4} more" if n > 4 else "")
-    verb = "workloads holding what it needs are" if n != 1 else "workload holding what it needs is"
+    verb = "workloads in its way are" if n != 1 else "workload in its way is"
     return f"{n} {verb} non-preemptible and never evicted: {names}"

@@ -19,7 +19,7 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from functools import partial
 
-from quota.admission.candidates import VictimLists
+from quota.admission.candidates import VictimLists, shielded_words
 from quota.admission.requests import Request, request_gang
 from quota.admission.state import CycleState
 from quota.model.decisions import Pending, Preempt, Victim
@@ -181,6 +181,9 @@ class NodeRoom:
             found = replace(found, forbidden=())
         spared = found.protected or (scope is not None and found.forbidden)
         if why is not None and not found.allowed and not spared and not leaving:
+            shielded = self.lists.shielded_on_nodes(w, spec, excluded)
+            if shielded:
+                return replace(why, reason=f"{why.reason}; {shielded_words(shielded)}")
             return why
         place = self.placer(w, gang, spec.placement)
         freeable = ""
@@ -206,6 +209,9 @@ class NodeRoom:
                     reason += "; " + forbidden_words(found.forbidden, spec)
             if found.protected:
                 reason += "; " + protected_words(found.protected, now)
+            shielded = self.lists.shielded_on_nodes(w, spec, excluded)
+            if shielded:
+                reason += "; " + shielded_words(shielded)
             return Unplaceable(self.lapse_words(w, stuck) + reason, False, plan.pod_set)
         domain = scope.words(view, plan.placement) if scope is not None else ""
         return HeldRoom(plan, self._hold_for(request, fit, plan, quota_victims), domain)

@@ -140,7 +140,7 @@ def test_within_queue_preemption_never_chooses_a_non_preemptible_workload() -> N
     new = workload("ml/new", "q", gpus=8, priority=500, arrival=1.0)
     result = cycle([q], [new], [old])
     assert not victims(result)
-    assert "1 workload holding what it needs is non-preemptible and never evicted: ml/old" in (
+    assert "1 workload in its way is non-preemptible and never evicted: ml/old" in (
         pending_of(result, "ml/new").reason
     )
     # Control: the same workload, annotated preemptible, is preempted.
@@ -169,6 +169,13 @@ def test_preemption_on_nodes_never_chooses_a_non_preemptible_workload() -> None:
     assert victims(cycle([q], [gang], [low, mid], pods, nodes=2)) == {"q/low"}  # control
     shielded = replace(low, preemptible=False)
     assert victims(cycle([q], [gang], [shielded, mid], pods, nodes=2)) == {"q/mid"}
+    # With both shielded it waits, and says who is in its way.
+    both = [shielded, replace(mid, preemptible=False)]
+    result = cycle([q], [gang], both, pods, nodes=2)
+    assert not victims(result)
+    assert pending_of(result, "q/gang").reason.endswith(
+        "2 workloads in its way are non-preemptible and never evicted: q/low, q/mid"
+    )
 
 
 def test_consolidation_never_moves_a_non_preemptible_workload() -> None:
