@@ -47,6 +47,7 @@ class VictimLists:
         # Per queue, its admitted workloads that may be chosen, and the non-preemptible rest.
         self._preemptible: dict[str, Sequence[Counted]] = {}
         self._shielded: dict[str, list[Counted]] = {}
+        self._shielding: list[str] | None = None  # the queues with any, see `shielding`
 
     def close(self) -> None:
         """Drop the reclaim index: it holds bound methods of this object, a cycle of
@@ -77,6 +78,19 @@ class VictimLists:
             self._shielded[queue] = [c for c in admitted if not is_preemptible(c[0], spec)]
         return found
 
+    def shielding(self) -> list[str]:
+        """The queues holding non-preemptible admitted workloads: found once per cycle, on
+        the first search that fails, so that each failure after looks at those alone."""
+        if self._shielding is None:
+            self._shielding = [
+                queue for queue in self.state.admitted_by_queue if self._shielded_of(queue)
+            ]
+        return self._shielding
+
+    def _shielded_of(self, queue: str) -> list[Counted]:
+        self.preemptible(queue)
+        return self._shielded[queue]
+
     def shielded(
         self, spec: QueueSpec, w: Workload, contended: set[FlavorResource]
     ) -> list[Workload]:
@@ -86,15 +100,12 @@ class VictimLists:
         Why a search that found no victims may have found none."""
         state = self.state
         out: list[Workload] = []
-        for queue in state.admitted_by_queue:
+        for queue in self.shielding():
             own = queue == spec.name
             policy = spec.within_queue if own else spec.reclaim
             if policy == "Never":
                 continue
-            self.preemptible(queue)
             shielded = self._shielded[queue]
-            if not shielded:
-                continue
             pairs = contended
             if not own:
                 used, share = state.planned.used[queue], state.fair.shares.get(queue, {})
@@ -117,8 +128,7 @@ class VictimLists:
         may have found none."""
         state = self.state
         ordered: list[Candidate] = []
-        for queue in state.admitted_by_queue:
-            self.preemptible(queue)
+        for queue in self.shielding():
             placed = [c for c in self._shielded[queue] if c[0].key in state.pods_of]
             ordered.extend(in_victim_order(placed, queue)[0])
         if not ordered:
