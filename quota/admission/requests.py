@@ -8,7 +8,7 @@ failures (identical shapes fail identically).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from functools import partial
 
 from quota.admission.state import CycleState
@@ -54,7 +54,7 @@ class Request:
     # A non-preemptible workload never borrows: a ledger bounded by the quota of every queue
     # on its path (None: it may borrow, and fits the ledgers alone), made once per ledger.
     bound: Callable[[Ledger], WithinQuota] | None = None
-    bounded: dict[int, WithinQuota] = field(default_factory=dict)
+    bounded: dict[int, WithinQuota] | None = None  # made on first use: most requests borrow
 
     @property
     def may_borrow(self) -> bool:
@@ -66,6 +66,8 @@ class Request:
         no more than keeps its queue path within quota."""
         if self.bound is None:
             return ledger
+        if self.bounded is None:
+            self.bounded = {}
         found = self.bounded.get(id(ledger))
         if found is None:
             found = self.bounded[id(ledger)] = self.bound(ledger)
@@ -144,14 +146,14 @@ def within_quota_words(
     """Why a non-preemptible `request` does not fit, when its quota is why: "non-preemptible
     (priority 150 >= 100 in queue serve): admitted only within the queue's guaranteed quota
     of nvidia.com/gpu in flavor h100: requested 8, quota left 4"; None when some flavor
-    failed for want of room even within quota (the usual words say that)."""
+    would not fit even if it could borrow (the usual words say why)."""
     parts: list[str] = []
     for short in failure.shortfalls:
         key = flavor_resource(short.flavor, short.resource)
+        if any(short.requested > ledger.headroom(spec.name, key) for ledger in ledgers):
+            return None
         bounds = [request.room(ledger) for ledger in ledgers]
         left, binder = min(b.quota_left(key) for b in bounds if isinstance(b, WithinQuota))
-        if short.requested <= left:
-            return None
         r = short.resource
         whose = "the queue's" if binder == spec.name else f"queue {binder}'s"
         parts.append(
