@@ -55,11 +55,7 @@ class Request:
     # on its path (None: it may borrow, and fits the ledgers alone), made once per ledger.
     bound: Callable[[Ledger], WithinQuota] | None = None
     bounded: dict[int, WithinQuota] | None = None  # made on first use: most requests borrow
-
-    @property
-    def may_borrow(self) -> bool:
-        """Whether it may take its queue path beyond quota (it is preemptible)."""
-        return self.bound is None
+    may_borrow: bool = True  # `bound` is None: it may take its queue path beyond quota
 
     def room(self, ledger: Ledger) -> Room:
         """What it may take of `ledger`: all its room, or, for a non-preemptible workload,
@@ -124,7 +120,17 @@ class Requests:
             if memo_key is not None:
                 # It fails where a preemptible workload of its shape may still fit.
                 memo_key = (*memo_key, "within quota")
-        return Request(w, tuple(plans), counts, base, running, flexible, memo_key, bound)
+        return Request(
+            w,
+            tuple(plans),
+            counts,
+            base,
+            running,
+            flexible,
+            memo_key,
+            bound=bound,
+            may_borrow=bound is None,
+        )
 
     def memo_key(self, spec: QueueSpec, w: Workload) -> tuple[object, ...]:
         """Identical shapes fail identically; priority and arrival matter only to preemption.

@@ -143,13 +143,18 @@ def usage_and_demand(
     pods: dict[tuple[str, int, bool], int] = {}
     shapes: dict[int, PodSet] = {}
     blocked: dict[str, bool] = {}
+    # The queues with a preemptibility threshold: in the others only an annotated workload
+    # can be non-preemptible (asked per pending workload, so the usual case costs no call).
+    thresholds = {n for n, s in snapshot.queues.items() if s.preemptible_below is not None}
     for w in snapshot.pending:
         queue = w.queue
         if queue not in blocked:
             blocked[queue] = admission_blocker(snapshot.queues, tree, queue) is not None
         if blocked[queue]:
             continue
-        within = not is_preemptible(w, snapshot.queues[queue])
+        within = (w.preemptible is not None or queue in thresholds) and not is_preemptible(
+            w, snapshot.queues[queue]
+        )
         running = by_key.get(w.replaces) if w.replaces is not None else None
         base = slice_base(w, running) if running is not None else None
         for index, ps in enumerate(w.pod_sets):
