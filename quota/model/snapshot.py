@@ -11,7 +11,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
-from quota.api.names import PREEMPTIBLE_ANNOTATION
 from quota.lifecycle.slices import superseded_slice
 from quota.model.nodes import BoundPod, Node, SelectorTerm, Taint, Toleration
 from quota.model.resources import FlavorResource, flavor_resource
@@ -193,9 +192,10 @@ def is_preemptible(w: Workload, spec: QueueSpec) -> bool:
 
 
 def non_preemptible_words(w: Workload, spec: QueueSpec) -> str:
-    """ "non-preemptible (priority 150 >= 100 in queue serve)", or "(annotation ...)"."""
+    """ "non-preemptible (priority 150 >= 100 in queue serve)", or "(by its annotation)"."""
     if w.preemptible is not None:
-        return f'non-preemptible (annotation {PREEMPTIBLE_ANNOTATION}: "false")'
+        # Not spelled out here: quota.api (names.py's package) is not the engine's to load.
+        return "non-preemptible (by its annotation)"
     threshold = spec.preemptible_below
     return f"non-preemptible (priority {w.priority} >= {threshold} in queue {spec.name})"
 

@@ -91,7 +91,7 @@ def test_the_annotation_overrides_the_threshold_both_ways() -> None:
     result = cycle([ORG, SERVE, IDLE], [low])
     assert not result.admit
     assert pending_of(result, "ml/low").reason.startswith(
-        'non-preemptible (annotation muster.dev/preemptible: "false"): admitted only within'
+        "non-preemptible (by its annotation): admitted only within"
     )
 
 
