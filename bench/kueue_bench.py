@@ -76,6 +76,7 @@ from controllers.runtime.client import api_client
 from controllers.runtime.resources import JOB, WORKLOAD, Kind, Kube
 from controllers.state import workloads as wls
 from controllers.webhooks.certs import issue_serving, new_ca
+from quota.api.meta import INT32_MAX
 
 REPO = Path(__file__).resolve().parents[1]
 HERE = Path(__file__).resolve().parent / "kueue"
@@ -525,7 +526,14 @@ class Muster(System):
                     {"cpu": str(BASELINE_NOMINAL)},
                     limit={"cpu": str(BASELINE_NOMINAL + BASELINE_BORROWING)},
                     parent=f"{tag}-{cohort}",
-                    preemption={"withinQueue": "LowerPriority", "reclaim": "Any"},
+                    # Kueue ties no priority to preemptibility: every class may borrow
+                    # and be evicted, as there (Muster's default makes priority >= 100
+                    # non-preemptible).
+                    preemption={
+                        "withinQueue": "LowerPriority",
+                        "reclaim": "Any",
+                        "preemptibleBelowPriority": INT32_MAX,
+                    },
                 ),
                 objects.local_queue(f"{tag}-{q}", f"{tag}-{q}"),
             ]

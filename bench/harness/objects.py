@@ -42,7 +42,7 @@ def cluster_queue(
     *,
     limit: Mapping[str, str] | None = None,
     parent: str | None = None,
-    preemption: Mapping[str, str] | None = None,
+    preemption: Mapping[str, str | int] | None = None,
 ) -> Obj:
     """A ClusterQueue with `quota` (and a `limit`) on one flavor."""
     quotas: Obj = {"name": flavor, "quota": dict(quota)}

@@ -69,6 +69,7 @@ from quota.api.topology import (
     kep5732_topology_request,
     network_topology_request,
 )
+from quota.model.convert import copied_annotations
 from quota.model.nodeconvert import pod_requests
 from quota.model.queues import admitted_to
 
@@ -174,7 +175,12 @@ def workload_spec(
     document = {
         "apiVersion": API_VERSION,
         "kind": "Workload",
-        "metadata": {"name": "podgroup", "namespace": str(meta.get("namespace"))},
+        "metadata": {
+            "name": "podgroup",
+            "namespace": str(meta.get("namespace")),
+            # Checked here, so a bad muster.dev/preemptible is refused naming the PodGroup.
+            "annotations": copied_annotations(meta.get("annotations") or {}),
+        },
         "spec": spec,
     }
     try:
@@ -232,6 +238,7 @@ def new_workload(fk: ForeignKind, pg: Mapping[str, Any], name: str, spec: Obj) -
             "namespace": meta["namespace"],
             "finalizers": [WORKLOAD_FINALIZER],
             "labels": {PODGROUP_LABEL: str(meta["name"])[:63]},
+            "annotations": copied_annotations(meta.get("annotations") or {}),
             "ownerReferences": [
                 {
                     "apiVersion": fk.api_version,

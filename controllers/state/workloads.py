@@ -24,11 +24,11 @@ from quota.api.meta import API_VERSION
 from quota.api.names import (
     JOB_NAME_LABEL,
     JOB_UID_LABEL,
-    LAST_CHECKPOINT_ANNOTATION,
     WORKLOAD_FINALIZER,
 )
 from quota.lifecycle.eviction import requeue_after_eviction
 from quota.lifecycle.slices import pods_after_scale_down
+from quota.model.convert import COPIED_ANNOTATIONS, copied_annotations
 
 Obj = dict[str, Any]
 
@@ -466,13 +466,11 @@ def mark_finished(wl: Obj, reason: str, message: str, now: datetime) -> bool:
 
 # The owner's annotations its Workload carries too, kept equal while it lives: what the
 # admission cycle reads off the Workload but only the owner's workload can say.
-COPIED_ANNOTATIONS = (LAST_CHECKPOINT_ANNOTATION,)
 
 
 def owner_annotations(owner: Mapping[str, Any]) -> dict[str, str]:
-    """The owner's annotations of `COPIED_ANNOTATIONS` that it sets."""
-    annotations = (owner.get("metadata") or {}).get("annotations") or {}
-    return {k: str(annotations[k]) for k in COPIED_ANNOTATIONS if k in annotations}
+    """The owner's annotations its Workload carries too (convert.copied_annotations)."""
+    return copied_annotations((owner.get("metadata") or {}).get("annotations") or {})
 
 
 def follow_owner_annotations(wl: Obj, owner: Mapping[str, Any]) -> bool:

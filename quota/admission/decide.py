@@ -25,11 +25,16 @@ from quota.admission.node_room import HeldRoom, NodeRoom, placement_words
 from quota.admission.outcome import NoEviction, Outcome
 from quota.admission.quota_preemption import QuotaPreemption
 from quota.admission.reasons import Reasons
-from quota.admission.requests import Request, Requests, request_gang, topology_refusal
+from quota.admission.requests import (
+    Request,
+    Requests,
+    request_gang,
+    topology_refusal,
+    within_quota_words,
+)
 from quota.admission.state import NO_SHARE, CycleState, Vector
 from quota.model.decisions import Admit, Pending
-from quota.model.flavorassign import Fit, FitFailure, assign_flavors, assign_flavors_pair
-from quota.model.ledger import Ledger
+from quota.model.flavorassign import Fit, FitFailure, Room, assign_flavors, assign_flavors_pair
 from quota.model.resources import FlavorResource, add_into, on_flavors, subtracted
 from quota.model.snapshot import Assignment, PodSet, QueueSpec, Workload
 from quota.placement.gang import Placement, Unplaceable
@@ -102,15 +107,24 @@ class Decide:
         if memo_key is not None and memo_key in self._memo:
             state.pending.append(Pending(w.key, spec.name, self._memo[memo_key]))
             return "never" if memo_key in self._never else "pending"
+        # A non-preemptible workload never borrows: it is decided here, within quota, or
+        # waits; never in the borrowing pass.
+        within_share = within_share and request.may_borrow
         if within_share and not self._could_stay_within_share(spec.name, request):
             return self._put_aside(request)  # decided in the second pass, fitting or not
         reserved: Fit | FitFailure | None = None  # what the planned ledger alone gives
         if state.diverged:
             result, reserved = assign_flavors_pair(
-                spec.name, request.plans, request.counts, state.held, state.planned
+                spec.name,
+                request.plans,
+                request.counts,
+                request.room(state.held),
+                request.room(state.planned),
             )
         else:
-            result = assign_flavors(spec.name, request.plans, request.counts, (state.held,))
+            result = assign_flavors(
+                spec.name, request.plans, request.counts, (request.room(state.held),)
+            )
         if isinstance(result, Fit):
             if within_share and self._beyond_share(spec.name, result):
                 return self._put_aside(request)
@@ -120,7 +134,7 @@ class Decide:
             return self._reserve(spec, request, reserved)
         smallest = request.counts
         if request.base is None and request.flexible:
-            partial = self._partial(spec, request, state.ledgers())
+            partial = self._partial(spec, request, request.rooms(state.ledgers()))
             if partial is not None:
                 counts, fit = partial
                 if within_share and self._beyond_share(spec.name, fit):
@@ -133,6 +147,8 @@ class Decide:
         if not isinstance(preempted, NoEviction):
             return preempted
         reason = self.reasons.not_fitting(spec, w, failure, smallest != request.counts)
+        if not request.may_borrow:
+            reason = within_quota_words(spec, request, failure, state.ledgers()) or reason
         if preempted.words:
             reason += "; " + preempted.words
         if memo_key is not None:
@@ -229,7 +245,7 @@ class Decide:
     # -- fitting and placing ----------------------------------------------------------------
 
     def _partial(
-        self, spec: QueueSpec, request: Request, ledgers: Sequence[Ledger]
+        self, spec: QueueSpec, request: Request, ledgers: Sequence[Room]
     ) -> tuple[tuple[int, ...], Fit] | None:
         """The largest counts between minCount and count that fit (binary search)."""
         pod_sets = request.workload.pod_sets
@@ -280,7 +296,7 @@ class Decide:
         first_fit = fit
         if isinstance(first, Unplaceable) and request.base is None:
             excluded = frozenset[str]()
-            ledgers = state.ledgers()
+            ledgers = request.rooms(state.ledgers())
             while isinstance(placed, Unplaceable):
                 tried = {f for flavors in fit.flavors for f in flavors.values()}
                 if tried <= excluded:
@@ -316,7 +332,9 @@ class Decide:
         got = tuple(placed.count(ps.name) for ps in request.workload.pod_sets)
         if got != counts:
             # Partial placement (minCount): charge quota for the pods that were placed.
-            refit = assign_flavors(spec.name, request.plans, got, state.ledgers(), explain=False)
+            refit = assign_flavors(
+                spec.name, request.plans, got, request.rooms(state.ledgers()), explain=False
+            )
             if not isinstance(refit, Fit):  # fewer pods than already fitted: cannot happen
                 raise AssertionError(f"{request.workload.key}: {got} pods stopped fitting")
             counts, fit = got, refit

@@ -23,7 +23,7 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from functools import partial
 
-from quota.admission.candidates import VictimLists
+from quota.admission.candidates import VictimLists, shielded_words
 from quota.admission.reasons import waits_before_evicting
 from quota.admission.requests import Request, request_gang
 from quota.admission.state import CycleState
@@ -208,6 +208,9 @@ class NodeRoom:
             found = replace(found, forbidden=())
         spared = found.protected or (scope is not None and found.forbidden)
         if why is not None and not found.allowed and not spared and not leaving:
+            shielded = self.lists.shielded_on_nodes(w, spec, excluded)
+            if shielded:
+                waits += "; " + shielded_words(shielded)
             return replace(why, reason=why.reason + waits) if waits else why
         place = self.placer(w, gang, spec.placement)
         freeable = ""
@@ -233,6 +236,9 @@ class NodeRoom:
                     reason += "; " + forbidden_words(found.forbidden, spec)
             if found.protected:
                 reason += "; " + protected_words(found.protected, now)
+            shielded = self.lists.shielded_on_nodes(w, spec, excluded)
+            if shielded:
+                reason += "; " + shielded_words(shielded)
             reason += waits
             return Unplaceable(reason, False, plan.pod_set)
         domain = scope.words(view, plan.placement) if scope is not None else ""

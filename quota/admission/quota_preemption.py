@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Literal, NamedTuple
 
-from quota.admission.candidates import VictimLists
+from quota.admission.candidates import VictimLists, shielded_words
 from quota.admission.node_room import HeldRoom, NodeRoom
 from quota.admission.outcome import NoEviction
 from quota.admission.reasons import no_victim_set, waits_before_evicting
@@ -73,9 +73,10 @@ class QuotaPreemption:
         # succeeds and ends the call.
         covered = _covering(options, room)
         planned = state.planned
+        rooms = (request.room(planned),)  # a non-preemptible one stays within quota
 
         def try_fit() -> Fit | None:
-            fit = assign_flavors(spec.name, request.plans, counts, (planned,), explain=False)
+            fit = assign_flavors(spec.name, request.plans, counts, rooms, explain=False)
             return fit if isinstance(fit, Fit) else None
 
         tx = Transaction()
@@ -233,17 +234,18 @@ class QuotaPreemption:
 
     def _protected(self, spec: QueueSpec, w: Workload, contended: set[FlavorResource]) -> str:
         """When no victims could be found, whether some were spared only by their
-        minRuntime: the words say until when ("" when none were)."""
+        minRuntime (the words say until when) or because they are non-preemptible ("" when
+        neither)."""
+        words = [shielded_words(self.lists.shielded(spec, w, contended))]
         young = self.lists.young()
-        if not young:
-            return ""
-        state = self.state
-        now = state.snapshot.now
-        found = node_candidates(w, spec, state.queues, young, state.taken, now)
-        protected = [p for p in found.protected if contended & set(p.candidate.usage)]
-        if not protected:
-            return ""
-        return protected_words(protected, now)
+        if young:
+            state = self.state
+            now = state.snapshot.now
+            found = node_candidates(w, spec, state.queues, young, state.taken, now)
+            protected = [p for p in found.protected if contended & set(p.candidate.usage)]
+            if protected:
+                words.append(protected_words(protected, now))
+        return "; ".join(part for part in words if part)
 
     def _options(
         self, queue: str, request: Request, counts: Sequence[int]
@@ -261,7 +263,9 @@ class QuotaPreemption:
           Each pair's need sums every pod set that could land there, so a pair two pod sets
           would share is not missed.
         """
-        headroom = self.state.planned.headroom
+        # A non-preemptible request's headroom is its quota's too: victims in its own queue
+        # can give it back what its quota holds, so that counts as short.
+        headroom = request.room(self.state.planned).headroom
         out: list[GroupOptions] = []
         room: dict[FlavorResource, int] = {}
         need: dict[FlavorResource, int] = {}

@@ -7,13 +7,33 @@ failures (identical shapes fail identically).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
+from functools import partial
 
 from quota.admission.state import CycleState
-from quota.model.flavorassign import Planner, PodSetPlan, SliceBase, slice_base
+from quota.model.flavorassign import (
+    FitFailure,
+    Planner,
+    PodSetPlan,
+    Room,
+    SliceBase,
+    WithinQuota,
+    slice_base,
+)
+from quota.model.ledger import Ledger
 from quota.model.nodes import PodShape
-from quota.model.snapshot import Flavor, PodSet, PodSetTopology, QueueSpec, Snapshot, Workload
+from quota.model.resources import flavor_resource, format_amount
+from quota.model.snapshot import (
+    Flavor,
+    PodSet,
+    PodSetTopology,
+    QueueSpec,
+    Snapshot,
+    Workload,
+    is_preemptible,
+    non_preemptible_words,
+)
 from quota.placement.gang import GangRequest, PodSetRequest
 from quota.placement.topology import DomainRequest, domain_of, domain_request
 
@@ -31,6 +51,27 @@ class Request:
     # Its key in the cycle's memo of failures (see `Requests.memo_key`), worked out once: a
     # request set aside in the first pass is asked again in the second.
     memo_key: tuple[object, ...] | None
+    # A non-preemptible workload never borrows: a ledger bounded by the quota of every queue
+    # on its path (None: it may borrow, and fits the ledgers alone), made once per ledger.
+    bound: Callable[[Ledger], WithinQuota] | None = None
+    bounded: dict[int, WithinQuota] | None = None  # made on first use: most requests borrow
+    may_borrow: bool = True  # `bound` is None: it may take its queue path beyond quota
+
+    def room(self, ledger: Ledger) -> Room:
+        """What it may take of `ledger`: all its room, or, for a non-preemptible workload,
+        no more than keeps its queue path within quota."""
+        if self.bound is None:
+            return ledger
+        if self.bounded is None:
+            self.bounded = {}
+        found = self.bounded.get(id(ledger))
+        if found is None:
+            found = self.bounded[id(ledger)] = self.bound(ledger)
+        return found
+
+    def rooms(self, ledgers: Sequence[Ledger]) -> tuple[Room, ...]:
+        """`room` of each of `ledgers`."""
+        return tuple([self.room(ledger) for ledger in ledgers])
 
 
 class Requests:
@@ -77,7 +118,23 @@ class Requests:
             counts = tuple(max(0, ps.count - base.counts[i]) for i, ps in enumerate(w.pod_sets))
         # A holder's room and quota are its own: its failure says nothing of another's.
         memo_key = self.memo_key(spec, w) if base is None and w.hold is None else None
-        return Request(w, tuple(plans), counts, base, running, flexible, memo_key)
+        bound = None
+        if not is_preemptible(w, spec):
+            bound = partial(WithinQuota, path=state.tree.paths[spec.name], quotas=state.quotas)
+            if memo_key is not None:
+                # It fails where a preemptible workload of its shape may still fit.
+                memo_key = (*memo_key, "within quota")
+        return Request(
+            w,
+            tuple(plans),
+            counts,
+            base,
+            running,
+            flexible,
+            memo_key,
+            bound=bound,
+            may_borrow=bound is None,
+        )
 
     def memo_key(self, spec: QueueSpec, w: Workload) -> tuple[object, ...]:
         """Identical shapes fail identically; priority and arrival matter only to preemption,
@@ -92,6 +149,35 @@ class Requests:
             if spec.within_queue == "LowerOrNewerEqualPriority":
                 shape.append(w.arrival)
         return tuple(shape)
+
+
+def within_quota_words(
+    spec: QueueSpec, request: Request, failure: FitFailure, ledgers: Sequence[Ledger]
+) -> str | None:
+    """Why a non-preemptible `request` does not fit, when its quota is why: "non-preemptible
+    (priority 150 >= 100 in queue serve): admitted only within the queue's guaranteed quota
+    of nvidia.com/gpu in flavor h100: requested 8, quota left 4"; None when some flavor
+    would not fit even if it could borrow (the usual words say why)."""
+    parts: list[str] = []
+    for short in failure.shortfalls:
+        key = flavor_resource(short.flavor, short.resource)
+        if any(short.requested > ledger.headroom(spec.name, key) for ledger in ledgers):
+            return None
+        bounds = [request.room(ledger) for ledger in ledgers]
+        left, binder = min(b.quota_left(key) for b in bounds if isinstance(b, WithinQuota))
+        r = short.resource
+        whose = "the queue's" if binder == spec.name else f"queue {binder}'s"
+        parts.append(
+            f"{whose} guaranteed quota of {r} in flavor {short.flavor}: requested "
+            f"{format_amount(r, short.requested)}, quota left {format_amount(r, max(0, left))}"
+        )
+    if not parts:
+        return None
+    words = f"{non_preemptible_words(request.workload, spec)}: admitted only within "
+    text = words + "; ".join(parts)
+    if len(request.workload.pod_sets) > 1:
+        text = f"pod set {failure.pod_set}: {text}"
+    return text
 
 
 def gang_of(

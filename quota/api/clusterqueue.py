@@ -27,6 +27,9 @@ from quota.api.meta import (
 from quota.api.quantity import RESOURCE_LIST_SCHEMA, ResourceList, format_quantity
 
 MAX_FLAVORS = 16
+# KAI-Scheduler's default: priority 100 and above is inference, which runs within quota and
+# is never evicted; lower priorities are training jobs that may use surplus and be evicted.
+DEFAULT_PREEMPTIBLE_BELOW = 100
 MAX_SUMMARY = 1024
 
 FlavorResources = Annotated[
@@ -130,6 +133,17 @@ class Preemption(ApiModel):
         "only once it has waited this long for room to free by completions (e.g. '2m'; "
         "'0s' evicts at once). Inherited from the nearest ancestor that sets it; 30s when "
         "none does.",
+    )
+    preemptible_below_priority: int = Field(
+        DEFAULT_PREEMPTIBLE_BELOW,
+        ge=INT32_MIN,
+        le=INT32_MAX,
+        description="Workloads of this queue with a lower priority are preemptible: they may "
+        "borrow beyond the queue's quota and be evicted. The others are not: they are "
+        "admitted only within the queue's guaranteed quota and are never chosen to be "
+        "preempted, reclaimed or moved (a stopPolicy of HoldAndDrain still drains them). "
+        'The annotation muster.dev/preemptible: "true" or "false" on a workload\'s '
+        "object overrides this for that workload.",
     )
 
 

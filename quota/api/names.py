@@ -16,6 +16,9 @@ MIN_PARALLELISM_ANNOTATION = "muster.dev/min-parallelism"
 # On a Job (any integrated kind), copied to its Workload: when it last saved its work (RFC
 # 3339). Among victims of equal priority, those that would lose the least work go first.
 LAST_CHECKPOINT_ANNOTATION = "muster.dev/last-checkpoint"
+# On a Job (or JobSet, TrainJob, PodGroup, ...), copied to its Workload: "true" or "false"
+# overrides the queue's spec.preemption.preemptibleBelowPriority for this one workload.
+PREEMPTIBLE_ANNOTATION = "muster.dev/preemptible"
 # On a Job: its pod template's scheduling fields before Muster merged flavors into them.
 ORIGINAL_SCHEDULING_ANNOTATION = "muster.dev/original-scheduling"
 # Scheduling gate that holds the pods of an elastic slice until the slice is admitted.

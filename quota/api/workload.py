@@ -3,6 +3,7 @@ Workload whose pod sets are admitted all together, or not at all."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, Literal, Self
 
 from pydantic import AwareDatetime, Field, model_validator
@@ -22,6 +23,7 @@ from quota.api.meta import (
     reference,
     validations,
 )
+from quota.api.names import PREEMPTIBLE_ANNOTATION
 from quota.api.quantity import ResourceList
 from quota.api.topology import TopologyRequest
 
@@ -295,3 +297,28 @@ class Workload(ApiObject):
     kind: Literal["Workload"] = "Workload"
     spec: WorkloadSpec
     status: WorkloadStatus = Field(default_factory=WorkloadStatus)
+
+    @model_validator(mode="after")
+    def _preemptible_annotation(self) -> Self:
+        try:
+            preemptible_override(self.metadata.annotations)
+        except ValueError as error:
+            raise ValueError(f"metadata.annotations[{PREEMPTIBLE_ANNOTATION}]: {error}") from None
+        return self
+
+    @property
+    def preemptible(self) -> bool | None:
+        """Its annotation muster.dev/preemptible (copied from its object), or None: its
+        queue's spec.preemption.preemptibleBelowPriority decides."""
+        return preemptible_override(self.metadata.annotations)
+
+
+def preemptible_override(annotations: Mapping[str, Any]) -> bool | None:
+    """The annotation muster.dev/preemptible of an object: True, False, or None when it has
+    none. Raises ValueError saying the rule for any other value."""
+    value = annotations.get(PREEMPTIBLE_ANNOTATION)
+    if value is None:
+        return None
+    if value in ("true", "false"):
+        return bool(value == "true")
+    raise ValueError(f'must be "true" or "false" (got {value!r})')

@@ -24,6 +24,7 @@ from quota.model.snapshot import (
     Snapshot,
     Workload,
     admission_blocker,
+    is_preemptible,
     pod_set_usage,
     queue_tree,
     superseded_slices,
@@ -139,15 +140,21 @@ def usage_and_demand(
         add_into(demand[name], vector)
     # Pending pod sets of one shape in one queue share one plan: sum their pod counts first,
     # then spread the total over the flavors that could host them.
-    pods: dict[tuple[str, int], int] = {}
+    pods: dict[tuple[str, int, bool], int] = {}
     shapes: dict[int, PodSet] = {}
     blocked: dict[str, bool] = {}
+    # The queues with a preemptibility threshold: in the others only an annotated workload
+    # can be non-preemptible (asked per pending workload, so the usual case costs no call).
+    thresholds = {n for n, s in snapshot.queues.items() if s.preemptible_below is not None}
     for w in snapshot.pending:
         queue = w.queue
         if queue not in blocked:
             blocked[queue] = admission_blocker(snapshot.queues, tree, queue) is not None
         if blocked[queue]:
             continue
+        within = (w.preemptible is not None or queue in thresholds) and not is_preemptible(
+            w, snapshot.queues[queue]
+        )
         running = by_key.get(w.replaces) if w.replaces is not None else None
         base = slice_base(w, running) if running is not None else None
         for index, ps in enumerate(w.pod_sets):
@@ -166,19 +173,28 @@ def usage_and_demand(
                     continue
             if count <= 0:
                 continue
-            shape = (queue, id(ps))
+            shape = (queue, id(ps), within)
             pods[shape] = pods.get(shape, 0) + count
             shapes[id(ps)] = ps
     if planner is None:
         planner = Planner(snapshot.flavors)
-    for (queue, shape_id), count in pods.items():
+    # Non-preemptible workloads never borrow: what they ask beyond their queue's quota left
+    # is no demand for surplus (it would give a queue a share it cannot use).
+    within_quota: dict[str, Vector] = {}
+    for (queue, shape_id, within), count in pods.items():
         ps = shapes[shape_id]
-        plan = planner.plan(snapshot.queues[queue], ps)
-        target = demand[queue]
+        spec = snapshot.queues[queue]
+        plan = planner.plan(spec, ps)
+        target = within_quota.setdefault(queue, {}) if within else demand[queue]
         for group in plan.groups:
             for _, pairs in group.options:
                 for key, amount in pairs:
                     target[key] = target.get(key, 0) + amount * count
+    for queue, asked in within_quota.items():
+        quotas, used, target = snapshot.queues[queue].quotas, usage[queue], demand[queue]
+        for key, amount in asked.items():
+            left = max(0, quotas.get(key, 0) - used.get(key, 0))
+            target[key] = target.get(key, 0) + min(amount, left)
     _roll_up(tree, usage)
     _roll_up(tree, demand)
     return usage, demand

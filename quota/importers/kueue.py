@@ -314,7 +314,13 @@ def _cluster_queue(
         "stopPolicy": obj.choice(
             spec.get("stopPolicy"), "spec.stopPolicy", ("None", "Hold", "HoldAndDrain"), "None"
         ),
-        "preemption": {"withinQueue": within, "reclaim": reclaim},
+        # Every Kueue workload may borrow and be preempted: none is below this threshold's
+        # reach (Muster's default, 100, would keep priorities 100 and up within quota).
+        "preemption": {
+            "withinQueue": within,
+            "reclaim": reclaim,
+            "preemptibleBelowPriority": INT32_MAX,
+        },
     }
     if spec.get("namespaceSelector") is not None:
         body["namespaceSelector"] = obj.mapping(spec["namespaceSelector"], "spec.namespaceSelector")

@@ -135,7 +135,12 @@ def _queue(
         spec={
             "priority": priority or 0,
             "flavors": [flavor],
-            "preemption": {"withinQueue": "LowerPriority", "reclaim": "Any"},
+            # Volcano ties no priority to preemptibility: every job stays preemptible.
+            "preemption": {
+                "withinQueue": "LowerPriority",
+                "reclaim": "Any",
+                "preemptibleBelowPriority": INT32_MAX,
+            },
             "queueingStrategy": "StrictFIFO" if strategy == "fifo" else "BestEffortFIFO",
             # A closed queue takes no new jobs and keeps its running ones.
             "stopPolicy": "Hold" if state in ("Closed", "Closing") else "None",

@@ -20,6 +20,7 @@ from quota.api.names import (
     JOB_POD_SET,
     LAST_CHECKPOINT_ANNOTATION,
     MIN_PARALLELISM_ANNOTATION,
+    PREEMPTIBLE_ANNOTATION,
     PREFERRED_TOPOLOGY_ANNOTATION,
     QUEUE_LABEL,
     REQUIRED_TOPOLOGY_ANNOTATION,
@@ -30,7 +31,7 @@ from quota.api.names import (
 from quota.api.quantity import QuantityError, format_quantity, parse_quantity
 from quota.api.resourceflavor import ResourceFlavor
 from quota.api.topology import TopologyRequest
-from quota.api.workload import PodSetAssignment
+from quota.api.workload import PodSetAssignment, preemptible_override
 from quota.api.workload import Workload as WorkloadModel
 from quota.model.nodeconvert import affinity_terms, pod_shape_from_spec
 from quota.model.nodes import Taint, Toleration
@@ -156,6 +157,7 @@ def workload(
         replaces=f"{namespace}/{wl.spec.replaces}" if wl.spec.replaces else None,
         evicting=evicting,
         checkpointed_at=last_checkpoint(wl.metadata.annotations),
+        preemptible=wl.preemptible,
     )
 
 
@@ -408,6 +410,10 @@ def job_to_workload_model(
                 f"must be at least 1 (got {low})",
             )
         pod_set["minCount"] = min(low, pods)
+    try:
+        preemptible_override(annotations)
+    except ValueError as error:
+        raise fail(f"metadata.annotations[{PREEMPTIBLE_ANNOTATION}]", str(error)) from None
     assert isinstance(template, Mapping)  # it holds pod_spec, checked above
     asked = topology_annotations(template, pods, fail)
     if asked:
@@ -423,6 +429,7 @@ def job_to_workload_model(
         "metadata": {
             "name": name or str(meta.get("name") or ""),
             "namespace": str(meta.get("namespace") or "default"),
+            "annotations": copied_annotations(annotations),
         },
         "spec": body,
     }
@@ -434,6 +441,16 @@ def job_to_workload_model(
         raise ManifestError(index, subject, problems) from None
     assert isinstance(model, WorkloadModel)
     return model
+
+
+# What admission reads off a Workload but a user sets on their own object.
+COPIED_ANNOTATIONS = (PREEMPTIBLE_ANNOTATION, LAST_CHECKPOINT_ANNOTATION)
+
+
+def copied_annotations(annotations: Mapping[str, Any]) -> dict[str, str]:
+    """The annotations of a user's object (Job, JobSet, TrainJob, PodGroup, ...) its Workload
+    carries too (`COPIED_ANNOTATIONS`): admission reads them from the Workload."""
+    return {k: str(annotations[k]) for k in COPIED_ANNOTATIONS if k in annotations}
 
 
 _TOPOLOGY_FIELDS = (

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from functools import lru_cache
-from typing import NamedTuple
+from typing import NamedTuple, Protocol
 
 from quota.model.ledger import Ledger
 from quota.model.nodes import Taint, Toleration
@@ -329,11 +329,74 @@ class Fit(NamedTuple):
     usage: dict[FlavorResource, int]
 
 
+class Room(Protocol):
+    """What flavor assignment asks of a ledger: a `Ledger`, or one `WithinQuota` bounds."""
+
+    def first_short(
+        self,
+        queue: str,
+        pairs: Sequence[tuple[FlavorResource, int]],
+        count: int,
+        base: Mapping[FlavorResource, int],
+    ) -> int: ...
+
+    def headroom(self, queue: str, key: FlavorResource) -> int: ...
+
+
+class WithinQuota:
+    """A ledger's room, and no more than keeps every queue on a path within its quota: what
+    a non-preemptible workload may take (it never borrows). Reads the ledger's usage as it
+    is when asked, so one is made per request and ledger and used for the whole cycle."""
+
+    __slots__ = ("ledger", "levels")
+
+    def __init__(
+        self,
+        ledger: Ledger,
+        path: Sequence[str],
+        quotas: Mapping[str, Mapping[FlavorResource, int]],
+    ) -> None:
+        self.ledger = ledger
+        # Per queue on the path: its quota and its usage in the ledger (the same dict the
+        # ledger charges, so it is always current).
+        self.levels = tuple((name, quotas[name], ledger.used[name]) for name in path)
+
+    def first_short(
+        self,
+        queue: str,
+        pairs: Sequence[tuple[FlavorResource, int]],
+        count: int,
+        base: Mapping[FlavorResource, int],
+    ) -> int:
+        """`Ledger.first_short`, with each queue's quota on the path as a limit too."""
+        at = self.ledger.first_short(queue, pairs, count, base)
+        for index in range(len(pairs) if at < 0 else at):
+            key, amount = pairs[index]
+            need = amount * count + base.get(key, 0)
+            for _, quota, used in self.levels:
+                if need > quota.get(key, 0) - used.get(key, 0):
+                    return index
+        return at
+
+    def headroom(self, queue: str, key: FlavorResource) -> int:
+        """`Ledger.headroom`, no more than the quota left on the path."""
+        return min(self.ledger.headroom(queue, key), self.quota_left(key)[0])
+
+    def quota_left(self, key: FlavorResource) -> tuple[int, str]:
+        """What the tightest queue on the path has left of its quota of `key`, and its name
+        (the nearest of equals)."""
+        left, _, name = min(
+            (quota.get(key, 0) - used.get(key, 0), i, name)
+            for i, (name, quota, used) in enumerate(self.levels)
+        )
+        return left, name
+
+
 def assign_flavors(
     queue: str,
     plans: Sequence[PodSetPlan],
     counts: Sequence[int],
-    ledgers: Sequence[Ledger],
+    ledgers: Sequence[Room],
     excluded: frozenset[str] = frozenset(),
     explain: bool = True,
 ) -> Fit | FitFailure:
@@ -391,8 +454,8 @@ def assign_flavors_pair(
     queue: str,
     plans: Sequence[PodSetPlan],
     counts: Sequence[int],
-    first: Ledger,
-    second: Ledger,
+    first: Room,
+    second: Room,
 ) -> tuple[Fit | FitFailure, Fit | FitFailure | None]:
     """`assign_flavors` against both ledgers and, when that fails, against `second` alone
     (unexplained; None when both fit).

@@ -78,6 +78,7 @@ def queue_spec(cq: ClusterQueue, active: bool = True, reason: str = "") -> Queue
         placement=spec.placement_strategy,
         movable=spec.consolidation.movable,
         movable_below=spec.consolidation.below_priority,
+        preemptible_below=preemption.preemptible_below_priority,
         active=active,
         inactive_reason="" if active else reason,
     )

@@ -57,6 +57,10 @@ class QueueSpec:
     # Consolidation: its running workloads may be moved to other nodes (below this priority).
     movable: bool = False
     movable_below: int | None = None
+    # Workloads with a lower priority are preemptible (may borrow, may be evicted); None:
+    # every workload is. The API's default is 100 (queues.py); the engine's is None, as its
+    # reclaim default is Never, so that a QueueSpec says only what it is given.
+    preemptible_below: int | None = None
     active: bool = True
     inactive_reason: str = ""
     # Derived once: quota and limits keyed by (flavor, resource), for lookups in hot loops.
@@ -178,6 +182,27 @@ class Workload:
     checkpointed_at: float | None = None
     # Pending preemptors only: the room held for it on nodes (see Hold).
     hold: Hold | None = None
+    # Its object's muster.dev/preemptible annotation; None: its queue's threshold decides
+    # (`is_preemptible`).
+    preemptible: bool | None = None
+
+
+def is_preemptible(w: Workload, spec: QueueSpec) -> bool:
+    """Whether `w` may borrow beyond its queue's quota and be chosen as a victim: its own
+    annotation, else a priority below its queue's threshold (KAI's rule)."""
+    if w.preemptible is not None:
+        return w.preemptible
+    below = spec.preemptible_below
+    return below is None or w.priority < below
+
+
+def non_preemptible_words(w: Workload, spec: QueueSpec) -> str:
+    """ "non-preemptible (priority 150 >= 100 in queue serve)", or "(by its annotation)"."""
+    if w.preemptible is not None:
+        # Not spelled out here: quota.api (names.py's package) is not the engine's to load.
+        return "non-preemptible (by its annotation)"
+    threshold = spec.preemptible_below
+    return f"non-preemptible (priority {w.priority} >= {threshold} in queue {spec.name})"
 
 
 @dataclass(frozen=True, slots=True)

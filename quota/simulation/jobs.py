@@ -43,6 +43,7 @@ class Job:
     flavors: dict[str, str] = field(default_factory=dict)
     resizes: list[Resize] = field(default_factory=list)
     reason: str = ""
+    preemptible: bool | None = None  # muster.dev/preemptible, or None: its queue decides
     placement_wait: float = 0.0
     placement_since: float | None = None  # since when the cycle has said "cannot place"
     pods: int = 0  # pods ever bound, for unique pod names

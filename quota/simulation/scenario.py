@@ -186,6 +186,11 @@ class WorkloadClassSpec(ApiModel):
         lt=1.0,
         description="Spread interval and runtime by up to this fraction, seeded by --seed.",
     )
+    preemptible: bool | None = Field(
+        None,
+        description="As the annotation muster.dev/preemptible on each workload: overrides "
+        "its queue's preemptibleBelowPriority (unset: the queue's threshold decides).",
+    )
 
     @model_validator(mode="after")
     def _one_priority(self) -> Self:
@@ -276,6 +281,7 @@ class JobSpec:
     pod_sets: tuple[PodSet, ...]
     elastic: bool = False
     waits_for: str = ""  # why it can never be decided (`convert.priority_wait`), if it cannot
+    preemptible: bool | None = None  # its muster.dev/preemptible annotation, if any
 
 
 @dataclass(frozen=True, slots=True)
@@ -291,6 +297,7 @@ class WorkloadClass:
     pod_set: PodSet
     jitter: float = 0.0
     waits_for: str = ""  # as JobSpec.waits_for
+    preemptible: bool | None = None  # as JobSpec.preemptible
 
 
 @dataclass(frozen=True, slots=True)
@@ -513,6 +520,7 @@ def _jobs(
                     model.spec.priority, model.spec.priority_class_name, classes
                 )
                 or "",
+                preemptible=model.preemptible,
             )
         )
     return tuple(jobs)
@@ -562,6 +570,7 @@ def _generators(
                     jitter=cls.jitter,
                     waits_for=convert.priority_wait(cls.priority, cls.priority_class_name, classes)
                     or "",
+                    preemptible=cls.preemptible,
                 )
             )
         out.append(Generator(gen.metadata.name or "", tuple(resolved), tuple(targets)))

@@ -161,6 +161,7 @@ class _Simulation:
                     spec.pod_sets,
                     spec.elastic,
                     waits_for=spec.waits_for,
+                    preemptible=spec.preemptible,
                 )
             )
         rng = random.Random(self.seed)
@@ -193,6 +194,7 @@ class _Simulation:
                                 pod_sets,
                                 False,
                                 waits_for=cls.waits_for,
+                                preemptible=cls.preemptible,
                             )
                         )
         for scale in self.scenario.scale_events:
@@ -302,6 +304,7 @@ class _Simulation:
             arrival=t,
             pod_sets=job.pod_sets,
             hold=job.hold,  # a moved job goes to the room held for it
+            preemptible=job.preemptible,
         )
         job.hold = None
         job.state = "pending"
@@ -444,6 +447,7 @@ class _Simulation:
                     arrival=t,
                     pod_sets=job.pod_sets,
                     replaces=running.key,
+                    preemptible=job.preemptible,
                 )
             )
             self.job_of[key] = job

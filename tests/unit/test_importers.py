@@ -147,8 +147,13 @@ def test_kueue_preemption_policies_weights_and_unmapped_fields() -> None:
     )
     queues = by_kind(result, "ClusterQueue")
     a = queues["a"]["spec"]
-    # Kueue's default reclaimWithinCohort is Never (Muster's is Any): said explicitly.
-    assert a["preemption"] == {"withinQueue": "LowerOrNewerEqualPriority", "reclaim": "Never"}
+    # Kueue's default reclaimWithinCohort is Never (Muster's is Any): said explicitly; every
+    # Kueue workload is preemptible, whatever its priority.
+    assert a["preemption"] == {
+        "withinQueue": "LowerOrNewerEqualPriority",
+        "reclaim": "Never",
+        "preemptibleBelowPriority": 2**31 - 1,
+    }
     assert a["stopPolicy"] == "Hold"
     assert a["flavors"][0]["quota"] == {"cpu": "1"}  # pods is not a quota in Muster
     # Fractional weights: all scaled by the same power of ten; zero stays zero.
