@@ -181,10 +181,12 @@ def test_preemption_on_nodes_never_chooses_a_non_preemptible_workload() -> None:
 def test_consolidation_never_moves_a_non_preemptible_workload() -> None:
     ws, pods = scattered()
     gang = workload("ml/gang", "train", gpus=8, count=2, priority=0)
-    assert victims(cycle([SVC, TRAIN], [gang], ws, pods, nodes=4)) == {"svc/s0", "svc/s1"}
-    first = {"svc/s0", "svc/s1"}  # the control's choice, now non-preemptible
+    first = victims(cycle([SVC, TRAIN], [gang], ws, pods, nodes=4))
+    assert len(first) == 2  # control: two of the four move
+    # The control's choice, now non-preemptible: the other two move instead.
     shielded = [replace(w, preemptible=False) if w.key in first else w for w in ws]
-    assert victims(cycle([SVC, TRAIN], [gang], shielded, pods, nodes=4)) == {"svc/s2", "svc/s3"}
+    others = {w.key for w in ws} - first
+    assert victims(cycle([SVC, TRAIN], [gang], shielded, pods, nodes=4)) == others
 
 
 # -- properties ---------------------------------------------------------------------------
