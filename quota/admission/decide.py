@@ -24,7 +24,7 @@ from quota.admission.moves import Moves
 from quota.admission.node_room import HeldRoom, NodeRoom, placement_words
 from quota.admission.outcome import NoEviction, Outcome
 from quota.admission.quota_preemption import QuotaPreemption
-from quota.admission.reasons import Reasons
+from quota.admission.reasons import Reasons, held_back_words
 from quota.admission.requests import (
     Request,
     Requests,
@@ -64,6 +64,10 @@ class Decide:
         self._set_aside: dict[str, Request] = {}  # by workload key, for the second pass
         # Room left under the fair shares per key, while one queue's turn lasts.
         self._share_room: dict[FlavorResource, int] = {}
+        # By queue: the first workload of this cycle that waits (waitBeforeEvicting) before
+        # it may preempt lower priorities of its queue. Those are not started meanwhile:
+        # the quota they would take is what it waits for, and it would evict them later.
+        self._waiting_to_evict: dict[str, Workload] = {}
 
     def new_turn(self) -> None:
         """A queue's turn starts: usage stays as it is until it ends with an admission or a
@@ -102,6 +106,10 @@ class Decide:
         request = self._set_aside.pop(w.key, None) or self.requests.make(spec, w)
         if isinstance(request, str):
             state.pending.append(Pending(w.key, spec.name, request))
+            return "pending"
+        first = self._waiting_to_evict.get(spec.name)
+        if first is not None and w.priority < first.priority and request.base is None:
+            state.pending.append(Pending(w.key, spec.name, held_back_words(first)))
             return "pending"
         memo_key = request.memo_key
         if memo_key is not None and memo_key in self._memo:
@@ -146,6 +154,8 @@ class Decide:
         preempted = self.preemption.preempt(spec, request, smallest)
         if not isinstance(preempted, NoEviction):
             return preempted
+        if preempted.waiting and spec.within_queue != "Never" and w.hold is None:
+            self._waiting_to_evict.setdefault(spec.name, w)
         reason = self.reasons.not_fitting(spec, w, failure, smallest != request.counts)
         if not request.may_borrow:
             reason = within_quota_words(spec, request, failure, state.ledgers()) or reason

@@ -20,6 +20,8 @@ Outcome = Literal["admitted", "waiting", "pending", "never", "beyond"]
 
 @dataclass(frozen=True, slots=True)
 class NoEviction:
-    """A preemption search that evicts no one; `words` add to the wait's reason ("": none)."""
+    """A preemption search that evicts no one; `words` add to the wait's reason ("": none).
+    `waiting`: it did not search, because its queue's waitBeforeEvicting has not yet passed."""
 
     words: str = ""
+    waiting: bool = False

@@ -68,7 +68,7 @@ class QuotaPreemption:
         if waits:
             # Room may still free by completions: evicting now could throw work away for
             # nothing.
-            return NoEviction(waits)
+            return NoEviction(waits, waiting=True)
         # Valid for the whole call: each search below leaves the ledger as it found it or
         # succeeds and ends the call.
         covered = _covering(options, room)

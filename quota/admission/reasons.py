@@ -156,6 +156,17 @@ def waits_before_evicting(spec: QueueSpec, w: Workload, now: float) -> str:
     )
 
 
+def held_back_words(first: Workload) -> str:
+    """Why a lower-priority workload is not started while `first`, of its queue, waits
+    before it may preempt: starting it would take the quota `first` waits for, only for it
+    to be evicted when the wait ends."""
+    return (
+        f"held back for {first.key} (priority {first.priority}) of its queue, which waits for "
+        "room and may preempt lower priorities when its waitBeforeEvicting ends: starting "
+        "this one now would only take that room and have it evicted"
+    )
+
+
 def _seconds(amount: float) -> str:
     return f"{amount:.0f}s" if amount >= 10 else f"{round(amount, 1):g}s"
 

@@ -147,3 +147,45 @@ def test_the_simulator_evicts_at_the_instant_the_wait_ends() -> None:
     (record,) = result.preemptions
     # Nothing else happens at 17s: the simulator decides again then, on its own.
     assert record.at == 17.0
+
+
+def waiting_queue(within: str) -> Snapshot:
+    """Queue a is guaranteed 4 GPUs; 3 are in use; ns/urgent needs all 4 and waits before it
+    may evict; ns/filler (lower) and ns/peer (as urgent's priority) would fit in the one left."""
+    spec = queue("a", quota=4, within_queue=within, wait_before_evicting_s=30.0)
+    return Snapshot(
+        now=ARRIVAL + 12,
+        queues=queues_of(spec),
+        flavors={},
+        admitted=(workload("ns/low", "a", gpus=3, flavor="h100", admitted_at=0.0),),
+        pending=(
+            workload("ns/urgent", "a", gpus=4, priority=5, arrival=ARRIVAL),
+            workload("ns/filler", "a", gpus=1, priority=0, arrival=ARRIVAL + 1),
+        ),
+    )
+
+
+def test_lower_priorities_are_not_started_while_a_preemptor_waits_for_their_room() -> None:
+    result = admission_cycle(waiting_queue("LowerPriority"))
+    assert not result.admit and not result.preempt
+    reasons = {p.workload: p.reason for p in result.pending}
+    assert reasons["ns/filler"].startswith(
+        "held back for ns/urgent (priority 5) of its queue, which waits for room"
+    )
+    # Once the wait is over ns/urgent evicts ns/low; ns/filler still does not start into
+    # the room ns/urgent takes.
+    later = admission_cycle(replace(waiting_queue("LowerPriority"), now=ARRIVAL + 30))
+    assert [v.workload for p in later.preempt for v in p.victims] == ["ns/low"]
+    assert "ns/filler" not in {a.workload for a in later.admit}
+
+
+def test_what_a_waiting_workload_could_never_evict_is_started() -> None:
+    # A queue that never preempts within itself: ns/urgent waits for completions alone, and
+    # ns/filler, which it could never evict, takes the room left.
+    result = admission_cycle(waiting_queue("Never"))
+    assert [a.workload for a in result.admit] == ["ns/filler"]
+    # An equal priority is never held back: it is not a victim of ns/urgent.
+    peer = workload("ns/peer", "a", gpus=1, priority=5, arrival=ARRIVAL + 1)
+    snapshot = waiting_queue("LowerPriority")
+    result = admission_cycle(replace(snapshot, pending=(snapshot.pending[0], peer)))
+    assert [a.workload for a in result.admit] == ["ns/peer"]
