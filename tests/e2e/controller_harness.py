@@ -293,6 +293,17 @@ def condition(obj: Mapping[str, Any], type_: str) -> dict[str, Any]:
     return {}
 
 
+def eviction_reason(wl: Mapping[str, Any]) -> str:
+    """Why the Workload was last evicted ("" if never): Evicted's reason while its pods stop,
+    and the head of its message once the eviction ended (QuotaReleased: "Reclaimed: ...")."""
+    evicted = condition(wl, "Evicted")
+    if evicted.get("status") == "True":
+        return str(evicted.get("reason") or "")
+    if evicted.get("reason") == "QuotaReleased":
+        return str(evicted.get("message") or "").split(":", 1)[0]
+    return ""
+
+
 def admitted(wl: Mapping[str, Any]) -> bool:
     return condition(wl, "QuotaReserved").get("status") == "True" and not finished(wl)
 

@@ -31,6 +31,7 @@ from tests.e2e.controller_harness import (
     crds,  # noqa: F401 - fixture
     create,
     events_for,
+    eviction_reason,
     flavor,
     get,
     local_queue,
@@ -441,10 +442,7 @@ def test_a_high_priority_job_evicts_just_enough_lower_priority_work_to_fit_on_no
     evicted = [
         n
         for n in ("low-a", "low-b")
-        if any(
-            condition(w, "Evicted").get("status") == "True"
-            for w in workloads_of(cluster, namespace, n)
-        )
+        if any(eviction_reason(w) for w in workloads_of(cluster, namespace, n))
     ]
     assert len(evicted) == 1, evicted
     [kept] = {"low-a", "low-b"} - set(evicted)
