@@ -108,7 +108,13 @@ class Decide:
             state.pending.append(Pending(w.key, spec.name, request))
             return "pending"
         first = self._waiting_to_evict.get(spec.name)
-        if first is not None and w.priority < first.priority and request.base is None:
+        # A holder's room and quota are its own already: holding it back would only delay it.
+        if (
+            first is not None
+            and w.priority < first.priority
+            and request.base is None
+            and w.hold is None
+        ):
             state.pending.append(Pending(w.key, spec.name, held_back_words(first)))
             return "pending"
         memo_key = request.memo_key

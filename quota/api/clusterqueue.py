@@ -96,9 +96,9 @@ class FlavorQuota(ApiModel):
 
 
 # What `waitBeforeEvicting` is where no queue on the path sets it. On Kueue's baseline trace
-# every value tried from 15s up avoids all 6,050 evictions with the same waits (2s suffices
-# at a tenth of it); 5s still evicts 155, 10s 55 (docs/benchmarks.md). 30s keeps a margin for
-# a cluster's slower pipeline, and is nothing next to the work an evicted training job loses.
+# every value from 10s up avoids all 6,050 evictions with the same waits (2s suffices at a
+# tenth; docs/benchmarks.md has the sweep and its command). 30s keeps a margin for a
+# cluster's slower pipeline, and is nothing next to the work an evicted training job loses.
 DEFAULT_WAIT_BEFORE_EVICTING = timedelta(seconds=30)
 
 
