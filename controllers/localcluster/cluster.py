@@ -507,7 +507,7 @@ class LocalCluster:
         commands = node.commands(self.binaries["kubelet"], self.binaries["kube-proxy"], address)
         progress("starting containerd")
         self._start("containerd", commands["containerd"], None)
-        node.wait_containerd(30.0)
+        node.wait_containerd(30.0, self.directory / "logs" / "containerd.log")
         for archive in archives:
             progress(f"loading {archive.ref} into the node's containerd")
             node.import_image(archive.path)

@@ -40,6 +40,9 @@ VOLUME_NAME = "muster-local-volume"
 VOLUME_SIZE = "2Gi"
 CNI_BIN_DIRS = (Path("/usr/lib/cni"), Path("/opt/cni/bin"))
 CLAIM = Path("/run/muster-real-node.json")
+# containerd's state (its sockets, the shims' sockets, containers' root filesystems): a short
+# path, since a unix socket's path may not exceed 107 bytes and a test's directory is long.
+RUN_DIR = Path("/run/muster-node")
 COMPONENTS = ("containerd", "kubelet", "kube-proxy")
 PACKAGES = "runc containerd containernetworking-plugins iptables conntrack"
 Progress = Callable[[str], None]
@@ -120,9 +123,9 @@ class RealNode:
         self.cluster_dir = directory
         self.root = directory / "node"
         self.containerd_root = self.root / "containerd"
-        self.containerd_state = self.root / "containerd-state"
-        self.socket = self.containerd_state / "containerd.sock"
-        self.kubelet_root = self.root / "kubelet"
+        self.containerd_state = RUN_DIR / "containerd"
+        self.socket = RUN_DIR / "containerd.sock"
+        self.kubelet_root = RUN_DIR / "kubelet"  # it holds sockets too
         self.volume_dir = self.root / "volume"
         self.sysctls = self.root / "host-sysctls.json"
 
@@ -290,13 +293,17 @@ state = "{self.containerd_state}"
             raise RealNodeError(f"ctr {' '.join(args)} failed: {result.stderr.strip()}")
         return result
 
-    def wait_containerd(self, timeout: float) -> None:
+    def wait_containerd(self, timeout: float, log: Path) -> None:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.socket.exists() and self.ctr("version", check=False).returncode == 0:
                 return
             time.sleep(0.2)
-        raise RealNodeError(f"containerd did not answer on {self.socket} within {timeout:.0f}s")
+        tail = "\n".join(log.read_text(errors="replace").splitlines()[-15:]) if log.exists() else ""
+        raise RealNodeError(
+            f"containerd did not answer on {self.socket} within {timeout:.0f}s; the end of "
+            f"{log}:\n{tail}"
+        )
 
     def import_image(self, archive: Path) -> None:
         """Load an image archive into the node's containerd (what a pull would do)."""
@@ -388,9 +395,10 @@ state = "{self.containerd_state}"
         if kube_proxy:
             subprocess.run([kube_proxy, "--cleanup"], capture_output=True, check=False)
         hoststate.remove_chains()
-        hoststate.unmount_under([self.root])
+        hoststate.unmount_under([self.root, RUN_DIR])
         hoststate.remove_netns()
         hoststate.remove_bridge()
         hoststate.remove_cgroups()
         hoststate.restore_sysctls(self.sysctls)
+        shutil.rmtree(RUN_DIR, ignore_errors=True)
         release(self.cluster_dir)
