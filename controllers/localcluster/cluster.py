@@ -483,8 +483,11 @@ class LocalCluster:
 
     def env(self) -> str:
         """Shell lines that point kubectl at this cluster, with the kubectl built for it
-        first on PATH (a system kubectl may be older than the cluster)."""
+        first on PATH (a system kubectl may be older than the cluster); with a real node,
+        also this machine's address as pods reach it (for a database URL in a Secret)."""
         lines = [f"export KUBECONFIG={shlex.quote(str(self.kubeconfig))}"]
+        if self.state and self.state.node_address:
+            lines.append(f"export MUSTER_HOST_ADDRESS={self.state.node_address}")
         found, _ = find_binaries()
         kubectl = found.get("kubectl")
         if kubectl is not None:

@@ -79,6 +79,11 @@ def _ours(line: str) -> bool:
     return False
 
 
+def without_ours(lines: list[str]) -> list[str]:
+    """An iptables-save dump without the node's chains and the rules that fill or reach them."""
+    return [line for line in lines if not _ours(line)]
+
+
 def remove_chains() -> int:
     """Remove every KUBE-* and CNI-* chain and every rule that jumps to one, in each table of
     iptables and ip6tables, leaving every other rule as it is; return how many lines went."""
@@ -91,7 +96,7 @@ def remove_chains() -> int:
         if dump.returncode != 0:
             continue
         lines = dump.stdout.splitlines()
-        kept = [line for line in lines if not _ours(line)]
+        kept = without_ours(lines)
         if len(kept) == len(lines):
             continue
         subprocess.run([restore], input="\n".join(kept) + "\n", text=True, check=True)
