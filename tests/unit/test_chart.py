@@ -241,6 +241,23 @@ def test_sqlite_history_runs_one_replica_postgresql_two_with_a_disruption_budget
     assert not [d for d in docs if d["kind"] == "PersistentVolumeClaim"]
 
 
+@pytest.mark.parametrize(
+    ("value", "want"),
+    [
+        (None, None),  # the default: the cluster's default class, or a volume without one
+        ("", ""),  # no class, even where a default exists: a PersistentVolume you prepared
+        ("local-disk", "local-disk"),
+    ],
+)
+def test_the_history_claim_asks_for_the_class_given(value: str | None, want: str | None) -> None:
+    sets = () if value is None else (f"history.database.sqlite.storageClassName={value}",)
+    claim = one(render(*sets), "PersistentVolumeClaim")
+    assert claim["spec"].get("storageClassName", None) == want
+    assert ("storageClassName" in claim["spec"]) == (want is not None)
+    # Kept on uninstall: the history outlives the release.
+    assert claim["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"
+
+
 def test_pod_is_non_root_read_only_with_probes_on_the_metrics_port() -> None:
     pod = one(render(), "Deployment")["spec"]["template"]["spec"]
     assert pod["securityContext"]["runAsNonRoot"] is True
