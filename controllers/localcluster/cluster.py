@@ -459,7 +459,8 @@ class LocalCluster:
         (the chaos run restarts the apiserver) or added one (a peer controller) since this
         object loaded it, and those must stop too."""
         self._refresh()
-        stopped = self._stop_node(grace) if self.state and self.state.node_address else []
+        with_node = self.state and self.state.node_address and realnode.owns(self.directory)
+        stopped = self._stop_node(grace) if with_node else []
         # The last started first: a peer controller before the apiserver it talks to.
         running = [
             c for c in reversed(self.state.components if self.state else []) if pid_alive(c.pid)

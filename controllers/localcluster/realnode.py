@@ -110,6 +110,16 @@ def claim(directory: Path, running: Callable[[dict[str, object]], bool]) -> None
     CLAIM.write_text(json.dumps({"directory": str(directory), "pid": os.getpid()}))
 
 
+def owns(directory: Path) -> bool:
+    """Whether the cluster in `directory` holds this machine's real node: only its `down`
+    may touch the node's processes and host state (another cluster's stale `down` must not
+    tear down a node that now belongs to a running cluster)."""
+    try:
+        return bool(json.loads(CLAIM.read_text()).get("directory") == str(directory))
+    except (ValueError, OSError):
+        return False
+
+
 def release(directory: Path) -> None:
     with contextlib.suppress(ValueError, OSError):
         if json.loads(CLAIM.read_text()).get("directory") == str(directory):

@@ -136,6 +136,8 @@ def _install_chart(cluster: LocalCluster, helm: str, *values: str) -> None:
             "--namespace",
             NAMESPACE,
             "--create-namespace",
+            # The CRDs may be there already, applied by hand or by another release.
+            "--take-ownership",
             "--kubeconfig",
             str(cluster.kubeconfig),
             *values,
@@ -240,9 +242,10 @@ def _start_in_cluster(
     if helm is None or not CHART.is_dir():
         raise UpError("Muster in the cluster needs helm and the chart (run `make setup`)")
     assert cluster.state is not None and cluster.state.node_address is not None
-    # Pods and this machine both reach the host's PostgreSQL at its address.
+    # Pods reach the host's PostgreSQL at the machine's address, the live view on loopback.
     url = database_url or DATABASE_URL.format(address=cluster.state.node_address)
-    _check_database(url)
+    view_url = database_url or DATABASE_URL.format(address="127.0.0.1")
+    _check_database(view_url)
     directory = cluster.directory
     _apply(cluster, [{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}}])
     _apply(
@@ -283,7 +286,7 @@ def _start_in_cluster(
         controller_pid=None,
         controller_log=f"`kubectl -n {NAMESPACE} logs deployment/muster`",
         kubeconfig=str(cluster.kubeconfig),
-        database_url=url,
+        database_url=view_url,
         webhook_port=9443,
         metrics_port=8080,
         chart=True,
