@@ -55,23 +55,29 @@ def _config(archive: images.ImageArchive) -> dict[str, object]:
     return config
 
 
-def _run(buildah: list[str], archive: images.ImageArchive, *argv: str, env: str = "") -> str:
-    container = subprocess.run(
-        [*buildah, "from", "--pull-never", "--quiet", f"docker-archive:{archive.path}"],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout.strip()
-    extra = ["--env", env] if env else []
-    result = subprocess.run(
-        [*buildah, "run", "--isolation", "chroot", *extra, container, "--", *argv],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    assert result.returncode == 0, result.stderr
-    return result.stdout
+class _Container:
+    """A working container of an image archive, to run commands in (chroot, no engine)."""
+
+    def __init__(self, buildah: list[str], archive: images.ImageArchive) -> None:
+        self.buildah = buildah
+        self.name = subprocess.run(
+            [*buildah, "from", "--pull-never", "--quiet", f"docker-archive:{archive.path}"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+
+    def run(self, *argv: str, env: str = "") -> str:
+        extra = ["--env", env] if env else []
+        result = subprocess.run(
+            [*self.buildah, "run", "--isolation", "chroot", *extra, self.name, "--", *argv],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=False,
+        )
+        assert result.returncode == 0, result.stderr
+        return result.stdout
 
 
 def test_muster_runs_as_65532_with_muster_as_its_entrypoint(
@@ -83,11 +89,12 @@ def test_muster_runs_as_65532_with_muster_as_its_entrypoint(
     assert config["User"] == "65532:65532"
     assert config["Entrypoint"] == ["muster"]
     assert config["Cmd"] == ["controller"]
-    assert "Usage: muster" in _run(buildah, muster, "muster", "--help")
-    assert _run(buildah, muster, "id", "-u").strip() == "65532"
+    container = _Container(buildah, muster)
+    assert "Usage: muster" in container.run("muster", "--help")
+    assert container.run("id", "-u").strip() == "65532"
     # Only what runs: no pip in Muster's virtualenv, no wheels left behind.
     probe = "import importlib.util as u, os; print(u.find_spec('pip'), os.path.exists('/wheels'))"
-    assert _run(buildah, muster, "/opt/muster/bin/python", "-c", probe).split() == [
+    assert container.run("/opt/muster/bin/python", "-c", probe).split() == [
         "None",
         "False",
     ]
@@ -98,7 +105,7 @@ def test_the_real_workload_computes_its_answer(
 ) -> None:
     job = archives[images.REAL_JOB_IMAGE.rsplit(":", 1)[0]]
     assert _config(job)["User"] == "65532:65532"
-    out = _run(buildah, job, "python3", "/job.py", env="COLLATZ_BELOW=1000000")
+    out = _Container(buildah, job).run("python3", "/job.py", env="COLLATZ_BELOW=1000000")
     assert "longest_start=837799 steps=524" in out
 
 

@@ -11,8 +11,10 @@ from pathlib import Path
 
 import pytest
 import yaml
+from click.testing import CliRunner
 
 from controllers.localcluster import images
+from controllers.main import main
 from quota.api import ClusterQueue, LocalQueue, ResourceFlavor, parse_manifest
 from quota.api.names import QUEUE_LABEL
 
@@ -157,6 +159,10 @@ def test_a_missing_tool_names_the_package_to_install(
     monkeypatch.setenv("PATH", str(tmp_path / "empty"))
     with pytest.raises(images.ImageError, match=r"buildah is required .*apt-get install buildah"):
         images.ensure_base()
+    # The command says the same, as an error, not a traceback.
+    result = CliRunner().invoke(main, ["local-cluster", "images"])
+    assert result.exit_code == 1
+    assert "Error: buildah is required to build images: apt-get install buildah" in result.output
 
 
 def test_a_new_archive_replaces_only_older_archives_of_the_same_image(
