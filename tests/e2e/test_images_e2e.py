@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from alembic.script import ScriptDirectory
 
 from controllers.localcluster import images
 
@@ -92,6 +93,12 @@ def test_muster_runs_as_65532_with_muster_as_its_entrypoint(
     container = _Container(buildah, muster)
     assert "Usage: muster" in container.run("muster", "--help")
     assert container.run("id", "-u").strip() == "65532"
+    # The migrations travel in the image: the history store is created from them there.
+    container.run("muster", "db", "upgrade", "--database-url", "sqlite:////tmp/history.db")
+    db = "sqlite3.connect('/tmp/history.db')"
+    read = f"import sqlite3; print({db}.execute('select * from alembic_version').fetchone()[0])"
+    head = ScriptDirectory(str(images.REPO / "migrations")).get_current_head()
+    assert container.run("/opt/muster/bin/python", "-c", read).strip() == head
     # Only what runs: no pip in Muster's virtualenv, no wheels left behind.
     probe = "import importlib.util as u, os; print(u.find_spec('pip'), os.path.exists('/wheels'))"
     assert container.run("/opt/muster/bin/python", "-c", probe).split() == [
