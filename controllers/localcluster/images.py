@@ -261,18 +261,16 @@ class _Builder:
         self.log.parent.mkdir(parents=True, exist_ok=True)
         self.log.write_text("")
 
-    def run(self, step: str, argv: list[str], cwd: Path | None = None) -> None:
+    def run(self, step: str, argv: list[str], *, check: bool = True) -> None:
         with self.log.open("a") as out:
             out.write(f"$ {shlex.join(argv)}\n")
             out.flush()
-            result = subprocess.run(
-                argv, stdout=out, stderr=subprocess.STDOUT, cwd=cwd, check=False
-            )
-        if result.returncode != 0:
+            result = subprocess.run(argv, stdout=out, stderr=subprocess.STDOUT, check=False)
+        if check and result.returncode != 0:
             raise ImageError(f"{step} failed (exit {result.returncode}); see {self.log}")
 
-    def buildah_run(self, step: str, *args: str) -> None:
-        self.run(step, [self.buildah, *self.global_args, *args])
+    def buildah_run(self, step: str, *args: str, check: bool = True) -> None:
+        self.run(step, [self.buildah, *self.global_args, *args], check=check)
 
     def build(self, context: Path, ref: str, build_args: dict[str, str], dockerfile: str) -> None:
         args = [f"--build-arg={k}={v}" for k, v in sorted(build_args.items())]
@@ -297,9 +295,10 @@ class _Builder:
         self.buildah_run(f"writing {ref} to {path}", "push", ref, f"docker-archive:{path}:{ref}")
 
     def cleanup(self) -> None:
-        # Containers and images of this build go; the archive is what stays.
-        self.buildah_run("removing buildah's working containers", "rm", "--all")
-        self.buildah_run("removing buildah's images", "rmi", "--all", "--force")
+        # Containers and images of this build go; the archive is what stays. Best effort
+        # (logged): a failure here must not hide the build's own error.
+        self.buildah_run("removing working containers", "rm", "--all", check=False)
+        self.buildah_run("removing images", "rmi", "--all", "--force", check=False)
 
 
 @contextmanager
@@ -333,6 +332,9 @@ def _ensure(
     if path.is_file():
         return ImageArchive(ref, path)
     builder = _Builder(ref)
+    # Under the lock no build runs: a build- directory left is from one that was killed.
+    for left in images_dir().glob("build-*"):
+        shutil.rmtree(left, ignore_errors=True)
     progress(f"building {ref} (log: {builder.log})")
     with tempfile.TemporaryDirectory(dir=images_dir(), prefix="build-") as tmp:
         context = Path(tmp) / "context"

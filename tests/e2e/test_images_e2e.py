@@ -160,3 +160,20 @@ def test_a_second_call_builds_nothing(archives: dict[str, images.ImageArchive]) 
     elapsed = time.monotonic() - started
     assert {a.path: a.path.stat().st_mtime_ns for a in again} == before
     assert elapsed < 1.0, f"a cached call took {elapsed:.2f} s"
+
+
+def test_a_failed_build_names_its_step_and_log_and_leaves_no_archive(
+    archives: dict[str, images.ImageArchive], tmp_path: Path
+) -> None:
+    source = tmp_path / "broken"
+    source.mkdir()
+    (source / "Dockerfile").write_text(
+        "ARG PYTHON=3.12\nFROM python:${PYTHON}-slim\nRUN echo 'step that fails' && false\n"
+    )
+    with pytest.raises(images.ImageError) as failed:
+        images.build_muster_image(source, "broken")
+    message = str(failed.value)
+    assert message.startswith(f"buildah bud of {images.MUSTER_IMAGE_REPOSITORY}:broken failed")
+    log = Path(message.rsplit("see ", 1)[1])
+    assert "step that fails" in log.read_text()
+    assert not list(images.images_dir().glob("muster_controller_broken-*.tar"))
