@@ -185,3 +185,25 @@ def nodes(
         taints=taint_list,
     )
     click.echo("\n".join(names))
+
+
+@local_cluster.command()
+def images() -> None:
+    """Build (or find) the images a real node runs: pause, Muster's and the real workload's.
+
+    Built with buildah, no Docker engine or registry, and cached by content under the cache
+    directory: a tree that did not change is not built again."""
+    from controllers.localcluster.images import ImageError, ensure_base, ensure_images
+
+    progress = lambda m: click.echo(m, err=True)  # noqa: E731
+    try:
+        base = ensure_base(progress)
+        archives = ensure_images(progress)
+    except ImageError as exc:
+        raise click.ClickException(str(exc)) from exc
+    for archive in archives:
+        size = archive.path.stat().st_size / 1e6
+        click.echo(f"{archive.ref:<32} {size:7.1f} MB  {archive.path}")
+    click.echo(
+        f"(base, not imported: {base.ref} {base.path.stat().st_size / 1e6:.1f} MB)", err=True
+    )
