@@ -447,3 +447,61 @@ def test_helm_uninstall_leaves_only_what_the_docs_say_is_kept(real: ClusterHandl
     # Kept, as docs/deploy.md says: the CRDs, and with them every queue and Workload.
     assert real.kubectl("get", "crd", "workloads.muster.dev", check=False).returncode == 0
     assert workloads(real, STATE["failover"]["namespace"])
+
+
+def test_sqlite_history_on_a_claim_bound_to_the_real_nodes_volume(real: ClusterHandle) -> None:
+    """The chart's defaults on a single-node cluster: SQLite on a PersistentVolumeClaim, which
+    binds to the volume the local cluster prepares on its real node; one replica writes the
+    history there; uninstall keeps the claim (and so the history)."""
+    helm(
+        real,
+        "install",
+        "muster",
+        str(REPO / "charts" / "muster"),
+        "-n",
+        NS,
+        "--take-ownership",
+        "--set-string",
+        "nodeSelector." + NODE_LABEL.replace(".", "\\.") + "=true",
+        "--wait",
+        "--timeout",
+        "240s",
+    )
+    (pod,) = muster_pods(real)
+    assert ready(pod)
+    claim = real.get_json("pvc", "-n", NS, "muster-history")
+    assert claim["status"]["phase"] == "Bound"
+    assert claim["spec"]["volumeName"] == "muster-local-volume"
+    namespace, name = STATE["real_job"]
+    real.kubectl("delete", "job", "-n", namespace, name, "--wait=true")
+    real.kubectl("create", "-f", str(REPO / "examples" / "real-job" / "job.yaml"))
+    real.wait_for(
+        "the real Job to complete again",
+        lambda: (
+            real.get_json("job", "-n", namespace, name).get("status", {}).get("succeeded", 0) == 2
+        ),
+        timeout=180,
+        interval=1,
+    )
+    database = RealNode(real.local.directory).volume_dir / "history.db"
+    engine = create_engine(f"sqlite:///{database}")
+
+    def admitted_there() -> bool:
+        with engine.connect() as connection:
+            return bool(
+                connection.execute(
+                    text(
+                        "SELECT count(*) FROM workload_transitions "
+                        "WHERE kind = 'admitted' AND namespace = :ns AND name LIKE :name"
+                    ),
+                    {"ns": namespace, "name": f"job-{name}-%"},
+                ).scalar()
+            )
+
+    try:
+        real.wait_for("the admission in the SQLite history", admitted_there, 60, 1)
+    finally:
+        engine.dispose()
+    helm(real, "uninstall", "muster", "-n", NS, "--wait", "--timeout", "120s")
+    kept = real.get_json("pvc", "-n", NS, "muster-history")
+    assert kept["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"
