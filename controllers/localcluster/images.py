@@ -216,8 +216,19 @@ def _carried_files() -> list[Path]:
     return carried
 
 
+def _recipes(*names: str) -> list[tuple[str, bytes]]:
+    """The build recipes beside this module, as key parts. They are not packaged in the
+    wheel: images are built from a source checkout."""
+    missing = [n for n in names if not (RECIPES / n).is_file()]
+    if missing:
+        raise ImageError(
+            f"{RECIPES}: {', '.join(missing)} missing; images are built from a source checkout"
+        )
+    return [_file_part(RECIPES, n) for n in names]
+
+
 def base_key() -> str:
-    recipe = [_file_part(RECIPES, name) for name in ("build_base.sh", "base.Dockerfile")]
+    recipe = _recipes("build_base.sh", "base.Dockerfile")
     host = [(str(p), p.read_bytes()) for p in _carried_files()]
     return _digest([*recipe, *host, ("suite", SUITE.encode())])
 
@@ -411,7 +422,7 @@ def ensure_pause(progress: Progress = _quiet) -> ImageArchive:
     key = _digest(
         [
             ("pause.c", source.read_bytes()),
-            _file_part(RECIPES, "pause.Dockerfile"),
+            *_recipes("pause.Dockerfile"),
             ("cflags", " ".join([*PAUSE_CFLAGS, define]).encode()),
         ]
     )
