@@ -26,6 +26,7 @@ import shlex
 import shutil
 import subprocess
 import tempfile
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -216,8 +217,19 @@ def _carried_files() -> list[Path]:
     return carried
 
 
+def _recipes(*names: str) -> list[tuple[str, bytes]]:
+    """The build recipes beside this module, as key parts. They are not packaged in the
+    wheel: images are built from a source checkout."""
+    missing = [n for n in names if not (RECIPES / n).is_file()]
+    if missing:
+        raise ImageError(
+            f"{RECIPES}: {', '.join(missing)} missing; images are built from a source checkout"
+        )
+    return [_file_part(RECIPES, n) for n in names]
+
+
 def base_key() -> str:
-    recipe = [_file_part(RECIPES, name) for name in ("build_base.sh", "base.Dockerfile")]
+    recipe = _recipes("build_base.sh", "base.Dockerfile")
     host = [(str(p), p.read_bytes()) for p in _carried_files()]
     return _digest([*recipe, *host, ("suite", SUITE.encode())])
 
@@ -310,11 +322,23 @@ def _locked() -> Iterator[None]:
         yield
 
 
-def _remove_stale(ref: str, keep: Path) -> None:
+# Archives of one image kept, the most recently used first. Not one: several checkouts
+# (worktrees, the upgrade test's copy) share the cache and build the same tag from different
+# trees; keeping only the newest, each would delete the other's and rebuild its own.
+KEEP_PER_IMAGE = 3
+
+
+def _used(path: Path) -> None:
+    """Mark a cache hit: the access time says when an archive was last wanted."""
+    os.utime(path, ns=(time.time_ns(), path.stat().st_mtime_ns))
+
+
+def _remove_stale(ref: str) -> None:
     pattern = re.compile(re.escape(_slug(ref)) + r"-[0-9a-f]{24}\.tar")
-    for old in images_dir().glob("*.tar"):
-        if old != keep and pattern.fullmatch(old.name):
-            old.unlink()
+    same = [p for p in images_dir().glob("*.tar") if pattern.fullmatch(p.name)]
+    same.sort(key=lambda p: p.stat().st_atime_ns, reverse=True)
+    for old in same[KEEP_PER_IMAGE:]:
+        old.unlink()
 
 
 def _ensure(
@@ -330,6 +354,7 @@ def _ensure(
     """The archive of `ref` at `key`; when missing, built from the context `fill` writes."""
     path = archive_path(ref, key)
     if path.is_file():
+        _used(path)
         return ImageArchive(ref, path)
     builder = _Builder(ref)
     # Under the lock no build runs: a build- directory left is from one that was killed.
@@ -349,7 +374,8 @@ def _ensure(
         finally:
             builder.cleanup()
         part.replace(path)
-    _remove_stale(ref, keep=path)
+    _used(path)
+    _remove_stale(ref)
     progress(f"built {ref}: {path}")
     return ImageArchive(ref, path)
 
@@ -411,7 +437,7 @@ def ensure_pause(progress: Progress = _quiet) -> ImageArchive:
     key = _digest(
         [
             ("pause.c", source.read_bytes()),
-            _file_part(RECIPES, "pause.Dockerfile"),
+            *_recipes("pause.Dockerfile"),
             ("cflags", " ".join([*PAUSE_CFLAGS, define]).encode()),
         ]
     )

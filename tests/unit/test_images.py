@@ -5,6 +5,7 @@ each other and with the image the node is given."""
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -165,20 +166,23 @@ def test_a_missing_tool_names_the_package_to_install(
     assert "Error: buildah is required to build images: apt-get install buildah" in result.output
 
 
-def test_a_new_archive_replaces_only_older_archives_of_the_same_image(
+def test_a_new_archive_removes_the_least_recently_used_of_the_same_image(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("MUSTER_CACHE_DIR", str(tmp_path))
     images.images_dir().mkdir(parents=True)
-    old = images.archive_path("muster/controller:0.1.0", "a" * 64)
-    other_tag = images.archive_path("muster/controller:0.1.0-rc1", "b" * 64)
-    new = images.archive_path("muster/controller:0.1.0", "c" * 64)
-    for path in (old, other_tag, new):
+    ref = "muster/controller:0.1.0"
+    archives = [images.archive_path(ref, digit * 64) for digit in "abcd"]
+    other_tag = images.archive_path("muster/controller:0.1.0-rc1", "e" * 64)
+    for used, path in enumerate([other_tag, *archives]):
         path.write_bytes(b"")
-    images._remove_stale("muster/controller:0.1.0", keep=new)
-    assert sorted(p.name for p in images.images_dir().glob("*.tar")) == sorted(
-        [new.name, other_tag.name]
-    )
+        os.utime(path, (used, used))
+    # Archive a, though built first, was wanted last: b is the least recently used.
+    os.utime(archives[0], (100, 0))
+    images._remove_stale(ref)
+    kept = {p.name for p in images.images_dir().glob("*.tar")}
+    assert kept == {p.name for p in (archives[0], archives[2], archives[3], other_tag)}
+    assert images.KEEP_PER_IMAGE == 3
 
 
 def test_the_real_job_runs_in_its_queue_on_the_real_node_only() -> None:
