@@ -6,7 +6,7 @@ imports. Each archive is named by a hash of exactly what goes into it, so an unc
 is never rebuilt and a changed one always is:
 
 - the base, the local `python:<version>-slim` the Dockerfiles start FROM: Debian's Python from
-  mmdebstrap (`images/build_base.sh`), carrying the host's CA bundle and pip configuration so
+  mmdebstrap (`image_recipes/build_base.sh`), carrying the host's CA bundle and pip configuration so
   that pip inside a build trusts what the host trusts;
 - the pause image, Kubernetes' own `build/pause/linux/pause.c` compiled static;
 - Muster's image, from the repository's Dockerfile (the one `docker build` uses);
@@ -37,7 +37,7 @@ import yaml
 from controllers.localcluster.binaries import K8S_VERSION, cache_root
 
 REPO = Path(__file__).resolve().parents[2]
-RECIPES = Path(__file__).with_name("images")
+RECIPES = Path(__file__).with_name("image_recipes")
 
 # Debian bookworm's Python: the local base stands in for the official image of that version.
 PYTHON = "3.11"
