@@ -149,6 +149,22 @@ def _install_chart(cluster: LocalCluster, helm: str, *values: str) -> None:
     )
 
 
+def _webhook_field(cluster: LocalCluster, field: str) -> str:
+    """A field of the validating webhook configuration's first webhook's clientConfig ("" while
+    it is not there)."""
+    result = kubectl(
+        cluster.binaries["kubectl"],
+        cluster.kubeconfig,
+        "get",
+        "validatingwebhookconfiguration",
+        "muster-webhooks",
+        "-o",
+        f"jsonpath={{.webhooks[0].clientConfig.{field}}}",
+        check=False,
+    )
+    return result.stdout.strip() if result.returncode == 0 else ""
+
+
 def _wait_for_controller(
     cluster: LocalCluster, pid: int, log: Path, webhook_port: int, timeout: float
 ) -> None:
@@ -160,17 +176,7 @@ def _wait_for_controller(
         if not pid_alive(pid):
             tail = log.read_text()[-2000:] if log.exists() else ""
             raise UpError(f"the controller exited; the end of its log ({log}):\n{tail}")
-        result = kubectl(
-            cluster.binaries["kubectl"],
-            cluster.kubeconfig,
-            "get",
-            "validatingwebhookconfiguration",
-            "muster-webhooks",
-            "-o",
-            "jsonpath={.webhooks[0].clientConfig.url}",
-            check=False,
-        )
-        if result.returncode == 0 and result.stdout.startswith(want):
+        if _webhook_field(cluster, "url").startswith(want):
             return
         time.sleep(1.0)
     raise UpError(f"the controller did not register its webhooks within {timeout:.0f}s; see {log}")
@@ -331,17 +337,7 @@ def _wait_for_leader(cluster: LocalCluster, timeout: float) -> None:
             "jsonpath={.spec.holderIdentity}",
             check=False,
         )
-        bundle = kubectl(
-            cluster.binaries["kubectl"],
-            cluster.kubeconfig,
-            "get",
-            "validatingwebhookconfiguration",
-            "muster-webhooks",
-            "-o",
-            "jsonpath={.webhooks[0].clientConfig.caBundle}",
-            check=False,
-        )
-        if lease.stdout.strip() and bundle.stdout.strip():
+        if lease.stdout.strip() and _webhook_field(cluster, "caBundle"):
             return
         time.sleep(1.0)
     raise UpError(

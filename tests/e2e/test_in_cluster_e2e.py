@@ -52,6 +52,8 @@ PLUGIN = REPO / ".venv" / "bin" / "kubectl-muster"
 LEASE_DURATION = 15  # the chart's leaderElection.leaseDuration
 RETRY_PERIOD = 2
 STATE: dict[str, Any] = {}
+# Muster's pods on the node that runs them, never on a kwok node that only fakes it.
+ON_THE_REAL_NODE = ("--set-string", "nodeSelector." + NODE_LABEL.replace(".", "\\.") + "=true")
 
 
 @pytest.fixture(scope="module")
@@ -95,6 +97,22 @@ def helm(real: ClusterHandle, *args: str, timeout: float = 300) -> str:
     )
     assert result.returncode == 0, f"helm {' '.join(args)}:\n{result.stderr}"
     return result.stdout
+
+
+def install(real: ClusterHandle, *values: str) -> None:
+    """`helm install` of this repository's chart, waiting for its pods to be Ready."""
+    helm(
+        real,
+        "install",
+        "muster",
+        str(REPO / "charts" / "muster"),
+        "-n",
+        NS,
+        *values,
+        "--wait",
+        "--timeout",
+        "240s",
+    )
 
 
 def muster_pods(real: ClusterHandle) -> list[dict[str, Any]]:
@@ -153,8 +171,7 @@ def release_values(url_secret: str) -> list[str]:
         "history.database.type=postgresql",
         "--set",
         f"history.database.postgresql.existingSecret={url_secret}",
-        "--set-string",
-        "nodeSelector." + NODE_LABEL.replace(".", "\\.") + "=true",
+        *ON_THE_REAL_NODE,
     ]
 
 
@@ -166,18 +183,7 @@ def test_helm_install_runs_two_replicas_on_the_real_node_one_leading(
         "-n", NS, "create", "secret", "generic", "muster-db", f"--from-literal=url={database}"
     )
     started = time.monotonic()
-    helm(
-        real,
-        "install",
-        "muster",
-        str(REPO / "charts" / "muster"),
-        "-n",
-        NS,
-        *release_values("muster-db"),
-        "--wait",
-        "--timeout",
-        "240s",
-    )
+    install(real, *release_values("muster-db"))
     pods = muster_pods(real)
     assert len(pods) == 2 and all(ready(p) for p in pods), [p["status"] for p in pods]
     assert {p["spec"]["nodeName"] for p in pods} == {node_name()}
@@ -455,20 +461,7 @@ def test_sqlite_history_on_a_claim_bound_to_the_real_nodes_volume(real: ClusterH
     """The chart's defaults on a single-node cluster: SQLite on a PersistentVolumeClaim, which
     binds to the volume the local cluster prepares on its real node; one replica writes the
     history there; uninstall keeps the claim (and so the history)."""
-    helm(
-        real,
-        "install",
-        "muster",
-        str(REPO / "charts" / "muster"),
-        "-n",
-        NS,
-        "--take-ownership",
-        "--set-string",
-        "nodeSelector." + NODE_LABEL.replace(".", "\\.") + "=true",
-        "--wait",
-        "--timeout",
-        "240s",
-    )
+    install(real, "--take-ownership", *ON_THE_REAL_NODE)
     (pod,) = muster_pods(real)
     assert ready(pod)
     claim = real.get_json("pvc", "-n", NS, "muster-history")
