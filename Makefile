@@ -6,14 +6,15 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: setup test run python control-plane peers helm postgres browser lint unit e2e
+.PHONY: setup test run python control-plane peers helm postgres node browser lint unit e2e
 
-setup: python control-plane peers helm postgres browser
+setup: python control-plane peers helm postgres node browser
 
 # Muster for real in one command: what `muster up` needs (the same cached steps as setup,
-# without the peers, PostgreSQL and the browser), then a local cluster with Muster on it,
-# playing examples/demo.yaml with a live view until Ctrl-C. `.venv/bin/muster down` stops it.
-run: python control-plane helm
+# without the peers and the browser), then a local cluster whose real node runs Muster's
+# chart (two replicas, history in PostgreSQL), playing examples/demo.yaml with a live view
+# until Ctrl-C. `.venv/bin/muster down` stops it and undoes what the node changed on the host.
+run: python control-plane helm postgres node
 	$(BIN)/muster up $(ARGS)
 
 python:
@@ -37,6 +38,14 @@ helm: python
 
 postgres:
 	bash hack/install-postgres.sh
+
+# The real node's Debian packages (containerd, runc, CNI plugins, iptables, buildah, ...),
+# then its images, built without a Docker engine and cached by content in
+# ~/.cache/muster/images: the pause image from Kubernetes' source, Muster's from the
+# Dockerfile, the example Job's (examples/real-job).
+node: control-plane
+	bash hack/install-node.sh
+	$(BIN)/muster local-cluster images
 
 # Debian's Chromium: the html report's test opens the report in it, headless.
 browser:

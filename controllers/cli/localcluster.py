@@ -74,7 +74,13 @@ def build(peers: str) -> None:
     default="",
     help=f"{_peers_help} to run against the cluster, with their CRDs and webhooks.",
 )
-def up(directory: Path | None, timeout: float, with_peers: str) -> None:
+@click.option(
+    "--real-node",
+    is_flag=True,
+    help="Also run this machine's kubelet, containerd and kube-proxy as a real node, where "
+    "pods really run (root; one per machine). `down` undoes what it changed on the host.",
+)
+def up(directory: Path | None, timeout: float, with_peers: str, real_node: bool) -> None:
     """Start etcd, kube-apiserver, kube-controller-manager, kube-scheduler and kwok (and
     the peer controllers asked for; `up` again adds peers to a running cluster)."""
     try:
@@ -85,7 +91,7 @@ def up(directory: Path | None, timeout: float, with_peers: str) -> None:
     progress = lambda m: click.echo(m, err=True)  # noqa: E731
     try:
         if not (with_peers and cluster.running()):
-            cluster.up(timeout=timeout, progress=progress)
+            cluster.up(timeout=timeout, progress=progress, real_node=real_node)
         if with_peers:
             start_peers(cluster, with_peers, timeout=timeout, progress=progress)
     except (ClusterError, BinariesError, PeerError) as exc:
@@ -179,3 +185,25 @@ def nodes(
         taints=taint_list,
     )
     click.echo("\n".join(names))
+
+
+@local_cluster.command()
+def images() -> None:
+    """Build (or find) the images a real node runs: pause, Muster's and the real workload's.
+
+    Built with buildah, no Docker engine or registry, and cached by content under the cache
+    directory: a tree that did not change is not built again."""
+    from controllers.localcluster.images import ImageError, ensure_base, ensure_images
+
+    progress = lambda m: click.echo(m, err=True)  # noqa: E731
+    try:
+        base = ensure_base(progress)
+        archives = ensure_images(progress)
+    except ImageError as exc:
+        raise click.ClickException(str(exc)) from exc
+    for archive in archives:
+        size = archive.path.stat().st_size / 1e6
+        click.echo(f"{archive.ref:<32} {size:7.1f} MB  {archive.path}")
+    click.echo(
+        f"(base, not imported: {base.ref} {base.path.stat().st_size / 1e6:.1f} MB)", err=True
+    )

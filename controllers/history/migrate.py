@@ -6,7 +6,8 @@ repository root points there too, so `alembic upgrade head` and `muster db upgra
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from alembic import command
@@ -14,12 +15,17 @@ from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from alembic.util.exc import CommandError
-from sqlalchemy import Connection, Engine, inspect
+from sqlalchemy import Connection, Engine, inspect, text
 from sqlalchemy.exc import DatabaseError
 
 from controllers.history.models import Base
 
 MIGRATIONS_DIR = Path(__file__).resolve().parents[2] / "migrations"
+
+# The PostgreSQL advisory lock every Muster migration of one database holds (any fixed 64-bit
+# number; advisory locks are per database, so two stores in two databases never wait on each
+# other). Two replicas start together and each migrates in the background.
+MIGRATION_LOCK = 0x6D75737465720001
 
 
 def alembic_config(connection: Connection | None = None) -> Config:
@@ -143,13 +149,30 @@ def downgrade(engine: Engine, revision: str) -> None:
 
 
 def _migrate(engine: Engine, revision: str, step: Callable[[Config, str], None]) -> None:
-    """Run Alembic's `step` to `revision` in one transaction of `engine`."""
-    _check_target(engine, revision)
-    try:
-        with engine.begin() as conn:
-            step(alembic_config(conn), revision)
-    except CommandError as error:
-        raise MigrationError(f"cannot migrate: {error}") from None
+    """Run Alembic's `step` to `revision` in one transaction of `engine`, one process at a
+    time: the revision is read, checked and moved only under the lock."""
+    with _one_at_a_time(engine):
+        _check_target(engine, revision)
+        try:
+            with engine.begin() as conn:
+                step(alembic_config(conn), revision)
+        except CommandError as error:
+            raise MigrationError(f"cannot migrate: {error}") from None
+
+
+@contextmanager
+def _one_at_a_time(engine: Engine) -> Iterator[None]:
+    """Hold MIGRATION_LOCK (PostgreSQL) while the body runs. Without it two replicas both read
+    the old revision and both run its steps: one fails on a table or column the other has just
+    made, and a step that only changes rows would run twice. The lock is a transaction's, on a
+    connection of its own: it goes with the transaction, so a process that dies mid-migration
+    (its migration rolled back) frees it too. SQLite history has one replica."""
+    if engine.dialect.name != "postgresql":
+        yield
+        return
+    with engine.begin() as conn:
+        conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": MIGRATION_LOCK})
+        yield
 
 
 def schema_problem(engine: Engine) -> str | None:

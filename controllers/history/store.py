@@ -187,7 +187,8 @@ class HistoryStore:
                 delay = min(self.settings.migrate_retry_max_s, delay * 2)
                 continue
             except Exception as error:
-                # Unreachable, or another replica migrating at the same moment: try again.
+                # Anything else the driver raises: try again (another replica migrating at the
+                # same moment is no failure: migrate.upgrade waits for it on a lock).
                 self._unavailable(error, delay, warned)
                 warned = True
                 self._stop.wait(delay)

@@ -20,6 +20,9 @@ COMPONENTS = (
     "kube-scheduler",
     "kubectl",
     "kwok",
+    # The real node's (realnode.py); built with the rest, run only with --real-node.
+    "kubelet",
+    "kube-proxy",
 )
 BUILD_SCRIPT = Path(__file__).with_name("build_binaries.sh")
 

@@ -23,7 +23,7 @@ staging_version="v0.${K8S_VERSION#v1.}"
 minor="${K8S_VERSION#v1.}"; minor="${minor%%.*}"
 
 need_k8s=0
-for b in kube-apiserver kube-controller-manager kube-scheduler kubectl; do
+for b in kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet kube-proxy; do
   [ -x "$OUT/$b" ] || need_k8s=1
 done
 
@@ -56,12 +56,14 @@ import (
 	_ "k8s.io/kubernetes/cmd/kube-controller-manager"
 	_ "k8s.io/kubernetes/cmd/kube-scheduler"
 	_ "k8s.io/kubernetes/cmd/kubectl"
+	_ "k8s.io/kubernetes/cmd/kubelet"
+	_ "k8s.io/kubernetes/cmd/kube-proxy"
 )
 GO
   (cd "$work" && GOFLAGS=-mod=mod go mod tidy -e >/dev/null 2>&1 || true)
   (cd "$work" && GOFLAGS=-mod=mod go get "k8s.io/kubernetes@$K8S_VERSION" >&2)
   ldflags="-s -w -X k8s.io/component-base/version.gitVersion=$K8S_VERSION -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=$minor -X k8s.io/component-base/version.gitTreeState=clean"
-  for b in kube-apiserver kube-controller-manager kube-scheduler kubectl; do
+  for b in kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet kube-proxy; do
     [ -x "$OUT/$b" ] && continue
     log "go build $b"
     (cd "$work" && CGO_ENABLED=0 GOFLAGS=-mod=mod go build -trimpath -ldflags "$ldflags" -o "$OUT/$b.tmp" "k8s.io/kubernetes/cmd/$b")

@@ -24,8 +24,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from controllers.localcluster import pki
+from controllers.localcluster import hoststate, pki, realnode
 from controllers.localcluster.binaries import Binaries, ensure_binaries, find_binaries
+from controllers.localcluster.images import ImageError, ensure_images
+from controllers.localcluster.nodes import wait_nodes_ready
 
 STAGES_FILE = Path(__file__).with_name("stages.yaml")
 # TopologyAwareWorkloadScheduling: without it the apiserver drops a native PodGroup's
@@ -71,6 +73,9 @@ class ClusterState:
     directory: str
     api_port: int
     components: list[Component] = field(default_factory=list)
+    # The machine's address the apiserver advertises when a real node runs (pods reach it
+    # there), else None.
+    node_address: str | None = None
 
     @property
     def kubeconfig(self) -> Path:
@@ -81,6 +86,7 @@ class ClusterState:
             "directory": self.directory,
             "api_port": self.api_port,
             "components": [c.__dict__ for c in self.components],
+            "node_address": self.node_address,
         }
         (Path(self.directory) / STATE_FILE).write_text(json.dumps(data, indent=2))
 
@@ -94,6 +100,7 @@ class ClusterState:
             directory=data["directory"],
             api_port=data["api_port"],
             components=[Component(**c) for c in data["components"]],
+            node_address=data.get("node_address"),
         )
 
 
@@ -149,6 +156,38 @@ def stop_groups(pids: list[int], grace: float) -> None:
     for pid in pids:
         while pid_alive(pid) and time.monotonic() < deadline + 5:
             time.sleep(0.05)
+
+
+def _owner_running(owner: dict[str, object]) -> bool:
+    """Whether the cluster named in the real node's claim still runs its kubelet."""
+    state = ClusterState.load(Path(str(owner.get("directory", ""))))
+    return state is not None and any(
+        c.name == "kubelet" and pid_alive(c.pid) for c in state.components
+    )
+
+
+def _listen_flags(address: str | None) -> list[str]:
+    """Where the apiserver listens and what it tells clients. Without a real node:
+    loopback only, and no endpoint for the `kubernetes` Service (it may not be loopback;
+    every client runs on this machine). With one, pods reach it through that Service: every
+    address, the machine's own advertised, and the endpoint kept by the lease reconciler."""
+    if address is None:
+        return [
+            "--bind-address",
+            "127.0.0.1",
+            "--advertise-address",
+            "127.0.0.1",
+            "--endpoint-reconciler-type",
+            "none",
+        ]
+    return [
+        "--bind-address",
+        "0.0.0.0",
+        "--advertise-address",
+        address,
+        "--endpoint-reconciler-type",
+        "lease",
+    ]
 
 
 def _control_plane_flags(kubeconfig: Path, port: int, cert_dir: Path) -> list[str]:
@@ -220,9 +259,15 @@ class LocalCluster:
         return [c for c in self.state.components if pid_alive(c.pid)]
 
     def up(
-        self, timeout: float = 120.0, progress: Callable[[str], None] = lambda _m: None
+        self,
+        timeout: float = 120.0,
+        progress: Callable[[str], None] = lambda _m: None,
+        *,
+        real_node: bool = False,
     ) -> ClusterState:
-        """Start every component and wait until each answers its health check."""
+        """Start every component and wait until each answers its health check; with
+        `real_node`, also this machine's kubelet node (realnode.py), the apiserver then
+        listening where pods reach it."""
         if self.state and self.running():
             raise ClusterError(
                 f"a local cluster already runs from {self.directory} "
@@ -230,12 +275,26 @@ class LocalCluster:
                 "run `muster local-cluster down` first"
             )
         binaries = self.binaries
+        address = None
+        if real_node:
+            try:
+                realnode.check_prerequisites(
+                    binaries.paths.get("kubelet"), binaries.paths.get("kube-proxy")
+                )
+                address = realnode.host_address()
+                realnode.claim(self.directory, _owner_running)
+            except realnode.RealNodeError as exc:
+                raise ClusterError(str(exc)) from None
         if self.directory.exists():
             shutil.rmtree(self.directory)
         (self.directory / "logs").mkdir(parents=True)
         pki_dir = self.directory / "pki"
         ca = pki.CertificateAuthority(pki_dir)
-        serving = ca.issue("apiserver", "kube-apiserver", server=True)
+        serving = ca.issue(
+            "apiserver", "kube-apiserver", server=True, addresses=(address,) if address else ()
+        )
+        # The apiserver's identity towards kubelets (logs, exec): no kwok node asks for it.
+        kubelet_client = ca.issue("apiserver-kubelet", "kube-apiserver-kubelet", "system:masters")
         sa_key, sa_pub = pki.service_account_keys(pki_dir)
 
         etcd_port, etcd_peer, api_port = free_port(), free_port(), free_port()
@@ -257,7 +316,9 @@ class LocalCluster:
             ca.issue("scheduler", "system:kube-scheduler"),
             "scheduler",
         )
-        self.state = ClusterState(directory=str(self.directory), api_port=api_port)
+        self.state = ClusterState(
+            directory=str(self.directory), api_port=api_port, node_address=address
+        )
         etcd_url = f"http://127.0.0.1:{etcd_port}"
         try:
             progress("starting etcd")
@@ -299,14 +360,11 @@ class LocalCluster:
                     str(serving.key),
                     "--secure-port",
                     str(api_port),
-                    "--bind-address",
-                    "127.0.0.1",
-                    "--advertise-address",
-                    "127.0.0.1",
-                    # The `kubernetes` Service endpoint may not be loopback; nothing here
-                    # needs it (the controller reaches the apiserver from this machine).
-                    "--endpoint-reconciler-type",
-                    "none",
+                    *_listen_flags(address),
+                    "--kubelet-client-certificate",
+                    str(kubelet_client.cert),
+                    "--kubelet-client-key",
+                    str(kubelet_client.key),
                     "--authorization-mode",
                     "Node,RBAC",
                     "--service-cluster-ip-range",
@@ -384,6 +442,11 @@ class LocalCluster:
             )
             for name in ("kube-controller-manager", "kube-scheduler", "kwok"):
                 self._wait(name, timeout)
+            if address:
+                self._start_node(ca, server.replace("127.0.0.1", address), address, progress)
+        except (realnode.RealNodeError, ImageError, OSError) as exc:
+            self.down()
+            raise ClusterError(f"the real node did not start: {exc}") from None
         except Exception:
             self.down()
             raise
@@ -396,12 +459,14 @@ class LocalCluster:
         (the chaos run restarts the apiserver) or added one (a peer controller) since this
         object loaded it, and those must stop too."""
         self._refresh()
+        with_node = self.state and self.state.node_address and realnode.owns(self.directory)
+        stopped = self._stop_node(grace) if with_node else []
         # The last started first: a peer controller before the apiserver it talks to.
         running = [
             c for c in reversed(self.state.components if self.state else []) if pid_alive(c.pid)
         ]
         stop_groups([c.pid for c in running], grace)
-        return [c.name for c in running]
+        return stopped + [c.name for c in running]
 
     def status(self) -> dict[str, str]:
         """Per component: 'healthy', 'running (unhealthy)' or 'stopped'."""
@@ -419,13 +484,63 @@ class LocalCluster:
 
     def env(self) -> str:
         """Shell lines that point kubectl at this cluster, with the kubectl built for it
-        first on PATH (a system kubectl may be older than the cluster)."""
+        first on PATH (a system kubectl may be older than the cluster); with a real node,
+        also this machine's address as pods reach it (for a database URL in a Secret)."""
         lines = [f"export KUBECONFIG={shlex.quote(str(self.kubeconfig))}"]
+        if self.state and self.state.node_address:
+            lines.append(f"export MUSTER_HOST_ADDRESS={self.state.node_address}")
         found, _ = find_binaries()
         kubectl = found.get("kubectl")
         if kubectl is not None:
             lines.append(f'export PATH={shlex.quote(str(kubectl.parent))}:"$PATH"')
         return "\n".join(lines)
+
+    # ----------------------------------------------------------------- the real node
+    def _start_node(
+        self,
+        ca: pki.CertificateAuthority,
+        server: str,
+        address: str,
+        progress: Callable[[str], None],
+    ) -> None:
+        node = realnode.RealNode(self.directory)
+        progress("building (or finding) the images the real node runs")
+        archives = ensure_images(progress)
+        node.write_config(ca, server, address)
+        hoststate.record(node.sysctls)
+        commands = node.commands(self.binaries["kubelet"], self.binaries["kube-proxy"], address)
+        progress("starting containerd")
+        self._start("containerd", commands["containerd"], None)
+        node.wait_containerd(30.0, self.directory / "logs" / "containerd.log")
+        for archive in archives:
+            progress(f"loading {archive.ref} into the node's containerd")
+            node.import_image(archive.path)
+        progress(f"starting the kubelet of node {realnode.node_name()} and kube-proxy")
+        self._start("kubelet", commands["kubelet"], "http://127.0.0.1:10248/healthz")
+        self._start("kube-proxy", commands["kube-proxy"], "http://127.0.0.1:10256/healthz")
+        self._wait("kubelet", 120.0)
+        self._wait("kube-proxy", 120.0)
+        wait_nodes_ready(self.binaries["kubectl"], self.kubeconfig, [realnode.node_name()], 120.0)
+        node.prepare_volume(self.binaries["kubectl"], self.kubeconfig)
+
+    def _stop_node(self, grace: float) -> list[str]:
+        """Stop the real node before the control plane, leaving the host as it was: no new
+        pods (the controller manager and schedulers stop first), every pod deleted so that
+        the kubelet tears it down, then the node's processes and their traces."""
+        assert self.state is not None
+        node = realnode.RealNode(self.directory)
+        by_name = {c.name: c for c in self.state.components if pid_alive(c.pid)}
+        first = [n for n in ("kube-controller-manager", "kube-scheduler") if n in by_name]
+        node_parts = [n for n in ("kube-proxy", "kubelet", "containerd") if n in by_name]
+        stop_groups([by_name[n].pid for n in first], grace)
+        if "kube-apiserver" in by_name and "kubelet" in by_name:
+            node.drain(self.binaries["kubectl"], self.kubeconfig)
+        stop_groups([by_name[n].pid for n in ("kube-proxy", "kubelet") if n in by_name], grace)
+        node.kill_leftovers()
+        if "containerd" in by_name:
+            stop_groups([by_name["containerd"].pid], grace)
+        node.undo_host(self.binaries["kube-proxy"] if "kube-proxy" in self.binaries.paths else None)
+        return first + node_parts
 
     # ----------------------------------------------------------------- helpers
     def start_component(

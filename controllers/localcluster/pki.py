@@ -68,6 +68,7 @@ class CertificateAuthority:
         organization: str | None = None,
         *,
         server: bool = False,
+        addresses: tuple[str, ...] = (),
     ) -> KeyPair:
         key = ec.generate_private_key(ec.SECP256R1())
         now = dt.datetime.now(dt.UTC)
@@ -92,6 +93,7 @@ class CertificateAuthority:
                         x509.DNSName("kubernetes.default.svc"),
                         x509.IPAddress(ipaddress.ip_address("127.0.0.1")),
                         x509.IPAddress(ipaddress.ip_address("10.0.0.1")),
+                        *(x509.IPAddress(ipaddress.ip_address(a)) for a in addresses),
                     ]
                 ),
                 critical=False,

@@ -39,14 +39,21 @@ DEMO = REPO / "examples" / "demo.yaml"
 @click.option(
     "--database-url",
     default=None,
-    help="History store (default: an SQLite file in the cluster's directory), e.g. "
-    "postgresql+psycopg://muster:muster@127.0.0.1:5432/muster_test for the PostgreSQL "
-    "`make setup` installs.",
+    help="History store. In the cluster (default): the database `make setup` prepares in "
+    "this machine's PostgreSQL, at the address pods reach it; the URL must work from pods "
+    "and from here. Out of cluster: an SQLite file in the cluster's directory.",
+)
+@click.option(
+    "--out-of-cluster",
+    is_flag=True,
+    help="Run the controller on this machine instead of as the chart's pods on the local "
+    "cluster's real node (for a machine where a kubelet cannot run: not root, no containerd).",
 )
 @click.option(
     "--chart/--no-chart",
     default=None,
-    help="Install Muster with its Helm chart (default: when helm is found).",
+    help="Out of cluster: install Muster's CRDs and RBAC with its Helm chart and run as its "
+    "ServiceAccount (default: when helm is found).",
 )
 @click.option(
     "--for",
@@ -66,6 +73,7 @@ def up(
     scenario: Path | None,
     directory: Path | None,
     database_url: str | None,
+    out_of_cluster: bool,
     chart: bool | None,
     duration: float | None,
     plain: bool | None,
@@ -103,6 +111,7 @@ def up(
                 scenario=str(path),
                 database_url=database_url,
                 use_chart=chart,
+                in_cluster=not out_of_cluster,
                 progress=lambda m: err.print(f"[dim]{m}[/dim]"),
             )
     except (UpError, ClusterError, BinariesError) as error:

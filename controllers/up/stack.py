@@ -1,12 +1,13 @@
 """Everything `muster up` starts, and how `muster down` stops it again.
 
-The local control plane (controllers/localcluster), Muster installed the way an operator
-would — the Helm chart when helm is there (CRDs, RBAC, ServiceAccount, webhook
-configurations), the controller then running on this machine as the chart's ServiceAccount,
-because kwok's nodes have no container runtime to run its pod; without helm, the CRDs and
-the controller as the cluster admin — and a scenario's organisation and nodes. The
-controller's process id, ports and history store are kept in `up.json` in the cluster's
-directory, so that `muster down` stops exactly what was started, by process id.
+The local control plane (controllers/localcluster) with this machine's real node, Muster
+installed the way an operator installs it — its Helm chart, its image, two replicas as pods
+on the real node, the history store in the machine's PostgreSQL through the chart's Secret —
+and a scenario's organisation and kwok nodes. Out of cluster (`--out-of-cluster`, for a
+machine where a kubelet cannot run), the controller runs on this machine instead: as the
+chart's ServiceAccount when helm is there, else as the cluster admin with the CRDs applied.
+What was started is kept in `up.json` in the cluster's directory, so that `muster down` stops
+exactly that (a controller process by its id; the pods with the cluster).
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from controllers.localcluster.cluster import (
 )
 from controllers.localcluster.kubectl import KubectlError, kubectl
 from controllers.localcluster.nodes import wait_nodes_ready
+from controllers.localcluster.realnode import NODE_LABEL as REAL_NODE_LABEL
 from controllers.up.plan import Plan
 
 STATE_FILE = "up.json"
@@ -38,6 +40,9 @@ NAMESPACE = "muster-system"
 REPO = Path(__file__).resolve().parents[2]
 CHART = REPO / "charts" / "muster"
 CRDS = REPO / "crds"
+HISTORY_SECRET = "muster-history"
+# The database hack/install-postgres.sh prepares for Muster in the local cluster.
+DATABASE_URL = "postgresql+psycopg://muster:muster@{address}:5432/muster"
 Progress = Callable[[str], None]
 
 
@@ -50,7 +55,7 @@ class Stack:
     """What `muster up` started, as recorded in up.json."""
 
     directory: str
-    controller_pid: int
+    controller_pid: int | None  # None: Muster runs as the chart's pods
     controller_log: str
     kubeconfig: str  # the cluster admin's: the player and the live view use it
     database_url: str
@@ -75,7 +80,9 @@ class Stack:
             return None  # a file from another version: treated as nothing started
 
     def controller_alive(self) -> bool:
-        return pid_alive(self.controller_pid)
+        """Out of cluster, whether its process lives; in cluster, its pods live as long as
+        the cluster does (the caller checks that)."""
+        return self.controller_pid is None or pid_alive(self.controller_pid)
 
 
 def _helm() -> str | None:
@@ -118,7 +125,7 @@ def _service_account_kubeconfig(cluster: LocalCluster, path: Path) -> Path:
     return path
 
 
-def _install_chart(cluster: LocalCluster, helm: str) -> None:
+def _install_chart(cluster: LocalCluster, helm: str, *values: str) -> None:
     subprocess.run(
         [
             helm,
@@ -129,14 +136,33 @@ def _install_chart(cluster: LocalCluster, helm: str) -> None:
             "--namespace",
             NAMESPACE,
             "--create-namespace",
+            # The CRDs may be there already, applied by hand or by another release.
+            "--take-ownership",
             "--kubeconfig",
             str(cluster.kubeconfig),
+            *values,
         ],
         check=True,
         capture_output=True,
         text=True,
         timeout=300,
     )
+
+
+def _webhook_field(cluster: LocalCluster, field: str) -> str:
+    """A field of the validating webhook configuration's first webhook's clientConfig ("" while
+    it is not there)."""
+    result = kubectl(
+        cluster.binaries["kubectl"],
+        cluster.kubeconfig,
+        "get",
+        "validatingwebhookconfiguration",
+        "muster-webhooks",
+        "-o",
+        f"jsonpath={{.webhooks[0].clientConfig.{field}}}",
+        check=False,
+    )
+    return result.stdout.strip() if result.returncode == 0 else ""
 
 
 def _wait_for_controller(
@@ -150,17 +176,7 @@ def _wait_for_controller(
         if not pid_alive(pid):
             tail = log.read_text()[-2000:] if log.exists() else ""
             raise UpError(f"the controller exited; the end of its log ({log}):\n{tail}")
-        result = kubectl(
-            cluster.binaries["kubectl"],
-            cluster.kubeconfig,
-            "get",
-            "validatingwebhookconfiguration",
-            "muster-webhooks",
-            "-o",
-            "jsonpath={.webhooks[0].clientConfig.url}",
-            check=False,
-        )
-        if result.returncode == 0 and result.stdout.startswith(want):
+        if _webhook_field(cluster, "url").startswith(want):
             return
         time.sleep(1.0)
     raise UpError(f"the controller did not register its webhooks within {timeout:.0f}s; see {log}")
@@ -173,10 +189,174 @@ def start(
     scenario: str,
     database_url: str | None,
     use_chart: bool | None,
+    in_cluster: bool,
     progress: Progress,
     timeout: float = 180.0,
 ) -> Stack:
     """Start the cluster (if it is not running), Muster, the organisation and the nodes."""
+    if in_cluster:
+        stack = _start_in_cluster(
+            cluster,
+            scenario=scenario,
+            database_url=database_url,
+            progress=progress,
+            timeout=timeout,
+        )
+    else:
+        stack = _start_out_of_cluster(
+            cluster,
+            scenario=scenario,
+            database_url=database_url,
+            use_chart=use_chart,
+            progress=progress,
+            timeout=timeout,
+        )
+    progress(f"creating {len(plan.nodes)} kwok nodes and the organisation of {plan.name}")
+    try:
+        _apply(cluster, plan.nodes)
+        wait_nodes_ready(
+            cluster.binaries["kubectl"],
+            cluster.kubeconfig,
+            [str(n["metadata"]["name"]) for n in plan.nodes],
+            60.0,
+        )
+        _apply(cluster, plan.organisation)
+    except (KubectlError, TimeoutError) as error:
+        raise UpError(str(error)) from None
+    return stack
+
+
+def _start_in_cluster(
+    cluster: LocalCluster,
+    *,
+    scenario: str,
+    database_url: str | None,
+    progress: Progress,
+    timeout: float,
+) -> Stack:
+    """The chart with its image on the real node: two replicas (one leads), the history in
+    PostgreSQL through the chart's Secret."""
+    if cluster.running():
+        if not (cluster.state and cluster.state.node_address):
+            raise UpError(
+                f"the local cluster in {cluster.directory} runs without a real node; stop it "
+                "with `muster down` first, or run Muster on this machine with --out-of-cluster"
+            )
+    else:
+        cluster.up(timeout=120.0, progress=progress, real_node=True)
+    helm = _helm()
+    if helm is None or not CHART.is_dir():
+        raise UpError("Muster in the cluster needs helm and the chart (run `make setup`)")
+    assert cluster.state is not None and cluster.state.node_address is not None
+    # Pods reach the host's PostgreSQL at the machine's address, the live view on loopback.
+    url = database_url or DATABASE_URL.format(address=cluster.state.node_address)
+    view_url = database_url or DATABASE_URL.format(address="127.0.0.1")
+    _check_database(view_url)
+    directory = cluster.directory
+    _apply(cluster, [{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}}])
+    _apply(
+        cluster,
+        [
+            {
+                "apiVersion": "v1",
+                "kind": "Secret",
+                "metadata": {"name": HISTORY_SECRET, "namespace": NAMESPACE},
+                "stringData": {"url": url},
+            }
+        ],
+    )
+    progress("installing Muster with its Helm chart: two replicas on the real node")
+    try:
+        _install_chart(
+            cluster,
+            helm,
+            "--set",
+            "history.database.type=postgresql",
+            "--set",
+            f"history.database.postgresql.existingSecret={HISTORY_SECRET}",
+            # Its pods on the node that runs them, never on a kwok node that only fakes it.
+            "--set-string",
+            "nodeSelector." + REAL_NODE_LABEL.replace(".", "\\.") + "=true",
+            "--wait",
+            "--timeout",
+            f"{timeout:.0f}s",
+        )
+    except subprocess.CalledProcessError as error:
+        raise UpError(
+            f"helm install failed: {error.stderr.strip()}\n"
+            f"`kubectl -n {NAMESPACE} describe pods` says why"
+        ) from None
+    _wait_for_leader(cluster, timeout)
+    stack = Stack(
+        directory=str(directory),
+        controller_pid=None,
+        controller_log=f"`kubectl -n {NAMESPACE} logs deployment/muster`",
+        kubeconfig=str(cluster.kubeconfig),
+        database_url=view_url,
+        webhook_port=9443,
+        metrics_port=8080,
+        chart=True,
+        scenario=scenario,
+        started_at=time.time(),
+    )
+    stack.save()
+    return stack
+
+
+def _check_database(url: str) -> None:
+    from sqlalchemy import create_engine, text
+    from sqlalchemy.exc import SQLAlchemyError
+
+    try:
+        engine = create_engine(url, connect_args={"connect_timeout": 5})
+        with engine.connect() as connection:
+            connection.execute(text("select 1"))
+        engine.dispose()
+    except SQLAlchemyError as error:
+        raise UpError(
+            f"the history store at {url} does not answer ({error.__class__.__name__}: "
+            f"{str(error).splitlines()[0]}); `make setup` installs PostgreSQL "
+            "(hack/install-postgres.sh), or pass --database-url"
+        ) from None
+
+
+def _wait_for_leader(cluster: LocalCluster, timeout: float) -> None:
+    """Until one replica holds the Lease and has written its CA into the webhook
+    configuration: from then on, a labelled Job is suspended and queued."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        lease = kubectl(
+            cluster.binaries["kubectl"],
+            cluster.kubeconfig,
+            "-n",
+            NAMESPACE,
+            "get",
+            "lease",
+            "muster-controller",
+            "-o",
+            "jsonpath={.spec.holderIdentity}",
+            check=False,
+        )
+        if lease.stdout.strip() and _webhook_field(cluster, "caBundle"):
+            return
+        time.sleep(1.0)
+    raise UpError(
+        f"no Muster replica led within {timeout:.0f}s; see `kubectl -n {NAMESPACE} logs "
+        "deployment/muster`"
+    )
+
+
+def _start_out_of_cluster(
+    cluster: LocalCluster,
+    *,
+    scenario: str,
+    database_url: str | None,
+    use_chart: bool | None,
+    progress: Progress,
+    timeout: float,
+) -> Stack:
+    """The controller as a process on this machine (as the chart's ServiceAccount when
+    helm is there)."""
     directory = cluster.directory
     if not cluster.running():
         cluster.up(timeout=120.0, progress=progress)
@@ -238,18 +418,6 @@ def start(
     )
     stack.save()
     _wait_for_controller(cluster, proc.pid, log, webhook_port, timeout)
-    progress(f"creating {len(plan.nodes)} kwok nodes and the organisation of {plan.name}")
-    try:
-        _apply(cluster, plan.nodes)
-        wait_nodes_ready(
-            cluster.binaries["kubectl"],
-            cluster.kubeconfig,
-            [str(n["metadata"]["name"]) for n in plan.nodes],
-            60.0,
-        )
-        _apply(cluster, plan.organisation)
-    except (KubectlError, TimeoutError) as error:
-        raise UpError(str(error)) from None
     return stack
 
 
@@ -258,7 +426,7 @@ def stop(directory: Path, grace: float = 20.0) -> list[str]:
     cluster; names what was stopped."""
     stopped: list[str] = []
     stack = Stack.load(directory)
-    if stack is not None and stack.controller_alive():
+    if stack is not None and stack.controller_pid is not None and stack.controller_alive():
         stop_groups([stack.controller_pid], grace)
         stopped.append(f"muster-controller (pid {stack.controller_pid})")
     stopped += LocalCluster(directory).down()

@@ -14,6 +14,7 @@ import dataclasses
 import json
 import os
 import re
+import shutil
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,6 +23,7 @@ from typing import Any
 import pytest
 import yaml
 
+from controllers.cli.crds import generated_files
 from tests.conftest import REPO, ClusterHandle
 from tests.e2e.controller_harness import (
     Controller,
@@ -50,22 +52,31 @@ HELM = REPO / ".venv" / "bin" / "helm"
 RELEASE = "muster"
 
 
-def helm(cluster: ClusterHandle, *args: str) -> subprocess.CompletedProcess[str]:
-    assert HELM.exists(), f"{HELM} is missing: run `make helm` (or `make setup`)"
-    env = dict(os.environ, KUBECONFIG=cluster.kubeconfig, HELM_CACHE_HOME="/tmp/helm-cache")
-    result = subprocess.run(
-        [str(HELM), *args], capture_output=True, text=True, env=env, timeout=180
+def shell_env(cluster: ClusterHandle) -> dict[str, str]:
+    """helm and kubectl on PATH, bound to the cluster, as a user's shell would have them."""
+    path = os.pathsep.join([str(HELM.parent), os.path.dirname(cluster.kubectl_bin)])
+    return dict(
+        os.environ,
+        KUBECONFIG=cluster.kubeconfig,
+        HELM_CACHE_HOME="/tmp/helm-cache",
+        PATH=f"{path}{os.pathsep}{os.environ['PATH']}",
     )
-    assert result.returncode == 0, f"helm {' '.join(args)}:\n{result.stderr}"
+
+
+def helm(
+    cluster: ClusterHandle, *args: str, check: bool = True
+) -> subprocess.CompletedProcess[str]:
+    assert HELM.exists(), f"{HELM} is missing: run `make helm` (or `make setup`)"
+    result = subprocess.run(
+        [str(HELM), *args], capture_output=True, text=True, env=shell_env(cluster), timeout=180
+    )
+    assert result.returncode == 0 or not check, f"helm {' '.join(args)}:\n{result.stderr}"
     return result
 
 
-@pytest.fixture(scope="module")
-def release(cluster: ClusterHandle, crds: None) -> Iterator[str]:  # noqa: F811
-    """The chart installed into a namespace of its own; uninstalled at the module's end."""
-    namespace = unique("muster-chart")
-    # The configurations are cluster-wide and owned by the release; a controller an earlier
-    # test killed (SIGKILL: no clean-up) may have left its own behind.
+def remove_leftovers(cluster: ClusterHandle) -> None:
+    """The configurations are cluster-wide and owned by the release; a controller an earlier
+    test killed (SIGKILL: no clean-up) may have left its own behind."""
     cluster.kubectl(
         "delete",
         "mutatingwebhookconfiguration,validatingwebhookconfiguration",
@@ -81,12 +92,138 @@ def release(cluster: ClusterHandle, crds: None) -> Iterator[str]:  # noqa: F811
         "app.kubernetes.io/part-of=muster",
         "--ignore-not-found",
     )
-    helm(cluster, "install", RELEASE, str(CHART), "--namespace", namespace, "--create-namespace")
+
+
+@pytest.fixture(scope="module")
+def release(cluster: ClusterHandle, crds: None) -> Iterator[str]:  # noqa: F811
+    """The chart installed into a namespace of its own; uninstalled at the module's end."""
+    namespace = unique("muster-chart")
+    remove_leftovers(cluster)
+    # The session's CRDs were applied by kubectl (the `crds` fixture) or kept by an earlier
+    # release's uninstall: this release takes them over (docs/deploy.md).
+    helm(
+        cluster,
+        "install",
+        RELEASE,
+        str(CHART),
+        "--namespace",
+        namespace,
+        "--create-namespace",
+        "--take-ownership",
+    )
     try:
         yield namespace
     finally:
         helm(cluster, "uninstall", RELEASE, "--namespace", namespace)
         cluster.kubectl("delete", "namespace", namespace, "--wait=false", check=False)
+
+
+MOVE_OVER = "### A release installed before the CRDs were templates"
+OWNERSHIP = (
+    "app.kubernetes.io/managed-by",
+    "meta.helm.sh/release-name",
+    "meta.helm.sh/release-namespace",
+)
+
+
+def move_over_block(release: str, namespace: str) -> str:
+    """docs/deploy.md's recipe, literally, but for this release and namespace."""
+    text = (REPO / "docs" / "deploy.md").read_text()
+    section = text.split(MOVE_OVER, 1)[1].split("\n#", 1)[0]
+    (block,) = re.findall(r"```sh\n(.*?)```", section, flags=re.S)
+    first, rest = block.split("\n", 1)
+    assert first == "release=muster namespace=muster-system", first
+    return f"set -euo pipefail\nrelease={release} namespace={namespace}\n{rest}"
+
+
+def older_layout(tmp_path: Path) -> Path:
+    """The chart as it was before its CRDs were templates: the generated files in crds/ (helm
+    creates them at the first install, or skips them if they exist, and never upgrades them)."""
+    chart = tmp_path / "muster"
+    shutil.copytree(CHART, chart, ignore=shutil.ignore_patterns("files"))
+    (chart / "templates" / "crds.yaml").unlink()
+    (chart / "crds").mkdir()
+    for name, text in generated_files().items():
+        (chart / "crds" / name).write_text(text)
+    return chart
+
+
+def muster_crds(cluster: ClusterHandle) -> dict[str, dict[str, Any]]:
+    items = cluster.get_json("crd")["items"]
+    assert isinstance(items, list)
+    return {c["metadata"]["name"]: c for c in items if c["spec"]["group"] == "muster.dev"}
+
+
+def test_a_release_of_the_older_layout_moves_over_and_uninstall_keeps_crds_and_objects(
+    cluster: ClusterHandle,
+    crds: None,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    # Runs before the module's `release` (file order): one release at a time owns the
+    # cluster-wide objects.
+    namespace = unique("muster-move")
+    remove_leftovers(cluster)
+    # As a release of the older layout leaves them: CRDs no release owns, at an older schema
+    # (a printer column the chart's Workload CRD has is missing).
+    for name in muster_crds(cluster):
+        cluster.kubectl("label", "crd", name, f"{OWNERSHIP[0]}-", check=False)
+        cluster.kubectl("annotate", "crd", name, *(f"{k}-" for k in OWNERSHIP[1:]), check=False)
+        cluster.kubectl("annotate", "crd", name, "helm.sh/resource-policy-", check=False)
+    column = muster_crds(cluster)["workloads.muster.dev"]["spec"]["versions"][0][
+        "additionalPrinterColumns"
+    ][0]
+    cluster.kubectl(
+        "patch",
+        "crd",
+        "workloads.muster.dev",
+        "--type=json",
+        "-p",
+        '[{"op": "remove", "path": "/spec/versions/0/additionalPrinterColumns/0"}]',
+    )
+    helm(
+        cluster,
+        "install",
+        RELEASE,
+        str(older_layout(tmp_path)),
+        "-n",
+        namespace,
+        "--create-namespace",
+    )
+    try:
+        refused = helm(cluster, "upgrade", RELEASE, str(CHART), "-n", namespace, check=False)
+        assert refused.returncode != 0 and "invalid ownership metadata" in refused.stderr
+        moved = subprocess.run(
+            ["bash", "-c", move_over_block(RELEASE, namespace)],
+            cwd=REPO,
+            env=shell_env(cluster),
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=False,
+        )
+        assert moved.returncode == 0, moved.stdout[-2000:] + moved.stderr[-3000:]
+        for name, crd in muster_crds(cluster).items():
+            meta = crd["metadata"]
+            assert meta["labels"][OWNERSHIP[0]] == "Helm", name
+            assert meta["annotations"][OWNERSHIP[1]] == RELEASE, name
+            assert meta["annotations"]["helm.sh/resource-policy"] == "keep", name
+        workloads = muster_crds(cluster)["workloads.muster.dev"]["spec"]["versions"][0]
+        assert column in workloads["additionalPrinterColumns"], "the upgrade left the old schema"
+        manifest = helm(cluster, "get", "manifest", RELEASE, "-n", namespace).stdout
+        owned = [d for d in yaml.safe_load_all(manifest) if d]
+        assert sum(d["kind"] == "CustomResourceDefinition" for d in owned) == len(generated_files())
+        kept = unique("kept")
+        apply(cluster, cq_manifest(kept, []))
+    finally:
+        gone = helm(cluster, "uninstall", RELEASE, "-n", namespace)
+        cluster.kubectl("delete", "namespace", namespace, "--wait=false", check=False)
+    # Uninstalled: the CRDs and the objects of their kinds stay.
+    assert "kept due to the resource policy" in gone.stdout + gone.stderr
+    assert set(muster_crds(cluster)) == {
+        yaml.safe_load(text)["metadata"]["name"] for text in generated_files().values()
+    }
+    cluster.kubectl("get", "clusterqueue", kept)
+    cluster.kubectl("delete", "clusterqueue", kept)
 
 
 def test_helm_template_is_accepted_by_the_apiserver(

@@ -1,11 +1,11 @@
 """The README's first section, followed literally: `make run`, watch, Ctrl-C, `muster down`.
 
-A new user's first minutes: the one command must start a real local cluster with Muster
-installed by its chart, play the demo, and show in its live view Jobs admitted, placed on
-nodes and preempted; `muster down` must then leave no process behind. The test types the
-section's commands as they are written (in a cluster directory of its own), presses Ctrl-C
-(SIGINT to the command's process group) once a preemption has been shown, and checks every
-process the run started is gone afterwards.
+A new user's first minutes: the one command must start a real local cluster whose real node
+runs Muster as its chart's pods (two replicas, nothing out of cluster), play the demo, and
+show in its live view Jobs admitted, placed on nodes and preempted; `muster down` must then
+leave no process behind. The test types the section's commands as they are written (in a
+cluster directory of its own), presses Ctrl-C (SIGINT to the command's process group) once a
+preemption has been shown, and checks every process the run started is gone afterwards.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 
+from controllers.localcluster.binaries import ensure_binaries
 from controllers.localcluster.cluster import pid_alive
 from tests.conftest import REPO
 
@@ -39,6 +40,26 @@ def commands() -> list[str]:
         for line in block.splitlines()
         if line.strip()
     ]
+
+
+def kubectl_json(state: Path, *args: str) -> dict[str, object]:
+    out = subprocess.run(
+        [
+            ensure_binaries(build=False)["kubectl"],
+            "--kubeconfig",
+            str(state / "kubeconfig"),
+            "get",
+            *args,
+            "-o",
+            "json",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    ).stdout
+    result: dict[str, object] = json.loads(out)
+    return result
 
 
 def test_one_command_shows_muster_admitting_placing_and_preempting_then_down_stops_it(
@@ -61,6 +82,8 @@ def test_one_command_shows_muster_admitting_placing_and_preempting_then_down_sto
         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     lines: list[str] = []
+    in_cluster = False
+    muster_pods: dict[str, object] = {}
     reader = threading.Thread(target=lambda: lines.extend(iter(proc.stdout.readline, "")))  # type: ignore[union-attr]
     reader.start()
     started: list[int] = []
@@ -73,7 +96,10 @@ def test_one_command_shows_muster_admitting_placing_and_preempting_then_down_sto
             time.sleep(2)
         state = tmp_path / "cluster"
         if (state / "up.json").exists():
-            started.append(json.loads((state / "up.json").read_text())["controller_pid"])
+            up = json.loads((state / "up.json").read_text())
+            in_cluster = up["controller_pid"] is None
+        if in_cluster:
+            muster_pods = kubectl_json(state, "pods", "-n", "muster-system")
         if (state / "state.json").exists():
             started += [
                 c["pid"] for c in json.loads((state / "state.json").read_text())["components"]
@@ -107,7 +133,16 @@ def test_one_command_shows_muster_admitting_placing_and_preempting_then_down_sto
     assert re.search(r"`(\.venv/bin/)?muster down` stops everything", output)  # said at Ctrl-C
     # `muster down` stopped every process the run started, by pid.
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "muster-controller" in result.stdout and "kube-apiserver" in result.stdout
+    assert "kubelet" in result.stdout and "kube-apiserver" in result.stdout
+    # Muster ran in the cluster: two replicas of the chart on the real node, both Ready.
+    assert in_cluster, "make run started the controller out of cluster"
+    pods = muster_pods["items"]
+    assert isinstance(pods, list) and len(pods) == 2
+    assert all(
+        any(c["type"] == "Ready" and c["status"] == "True" for c in p["status"]["conditions"])
+        for p in pods
+    )
+    assert "installing Muster with its Helm chart: two replicas on the real node" in output
     assert started and len(started) >= 6
     deadline = time.monotonic() + 10
     while any(pid_alive(p) for p in started) and time.monotonic() < deadline:

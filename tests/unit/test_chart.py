@@ -55,17 +55,35 @@ def test_helm_lint_is_clean() -> None:
 
 
 def test_chart_crds_never_drift_from_the_models(tmp_path: Path) -> None:
-    # charts/muster/crds links to crds/ (what `muster crds` writes); the packaged chart, what
-    # an operator installs, must carry exactly the generated files.
-    assert (CHART / "crds").resolve() == (REPO / "crds").resolve()
+    # charts/muster/files/crds links to crds/ (what `muster crds` writes); the packaged chart,
+    # what an operator installs, must carry exactly the generated files and no third party's.
+    assert (CHART / "files" / "crds").resolve() == (REPO / "crds").resolve()
+    assert not (CHART / "crds").exists(), "helm would install crds/ once and never upgrade it"
     helm("package", str(CHART), "--destination", str(tmp_path))
     with tarfile.open(next(tmp_path.glob("muster-*.tgz"))) as package:
         packaged = {
-            Path(m.name).name: package.extractfile(m).read().decode()  # type: ignore[union-attr]
+            m.name.removeprefix("muster/files/crds/"): package.extractfile(m).read().decode()  # type: ignore[union-attr]
             for m in package.getmembers()
-            if m.name.startswith("muster/crds/")
+            if m.isfile() and m.name.startswith("muster/files/crds/")
         }
     assert packaged == generated_files(), "the chart's CRDs differ from `muster crds`; run it"
+
+
+def test_crds_are_rendered_so_upgrade_changes_them_and_kept_on_uninstall() -> None:
+    generated = {
+        doc["metadata"]["name"]: doc
+        for doc in (yaml.safe_load(text) for text in generated_files().values())
+    }
+    rendered = [d for d in render() if d["kind"] == "CustomResourceDefinition"]
+    assert sorted(d["metadata"]["name"] for d in rendered) == sorted(generated)
+    for crd in rendered:
+        meta = crd["metadata"]
+        # Deleting a CRD deletes every object of its kind: `helm uninstall` must leave it.
+        assert meta.pop("annotations") == {"helm.sh/resource-policy": "keep"}
+        assert meta.pop("labels")["app.kubernetes.io/managed-by"] == "Helm"
+        # Otherwise exactly the generated CRD, types included (JSON tells 1 from 1.0).
+        want = generated[meta["name"]]
+        assert json.dumps(crd, sort_keys=True) == json.dumps(want, sort_keys=True)
 
 
 POLICY_KINDS = {
@@ -221,6 +239,23 @@ def test_sqlite_history_runs_one_replica_postgresql_two_with_a_disruption_budget
     assert url["valueFrom"]["secretKeyRef"] == {"name": "pg", "key": "url"}
     assert one(docs, "PodDisruptionBudget")["spec"]["minAvailable"] == 1
     assert not [d for d in docs if d["kind"] == "PersistentVolumeClaim"]
+
+
+@pytest.mark.parametrize(
+    ("value", "want"),
+    [
+        (None, None),  # the default: the cluster's default class, or a volume without one
+        ("", ""),  # no class, even where a default exists: a PersistentVolume you prepared
+        ("local-disk", "local-disk"),
+    ],
+)
+def test_the_history_claim_asks_for_the_class_given(value: str | None, want: str | None) -> None:
+    sets = () if value is None else (f"history.database.sqlite.storageClassName={value}",)
+    claim = one(render(*sets), "PersistentVolumeClaim")
+    assert claim["spec"].get("storageClassName", None) == want
+    assert ("storageClassName" in claim["spec"]) == (want is not None)
+    # Kept on uninstall: the history outlives the release.
+    assert claim["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"
 
 
 def test_pod_is_non_root_read_only_with_probes_on_the_metrics_port() -> None:
