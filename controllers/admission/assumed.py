@@ -8,8 +8,13 @@ place of the cached one, so the quota it takes (or the eviction under way) count
 nothing is decided twice on the strength of the old object.
 
 An assumption ends:
-- when the cache holds a newer version than the one it was computed from (the write's own
-  result, fed back, or anyone else's change: the cache is the truth again);
+- once its write has ended, when the cache holds a newer version than the one it was
+  computed from (the write's own result, fed back, or anyone else's change: the cache is the
+  truth again). While the write is under way, someone else's change does not end it: the
+  write retries on that newer version and lands all the same, so the quota it takes must
+  keep counting until then (else a later cycle admits into that room, and the queue ends
+  over its limit once the write lands: seen in the chaos run when a pending-status write
+  moved a Workload on between the cycle that admitted it and the next);
 - when the write failed for certain (a conflict, a refusal, not sent because the lead ran
   out): the writer rolls it back and the next cycle decides again from the cache;
 - after `max_age_s`, if neither happened: a write whose outcome was lost (a timeout) and
@@ -51,6 +56,7 @@ class Assumptions:
         self._clock = clock
         self._lock = threading.Lock()
         self._entries: dict[str, Assumed] = {}
+        self._writing: set[str] = set()  # keys whose write has not ended yet
         self._serial = 0
 
     def assume(self, key: str, obj: Obj) -> None:
@@ -60,11 +66,19 @@ class Assumptions:
         with self._lock:
             self._serial += 1
             self._entries[key] = Assumed(frozen, resource_version(obj), self._clock(), self._serial)
+            self._writing.add(key)
+
+    def written(self, key: str) -> None:
+        """The write behind `key`'s assumption ended (whatever its outcome): from now on the
+        cache's next version ends the assumption."""
+        with self._lock:
+            self._writing.discard(key)
 
     def forget(self, key: str) -> None:
         """Roll back: the write failed for certain (or was never sent)."""
         with self._lock:
             self._entries.pop(key, None)
+            self._writing.discard(key)
 
     def effective(self, key: str, cached: Obj) -> tuple[Obj, str]:
         """The Workload a cycle should see, and its version: the resourceVersion, with a
@@ -72,10 +86,11 @@ class Assumptions:
         with self._lock:
             entry = self._entries.get(key)
             if entry is not None and (
-                resource_version(cached) != entry.base
+                (key not in self._writing and resource_version(cached) != entry.base)
                 or self._clock() - entry.since > self.max_age_s
             ):
                 del self._entries[key]
+                self._writing.discard(key)
                 entry = None
         if entry is None:
             return cached, resource_version(cached)
@@ -87,6 +102,7 @@ class Assumptions:
         with self._lock:
             for key in [k for k in self._entries if k not in live]:
                 del self._entries[key]
+                self._writing.discard(key)
 
     def __len__(self) -> int:
         with self._lock:

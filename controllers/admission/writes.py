@@ -201,6 +201,8 @@ class DecisionWriter:
                     self.assumed.forget(key)
                 self.poke()
             finally:
+                for key, _ in task.changes:
+                    self.assumed.written(key)
                 self._release(keys)
 
         try:

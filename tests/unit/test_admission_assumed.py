@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from urllib3.exceptions import ReadTimeoutError
 
-from controllers.runtime.resources import Kind
+from controllers.runtime.resources import WORKLOAD, Kind
 from controllers.state import workloads as wls
 from tests.unit.controller_fakes import _error
 from tests.unit.test_controller_admission import Harness
@@ -128,3 +128,28 @@ def test_a_cycle_that_fails_while_carrying_out_its_decisions_leaves_them_to_the_
 
     assert [a.workload for a in h.cycle().admit] == ["ns/second"], "the next cycle decides it"
     assert wls.has_quota(h.get("second"))
+
+
+def test_an_admission_being_written_keeps_its_room_when_someone_else_moves_the_workload_on() -> (
+    None
+):
+    """Someone else's write (a pending status, a label) lands between the cycle that admitted
+    a Workload and the write of that admission: the write retries on the newer version and
+    lands all the same, so its room must keep counting meanwhile (the chaos run's queue over
+    its limit)."""
+    h = Harness(cpu_quota="4", limit="4")
+    h.workload("first", 3, created=1)
+    original = h.kube.patch
+    started, release = held_writes(h)
+    assert [a.workload for a in h.loop.cycle().admit] == ["ns/first"]
+    assert started.wait(5)
+    moved = original(WORKLOAD, "ns", "first", {"metadata": {"labels": {"seen-by": "someone"}}})
+    h.cache(WORKLOAD).write_through(moved)
+
+    h.workload("second", 3, created=2)
+    assert h.loop.cycle().admit == (), "the admission under way still holds its 3 cpu"
+    release.set()
+    assert h.loop.writer.wait_written()
+    assert wls.has_quota(h.get("first")) and not wls.has_quota(h.get("second"))
+    h.cycle()  # the written version in the cache ends the assumption
+    assert len(h.loop.writer.assumed) == 0
