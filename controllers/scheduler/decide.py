@@ -21,6 +21,7 @@ from controllers.scheduler import pods as p
 from controllers.scheduler.groups import Group
 from controllers.scheduler.versions import describe
 from quota.api import ManifestError
+from quota.api.names import POD_SET_POD_LABEL
 from quota.model.nodeconvert import pod_shape_from_spec
 from quota.model.nodes import NAME_FIELD
 from quota.placement import (
@@ -98,12 +99,14 @@ def pod_sets(group: Group, view: NodeView) -> tuple[list[PodSet], str | None]:
 
 
 def _pod_set_of(pod: Obj, group: Group) -> str:
-    """The Workload pod set a pod belongs to: the only one, or the JobSet replicated job
-    (JobSet, TrainJob) it names."""
+    """The Workload pod set a pod belongs to: the only one, or the one its labels name
+    (Muster's pod-set label, else the JobSet replicated job of a JobSet or TrainJob)."""
     if len(group.pod_sets) > 1:
-        named = str(((pod.get("metadata") or {}).get("labels") or {}).get(REPLICATED_JOB_LABEL))
-        if any(named == name for name, _, _ in group.pod_sets):
-            return named
+        labels = (pod.get("metadata") or {}).get("labels") or {}
+        for key in (POD_SET_POD_LABEL, REPLICATED_JOB_LABEL):
+            named = str(labels.get(key))
+            if any(named == name for name, _, _ in group.pod_sets):
+                return named
     return group.pod_set
 
 

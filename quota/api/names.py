@@ -53,3 +53,17 @@ PREFERRED_TOPOLOGY_ANNOTATION = "muster.dev/podset-preferred-topology"
 UNCONSTRAINED_TOPOLOGY_ANNOTATION = "muster.dev/podset-unconstrained-topology"
 SLICE_TOPOLOGY_ANNOTATION = "muster.dev/podset-slice-required-topology"
 SLICE_SIZE_ANNOTATION = "muster.dev/podset-slice-size"
+
+# On a pod: the Workload pod set it belongs to, where its kind has more than one pod set
+# and names none of its own (Ray's head and worker groups, a LeaderWorkerSet's leader and
+# workers). Muster writes it into the templates; the scheduler loop reads it.
+POD_SET_POD_LABEL = "muster.dev/pod-set"
+# On pods whose owner no integration knows (Kueue's pod groups): the group they form and
+# how many pods it has in all; without them the pods are grouped by their owner.
+POD_GROUP_LABEL = "muster.dev/pod-group"
+POD_GROUP_COUNT_ANNOTATION = "muster.dev/pod-group-total-count"
+# On a workload (and copied to its Workload as spec.disruptionMode): "single" lets
+# preemption take single pods above each pod set's minimum instead of the whole workload.
+DISRUPTION_MODE_ANNOTATION = "muster.dev/disruption-mode"
+# On a StatefulSet: "true" admits its replicas all or none (else one by one, elastic).
+GANG_ANNOTATION = "muster.dev/gang"
