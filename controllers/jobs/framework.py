@@ -37,7 +37,7 @@ from controllers.runtime.informer import Informer
 from controllers.runtime.resources import Kind, Obj
 from controllers.state.caches import Caches, Context
 from quota.api.conditions import WorkloadConditions as WC
-from quota.api.names import QUEUE_LABEL
+from quota.api.names import OWNER_GROUP_ANNOTATION, QUEUE_LABEL
 from quota.model import convert
 
 # The LocalQueue an object without the queue label joins in a managed namespace (Kueue's
@@ -276,8 +276,11 @@ def register(integration: Integration) -> Integration:
 
 
 def owner_of(wl: Mapping[str, Any]) -> tuple[Integration, str] | None:
-    """The registered kind and key ("ns/name") of the object a Workload belongs to."""
+    """The registered kind and key ("ns/name") of the object a Workload belongs to (None for
+    a group of pods queued by their owner, controllers/owners)."""
     meta = wl.get("metadata") or {}
+    if OWNER_GROUP_ANNOTATION in (meta.get("annotations") or {}):
+        return None
     for ref in meta.get("ownerReferences") or []:
         integration = _registry.get(f"{ref.get('apiVersion')}/{ref.get('kind')}")
         if integration is not None:

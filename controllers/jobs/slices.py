@@ -22,13 +22,14 @@ from __future__ import annotations
 
 import logging
 from datetime import datetime
-from typing import Any
+from typing import Any, Protocol
 
 from controllers.jobs import gates
 from controllers.jobs.framework import Driver, GenericJob, same_request
 from controllers.runtime import apply
 from controllers.runtime.resources import WORKLOAD, Obj, object_key
 from controllers.state import workloads as wls
+from controllers.state.caches import Context
 from quota.api.conditions import WorkloadConditions as WC
 from quota.api.names import JOB_NAME_LABEL
 from quota.api.quantity import format_quantity, parse_quantity
@@ -54,7 +55,18 @@ def _created(wl: Obj) -> tuple[str, str]:
 RETRY_SECONDS = 1.0
 
 
-def retire_replaced(rec: Driver, active: list[Obj], pod_set: str) -> tuple[list[Obj], bool]:
+class Writer(Protocol):
+    """What the slice steps below need of their caller (a `Driver`, or the owner-group
+    intake, `controllers.owners.intake`)."""
+
+    ctx: Context
+
+    def update_workload(
+        self, wl: Obj, mutate: apply.Mutation, *, status: bool = False
+    ) -> Obj | None: ...
+
+
+def retire_replaced(rec: Writer, active: list[Obj], pod_set: str) -> tuple[list[Obj], bool]:
     """Finish every slice that an admitted slice replaces; returns what stays active, and
     whether a retirement could not be written (so the caller requeues)."""
     by_name = {w["metadata"]["name"]: w for w in active}
@@ -84,7 +96,7 @@ def retire_replaced(rec: Driver, active: list[Obj], pod_set: str) -> tuple[list[
     return [w for w in active if w["metadata"]["name"] not in retired], failed
 
 
-def _delete_pending(rec: Driver, pending: list[Obj]) -> None:
+def delete_pending(rec: Writer, pending: list[Obj]) -> None:
     for wl in pending:
         # A pending slice holds no quota: its finalizer goes first, in a write that checks it
         # is still pending, so the delete below completes at once.
@@ -105,7 +117,7 @@ def _delete_pending(rec: Driver, pending: list[Obj]) -> None:
             rec.ctx.poke_admission()
 
 
-def scale_down(rec: Driver, wl: Obj, count: int, pod_set: str) -> Obj | None:
+def scale_down(rec: Writer, wl: Obj, count: int, pod_set: str) -> Obj | None:
     """Shrink an admitted slice in place: the admission first (frees quota immediately),
     then the spec."""
     per_pod: dict[str, int] = {}
@@ -182,7 +194,7 @@ def reconcile_elastic(rec: Driver, job: GenericJob, owned: list[Obj]) -> float |
         slice_name = first_name
         keep = next((w for w in pending if w["metadata"]["name"] == first_name), None)
         keep = keep or (pending[-1] if pending else None)
-        _delete_pending(rec, [w for w in pending if w is not keep])
+        delete_pending(rec, [w for w in pending if w is not keep])
         desired = rec.desired_spec(job, slice_name=slice_name)
         if keep is None:
             rec.suspend(job)
@@ -193,7 +205,7 @@ def reconcile_elastic(rec: Driver, job: GenericJob, owned: list[Obj]) -> float |
         return rec.drive(job, keep, desired)
 
     if wls.is_evicted(current):
-        _delete_pending(rec, pending)
+        delete_pending(rec, pending)
         return rec.stop(job, current)
     if job.is_suspended():
         rec.start(job, current)
@@ -204,7 +216,7 @@ def reconcile_elastic(rec: Driver, job: GenericJob, owned: list[Obj]) -> float |
     slice_name = (current.get("spec") or {}).get("sliceName") or first_name
     requeue: float | None = None
     if parallelism < spec_count or parallelism < granted:
-        _delete_pending(rec, pending)
+        delete_pending(rec, pending)
         # Keep admitted what ungated pods still hold: the Job controller may not have
         # deleted the excess pods yet, or never will if parallelism rises again before it
         # acts (7 -> 2 -> 9 within milliseconds). Quota is released as those pods go (their
@@ -220,13 +232,13 @@ def reconcile_elastic(rec: Driver, job: GenericJob, owned: list[Obj]) -> float |
             job, count=parallelism, slice_name=slice_name, replaces=current["metadata"]["name"]
         )
         keep = pending[-1] if pending else None
-        _delete_pending(rec, pending[:-1])
+        delete_pending(rec, pending[:-1])
         if keep is None:
             rec.new_workload(job, want, _slice_name(obj))
         elif not same_request(keep.get("spec") or {}, want):
             rec.update_workload_spec(keep, want)
     else:
-        _delete_pending(rec, pending)
+        delete_pending(rec, pending)
 
     # Never release more pods than the Job asks for, even while the admission still covers
     # pods on their way out.

@@ -37,6 +37,7 @@ from controllers.metrics.collector import Sources, StateCollector
 from controllers.metrics.definitions import REGISTRY
 from controllers.metrics.server import MetricsServer
 from controllers.metrics.workloads import WorkloadCounters
+from controllers.owners.intake import OwnerGroups
 from controllers.podgroups.intake import PodGroupIntake
 from controllers.runtime.client import FencedKube
 from controllers.runtime.informer import Informer, wait_all_synced
@@ -133,6 +134,11 @@ class Manager:
             self.intake = PodGroupIntake(
                 self.ctx, self.kube, options.scheduler_name, self.is_leader, self.stop_event
             )
+        # Pods queued by their owner (LeaderWorkerSets, Deployments, StatefulSets, any other
+        # owner): gated by Muster's pod admission whether or not its scheduler places them.
+        self.owner_groups = OwnerGroups(
+            self.ctx, self.kube, options.scheduler_name, self.is_leader, self.stop_event
+        )
         # The workload kinds (Jobs; JobSet, TrainJob only where their CRDs are served).
         self.integrations = Integrations(
             self.ctx, self.kube, self.is_leader, self.stop_event, self.managed
@@ -203,6 +209,8 @@ class Manager:
         if self.intake is not None:
             for key in self.intake.group_ids():
                 self.intake.queue.add(key)
+        for key in self.owner_groups.group_ids():
+            self.owner_groups.queue.add(key)
         self.loop.poke()
         self._poke_scheduler()
 
@@ -325,6 +333,10 @@ class Manager:
         kinds = self.integrations.discover(self.caches)
         self._wire()
         self.integrations.wire()
+        owner_kinds = self.owner_groups.discover()
+        self.owner_groups.wire()
+        for informer in self.owner_groups.informer_list():
+            informer.start()
         foreign = self.intake.discover() if self.intake is not None else []
         if self.intake is not None:
             self.intake.wire()
@@ -336,6 +348,7 @@ class Manager:
             self.caches.wait_synced(120)
             if self.intake is not None:
                 wait_all_synced(self.intake.informer_list(), 120)
+            wait_all_synced(self.owner_groups.informer_list(), 120)
         except TimeoutError as error:
             raise RuntimeError(
                 f"{error}; are Muster's CRDs installed (kubectl apply --server-side -f crds/) "
@@ -343,7 +356,12 @@ class Manager:
             ) from error
         log.info(
             "caches synced",
-            extra={"jobs": len(self.caches.jobs), "podgroup_apis": foreign, "kinds": kinds},
+            extra={
+                "jobs": len(self.caches.jobs),
+                "podgroup_apis": foreign,
+                "kinds": kinds,
+                "owner_kinds": owner_kinds,
+            },
         )
         self.loop.start_writers(self.is_leader)
         self.integrations.start_workers(
@@ -357,6 +375,13 @@ class Manager:
                 "resync-podgroups",
                 lambda: intake.workers.resync(self.options.resync_period, intake.group_ids),
             )
+        owner_groups = self.owner_groups
+        for i in range(max(1, self.options.workers // 2)):
+            self._spawn(f"worker-owner-group-{i}", owner_groups.workers.work)
+        self._spawn(
+            "resync-owner-groups",
+            lambda: owner_groups.workers.resync(self.options.resync_period, owner_groups.group_ids),
+        )
         self._spawn("admission-loop", lambda: self.loop.run(self.stop_event, self.is_leader))
         self._spawn("orphaned-workloads", lambda: self.orphans.run(self.stop_event))
         scheduler = self.scheduler
@@ -379,6 +404,7 @@ class Manager:
         self.integrations.shutdown()
         if self.intake is not None:
             self.intake.queue.shutdown()
+        self.owner_groups.queue.shutdown()
         for thread in self._threads:
             if thread.name.startswith(
                 ("worker", "admission-loop", "scheduler-loop", "leader-election")
@@ -398,6 +424,8 @@ class Manager:
         if self.intake is not None:
             for informer in self.intake.informer_list():
                 informer.stop()
+        for informer in self.owner_groups.informer_list():
+            informer.stop()
         self.events.stop()
         if self.metrics is not None:
             self.metrics.stop()

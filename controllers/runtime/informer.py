@@ -167,6 +167,11 @@ class Informer:
             keys = self._indexes[index].get(value, set())
             return [self._items[k] for k in sorted(keys)]
 
+    def index_values(self, index: str) -> list[str]:
+        """Every value the index function produced for some cached object."""
+        with self._lock:
+            return list(self._indexes[index])
+
     def __len__(self) -> int:
         with self._lock:
             return len(self._items)

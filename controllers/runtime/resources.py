@@ -54,6 +54,8 @@ NAMESPACE = Kind("Namespace", False, client.CoreV1Api, "namespace")
 LEASE = Kind("Lease", True, client.CoordinationV1Api, "lease")
 PRIORITY_CLASS = Kind("PriorityClass", False, client.SchedulingV1Api, "priority_class")
 PDB = Kind("PodDisruptionBudget", True, client.PolicyV1Api, "pod_disruption_budget")
+DEPLOYMENT = Kind("Deployment", True, client.AppsV1Api, "deployment")
+STATEFUL_SET = Kind("StatefulSet", True, client.AppsV1Api, "stateful_set")
 MUTATING_WEBHOOK = Kind(
     "MutatingWebhookConfiguration",
     False,

@@ -183,11 +183,21 @@ def collect(
     for wl in admitted_workloads(caches):
         key = object_key(wl)
         owner = foreign_owner(wl)
+        if owner is None and wls.owner_group_id(wl) is not None:
+            # Pods queued by their owner (controllers/owners): as a foreign group's, they
+            # exist before admission and are not rewritten by it; Events go to the owner
+            # (or, for a group of bare pods, to the Workload itself).
+            owner = wls.owner_reference(wl) or {
+                "apiVersion": wl.get("apiVersion"),
+                "kind": "Workload",
+                "name": (wl.get("metadata") or {}).get("name"),
+                "uid": (wl.get("metadata") or {}).get("uid"),
+            }
         first: list[str] | None = None  # every pod set starts at once
         if owner is not None:
-            # A foreign PodGroup's pods (controllers/podgroups): they name the scheduler
-            # themselves, and `_sort_pods` takes only those that name this one. The owner
-            # reference is all the Events about the group need of it.
+            # A foreign PodGroup's pods (controllers/podgroups), or a group queued by its
+            # owner: they name the scheduler themselves, and `_sort_pods` takes only those
+            # that name this one. The owner reference is all the Events about it need.
             job: Obj | None = {
                 "apiVersion": owner.get("apiVersion"),
                 "kind": owner.get("kind"),

@@ -41,6 +41,7 @@ from controllers.runtime.resources import (
 )
 from controllers.state import workloads as wls
 from controllers.state.foreigngroups import group_id_of_pod
+from controllers.state.ownergroups import gid_of
 from controllers.state.workloads import now_utc, owner_job_key, owner_job_uid
 from quota.api.names import (
     ELASTIC_POD_LABEL,
@@ -58,14 +59,17 @@ UNFINISHED_PODS = "status.phase!=Succeeded,status.phase!=Failed"
 def job_uid_of_pod(pod: Obj) -> Iterable[str]:
     """The ids of what owns the pod: its owner's or Job's uid, and the foreign PodGroup it
     names (if any), so that a Workload finds its pods by either (a TrainJob's pods carry
-    both when its runtime also asks for Volcano's PodGroup)."""
+    both when its runtime also asks for Volcano's PodGroup); or, for a pod queued by its
+    owner (`ownergroups`), its group's id."""
     labels = (pod.get("metadata") or {}).get("labels") or {}
     uid = (
         labels.get(OWNER_UID_POD_LABEL)
         or labels.get(JOB_UID_POD_LABEL)
         or labels.get("controller-uid")
     )
-    return [i for i in (uid, group_id_of_pod(pod)) if i]
+    if uid:
+        return [i for i in (uid, group_id_of_pod(pod)) if i]
+    return [i for i in (group_id_of_pod(pod), gid_of(pod)) if i]
 
 
 def _node_of_pod(pod: Obj) -> Iterable[str]:

@@ -24,6 +24,7 @@ from quota.api.meta import API_VERSION
 from quota.api.names import (
     JOB_NAME_LABEL,
     JOB_UID_LABEL,
+    OWNER_GROUP_ANNOTATION,
     WORKLOAD_FINALIZER,
 )
 from quota.lifecycle.eviction import requeue_after_eviction
@@ -166,13 +167,26 @@ def owner_reference(wl: Mapping[str, Any]) -> Mapping[str, Any] | None:
 
 
 def owner_job_uid(wl: Mapping[str, Any]) -> str | None:
-    """The id its pods are indexed by: the owning Job's uid, or a foreign PodGroup's id."""
+    """The id its pods are indexed by: the owning Job's uid, a foreign PodGroup's id, or the
+    id of the group of pods it was made for (controllers/owners)."""
+    group = owner_group_id(wl)
+    if group is not None:
+        return group
     ref = owner_reference(wl)
     return str(ref["uid"]) if ref is not None else group_id_of_workload(wl)
 
 
+def owner_group_id(wl: Mapping[str, Any]) -> str | None:
+    """The group of pods a Workload was made for by their owner (controllers/owners), if so."""
+    annotations = (wl.get("metadata") or {}).get("annotations") or {}
+    value = annotations.get(OWNER_GROUP_ANNOTATION)
+    return str(value) if value else None
+
+
 def owner_job_key(wl: Mapping[str, Any]) -> str | None:
     """The owning Job's key ("ns/name"), which outlives the Job in the Workload's metadata."""
+    if owner_group_id(wl) is not None:
+        return None  # a group's, found by its id (the owner is no Job)
     ref = owner_reference(wl)
     if ref is None:
         return None

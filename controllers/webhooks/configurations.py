@@ -25,12 +25,15 @@ from controllers.jobs.framework import Admission
 from controllers.jobs.kinds import admitted_by, managed_webhook_rules, suspend_rules
 from controllers.runtime import apply
 from controllers.runtime.resources import MUTATING_WEBHOOK, VALIDATING_WEBHOOK, Kube, Obj
+from controllers.state.ownergroups import OWNER_KINDS
 from controllers.webhooks import policies as admission_policies
 from controllers.webhooks.reviews import (
     MUTATE_JOB_PATH,
     MUTATE_MANAGED_JOB_PATH,
     MUTATE_MANAGED_SUSPEND_PATH,
+    MUTATE_OWNER_PATH,
     MUTATE_POD_PATH,
+    MUTATE_QUEUED_POD_PATH,
     MUTATE_SUSPEND_PATH,
     VALIDATE_JOB_PATH,
     VALIDATE_MANAGED_PATH,
@@ -167,6 +170,23 @@ def configurations(
         # The kinds Muster's generic rule admits, with the queue label: created suspended.
         _webhook("msuspend.muster.dev", cc(MUTATE_SUSPEND_PATH), suspend_rules(), labelled),
         _webhook("mpod.muster.dev", cc(MUTATE_POD_PATH), [pod_rule], owned),
+        # Kinds queued by their pods: the queue label into their templates, and their pods
+        # (any labelled pod of no object queued by its uid) gated.
+        *(
+            _webhook(
+                f"mowner-{k.resource}.muster.dev",
+                cc(MUTATE_OWNER_PATH + k.resource),
+                [{**k.rule(), "scope": "Namespaced", "operations": ["CREATE", "UPDATE"]}],
+                labelled,
+            )
+            for k in OWNER_KINDS
+        ),
+        _webhook(
+            "mqpod.muster.dev",
+            cc(MUTATE_QUEUED_POD_PATH),
+            [pod_rule],
+            admission_policies.QUEUED_POD,
+        ),
     ]
     vjob = _webhook("vjob.muster.dev", cc(VALIDATE_JOB_PATH), job_rules("UPDATE"), labelled)
     validating_hooks = [vjob, queues]

@@ -36,6 +36,7 @@ from typing import Any
 
 from controllers.jobs.batchjob import is_elastic, min_parallelism
 from controllers.jobs.framework import child_of_managed_kind, queue_of
+from controllers.state.ownergroups import OwnerKind, is_grouped
 from quota.api import ManifestError, parse_manifest
 from quota.api.names import (
     ADMISSION_GATE,
@@ -92,6 +93,67 @@ def mutate_pod(
     if (spec.get("schedulerName") or DEFAULT_SCHEDULER) != DEFAULT_SCHEDULER:
         return []
     return [{"op": "add", "path": "/spec/schedulerName", "value": scheduler_name}]
+
+
+def mutate_owner(obj: Mapping[str, Any], kind: OwnerKind) -> list[dict[str, Any]]:
+    """JSON patch for a labelled object of a kind queued by its pods (Deployment,
+    StatefulSet, LeaderWorkerSet), created or updated: its queue label into every pod
+    template it has, so that its pods are gated (`mutate_queued_pod`)."""
+    queue = queue_name(obj)
+    if not queue:
+        return []
+    ops: list[dict[str, Any]] = []
+    optional = [t for t in kind.optional if _at(obj, t) is not None]
+    for pointer in (*kind.templates, *optional):
+        template = _at(obj, pointer)
+        if not isinstance(template, Mapping):
+            continue
+        meta = template.get("metadata")
+        if not isinstance(meta, Mapping):
+            ops.append(
+                {
+                    "op": "add",
+                    "path": f"{pointer}/metadata",
+                    "value": {"labels": {QUEUE_LABEL: queue}},
+                }
+            )
+        elif not isinstance(meta.get("labels"), Mapping):
+            ops.append(
+                {"op": "add", "path": f"{pointer}/metadata/labels", "value": {QUEUE_LABEL: queue}}
+            )
+        else:
+            path = f"{pointer}/metadata/labels/{_escape(QUEUE_LABEL)}"
+            ops.append({"op": "add", "path": path, "value": queue})
+    return ops
+
+
+def _at(obj: Mapping[str, Any], pointer: str) -> Any:
+    """The member of `obj` at a JSON pointer (of plain keys), or None."""
+    found: Any = obj
+    for key in pointer.strip("/").split("/"):
+        found = found.get(key) if isinstance(found, Mapping) else None
+    return found
+
+
+def mutate_queued_pod(
+    pod: Mapping[str, Any], scheduler_name: str = SCHEDULER_NAME
+) -> list[dict[str, Any]]:
+    """JSON patch for a labelled pod queued by its owner (`controllers.state.ownergroups`):
+    created behind the admission gate, for Muster's scheduler unless it names another."""
+    spec = pod.get("spec")
+    if not isinstance(spec, Mapping) or not is_grouped(pod):
+        return []
+    ops: list[dict[str, Any]] = []
+    gates = spec.get("schedulingGates")
+    if not isinstance(gates, list):
+        ops.append(
+            {"op": "add", "path": "/spec/schedulingGates", "value": [{"name": ADMISSION_GATE}]}
+        )
+    elif not any(isinstance(g, Mapping) and g.get("name") == ADMISSION_GATE for g in gates):
+        ops.append(
+            {"op": "add", "path": "/spec/schedulingGates/-", "value": {"name": ADMISSION_GATE}}
+        )
+    return ops + mutate_pod(pod, scheduler_name)
 
 
 def _escape(segment: str) -> str:

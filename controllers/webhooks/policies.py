@@ -48,6 +48,8 @@ from controllers.runtime.resources import (
     Kube,
     Obj,
 )
+from controllers.state.foreigngroups import VOLCANO_POD_GROUP_ANNOTATIONS
+from controllers.state.ownergroups import OWNER_KINDS
 from controllers.webhooks.decisions import (
     JOB_CONTROLLERS,
     MANAGED_RULE,
@@ -71,6 +73,8 @@ GROUP_VERSION = "admissionregistration.k8s.io/v1"
 JOBS_POLICY = "muster-jobs"
 SUSPEND_POLICY = "muster-suspend"
 PODS_POLICY = "muster-pods"
+QUEUED_PODS_POLICY = "muster-queued-pods"
+OWNERS_POLICY = "muster-owners"
 PART_OF = "app.kubernetes.io/part-of"
 LABELS = {PART_OF: "muster"}
 # The scheduler name in the chart's copy: replaced by the Helm value.
@@ -285,7 +289,78 @@ def mutating_policies(scheduler_name: str = SCHEDULER_NAME) -> list[Obj]:
         conditions=[{"name": "default-scheduler", "expression": _unset_scheduler("object.spec")}],
         variables=[_scheduler_variable(scheduler_name)],
     )
-    return jobs + suspend + pods
+    return jobs + suspend + pods + owner_policies(scheduler_name)
+
+
+# Pods queued by their owner (controllers/owners): labelled, of no object Muster queues by
+# its uid (whose pods carry one of these labels), naming no foreign PodGroup.
+QUEUED_POD = {
+    "matchExpressions": [
+        {"key": QUEUE_LABEL, "operator": "Exists"},
+        *({"key": k, "operator": "DoesNotExist"} for k in POD_OWNER_LABELS),
+    ]
+}
+NO_FOREIGN_GROUP = (
+    "!has(object.spec.schedulingGroup) && !(has(object.metadata.annotations) && ["
+    + ", ".join(_cel(k) for k in VOLCANO_POD_GROUP_ANNOTATIONS)
+    + "].exists(k, k in object.metadata.annotations))"
+)
+
+
+def _template_label(pointer: str) -> str:
+    """CEL: the JSON patch that copies the object's queue label into the pod template at
+    `pointer` (into whichever of metadata and labels exists)."""
+    template = "object" + pointer.replace("/", ".")
+    queue = f"object.metadata.labels[{_cel(QUEUE_LABEL)}]"
+    labels = f"{{{_cel(QUEUE_LABEL)}: {queue}}}"
+    key = f"jsonpatch.escapeKey({_cel(QUEUE_LABEL)})"
+    add_metadata = _add(_cel(f"{pointer}/metadata"), f"{{'labels': {labels}}}")
+    add_labels = _add(_cel(f"{pointer}/metadata/labels"), labels)
+    add_label = _add(f"{_cel(f'{pointer}/metadata/labels/')} + {key}", queue)
+    return (
+        f"(!has({template}.metadata) ? [{add_metadata}]"
+        f" : !has({template}.metadata.labels) ? [{add_labels}] : [{add_label}])"
+    )
+
+
+def owner_policies(scheduler_name: str = SCHEDULER_NAME) -> list[Obj]:
+    """The policies of kinds queued by their pods (`decisions.mutate_owner` and
+    `mutate_queued_pod`): a labelled Deployment, StatefulSet or LeaderWorkerSet carries its
+    queue label into its pod templates; a labelled pod of such an owner (or of any owner) is
+    created behind the admission gate, for Muster's scheduler."""
+    docs: list[Obj] = []
+    for kind in OWNER_KINDS:
+        patches = [_template_label(t) for t in kind.templates]
+        for pointer in kind.optional:
+            template = "object" + pointer.replace("/", ".")
+            patches.append(f"(has({template}) ? {_template_label(pointer)} : [])")
+        docs += _mutating(
+            f"{OWNERS_POLICY}-{kind.resource}",
+            _match([dict(kind.rule())], ["CREATE", "UPDATE"], LABELLED),
+            [{"patchType": "JSONPatch", "jsonPatch": {"expression": " + ".join(patches)}}],
+            conditions=[QUEUE_SET],
+        )
+    gate = f"{{'name': {_cel(ADMISSION_GATE)}}}"
+    has_gate = (
+        "has(object.spec.schedulingGates)"
+        f" && object.spec.schedulingGates.exists(g, g.name == {_cel(ADMISSION_GATE)})"
+    )
+    add_scheduler = _add(_cel("/spec/schedulerName"), "variables.scheduler")
+    patch = (
+        f"(({has_gate}) ? [] : has(object.spec.schedulingGates)"
+        f" ? [{_add(_cel('/spec/schedulingGates/-'), gate)}]"
+        f" : [{_add(_cel('/spec/schedulingGates'), f'[{gate}]')}])"
+        f" + (variables.scheduler != '' && ({_unset_scheduler('object.spec')})"
+        f" ? [{add_scheduler}] : [])"
+    )
+    docs += _mutating(
+        QUEUED_PODS_POLICY,
+        _match([POD_RULE], ["CREATE"], QUEUED_POD),
+        [{"patchType": "JSONPatch", "jsonPatch": {"expression": patch}}],
+        conditions=[{"name": "no-foreign-group", "expression": NO_FOREIGN_GROUP}],
+        variables=[_scheduler_variable(scheduler_name)],
+    )
+    return docs
 
 
 def validating_policies() -> list[Obj]:

@@ -8,10 +8,13 @@ import json
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from controllers.state.ownergroups import OWNER_KINDS
 from controllers.webhooks.decisions import (
     malformed_job,
     mutate_job,
+    mutate_owner,
     mutate_pod,
+    mutate_queued_pod,
     mutate_suspend,
     refuse_pod,
     refuse_start,
@@ -26,6 +29,9 @@ VALIDATE_JOB_PATH = "/validate-batch-v1-job"
 VALIDATE_QUEUES_PATH = "/validate-muster-dev-v1alpha1"
 MUTATE_SUSPEND_PATH = "/mutate-suspend"
 MUTATE_POD_PATH = "/mutate-v1-pod"
+MUTATE_QUEUED_POD_PATH = "/mutate-queued-pod"
+# Kinds queued by their pods: one path per kind, `MUTATE_OWNER_PATH` + its resource.
+MUTATE_OWNER_PATH = "/mutate-owner-"
 # Managed namespaces (docs/tenancy.md): the webhooks that select them say so by their path.
 MUTATE_MANAGED_JOB_PATH = "/mutate-managed-batch-v1-job"
 MUTATE_MANAGED_SUSPEND_PATH = "/mutate-managed-suspend"
@@ -129,6 +135,16 @@ class WebhookHandlers:
             if not isinstance(obj, Mapping):
                 return review_response(uid, allowed=False, message="object must be a mapping")
             return review_response(uid, allowed=True, patch=mutate_pod(obj, self.scheduler_name))
+        if path == MUTATE_QUEUED_POD_PATH:
+            if not isinstance(obj, Mapping):
+                return review_response(uid, allowed=False, message="object must be a mapping")
+            patch = mutate_queued_pod(obj, self.scheduler_name)
+            return review_response(uid, allowed=True, patch=patch)
+        if path.startswith(MUTATE_OWNER_PATH):
+            kind = next((k for k in OWNER_KINDS if path == MUTATE_OWNER_PATH + k.resource), None)
+            if kind is None or not isinstance(obj, Mapping):
+                return review_response(uid, allowed=False, message="object must be a mapping")
+            return review_response(uid, allowed=True, patch=mutate_owner(obj, kind))
         if path == VALIDATE_QUEUES_PATH:
             if not isinstance(obj, Mapping):
                 return review_response(uid, allowed=False, message="object must be a mapping")

@@ -67,3 +67,6 @@ POD_GROUP_COUNT_ANNOTATION = "muster.dev/pod-group-total-count"
 DISRUPTION_MODE_ANNOTATION = "muster.dev/disruption-mode"
 # On a StatefulSet: "true" admits its replicas all or none (else one by one, elastic).
 GANG_ANNOTATION = "muster.dev/gang"
+# On a Workload Muster made for pods grouped by their owner (controllers/owners): the id the
+# group's pods are indexed by (`controllers.state.ownergroups.OwnerGroup.gid`).
+OWNER_GROUP_ANNOTATION = "muster.dev/owner-group"

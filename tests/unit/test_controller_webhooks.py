@@ -243,6 +243,14 @@ def test_with_admission_policies_only_the_queue_objects_webhook_is_called(
         ("MutatingAdmissionPolicyBinding", "muster-suspend"),
         ("MutatingAdmissionPolicy", "muster-pods"),
         ("MutatingAdmissionPolicyBinding", "muster-pods"),
+        ("MutatingAdmissionPolicy", "muster-owners-deployments"),
+        ("MutatingAdmissionPolicyBinding", "muster-owners-deployments"),
+        ("MutatingAdmissionPolicy", "muster-owners-statefulsets"),
+        ("MutatingAdmissionPolicyBinding", "muster-owners-statefulsets"),
+        ("MutatingAdmissionPolicy", "muster-owners-leaderworkersets"),
+        ("MutatingAdmissionPolicyBinding", "muster-owners-leaderworkersets"),
+        ("MutatingAdmissionPolicy", "muster-queued-pods"),
+        ("MutatingAdmissionPolicyBinding", "muster-queued-pods"),
         ("ValidatingAdmissionPolicy", "muster-jobs"),
         ("ValidatingAdmissionPolicyBinding", "muster-jobs"),
         ("MutatingAdmissionPolicy", "muster-probe"),
@@ -266,7 +274,7 @@ def test_with_admission_policies_only_the_queue_objects_webhook_is_called(
         assert doc["spec"]["failurePolicy"] == "Fail"
     # The scheduler's name is written in one place per policy (the chart templates it).
     text = json.dumps(policies.policies("sched-x"))
-    assert text.count("'sched-x'") == 3
+    assert text.count("'sched-x'") == 4
 
 
 def test_creation_is_validated_by_the_mutating_webhook_in_the_same_call() -> None:
