@@ -211,6 +211,9 @@ class OwnerGroups:
         try:
             shape = self._shape(group, owner, present)
         except Refused as refused:
+            # What waits is withdrawn (it asked for what the group no longer says); what
+            # runs is left alone.
+            slices.delete_pending(self, pending)
             self._refuse(group, owner, present, refused)
             return retry
         if shape is None:
@@ -220,8 +223,11 @@ class OwnerGroups:
             values, default = priority_classes(self.ctx)
             spec = group_spec(group, shape, by_set, caches.local_queues.objects(), values, default)
         except Refused as refused:
+            slices.delete_pending(self, pending)
             self._refuse(group, owner, present, refused)
             return retry
+        # Every Workload of the group is a slice of one family, named after its first.
+        spec["sliceName"] = workload_name(group, 0)
         if current is None:
             keep = pending[-1] if pending else None
             slices.delete_pending(self, pending[:-1])
