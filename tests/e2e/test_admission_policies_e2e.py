@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 import yaml
 
+from controllers.state.ownergroups import OWNER_KINDS
 from controllers.webhooks import decisions, policies
 from tests.conftest import ClusterHandle
 from tests.unit.test_controller_webhooks import apply_json_patch
@@ -41,6 +42,31 @@ def registered(cluster: ClusterHandle) -> Iterator[None]:
     cluster.wait_for(
         "the admission policies to act",
         lambda: dry_run_create(cluster, probe)[0].get("spec", {}).get("suspend") is True,
+        timeout=60,
+    )
+    # Each policy is taken in on its own: wait for the last ones too (owners', pods').
+    probe_owner = owner(
+        "Deployment", "default", {"metadata": {"labels": {"app": "x"}}, "spec": POD_SPEC}
+    )
+    cluster.wait_for(
+        "the owner kinds' policies to act",
+        lambda: (
+            QL
+            in (dry_run_create(cluster, probe_owner)[0].get("spec", {}).get("template", {}))
+            .get("metadata", {})
+            .get("labels", {})
+        ),
+        timeout=60,
+    )
+    probe_pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "probe", "namespace": "default", "labels": {QL: "team"}},
+        "spec": POD_SPEC,
+    }
+    cluster.wait_for(
+        "the queued pods' policy to act",
+        lambda: bool(dry_run_create(cluster, probe_pod)[0].get("spec", {}).get("schedulingGates")),
         timeout=60,
     )
     try:
@@ -279,3 +305,101 @@ def test_pods_of_admitted_jobsets_and_trainjobs_go_to_musters_scheduler(
         defaulted["spec"].setdefault("schedulerName", "default-scheduler")
         want = json_patch(defaulted, decisions.mutate_pod(defaulted) if labels == owned else [])
         assert stored["spec"]["schedulerName"] == want["spec"]["schedulerName"]
+
+
+def owner(kind: str, namespace: str, template: dict[str, Any], queue: str = "team") -> Any:
+    """A Deployment or StatefulSet with the queue label and this pod template."""
+    spec: dict[str, Any] = {
+        "replicas": 1,
+        "selector": {"matchLabels": {"app": "x"}},
+        "template": template,
+    }
+    if kind == "StatefulSet":
+        spec["serviceName"] = "x"
+    return {
+        "apiVersion": "apps/v1",
+        "kind": kind,
+        "metadata": {
+            "name": f"o-{uuid.uuid4().hex[:6]}",
+            "namespace": namespace,
+            "labels": {QL: queue} if queue else {},
+        },
+        "spec": spec,
+    }
+
+
+POD_SPEC = {"containers": [{"name": "c", "image": "registry.invalid/none"}]}
+OWNER_TEMPLATES = {
+    "template labels": {"metadata": {"labels": {"app": "x", QL: "other"}}, "spec": POD_SPEC},
+    "template with its own labels": {"metadata": {"labels": {"app": "x"}}, "spec": POD_SPEC},
+}
+
+
+@pytest.mark.parametrize("kind", ["Deployment", "StatefulSet"])
+@pytest.mark.parametrize("case", [*OWNER_TEMPLATES, "no queue"])
+def test_owner_kinds_carry_their_queue_into_their_templates_as_the_webhook_does(
+    cluster: ClusterHandle, namespace: str, registered: None, kind: str, case: str
+) -> None:
+    template = OWNER_TEMPLATES.get(case) or OWNER_TEMPLATES["template with its own labels"]
+    obj = owner(
+        kind, namespace, copy.deepcopy(template), queue="" if case == "no queue" else "team"
+    )
+    stored, refusal = dry_run_create(cluster, obj)
+    assert stored, refusal
+    owner_kind = next(k for k in OWNER_KINDS if k.resource == kind.lower() + "s")
+    want = json_patch(obj, decisions.mutate_owner(obj, owner_kind))
+    got_labels = stored["spec"]["template"]["metadata"].get("labels") or {}
+    assert got_labels == want["spec"]["template"]["metadata"].get("labels"), case
+    assert got_labels.get(QL) == (
+        "team" if case != "no queue" else template["metadata"]["labels"].get(QL)
+    )
+
+
+QUEUED_POD_CASES: dict[str, dict[str, Any]] = {
+    "labelled": {"labels": {QL: "team"}},
+    "labelled, a gate of its own": {"labels": {QL: "team"}, "gates": ["example.com/x"]},
+    "labelled, gate already there": {"labels": {QL: "team"}, "gates": ["muster.dev/admission"]},
+    "labelled, own scheduler": {"labels": {QL: "team"}, "scheduler": "mine"},
+    "labelled, a JobSet's (owner uid)": {"labels": {QL: "team", "muster.dev/owner-uid": "1"}},
+    "labelled, a Job's": {"labels": {QL: "team", "batch.kubernetes.io/controller-uid": "1"}},
+    "labelled, a Volcano group's": {
+        "labels": {QL: "team"},
+        "annotations": {"scheduling.k8s.io/group-name": "g"},
+    },
+    "unlabelled": {"labels": {"app": "x"}},
+}
+
+
+@pytest.mark.parametrize("case", list(QUEUED_POD_CASES))
+def test_pods_queued_by_their_owner_are_gated_as_the_webhook_gates_them(
+    cluster: ClusterHandle, namespace: str, registered: None, case: str
+) -> None:
+    given = QUEUED_POD_CASES[case]
+    spec: dict[str, Any] = copy.deepcopy(POD_SPEC)
+    if given.get("scheduler"):
+        spec["schedulerName"] = given["scheduler"]
+    if given.get("gates"):
+        spec["schedulingGates"] = [{"name": g} for g in given["gates"]]
+    obj = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": f"p-{uuid.uuid4().hex[:6]}",
+            "namespace": namespace,
+            "labels": given["labels"],
+            "annotations": given.get("annotations") or {},
+        },
+        "spec": spec,
+    }
+    stored, refusal = dry_run_create(cluster, obj)
+    assert stored, refusal
+    defaulted = copy.deepcopy(obj)
+    defaulted["spec"].setdefault("schedulerName", "default-scheduler")
+    # Both paths: the queued pod's own rule, and the pod rule of owners queued by their uid.
+    want = json_patch(defaulted, decisions.mutate_queued_pod(defaulted))
+    want = json_patch(
+        want, decisions.mutate_pod(want) if "muster.dev/owner-uid" in given["labels"] else []
+    )
+    assert stored["spec"]["schedulerName"] == want["spec"]["schedulerName"], case
+    gates = [g["name"] for g in stored["spec"].get("schedulingGates") or []]
+    assert gates == [g["name"] for g in want["spec"].get("schedulingGates") or []], case
