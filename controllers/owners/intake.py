@@ -54,13 +54,11 @@ from controllers.state import workloads as wls
 from controllers.state.caches import Context, served
 from controllers.state.ownergroups import (
     DEPLOYMENT_API,
-    LEADER,
     LWS_API,
     LWS_KIND,
     LWS_SIZE_ANNOTATION,
     POD_GROUP_KIND,
     PREFIX,
-    WORKERS,
     OwnerGroup,
     gid_of,
     group_of,
@@ -76,6 +74,7 @@ from quota.api.names import (
     POD_SET_POD_LABEL,
     QUEUE_LABEL,
 )
+from quota.model.serving import LEADER, MAIN, WORKERS, GroupPodSet, lws_group, replicas_group
 
 log = logging.getLogger(__name__)
 
@@ -278,7 +277,6 @@ class OwnerGroups:
         annotations = ((owner or {}).get("metadata") or {}).get("annotations") or {}
         if group.is_lws:
             size = _agreed(group, pods, LWS_SIZE_ANNOTATION)
-            counts = {LEADER: 1, **({WORKERS: size - 1} if size > 1 else {})}
             single = str(annotations.get(DISRUPTION_MODE_ANNOTATION) or "").lower() == "single"
             if single and (spec.get("leaderWorkerTemplate") or {}).get("restartPolicy") not in (
                 "None",
@@ -291,10 +289,10 @@ class OwnerGroups:
                     "RecreateGroupOnPodRestart a lost worker restarts the whole group)",
                 )
             templates = _lws_templates(spec)
-            return Shape(counts, elastic=False, single=single, templates=templates)
+            return Shape(lws_group(size, single), elastic=False, single=single, templates=templates)
         if group.kind == POD_GROUP_KIND:
             total = _agreed(group, pods, POD_GROUP_COUNT_ANNOTATION)
-            return Shape({"main": total}, elastic=False)
+            return Shape((GroupPodSet(MAIN, total, total),), elastic=False)
         if owner is not None and group.kind in ("Deployment", "StatefulSet"):
             replicas = spec.get("replicas")
             count = 1 if replicas is None else int(replicas)
@@ -309,15 +307,15 @@ class OwnerGroups:
                         "only once pod 0 runs, which no pod of a gang does before all are "
                         "admitted)",
                     )
-                return Shape({"main": count}, elastic=False, templates={"main": template})
+                return Shape(replicas_group(count), elastic=False, templates={MAIN: template})
             if count == 0:
                 count = len(pods)  # scaled to zero: what is left goes as it goes
-            return Shape({"main": count}, elastic=True, templates={"main": template})
+            return Shape(replicas_group(count), elastic=True, templates={MAIN: template})
         newest = max(str((x.get("metadata") or {}).get("creationTimestamp") or "") for x in pods)
         made = wls.parse_time(newest)
         if made is not None and (self.ctx.now() - made).total_seconds() < SETTLE_SECONDS:
             return None
-        return Shape({"main": len(pods)}, elastic=True)
+        return Shape(replicas_group(len(pods)), elastic=True)
 
     # ------------------------------------------------------------------ writing
     def update_workload(
@@ -524,7 +522,7 @@ def _created(wl: Obj) -> tuple[str, str]:
 
 
 def _elastic_set(group: OwnerGroup) -> str:
-    return WORKERS if group.is_lws else "main"
+    return WORKERS if group.is_lws else MAIN
 
 
 def _by_pod_set(group: OwnerGroup, pods: list[Obj]) -> dict[str, list[Obj]]:

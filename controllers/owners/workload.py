@@ -12,7 +12,7 @@ from controllers.podgroups.queues import resolve
 from controllers.runtime.resources import Obj
 from controllers.scheduler import pods as p
 from controllers.state import workloads as wls
-from controllers.state.ownergroups import LEADER, POD_GROUP_KIND, OwnerGroup
+from controllers.state.ownergroups import POD_GROUP_KIND, OwnerGroup
 from quota.api import ManifestError, parse_manifest
 from quota.api.meta import API_VERSION
 from quota.api.names import (
@@ -24,6 +24,7 @@ from quota.api.names import (
 from quota.api.quantity import format_quantity
 from quota.model.convert import copied_annotations, topology_annotations
 from quota.model.nodeconvert import pod_requests
+from quota.model.serving import GroupPodSet
 
 # LeaderWorkerSet's own placement rule, one group per domain and nothing else there: not one
 # Muster can keep, so a set asking for it is refused rather than placed without it.
@@ -43,14 +44,18 @@ class Refused(ValueError):
 
 @dataclass(frozen=True)
 class Shape:
-    """What a group asks for: pods per pod set (in order), whether it grows and shrinks
-    through slices (else it is one gang of fixed size), whether preemption may take single
-    pods, and pod specs of pod sets with no pod yet (from the owner's templates)."""
+    """What a group asks for: its pod sets (in order, `quota.model.serving`), whether it
+    grows and shrinks through slices (else it is one gang of fixed size), whether preemption
+    may take single pods, and pod specs of pod sets with no pod yet (the owner's templates)."""
 
-    counts: dict[str, int]
+    sets: tuple[GroupPodSet, ...]
     elastic: bool
     single: bool = False
     templates: dict[str, Mapping[str, Any]] = field(default_factory=dict)
+
+    @property
+    def counts(self) -> dict[str, int]:
+        return {s.name: s.count for s in self.sets}
 
 
 def workload_name(group: OwnerGroup, serial: int) -> str:
@@ -105,7 +110,8 @@ def group_spec(
                 "the templates instead",
             )
     pod_sets: list[Obj] = []
-    for name, count in shape.counts.items():
+    for group_set in shape.sets:
+        name, count = group_set.name, group_set.count
         members = list(pods.get(name) or [])
         specs = [p.spec_of(x) for x in members] or [shape.templates.get(name) or {}]
         if not members and name not in shape.templates:
@@ -131,9 +137,7 @@ def group_spec(
             "requests": {r: format_quantity(v, r) for r, v in sorted(requests.items())},
         }
         if shape.single:
-            # A LeaderWorkerSet's leader is never taken alone: without it the group serves
-            # nothing.
-            pod_set["protectedCount"] = count if name == LEADER else 0
+            pod_set["protectedCount"] = group_set.protected
         if members:
 
             def fail(path: str, rule: str, pod: Obj = members[0]) -> ManifestError:

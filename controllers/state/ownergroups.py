@@ -26,12 +26,12 @@ from typing import Any
 
 from controllers.state.foreigngroups import group_of_pod
 from quota.api.names import (
-    JOB_POD_SET,
     JOB_UID_POD_LABEL,
     OWNER_UID_POD_LABEL,
     POD_GROUP_LABEL,
     QUEUE_LABEL,
 )
+from quota.model.serving import LEADER, MAIN, WORKERS
 
 LWS_API = "leaderworkerset.x-k8s.io/v1"
 LWS_KIND = "LeaderWorkerSet"
@@ -39,8 +39,6 @@ LWS_NAME_LABEL = "leaderworkerset.sigs.k8s.io/name"
 LWS_GROUP_INDEX_LABEL = "leaderworkerset.sigs.k8s.io/group-index"
 LWS_WORKER_INDEX_LABEL = "leaderworkerset.sigs.k8s.io/worker-index"
 LWS_SIZE_ANNOTATION = "leaderworkerset.sigs.k8s.io/size"
-# A LeaderWorkerSet group's pod sets: its leader (worker index 0) and the rest.
-LEADER, WORKERS = "leader", "workers"
 # The ReplicaSets of a Deployment, and the label that names each one's template.
 TEMPLATE_HASH_LABEL = "pod-template-hash"
 DEPLOYMENT_API = "apps/v1"
@@ -144,7 +142,7 @@ def pod_set_of(pod: Mapping[str, Any], group: OwnerGroup) -> str:
     if group.is_lws:
         labels = (pod.get("metadata") or {}).get("labels") or {}
         return LEADER if str(labels.get(LWS_WORKER_INDEX_LABEL, "0")) == "0" else WORKERS
-    return JOB_POD_SET
+    return MAIN
 
 
 @dataclass(frozen=True)

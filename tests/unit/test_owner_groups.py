@@ -11,14 +11,13 @@ from hypothesis import strategies as st
 
 from controllers.owners.workload import Refused, Shape, group_spec, workload_name
 from controllers.state.ownergroups import (
-    LEADER,
-    WORKERS,
     OwnerGroup,
     gid_of,
     group_of,
     pod_set_of,
 )
 from controllers.webhooks.decisions import mutate_queued_pod
+from quota.model.serving import LEADER, MAIN, WORKERS, lws_group, replicas_group
 
 QL = "muster.dev/queue-name"
 
@@ -114,7 +113,7 @@ LQ = [{"metadata": {"name": "lq", "namespace": "ns"}, "spec": {"clusterQueue": "
 def test_a_group_asks_for_the_most_any_of_its_pods_asks_per_pod_set() -> None:
     group = OwnerGroup("leaderworkerset.x-k8s.io/v1", "LeaderWorkerSet", "ns", "s", index="0")
     pods = {LEADER: [pod("l", cpu="2")], WORKERS: [pod("w1", cpu="1"), pod("w2", cpu="3")]}
-    shape = Shape({LEADER: 1, WORKERS: 3}, elastic=False, single=True)
+    shape = Shape(lws_group(4, degradable=True), elastic=False, single=True)
     spec = group_spec(group, shape, pods, LQ, {}, None)
     sets = {ps["name"]: ps for ps in spec["podSets"]}
     assert sets[LEADER]["count"] == 1 and sets[LEADER]["requests"] == {"cpu": "2"}
@@ -127,7 +126,7 @@ def test_a_group_asks_for_the_most_any_of_its_pods_asks_per_pod_set() -> None:
 def test_workers_not_created_yet_are_sized_from_the_template() -> None:
     group = OwnerGroup("leaderworkerset.x-k8s.io/v1", "LeaderWorkerSet", "ns", "s", index="0")
     template = {"containers": [{"name": "c", "resources": {"requests": {"cpu": "4"}}}]}
-    shape = Shape({LEADER: 1, WORKERS: 2}, elastic=False, templates={WORKERS: template})
+    shape = Shape(lws_group(3, degradable=False), elastic=False, templates={WORKERS: template})
     spec = group_spec(group, shape, {LEADER: [pod("l")]}, LQ, {}, None)
     assert spec["podSets"][1]["requests"] == {"cpu": "4"}
     assert "disruptionMode" not in spec
@@ -136,7 +135,7 @@ def test_workers_not_created_yet_are_sized_from_the_template() -> None:
 def test_a_missing_queue_is_refused_naming_the_label() -> None:
     group = OwnerGroup("apps/v1", "Deployment", "ns", "web")
     with pytest.raises(Refused) as refused:
-        group_spec(group, Shape({"main": 1}, elastic=True), {"main": [pod()]}, [], {}, None)
+        group_spec(group, Shape(replicas_group(1), elastic=True), {MAIN: [pod()]}, [], {}, None)
     assert refused.value.reason == "QueueNotFound"
     assert "Deployment ns/web" in str(refused.value) and QL in str(refused.value)
 
@@ -145,7 +144,8 @@ def test_lws_exclusive_topology_is_refused_not_dropped() -> None:
     group = OwnerGroup("leaderworkerset.x-k8s.io/v1", "LeaderWorkerSet", "ns", "s", index="0")
     leader = pod("l", annotations={"leaderworkerset.sigs.k8s.io/exclusive-topology": "rack"})
     with pytest.raises(Refused) as refused:
-        group_spec(group, Shape({LEADER: 1}, elastic=False), {LEADER: [leader]}, LQ, {}, None)
+        shape = Shape(lws_group(1, degradable=False), elastic=False)
+        group_spec(group, shape, {LEADER: [leader]}, LQ, {}, None)
     assert refused.value.reason == "UnsupportedTopology"
 
 
