@@ -21,17 +21,20 @@ from controllers.jobs.framework import OWNER_EVENTS
 from controllers.jobs.kinds import named
 from controllers.runtime.events import EventRecorder
 from controllers.state.foreigngroups import foreign_owner
-from controllers.state.workloads import owner_reference
+from controllers.state.workloads import owner_group_id, owner_reference
 
 
 def owner_to_tell(wl: Mapping[str, Any], reason: str) -> dict[str, Any] | None:
     """The object (as an Event names it) that gets an Event of `reason` emitted on the
-    Workload `wl`, or None: a registered kind that takes it, or a foreign PodGroup."""
+    Workload `wl`, or None: a registered kind that takes it, a foreign PodGroup, or the
+    owner of a group queued by its pods (controllers/owners)."""
     if wl.get("kind") != "Workload":
         return None
     ref = owner_reference(wl)
     events = None
-    if ref is not None:
+    if ref is not None and owner_group_id(wl) is not None:
+        events = OWNER_EVENTS  # a group queued by its pods: its owner hears what a Job would
+    elif ref is not None:
         integration = named(f"{ref.get('apiVersion')}/{ref.get('kind')}")
         events = integration.events if integration is not None else None
     else:
