@@ -26,11 +26,12 @@ python:
 control-plane: python
 	$(BIN)/muster local-cluster build
 
-# The JobSet and Kubeflow Trainer controllers (with their CRDs), built the same way into
-# ~/.cache/muster/<peer>-<version>/; `muster local-cluster up --with jobset,trainer` runs them.
+# The JobSet, Kubeflow Trainer, LeaderWorkerSet and KubeRay controllers (with their CRDs),
+# built the same way into ~/.cache/muster/<peer>-<version>/; `muster local-cluster up --with
+# jobset,trainer,lws,kuberay` runs them.
 # Kueue is built only on demand, for the side-by-side benchmark (`--peers kueue`).
 peers: control-plane
-	$(BIN)/muster local-cluster build --peers jobset,trainer
+	$(BIN)/muster local-cluster build --peers jobset,trainer,lws,kuberay
 
 # helm, built the same way into ~/.cache/muster/helm-<version>/bin and linked into .venv/bin.
 helm: python

@@ -1,17 +1,18 @@
-"""Peer controllers (JobSet, Kubeflow Trainer, Kueue) built from exact versions on the Go
-module proxy and run out of cluster against the local control plane.
+"""Peer controllers (JobSet, Kubeflow Trainer, LeaderWorkerSet, KubeRay, Kueue) built from
+exact versions on the Go module proxy and run out of cluster against the local control plane.
 
 Each peer is built once by `build_peer.sh` into `~/.cache/muster/<peer>-<version>/`: the
 manager binary in `bin/` and the module's own manifests (CRDs, webhooks, runtimes) in
 `manifests/`, so the CRDs always come from the same download as the binary.
 
-Started with `muster local-cluster up --with jobset,trainer`: its CRDs are applied, it runs
-as a process of the cluster (recorded in the cluster's state, so `down` stops it by pid),
-with leader election and its own certificate management off. Its webhooks serve on a
-loopback port with a certificate from a CA of our own (`pki.py`, as the apiserver's), and
-the module's webhook configurations are registered with `clientConfig.url` pointing there,
-as the harness registers Muster's own webhooks; the apiserver runs on the same host, so
-the peers' webhooks run as they do in a cluster, none disabled.
+Started with `muster local-cluster up --with jobset,trainer,lws,kuberay`: its CRDs are
+applied, it runs as a process of the cluster (recorded in the cluster's state, so `down`
+stops it by pid), with leader election and its own certificate management off. Its webhooks
+serve on a loopback port with a certificate from a CA of our own (`pki.py`, as the
+apiserver's), and the module's webhook configurations are registered with
+`clientConfig.url` pointing there, as the harness registers Muster's own webhooks; the
+apiserver runs on the same host, so the peers' webhooks run as they do in a cluster, none
+disabled (KubeRay's are off in its own default install, and here too).
 """
 
 from __future__ import annotations
@@ -117,6 +118,30 @@ def _trainer_env(certs: Path) -> dict[str, str]:
     return {"TMPDIR": str(certs.parent.parent)}
 
 
+def _lws_config(ports: Ports, certs: Path) -> dict[str, Any]:
+    return {
+        "apiVersion": "config.lws.x-k8s.io/v1alpha1",
+        "kind": "Configuration",
+        "leaderElection": {"leaderElect": False},
+        "internalCertManagement": {"enable": False},
+        "webhook": {"port": ports.webhook, "host": HOST, "certDir": str(certs)},
+        "metrics": {"bindAddress": "0"},
+        "health": {"healthProbeBindAddress": f"{HOST}:{ports.health}"},
+    }
+
+
+def _kuberay_config(ports: Ports, certs: Path) -> dict[str, Any]:
+    # KubeRay serves webhooks only with ENABLE_WEBHOOKS=true (they are off in its default
+    # install too) and then for RayClusters alone, on a fixed port: run without them.
+    return {
+        "apiVersion": "config.ray.io/v1alpha1",
+        "kind": "Configuration",
+        "enableLeaderElection": False,
+        "metricsAddr": "0",
+        "probeAddr": f"{HOST}:{ports.health}",
+    }
+
+
 PEERS: dict[str, Peer] = {
     p.name: p
     for p in (
@@ -144,6 +169,30 @@ PEERS: dict[str, Peer] = {
             requires=("jobset",),
             config=_trainer_config,
             env=_trainer_env,
+        ),
+        Peer(
+            name="lws",
+            module="sigs.k8s.io/lws",
+            # v0.10.0 is listed by the proxy but its source is not served ("This module
+            # version is not available"): v0.9.0 is the newest that downloads.
+            version="v0.9.0",
+            package="sigs.k8s.io/lws/cmd",
+            binary="lws-controller-manager",
+            manifests="config",
+            crds=("crd",),
+            webhooks="webhook/manifests.yaml",
+            config=_lws_config,
+        ),
+        Peer(
+            name="kuberay",
+            module="github.com/ray-project/kuberay/ray-operator",
+            version="v1.5.0",
+            package="github.com/ray-project/kuberay/ray-operator",
+            binary="kuberay-operator",
+            manifests="config",
+            crds=("crd",),
+            webhooks=None,
+            config=_kuberay_config,
         ),
         # Built for the side-by-side benchmark, which starts it itself; not started here.
         Peer(

@@ -16,6 +16,7 @@ def test_names_bring_what_they_require_first_and_once() -> None:
     assert [p.name for p in peers.parse_names("trainer")] == ["jobset", "trainer"]
     assert [p.name for p in peers.parse_names("jobset, trainer,jobset")] == ["jobset", "trainer"]
     assert peers.parse_names("") == []
+    assert [p.name for p in peers.parse_names("lws,kuberay")] == ["lws", "kuberay"]
 
 
 def test_an_unknown_peer_is_named_with_the_known_ones() -> None:
