@@ -1,0 +1,284 @@
+"""LeaderWorkerSet end to end with the real LWS controller (built from the Go module proxy,
+started as `local-cluster up --with lws` starts it) and Muster's controller: each replica
+group is one gang (leader and workers, all or nothing), admitted and placed group by group;
+scaling the set waits for quota with the new groups' pods gated, then places whole groups;
+a higher-priority gang preempts exactly one whole replica of a set that cannot serve
+degraded.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from tests.conftest import ClusterHandle
+from tests.e2e.controller_harness import (
+    Controller,
+    admitted,
+    apply,
+    crds,  # noqa: F401 - fixture
+    create,
+    flavor,
+    gated,
+    get,
+    job,
+    live,
+    local_queue,
+    priority_class,
+    unique,
+)
+from tests.e2e.controller_harness import cluster_queue as cq_manifest
+
+pytestmark = pytest.mark.e2e
+
+PEERS = "lws"
+QUEUE = "muster.dev/queue-name"
+LWS = "leaderworkerset.sigs.k8s.io"
+
+
+@pytest.fixture(scope="module")
+def lws_controller(
+    cluster: ClusterHandle,
+    peers: list[str],
+    crds: None,  # noqa: F811 - fixture
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[Controller]:
+    """Muster's controller, started once LWS's CRD is served (it watches the owner kinds the
+    apiserver serves at start)."""
+    assert peers == ["lws"]
+    ctl = Controller(cluster, tmp_path_factory.mktemp("controller"), "ctl-" + uuid.uuid4().hex[:6])
+    ctl.start()
+    try:
+        ctl.wait_leading()
+        yield ctl
+    finally:
+        ctl.stop()
+
+
+class Pool:
+    """Nodes with a label of their own and a queue over them (`cq`, LocalQueue `lq`)."""
+
+    def __init__(self, cluster: ClusterHandle, namespace: str) -> None:
+        self.cluster = cluster
+        self.namespace = namespace
+        self.name = unique("lws")
+        self.cq = unique("cq")
+        self.nodes: list[str] = []
+
+    def add_nodes(self, count: int, cpu: str = "4") -> None:
+        self.nodes += self.cluster.nodes(
+            count, cpu=cpu, memory="64Gi", gpu=0, labels={"muster-e2e/pool": self.name}
+        )
+
+    def queue(self, cpu: str, **spec: Any) -> None:
+        quota = {"cpu": cpu}
+        apply(
+            self.cluster,
+            flavor(self.name, self.name),
+            cq_manifest(self.cq, [{"name": self.name, "quota": quota, "limit": quota}], **spec),
+            local_queue("lq", self.namespace, self.cq),
+        )
+
+    def delete(self) -> None:
+        if self.nodes:
+            self.cluster.kubectl("delete", "node", *self.nodes, "--wait=false", check=False)
+
+
+@pytest.fixture
+def pool(cluster: ClusterHandle, namespace: str) -> Iterator[Pool]:
+    made = Pool(cluster, namespace)
+    try:
+        yield made
+    finally:
+        made.delete()
+
+
+def lws(
+    name: str,
+    namespace: str,
+    replicas: int,
+    size: int,
+    *,
+    priority_class: str | None = None,
+    annotations: dict[str, str] | None = None,
+    restart_policy: str | None = None,
+) -> dict[str, Any]:
+    pod_spec: dict[str, Any] = {
+        "terminationGracePeriodSeconds": 0,
+        "containers": [
+            {"name": "main", "image": "busybox", "resources": {"requests": {"cpu": "1"}}}
+        ],
+    }
+    if priority_class:
+        pod_spec["priorityClassName"] = priority_class
+    template: dict[str, Any] = {"size": size, "workerTemplate": {"spec": pod_spec}}
+    if restart_policy:
+        template["restartPolicy"] = restart_policy
+    return {
+        "apiVersion": "leaderworkerset.x-k8s.io/v1",
+        "kind": "LeaderWorkerSet",
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "labels": {QUEUE: "lq"},
+            "annotations": annotations or {},
+        },
+        "spec": {"replicas": replicas, "leaderWorkerTemplate": template},
+    }
+
+
+def pods_of(cluster: ClusterHandle, namespace: str, name: str) -> list[dict[str, Any]]:
+    return live(get(cluster, "pods", "-n", namespace, "-l", f"{LWS}/name={name}")["items"])
+
+
+def by_group(pods: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    out: dict[str, list[dict[str, Any]]] = {}
+    for pod in pods:
+        out.setdefault(pod["metadata"]["labels"][f"{LWS}/group-index"], []).append(pod)
+    return out
+
+
+def group_workloads(cluster: ClusterHandle, namespace: str, name: str) -> list[dict[str, Any]]:
+    stem = f"/LeaderWorkerSet:{namespace}/{name}#"
+    return [
+        w
+        for w in get(cluster, "workloads.muster.dev", "-n", namespace)["items"]
+        if stem in ((w["metadata"].get("annotations") or {}).get("muster.dev/owner-group") or "")
+    ]
+
+
+def active(workloads: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [
+        w
+        for w in workloads
+        if not any(
+            c["type"] == "Finished" and c["status"] == "True"
+            for c in (w.get("status") or {}).get("conditions") or []
+        )
+    ]
+
+
+def whole_groups_bound(pods: list[dict[str, Any]], groups: int, size: int) -> bool:
+    grouped = by_group(pods)
+    return len(grouped) == groups and all(
+        len(members) == size and all(p["spec"].get("nodeName") for p in members)
+        for members in grouped.values()
+    )
+
+
+def test_groups_are_admitted_whole_and_a_scale_up_waits_gated_then_places_whole_groups(
+    cluster: ClusterHandle, lws_controller: Controller, namespace: str, pool: Pool
+) -> None:
+    pool.add_nodes(5)
+    pool.queue("12")
+    apply(cluster, lws("infer", namespace, 3, 4))
+    stored = get(cluster, "leaderworkersets.leaderworkerset.x-k8s.io", "infer", "-n", namespace)
+    labels = stored["spec"]["leaderWorkerTemplate"]["workerTemplate"]["metadata"]["labels"]
+    assert labels[QUEUE] == "lq"  # Muster's admission carried the queue into the template
+    cluster.wait_for(
+        "three groups of four, each bound whole",
+        lambda: whole_groups_bound(pods_of(cluster, namespace, "infer"), 3, 4),
+        timeout=120,
+    )
+    workloads = active(group_workloads(cluster, namespace, "infer"))
+    assert len(workloads) == 3 and all(admitted(w) for w in workloads)
+    for wl in workloads:
+        sets = {ps["name"]: ps["count"] for ps in wl["spec"]["podSets"]}
+        assert sets == {"leader": 1, "workers": 3}, sets
+    for pod in pods_of(cluster, namespace, "infer"):
+        assert pod["spec"]["schedulerName"] == "muster-scheduler"
+        assert pod["spec"]["nodeName"] in pool.nodes
+
+    # Five replicas, room in the quota for three: the new groups' pods wait gated.
+    cluster.kubectl(
+        "patch",
+        "leaderworkersets.leaderworkerset.x-k8s.io",
+        "infer",
+        "-n",
+        namespace,
+        "--type=merge",
+        "-p",
+        '{"spec": {"replicas": 5}}',
+    )
+
+    def two_groups_wait() -> bool:
+        pending = [
+            w for w in active(group_workloads(cluster, namespace, "infer")) if not admitted(w)
+        ]
+        return len(pending) == 2
+
+    cluster.wait_for("two new groups queued", two_groups_wait, timeout=60)
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        grouped = by_group(pods_of(cluster, namespace, "infer"))
+        for index in ("3", "4"):
+            assert all(gated(p) for p in grouped.get(index, [])), index
+        time.sleep(0.5)
+    pool.queue("20")
+    cluster.wait_for(
+        "five groups of four, each bound whole",
+        lambda: whole_groups_bound(pods_of(cluster, namespace, "infer"), 5, 4),
+        timeout=120,
+    )
+    assert (
+        len([w for w in active(group_workloads(cluster, namespace, "infer")) if admitted(w)]) == 5
+    )
+
+
+def test_a_higher_priority_gang_preempts_exactly_one_whole_replica(
+    cluster: ClusterHandle, lws_controller: Controller, namespace: str, pool: Pool
+) -> None:
+    low, high = unique("low"), unique("high")
+    apply(cluster, priority_class(low, 10), priority_class(high, 1000))
+    pool.add_nodes(3)
+    # Quota never stops anyone: the nodes do, and the gang preempts on them.
+    pool.queue("100", preemption={"withinQueue": "LowerPriority", "waitBeforeEvicting": "0s"})
+    apply(cluster, lws("serve", namespace, 3, 4, priority_class=low))
+    cluster.wait_for(
+        "three groups bound whole",
+        lambda: whole_groups_bound(pods_of(cluster, namespace, "serve"), 3, 4),
+        timeout=120,
+    )
+    before = {p["metadata"]["uid"]: p for p in pods_of(cluster, namespace, "serve")}
+    urgent = job("urgent", namespace, "lq", parallelism=4, priority_class=high)
+    create(cluster, urgent)
+
+    def urgent_bound() -> bool:
+        found = get(cluster, "pods", "-n", namespace, "-l", "batch.kubernetes.io/job-name=urgent")
+        return len([p for p in found["items"] if p["spec"].get("nodeName")]) == 4
+
+    cluster.wait_for("the urgent gang bound", urgent_bound, timeout=120)
+    # Exactly one group lost its pods, all of them; the other two kept every pod.
+    after = pods_of(cluster, namespace, "serve")
+    kept = by_group([p for p in after if p["metadata"]["uid"] in before])
+    lost = {
+        p["metadata"]["labels"][f"{LWS}/group-index"]
+        for uid, p in before.items()
+        if uid not in {q["metadata"]["uid"] for q in after}
+    }
+    assert len(lost) == 1, lost
+    assert sorted(len(m) for m in kept.values()) == [4, 4], kept
+    evicted = [
+        w
+        for w in group_workloads(cluster, namespace, "serve")
+        if any(
+            c["type"] == "Evicted" and c.get("reason") == "Preempted"
+            for c in (w.get("status") or {}).get("conditions") or []
+        )
+        or ((w.get("status") or {}).get("requeueState") or {}).get("count")
+    ]
+    assert len(evicted) == 1, [w["metadata"]["name"] for w in evicted]
+    # The preempted group comes back gated, waiting whole for room.
+    [index] = lost
+    cluster.wait_for(
+        "the preempted group's pods made again, gated",
+        lambda: (
+            len(by_group(pods_of(cluster, namespace, "serve")).get(index, [])) == 4
+            and all(gated(p) for p in by_group(pods_of(cluster, namespace, "serve"))[index])
+        ),
+        timeout=60,
+    )
