@@ -506,7 +506,7 @@ class LocalCluster:
         node = realnode.RealNode(self.directory)
         progress("building (or finding) the images the real node runs")
         archives = ensure_images(progress)
-        node.write_config(ca, server, address)
+        node.write_config(ca, server)
         hoststate.record(node.sysctls)
         commands = node.commands(self.binaries["kubelet"], self.binaries["kube-proxy"], address)
         progress("starting containerd")

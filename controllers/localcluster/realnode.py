@@ -140,7 +140,7 @@ class RealNode:
         self.sysctls = self.root / "host-sysctls.json"
 
     # ------------------------------------------------------------------ configuration
-    def write_config(self, ca: pki.CertificateAuthority, server: str, address: str) -> None:
+    def write_config(self, ca: pki.CertificateAuthority, server: str) -> None:
         """containerd's, the CNI network's, the kubelet's and kube-proxy's configuration and
         credentials, under node/."""
         for d in (self.root, self.containerd_root, self.containerd_state, self.kubelet_root):
@@ -195,7 +195,7 @@ state = "{self.containerd_state}"
 """
         )
         name = node_name()
-        kubelet_kc = pki.write_kubeconfig(
+        pki.write_kubeconfig(
             self.root / "kubelet.kubeconfig",
             server,
             ca.cert_path,
@@ -237,7 +237,6 @@ state = "{self.containerd_state}"
             "maxPods": 110,
         }
         (self.root / "kubelet.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
-        self._kubelet_kubeconfig = kubelet_kc
 
     def commands(self, kubelet: str, kube_proxy: str, address: str) -> dict[str, list[str]]:
         name = node_name()
