@@ -2,7 +2,9 @@
 
 A scenario is a multi-document YAML of the manifests an admin already has — ResourceFlavor,
 ClusterQueue, LocalQueue (muster.dev/v1alpha1), PriorityClass (scheduling.k8s.io/v1),
-Node and Namespace (v1), batch/v1 Job — plus four kinds that exist only in simulations
+Node and Namespace (v1), batch/v1 Job, and the serving kinds leaderworkerset.x-k8s.io/v1
+LeaderWorkerSet and apps/v1 Deployment (`quota.simulation.serving`: one gang per replica
+group; one elastic workload of its replicas) — plus four kinds that exist only in simulations
 (apiVersion simulate.muster.dev/v1alpha1):
 
 - Simulation: settings (wall-clock start, stop time, requeue backoff, eviction delay);
@@ -10,7 +12,7 @@ Node and Namespace (v1), batch/v1 Job — plus four kinds that exist only in sim
   `<pool>-0`, `<pool>-1`, ...;
 - WorkloadGenerator: classes of workloads in the style of Kueue's performance tests, each
   with a count per target queue, a creation interval, a runtime, a priority and a request;
-- ScaleEvent: at time `at`, set the parallelism of an elastic Job.
+- ScaleEvent: at time `at`, set the parallelism of an elastic Job (or a Deployment's replicas).
 
 A Job carries its simulated timing in annotations: `muster.dev/submit-at` (when it is
 created, a duration from the scenario start, default 0s) and `muster.dev/run-for` (how long
@@ -60,6 +62,8 @@ from quota.model.nodes import Node
 from quota.model.resources import FlavorResource
 from quota.model.snapshot import Flavor, PodSet, QueueSpec
 from quota.placement.topology import level_name
+from quota.simulation import serving
+from quota.simulation.serving import SERVING_KINDS
 
 SCENARIO_API: Final = "simulate.muster.dev/v1alpha1"
 SUBMIT_AT_ANNOTATION = "muster.dev/submit-at"
@@ -363,10 +367,19 @@ class _SimDocs:
     node_pools: list[tuple[int, NodePool]] = field(default_factory=list)
     generators: list[tuple[int, WorkloadGenerator]] = field(default_factory=list)
     scale_events: list[tuple[int, ScaleEvent]] = field(default_factory=list)
+    serving: list[tuple[int, Mapping[str, Any]]] = field(default_factory=list)
 
     def file(self, docs: Documents, index: int, doc: Mapping[str, Any]) -> None:
         """Check one document of a simulation-only kind and file it (`OtherKinds`)."""
         kind = str(doc.get("kind") or "")
+        if kind in SERVING_KINDS:
+            meta = doc.get("metadata") or {}
+            if not meta.get("name"):
+                raise invalid(index, doc, "metadata.name", "required field is missing")
+            namespace = str(meta.get("namespace") or "default")
+            docs.remember((kind, namespace, str(meta["name"])), index, doc)
+            self.serving.append((index, doc))
+            return
         if doc.get("apiVersion") != SCENARIO_API:
             raise invalid(index, doc, "apiVersion", f"{kind} needs apiVersion {SCENARIO_API}")
         try:
@@ -526,6 +539,45 @@ def _jobs(
     return tuple(jobs)
 
 
+def _serving(
+    sim: _SimDocs,
+    local: Mapping[tuple[str, str], str],
+    classes: Mapping[str, int],
+    default_class: str | None,
+) -> tuple[tuple[int, Mapping[str, Any], JobSpec], ...]:
+    """The workloads of the scenario's LeaderWorkerSets and Deployments, each with the index
+    and document it comes from."""
+    out: list[tuple[int, Mapping[str, Any], JobSpec]] = []
+    for index, doc in sim.serving:
+        queue, cluster_queue = serving.queue_of(index, doc, lambda ns, q: local.get((ns, q)))
+        submit, run_for = _job_timing(index, doc)
+        meta = doc.get("metadata") or {}
+        namespace = str(meta.get("namespace") or "default")
+        spec = doc.get("spec") or {}
+        template = (
+            ((spec.get("leaderWorkerTemplate") or {}).get("workerTemplate") or {})
+            if doc.get("kind") == "LeaderWorkerSet"
+            else (spec.get("template") or {})
+        )
+        class_name = (template.get("spec") or {}).get("priorityClassName") or default_class
+        priority = classes.get(str(class_name), 0) if class_name else 0
+        waits = convert.priority_wait(None, class_name, classes) or ""
+        for suffix, pod_sets, elastic in serving.serving_groups(index, doc):
+            job = JobSpec(
+                key=f"{namespace}/{meta['name']}{suffix}",
+                local_queue=queue,
+                cluster_queue=cluster_queue,
+                priority=priority,
+                submit_at=submit,
+                run_for=run_for,
+                pod_sets=pod_sets,
+                elastic=elastic,
+                waits_for=waits,
+            )
+            out.append((index, doc, job))
+    return tuple(out)
+
+
 def _generators(
     docs: Documents,
     sim: _SimDocs,
@@ -592,7 +644,7 @@ def _scale_events(docs: Documents, sim: _SimDocs, jobs: Sequence[JobSpec]) -> tu
                 doc,
                 "spec.job",
                 f"Job {name} is not elastic: only Jobs annotated "
-                f'{ELASTIC_ANNOTATION}: "true" resize without a restart',
+                f'{ELASTIC_ANNOTATION}: "true" (and Deployments) resize without a restart',
             )
         out.append(Scale(_seconds(event.spec.at), name, event.spec.parallelism))
     return tuple(sorted(out, key=lambda s: s.at))
@@ -602,11 +654,12 @@ SCENARIO_KINDS = frozenset(
     {"ResourceFlavor", "ClusterQueue", "LocalQueue", "PriorityClass", "Node", "Namespace", "Job"}
     | {"Topology"}
     | set(SIM_KINDS)
+    | set(SERVING_KINDS)
 )
 
 
 def _check_span(
-    docs: Documents, sim: _SimDocs, settings: Settings, jobs: Sequence[JobSpec]
+    sim: _SimDocs, settings: Settings, timed: Sequence[tuple[int, Mapping[str, Any], JobSpec]]
 ) -> None:
     """Refuse a scenario whose simulated span needs more samples than MAX_SAMPLES: name the
     Job (or the Simulation's `until`) that makes it so long, and what to change."""
@@ -627,7 +680,7 @@ def _check_span(
                 ],
             )
         return
-    for (index, doc), job in zip(docs.jobs, jobs, strict=True):
+    for index, doc, job in timed:
         end = job.submit_at + job.run_for
         if end / interval > MAX_SAMPLES:
             raise invalid(
@@ -648,7 +701,14 @@ def parse_scenario(docs: Sequence[Any], name: str = "scenario") -> Scenario:
     specs, local = queues(read)
     engine_flavors = flavors(read)
     found = _capacity(read, sim, engine_flavors)
-    jobs = _jobs(read, local, classes, default_class)
+    timed = [
+        (index, doc, job)
+        for (index, doc), job in zip(
+            read.jobs, _jobs(read, local, classes, default_class), strict=True
+        )
+    ]
+    timed += _serving(sim, local, classes, default_class)
+    jobs = tuple(job for _, _, job in timed)
     settings = Settings(name=name)
     if sim.simulations:
         index, simulation = sim.simulations[0]
@@ -670,7 +730,7 @@ def parse_scenario(docs: Sequence[Any], name: str = "scenario") -> Scenario:
             eviction_delay_s=_seconds(spec.eviction_delay),
             sample_interval_s=max(1.0, _seconds(spec.sample_interval)),
         )
-    _check_span(read, sim, settings, jobs)
+    _check_span(sim, settings, timed)
     return Scenario(
         settings=settings,
         queues=specs,

@@ -13,6 +13,7 @@ from click.testing import CliRunner
 
 import quota.simulation.pending as pending
 from controllers.main import main
+from quota.api import ManifestError
 from quota.simulation.report import queue_stats, to_json
 from quota.simulation.results import SimResult
 from quota.simulation.scenario import parse_scenario
@@ -446,3 +447,58 @@ def test_until_on_the_command_line_overrides_the_scenario() -> None:
     assert result.exit_code == 0, result.output
     data = json.loads(result.stdout)
     assert data["simulatedUntil"] == 3600 and data["finishedAll"] is False
+
+
+def test_serving_kinds_are_simulated_as_the_controller_queues_them() -> None:
+    """examples/inference-and-training.yaml: a LeaderWorkerSet's replicas are gangs of a
+    leader and its workers, a Deployment one elastic workload; serving preempts training,
+    never the other way round."""
+    scenario = _load(REPO / "examples" / "inference-and-training.yaml")
+    groups = {j.key: j for j in scenario.jobs}
+    assert {"ml/llm-0", "ml/llm-1", "ml/embed"} <= set(groups)
+    llm = groups["ml/llm-0"]
+    assert [(ps.name, ps.count) for ps in llm.pod_sets] == [("leader", 1), ("workers", 1)]
+    assert not llm.elastic and llm.priority == 1000 and llm.submit_at == 600
+    assert groups["ml/embed"].elastic and groups["ml/embed"].pod_sets[0].count == 4
+    example = str(REPO / "examples" / "inference-and-training.yaml")
+    result = CliRunner().invoke(main, ["simulate", example, "-o", "json", "--no-history"])
+    assert result.exit_code == 0, result.output
+    by_name = {w["name"]: w for w in json.loads(result.stdout)["workloads"]}
+    for name in ("ml/llm-0", "ml/llm-1", "ml/embed"):
+        assert by_name[name]["evictions"] == 0 and by_name[name]["admittedAt"] is not None
+    assert sum(by_name[n]["evictions"] for n in ("ml/train-a", "ml/train-b", "ml/train-c")) >= 2
+    assert by_name["ml/embed"]["resizes"][0]["parallelism"] == 8
+
+
+def _size_zero(lws: dict[str, Any]) -> None:
+    lws["spec"]["leaderWorkerTemplate"]["size"] = 0
+
+
+def _replicas_negative(lws: dict[str, Any]) -> None:
+    lws["spec"]["replicas"] = -1
+
+
+def _bad_disruption(lws: dict[str, Any]) -> None:
+    lws["metadata"]["annotations"]["muster.dev/disruption-mode"] = "some"
+
+
+def _missing_queue(lws: dict[str, Any]) -> None:
+    lws["metadata"]["labels"]["muster.dev/queue-name"] = "nowhere"
+
+
+@pytest.mark.parametrize(
+    "change,words",
+    [
+        (_size_zero, "spec.leaderWorkerTemplate.size"),
+        (_replicas_negative, "spec.replicas"),
+        (_bad_disruption, "muster.dev/disruption-mode"),
+        (_missing_queue, "does not exist"),
+    ],
+)
+def test_a_bad_leaderworkerset_is_refused_naming_the_field(change: Any, words: str) -> None:
+    path = REPO / "examples" / "inference-and-training.yaml"
+    docs = list(yaml.safe_load_all(path.read_text()))
+    change(next(d for d in docs if d and d.get("kind") == "LeaderWorkerSet"))
+    with pytest.raises(ManifestError) as error:
+        parse_scenario(docs)
+    assert words in str(error.value) and "LeaderWorkerSet" in str(error.value), str(error.value)
