@@ -282,3 +282,27 @@ def test_a_higher_priority_gang_preempts_exactly_one_whole_replica(
         ),
         timeout=60,
     )
+
+
+def test_a_set_naming_a_missing_queue_is_told_why_and_nothing_runs(
+    cluster: ClusterHandle, lws_controller: Controller, namespace: str, pool: Pool
+) -> None:
+    pool.add_nodes(1)
+    doc = lws("lost", namespace, 1, 2)
+    doc["metadata"]["labels"][QUEUE] = "nowhere"
+    apply(cluster, doc)
+
+    def told() -> bool:
+        events = get(
+            cluster,
+            "events",
+            "-n",
+            namespace,
+            "--field-selector",
+            "involvedObject.kind=LeaderWorkerSet,involvedObject.name=lost",
+        )["items"]
+        return any(e["reason"] == "QueueNotFound" and "nowhere" in e["message"] for e in events)
+
+    cluster.wait_for("the LeaderWorkerSet told its queue does not exist", told)
+    assert all(gated(p) for p in pods_of(cluster, namespace, "lost"))
+    assert not active(group_workloads(cluster, namespace, "lost"))

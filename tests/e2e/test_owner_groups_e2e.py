@@ -366,3 +366,60 @@ def test_bad_groups_are_told_why_and_disturb_nothing_admitted(
     [ok] = group_workloads(cluster, namespace, "/Deployment:" + namespace + "/ok")
     assert admitted(ok) and not finished(ok)
     assert any(p["spec"].get("nodeName") for p in pods(cluster, namespace, "app=ok"))
+
+
+def statefulset(name: str, namespace: str, replicas: int, pod_spec: Any, *, policy: str) -> Any:
+    labels = {"app": name}
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "StatefulSet",
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "labels": {QUEUE: "lq"},
+            "annotations": {"muster.dev/gang": "true"},
+        },
+        "spec": {
+            "replicas": replicas,
+            "serviceName": name,
+            "podManagementPolicy": policy,
+            "selector": {"matchLabels": labels},
+            "template": {"metadata": {"labels": labels}, "spec": pod_spec},
+        },
+    }
+
+
+def test_a_gang_statefulset_is_placed_all_or_nothing(
+    cluster: ClusterHandle,
+    controller: Controller,  # noqa: F811
+    namespace: str,
+    pool: Pool,
+) -> None:
+    pool.add_nodes(2)
+    pool.queue("3")
+    apply(cluster, statefulset("db", namespace, 3, pool.pod_spec(), policy="Parallel"))
+    cluster.wait_for(
+        "its three pods made, gated",
+        lambda: len(pods(cluster, namespace, "app=db")) == 3,
+    )
+    time.sleep(3)  # two nodes of one cpu hold two of three: nothing is bound
+    assert not [p for p in pods(cluster, namespace, "app=db") if p["spec"].get("nodeName")]
+    pool.add_nodes(1)
+    cluster.wait_for(
+        "all three bound",
+        lambda: (
+            len([p for p in pods(cluster, namespace, "app=db") if p["spec"].get("nodeName")]) == 3
+        ),
+        timeout=90,
+    )
+    [wl] = group_workloads(cluster, namespace, "/StatefulSet:")
+    assert wl["spec"]["podSets"][0]["count"] == 3
+    # OrderedReady would wait for pod 0 to run before making pod 1: refused, saying why.
+    apply(cluster, statefulset("slow", namespace, 2, pool.pod_spec(), policy="OrderedReady"))
+    cluster.wait_for(
+        "the OrderedReady gang told why",
+        lambda: any(
+            r.startswith("InvalidStatefulSet") and "Parallel" in r
+            for r in reasons(cluster, namespace, "StatefulSet", "slow")
+        ),
+    )
