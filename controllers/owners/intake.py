@@ -55,7 +55,9 @@ from controllers.state.caches import Context, served
 from controllers.state.ownergroups import (
     DEPLOYMENT_API,
     LWS_API,
+    LWS_GROUP_INDEX_LABEL,
     LWS_KIND,
+    LWS_NAME_LABEL,
     LWS_SIZE_ANNOTATION,
     POD_GROUP_KIND,
     PREFIX,
@@ -444,7 +446,14 @@ class OwnerGroups:
         return requeue
 
     def _fresh_pods(self, group: OwnerGroup) -> list[Obj]:
-        found, _ = self.ctx.kube.list(POD, group.namespace, label_selector=QUEUE_LABEL)
+        # As narrow a read as the group's labels allow: one set's group, one pod group.
+        if group.is_lws:
+            selector = f"{LWS_NAME_LABEL}={group.name},{LWS_GROUP_INDEX_LABEL}={group.index}"
+        elif group.kind == POD_GROUP_KIND:
+            selector = f"{POD_GROUP_LABEL}={group.name}"
+        else:
+            selector = QUEUE_LABEL
+        found, _ = self.ctx.kube.list(POD, group.namespace, label_selector=selector)
         return [x for x in found if gid_of(x) == group.gid and not p.is_finished(x)]
 
     def _flavors(self, wl: Obj) -> dict[str, list[Obj]]:
