@@ -1,7 +1,9 @@
-"""`kubectl muster explain JOB|WORKLOAD`: why a Job waits (or what happened to it): the
-engine's reason from the Workload's conditions, the placement reason from its PodGroup,
-and a timeline from the Events on the Job, its Workloads and its PodGroups, plus the
-history store's record of it when the store is reachable."""
+"""`kubectl muster explain JOB|WORKLOAD|KIND/NAME`: why a Job (or a LeaderWorkerSet, a
+Deployment, a StatefulSet queued by their pods: `lws/NAME`, `deploy/NAME`, `sts/NAME`)
+waits (or what happened to it): the engine's reason from the Workload's conditions, the
+placement reason from its PodGroup, and a timeline from the Events on the Job (or the
+owner), its Workloads and its PodGroups, plus the history store's record of it when the
+store is reachable."""
 
 from __future__ import annotations
 
@@ -81,6 +83,8 @@ def explain(
     history: HistoryReader | None = None,
 ) -> bool:
     """Print the explanation; False if there is no Job or Workload of that name."""
+    if "/" in name:
+        return _explain_owner(kube, namespace, name, console, history)
     job = get_one(kube, JOB, namespace, name)
     if job is not None:
         uid = job["metadata"]["uid"]
@@ -108,6 +112,57 @@ def explain(
                     else f"the Job has no {QUEUE_LABEL} label"
                 )
             )
+    _workloads(kube, namespace, job, workloads, console, history)
+    return True
+
+
+# KIND/NAME as kubectl spells the kinds queued by their pods -> the kind in a group's id.
+OWNER_ALIASES = {
+    **dict.fromkeys(("lws", "leaderworkerset", "leaderworkersets"), "LeaderWorkerSet"),
+    **dict.fromkeys(("deploy", "deployment", "deployments"), "Deployment"),
+    **dict.fromkeys(("sts", "statefulset", "statefulsets"), "StatefulSet"),
+}
+
+
+def _explain_owner(
+    kube: Kube, namespace: str, name: str, console: Console, history: HistoryReader | None
+) -> bool:
+    """The Workloads of an object queued by its pods (one per LeaderWorkerSet group)."""
+    alias, _, owner = name.partition("/")
+    kind = OWNER_ALIASES.get(alias.lower())
+    if kind is None:
+        known = ", ".join(sorted({a for a in OWNER_ALIASES if len(a) <= 6}))
+        console.print(f"unknown kind {alias!r}: name a Job or Workload, or one of {known}/NAME")
+        return False
+    stem = f"/{kind}:{namespace}/{owner}"
+    workloads = [
+        w
+        for w in list_all(kube, WORKLOAD, namespace)
+        if (wls.owner_group_id(w) or "").partition("#")[0].endswith(stem)
+    ]
+    if not workloads:
+        return False
+    workloads.sort(key=lambda w: str(w["metadata"].get("creationTimestamp")))
+    groups = {wls.owner_group_id(w) for w in workloads}
+    head = Text(f"{kind} {namespace}/{owner}", style="bold")
+    head.append(f"  {len(groups)} group(s) queued by their pods, {len(workloads)} Workload(s)")
+    console.print(head)
+    # Its own Events (refusals, why its pods wait) by the uid its Workloads' owner refs carry.
+    uids = {r.get("uid") for w in workloads for r in w["metadata"].get("ownerReferences") or []}
+    found = [{"metadata": {"uid": uid}} for uid in sorted(u for u in uids if u)]
+    _workloads(kube, namespace, found[0] if len(found) == 1 else None, workloads, console, history)
+    return True
+
+
+def _workloads(
+    kube: Kube,
+    namespace: str,
+    job: Obj | None,
+    workloads: list[Obj],
+    console: Console,
+    history: HistoryReader | None,
+) -> None:
+    """Each Workload's state, reason and placement, then the timeline and the history."""
     pod_groups: list[Obj] = []
     for wl in workloads:
         wl_name = wl["metadata"]["name"]
@@ -133,7 +188,6 @@ def explain(
     if history is not None:
         for wl in workloads:
             _history(history, namespace, wl["metadata"]["name"], console)
-    return True
 
 
 def _timeline(kube: Kube, namespace: str, objects: list[Obj], console: Console) -> None:

@@ -112,7 +112,7 @@ def queues(target: Target, namespace: str | None, color: str) -> None:
 
 
 @main.command()
-@click.argument("name", metavar="JOB|WORKLOAD")
+@click.argument("name", metavar="JOB|WORKLOAD|KIND/NAME")
 @click.option("-n", "--namespace", default=None, help="Default: the context's namespace.")
 @click.option(
     "--database-url",
@@ -125,7 +125,8 @@ def queues(target: Target, namespace: str | None, color: str) -> None:
 def explain(
     target: Target, name: str, namespace: str | None, database_url: str | None, color: str
 ) -> None:
-    """Why a Job (or Workload) waits: the engine's reason, the placement, its timeline."""
+    """Why a Job (or Workload, or lws/NAME, deploy/NAME, sts/NAME) waits: the engine's
+    reason, the placement, its timeline."""
     import os
 
     from controllers.plugin.explain import explain as run_explain
@@ -142,7 +143,8 @@ def explain(
             f"(the chart's batch-user role, or the built-in view role). {refused.message}"
         ) from None
     if not found:
-        raise click.ClickException(f"no Job or Workload named {name!r} in namespace {ns}")
+        what = "no Workload queued for" if "/" in name else "no Job or Workload named"
+        raise click.ClickException(f"{what} {name!r} in namespace {ns}")
 
 
 def _history_reader(url: str) -> HistoryReader:

@@ -31,6 +31,7 @@ from tests.e2e.controller_harness import (
     unique,
 )
 from tests.e2e.controller_harness import cluster_queue as cq_manifest
+from tests.e2e.test_plugin_e2e import kubectl_muster
 
 pytestmark = pytest.mark.e2e
 
@@ -366,6 +367,12 @@ def test_bad_groups_are_told_why_and_disturb_nothing_admitted(
     [ok] = group_workloads(cluster, namespace, "/Deployment:" + namespace + "/ok")
     assert admitted(ok) and not finished(ok)
     assert any(p["spec"].get("nodeName") for p in pods(cluster, namespace, "app=ok"))
+    # `kubectl muster explain` answers for the owner kinds by KIND/NAME.
+    told = kubectl_muster(cluster, "explain", "deploy/ok", "-n", namespace, "--color", "never")
+    assert f"Deployment {namespace}/ok" in told.stdout and "admitted" in told.stdout
+    assert ok["metadata"]["name"] in told.stdout
+    lost = kubectl_muster(cluster, "explain", "deploy/lost", "-n", namespace, check=False)
+    assert lost.returncode != 0 and "no Workload queued for 'deploy/lost'" in lost.stderr
 
 
 def statefulset(name: str, namespace: str, replicas: int, pod_spec: Any, *, policy: str) -> Any:
