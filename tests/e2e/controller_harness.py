@@ -293,6 +293,26 @@ def condition(obj: Mapping[str, Any], type_: str) -> dict[str, Any]:
     return {}
 
 
+def wait_told_missing_queue(
+    cluster: ClusterHandle, namespace: str, name: str, queue: str
+) -> dict[str, Any]:
+    """Wait until the Workload of the object `name` says its LocalQueue `queue` does not
+    exist (Inadmissible); returns that Workload."""
+    cluster.wait_for(
+        "the Workload to say its LocalQueue is missing",
+        lambda: (
+            "does not exist"
+            in condition((workloads_of(cluster, namespace, name) or [{}])[0], "QuotaReserved").get(
+                "message", ""
+            )
+        ),
+    )
+    wl = workloads_of(cluster, namespace, name)[0]
+    assert condition(wl, "QuotaReserved")["reason"] == "Inadmissible"
+    assert queue in condition(wl, "QuotaReserved")["message"]
+    return wl
+
+
 def eviction_reason(wl: Mapping[str, Any]) -> str:
     """Why the Workload was last evicted ("" if never): Evicted's reason while its pods stop,
     and the head of its message once the eviction ended (QuotaReleased: "Reclaimed: ...")."""
