@@ -12,6 +12,7 @@ import pytest
 
 from controllers.jobs import ray
 from controllers.jobs.framework import queue_of
+from controllers.webhooks import decisions
 from quota.api import ManifestError
 from quota.api.conditions import WorkloadConditions as WC
 from quota.api.names import (
@@ -221,6 +222,10 @@ def test_the_cluster_of_a_queued_rayjob_is_not_queued_again() -> None:
     ]
     assert queue_of(child, managed=False) is None
     assert queue_of(child, managed=True) is None
+    # Nor created suspended by Muster's webhook: the RayJob's admission runs it.
+    child["spec"]["suspend"] = False
+    assert decisions.mutate_suspend(child) == []
+    assert decisions.mutate_suspend(raycluster(suspend=False)) != []
     assert queue_of(raycluster(), managed=False) == "team"
 
 
