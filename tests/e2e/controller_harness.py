@@ -293,6 +293,30 @@ def condition(obj: Mapping[str, Any], type_: str) -> dict[str, Any]:
     return {}
 
 
+def preempting_queue(
+    cluster: ClusterHandle, namespace: str, pool: str, cpu: str, *more: Mapping[str, Any]
+) -> tuple[str, str]:
+    """A flavor on `pool`'s nodes, a ClusterQueue of `cpu` on it whose higher priorities
+    preempt lower ones, LocalQueue `team` in `namespace`, and two PriorityClasses: returns
+    their names (low, high). `more` is applied with them."""
+    low, high = unique("low"), unique("high")
+    cq = unique("cq")
+    apply(
+        cluster,
+        priority_class(low, 10),
+        priority_class(high, 1000),
+        flavor(pool, pool),
+        cluster_queue(
+            cq,
+            [{"name": pool, "quota": {"cpu": cpu}, "limit": {"cpu": cpu}}],
+            preemption={"withinQueue": "LowerPriority"},
+        ),
+        local_queue("team", namespace, cq),
+        *more,
+    )
+    return low, high
+
+
 def wait_told_missing_queue(
     cluster: ClusterHandle, namespace: str, name: str, queue: str
 ) -> dict[str, Any]:

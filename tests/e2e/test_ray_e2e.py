@@ -26,7 +26,7 @@ from tests.e2e.controller_harness import (
     flavor,
     get,
     local_queue,
-    priority_class,
+    preempting_queue,
     unique,
     wait_told_missing_queue,
     workloads_of,
@@ -263,19 +263,7 @@ def test_an_evicted_raycluster_is_suspended_its_pods_go_and_it_queues_again_as_w
 ) -> None:
     pool = unique("rayp")
     cluster.nodes(1, cpu="6", memory="16Gi", labels={"muster-e2e/pool": pool})
-    cq, low, high = unique("cq"), unique("low"), unique("high")
-    apply(
-        cluster,
-        priority_class(low, 10),
-        priority_class(high, 1000),
-        flavor(pool, pool),
-        cq_manifest(
-            cq,
-            [{"name": pool, "quota": {"cpu": "5"}, "limit": {"cpu": "5"}}],
-            preemption={"withinQueue": "LowerPriority"},
-        ),
-        local_queue("team", namespace, cq),
-    )
+    low, high = preempting_queue(cluster, namespace, pool, "5")
 
     def with_priority(obj: dict[str, Any], name: str) -> dict[str, Any]:
         spec = obj["spec"]
