@@ -300,17 +300,18 @@ def child_of_managed_kind(obj: Mapping[str, Any]) -> bool:
 
 def queue_of(obj: Mapping[str, Any], *, managed: bool) -> str | None:
     """The LocalQueue an object of an integrated kind is in, or None when Muster leaves it
-    alone: its queue label; without one, in a `managed` namespace, `DEFAULT_LOCAL_QUEUE`,
-    unless it belongs to an object Muster queues. The one rule for the reconciler, the
-    webhooks (`controllers.webhooks.decisions`) and the admission policies' CEL
-    (`controllers.webhooks.policies`, which say the same with the binding's namespace
-    selector standing for `managed`)."""
+    alone: its queue label; without one, in a `managed` namespace, `DEFAULT_LOCAL_QUEUE`.
+    Never for an object that belongs to an object of a kind Muster queues, labelled or not
+    (a RayJob's RayCluster carries the RayJob's labels): its owner is queued, not it. The
+    one rule for the reconciler, the webhooks (`controllers.webhooks.decisions`) and the
+    admission policies' CEL (`controllers.webhooks.policies`, which say the same with the
+    binding's namespace selector standing for `managed`)."""
+    if child_of_managed_kind(obj):
+        return None
     label = convert.job_queue_name(obj)
     if label:
         return label
-    if managed and not child_of_managed_kind(obj):
-        return DEFAULT_LOCAL_QUEUE
-    return None
+    return DEFAULT_LOCAL_QUEUE if managed else None
 
 
 def in_queue(obj: Obj, queue: str) -> Obj:

@@ -18,7 +18,7 @@ whose Trainer runs it as a JobSet.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from controllers.jobs.framework import Integration, SuspendedObject, put_flavors, register
@@ -63,10 +63,19 @@ def workload_spec_of(
     *,
     global_default: str | None,
     where: str,
+    at: Callable[[int, str], str] | None = None,
 ) -> Obj:
     """The Workload spec of an object that runs as replicated jobs: one pod set per replicated
     job, through the one Job -> Workload conversion. `where` is the field of the object the
-    replicated jobs come from (for errors). Raises ManifestError naming the object's field."""
+    replicated jobs come from (for errors); `at` maps (index, a field of the replicated job's
+    Job spec such as "spec.template.spec") to the object's field where the replicated jobs
+    are another kind's groups (Ray's). Raises ManifestError naming the object's field."""
+
+    def field(i: int, path: str) -> str:
+        if at is not None:
+            return at(i, path)
+        return f"{where}[{i}]" + (f".template.{path}" if path else "")
+
     meta = owner.get("metadata") or {}
     subject = f"{owner.get('kind') or 'JobSet'} {meta.get('namespace')}/{meta.get('name')}"
     if not replicated_jobs:
@@ -82,10 +91,10 @@ def workload_spec_of(
                 as_job, priorities, global_default=global_default, count=pods_of(rj)
             )
         except ManifestError as error:
-            problems = [(f"{where}[{i}].template.{path}", rule) for path, rule in error.problems]
+            problems = [(field(i, path), rule) for path, rule in error.problems]
             raise ManifestError(0, subject, problems) from None
         except (TypeError, ValueError) as error:
-            raise ManifestError(0, subject, [(f"{where}[{i}]", str(error))]) from None
+            raise ManifestError(0, subject, [(field(i, ""), str(error))]) from None
         body = model.spec.model_dump(mode="json", by_alias=True, exclude_none=True)
         pod_set = body["podSets"][0]
         pod_set["name"] = name
@@ -108,34 +117,40 @@ def original_templates(obj: Mapping[str, Any]) -> dict[str, dict[str, Any]] | No
     return data
 
 
+def pod_specs(replicated_jobs: Sequence[Obj]) -> dict[str, Obj]:
+    """Replicated job name -> its pod spec (the object's own, for writing)."""
+    return {str(rj.get("name")): pod_spec_of(rj) for rj in replicated_jobs}
+
+
 def inject_flavors(
-    obj: Obj, replicated_jobs: Sequence[Obj], flavors: Sequence[Mapping[str, Any]]
+    obj: Obj, pod_specs: Mapping[str, Obj], flavors: Sequence[Mapping[str, Any]]
 ) -> None:
-    """Merge the flavors' node labels and tolerations into every replicated job's pod
-    template, saving the user's originals first (once)."""
+    """Merge the flavors' node labels and tolerations into every named pod spec of the object
+    (its replicated jobs', or another kind's groups'), saving the user's originals first
+    (once, by name)."""
     annotations = obj.setdefault("metadata", {}).setdefault("annotations", {})
     saved = original_templates(obj)
     if saved is None:
         saved = {
-            str(rj.get("name")): {
-                "nodeSelector": dict(pod_spec_of(rj).get("nodeSelector") or {}),
-                "tolerations": list(pod_spec_of(rj).get("tolerations") or []),
+            name: {
+                "nodeSelector": dict(spec.get("nodeSelector") or {}),
+                "tolerations": list(spec.get("tolerations") or []),
             }
-            for rj in replicated_jobs
+            for name, spec in pod_specs.items()
         }
         annotations[ORIGINAL_SCHEDULING_ANNOTATION] = json.dumps(saved, sort_keys=True)
-    for rj in replicated_jobs:
-        put_flavors(pod_spec_of(rj), saved.get(str(rj.get("name"))) or {}, flavors)
+    for name, spec in pod_specs.items():
+        put_flavors(spec, saved.get(name) or {}, flavors)
 
 
-def restore_templates(obj: Obj, replicated_jobs: Sequence[Obj]) -> bool:
-    """Put the user's nodeSelector and tolerations back; False if nothing was injected."""
+def restore_templates(obj: Obj, pod_specs: Mapping[str, Obj]) -> bool:
+    """Put the user's nodeSelector and tolerations back into the named pod specs; False if
+    nothing was injected."""
     saved = original_templates(obj)
     if saved is None:
         return False
-    for rj in replicated_jobs:
-        original = saved.get(str(rj.get("name"))) or {}
-        pod_spec = pod_spec_of(rj)
+    for name, pod_spec in pod_specs.items():
+        original = saved.get(name) or {}
         for field in ("nodeSelector", "tolerations"):
             if original.get(field):
                 pod_spec[field] = original[field]
@@ -223,7 +238,7 @@ class JobSet(ReplicatedJobs):
         return jobs
 
     def run_with(self, flavors: Sequence[Mapping[str, Any]], granted: Mapping[str, int]) -> None:
-        inject_flavors(self._obj, self._jobs(), flavors)
+        inject_flavors(self._obj, pod_specs(self._jobs()), flavors)
         uid = str(self._obj["metadata"]["uid"])
         for rj in self._jobs():
             template = (
@@ -233,7 +248,7 @@ class JobSet(ReplicatedJobs):
         self._obj["spec"]["suspend"] = False
 
     def restore(self) -> bool:
-        return restore_templates(self._obj, self._jobs())
+        return restore_templates(self._obj, pod_specs(self._jobs()))
 
     def workload_spec(
         self, priorities: Mapping[str, int], *, global_default: str | None, count: int | None

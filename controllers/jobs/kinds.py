@@ -16,13 +16,15 @@ from __future__ import annotations
 
 import yaml
 
-from controllers.jobs import batchjob, jobset, trainjob
+from controllers.jobs import batchjob, jobset, ray, trainjob
 from controllers.jobs.framework import Admission, Integration
 
 KINDS: tuple[Integration, ...] = (
     batchjob.BATCH_JOB,
     jobset.JOBSET_INTEGRATION,
     trainjob.TRAINJOB_INTEGRATION,
+    ray.RAYCLUSTER_INTEGRATION,
+    ray.RAYJOB_INTEGRATION,
 )
 
 

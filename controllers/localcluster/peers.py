@@ -88,16 +88,21 @@ class Peer:
         return os.access(self.binary_path, os.X_OK) and self.manifest_dir.is_dir()
 
 
-def _jobset_config(ports: Ports, certs: Path) -> dict[str, Any]:
-    return {
-        "apiVersion": "config.jobset.x-k8s.io/v1alpha1",
-        "kind": "Configuration",
-        "leaderElection": {"leaderElect": False},
-        "internalCertManagement": {"enable": False},
-        "webhook": {"port": ports.webhook, "host": HOST, "certDir": str(certs)},
-        "metrics": {"bindAddress": "0"},
-        "health": {"healthProbeBindAddress": f"{HOST}:{ports.health}"},
-    }
+def _manager_config(api_version: str) -> Callable[[Ports, Path], dict[str, Any]]:
+    """The Configuration of a manager with JobSet's layout (JobSet's and LWS's alike)."""
+
+    def config(ports: Ports, certs: Path) -> dict[str, Any]:
+        return {
+            "apiVersion": api_version,
+            "kind": "Configuration",
+            "leaderElection": {"leaderElect": False},
+            "internalCertManagement": {"enable": False},
+            "webhook": {"port": ports.webhook, "host": HOST, "certDir": str(certs)},
+            "metrics": {"bindAddress": "0"},
+            "health": {"healthProbeBindAddress": f"{HOST}:{ports.health}"},
+        }
+
+    return config
 
 
 def _trainer_config(ports: Ports, certs: Path) -> dict[str, Any]:
@@ -116,18 +121,6 @@ def _trainer_config(ports: Ports, certs: Path) -> dict[str, Any]:
 
 def _trainer_env(certs: Path) -> dict[str, str]:
     return {"TMPDIR": str(certs.parent.parent)}
-
-
-def _lws_config(ports: Ports, certs: Path) -> dict[str, Any]:
-    return {
-        "apiVersion": "config.lws.x-k8s.io/v1alpha1",
-        "kind": "Configuration",
-        "leaderElection": {"leaderElect": False},
-        "internalCertManagement": {"enable": False},
-        "webhook": {"port": ports.webhook, "host": HOST, "certDir": str(certs)},
-        "metrics": {"bindAddress": "0"},
-        "health": {"healthProbeBindAddress": f"{HOST}:{ports.health}"},
-    }
 
 
 def _kuberay_config(ports: Ports, certs: Path) -> dict[str, Any]:
@@ -154,7 +147,7 @@ PEERS: dict[str, Peer] = {
             manifests="config/components",
             crds=("crd/bases",),
             webhooks="webhook/manifests.yaml",
-            config=_jobset_config,
+            config=_manager_config("config.jobset.x-k8s.io/v1alpha1"),
         ),
         Peer(
             name="trainer",
@@ -181,7 +174,7 @@ PEERS: dict[str, Peer] = {
             manifests="config",
             crds=("crd",),
             webhooks="webhook/manifests.yaml",
-            config=_lws_config,
+            config=_manager_config("config.lws.x-k8s.io/v1alpha1"),
         ),
         Peer(
             name="kuberay",

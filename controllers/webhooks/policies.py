@@ -255,7 +255,21 @@ def _job_policy(
     )
 
 
-QUEUE_SET = {"name": "queue-name-set", "expression": f"({_label('object', QUEUE_LABEL)}) != ''"}
+def _child(obj: str) -> str:
+    """CEL: `framework.child_of_managed_kind`."""
+    names = ", ".join(_cel(k.name) for k in workload_kinds.KINDS)
+    return (
+        f"has({obj}.metadata.ownerReferences) && {obj}.metadata.ownerReferences.exists(r,"
+        f" has(r.controller) && r.controller && (r.apiVersion + '/' + r.kind) in [{names}])"
+    )
+
+
+def _queued(obj: str) -> str:
+    """CEL: `framework.queue_of` of a labelled object (not one its owner's queueing covers)."""
+    return f"({_label(obj, QUEUE_LABEL)}) != '' && !({_child(obj)})"
+
+
+QUEUE_SET = {"name": "queue-name-set", "expression": _queued("object")}
 
 
 def mutating_policies(scheduler_name: str = SCHEDULER_NAME) -> list[Obj]:
@@ -460,8 +474,7 @@ def validating_policies() -> list[Obj]:
             "matchConditions": [
                 {
                     "name": "queue-name-set",
-                    "expression": f"({_label('object', QUEUE_LABEL)}) != ''"
-                    f" || ({_label('oldObject', QUEUE_LABEL)}) != ''",
+                    "expression": f"({_queued('object')}) || ({_queued('oldObject')})",
                 },
                 {
                     # A new Job can only break the partial-admission rules: most creates
@@ -501,15 +514,6 @@ class Managed:
 
     selector: dict[str, Any]  # metav1.LabelSelector of the namespaces, on every binding
     controller: str  # Muster's username: the only one that starts workloads or lifts gates
-
-
-def _child(obj: str) -> str:
-    """CEL: `framework.child_of_managed_kind`."""
-    names = ", ".join(_cel(k.name) for k in workload_kinds.KINDS)
-    return (
-        f"has({obj}.metadata.ownerReferences) && {obj}.metadata.ownerReferences.exists(r,"
-        f" has(r.controller) && r.controller && (r.apiVersion + '/' + r.kind) in [{names}])"
-    )
 
 
 def _subject(kind: str) -> str:

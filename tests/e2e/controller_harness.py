@@ -293,6 +293,50 @@ def condition(obj: Mapping[str, Any], type_: str) -> dict[str, Any]:
     return {}
 
 
+def preempting_queue(
+    cluster: ClusterHandle, namespace: str, pool: str, cpu: str, *more: Mapping[str, Any]
+) -> tuple[str, str]:
+    """A flavor on `pool`'s nodes, a ClusterQueue of `cpu` on it whose higher priorities
+    preempt lower ones, LocalQueue `team` in `namespace`, and two PriorityClasses: returns
+    their names (low, high). `more` is applied with them."""
+    low, high = unique("low"), unique("high")
+    cq = unique("cq")
+    apply(
+        cluster,
+        priority_class(low, 10),
+        priority_class(high, 1000),
+        flavor(pool, pool),
+        cluster_queue(
+            cq,
+            [{"name": pool, "quota": {"cpu": cpu}, "limit": {"cpu": cpu}}],
+            preemption={"withinQueue": "LowerPriority"},
+        ),
+        local_queue("team", namespace, cq),
+        *more,
+    )
+    return low, high
+
+
+def wait_told_missing_queue(
+    cluster: ClusterHandle, namespace: str, name: str, queue: str
+) -> dict[str, Any]:
+    """Wait until the Workload of the object `name` says its LocalQueue `queue` does not
+    exist (Inadmissible); returns that Workload."""
+    cluster.wait_for(
+        "the Workload to say its LocalQueue is missing",
+        lambda: (
+            "does not exist"
+            in condition((workloads_of(cluster, namespace, name) or [{}])[0], "QuotaReserved").get(
+                "message", ""
+            )
+        ),
+    )
+    wl = workloads_of(cluster, namespace, name)[0]
+    assert condition(wl, "QuotaReserved")["reason"] == "Inadmissible"
+    assert queue in condition(wl, "QuotaReserved")["message"]
+    return wl
+
+
 def eviction_reason(wl: Mapping[str, Any]) -> str:
     """Why the Workload was last evicted ("" if never): Evicted's reason while its pods stop,
     and the head of its message once the eviction ended (QuotaReleased: "Reclaimed: ...")."""

@@ -24,6 +24,7 @@ from tests.e2e.controller_harness import (
     local_queue,
     pods_of,
     unique,
+    wait_told_missing_queue,
     workloads_of,
 )
 from tests.e2e.controller_harness import cluster_queue as cq_manifest
@@ -137,18 +138,7 @@ def test_job_naming_a_missing_local_queue_is_accepted_and_its_workload_says_why(
     controller: Controller,  # noqa: F811
 ) -> None:
     assert create(cluster, job("lost", namespace, "no-such-queue"))["spec"]["suspend"] is True
-    cluster.wait_for(
-        "the Workload to say its LocalQueue is missing",
-        lambda: (
-            "does not exist"
-            in condition(
-                (workloads_of(cluster, namespace, "lost") or [{}])[0], "QuotaReserved"
-            ).get("message", "")
-        ),
-    )
-    wl = workloads_of(cluster, namespace, "lost")[0]
-    assert condition(wl, "QuotaReserved")["reason"] == "Inadmissible"
-    assert "no-such-queue" in condition(wl, "QuotaReserved")["message"]
+    wait_told_missing_queue(cluster, namespace, "lost", "no-such-queue")
 
 
 def test_elastic_job_with_partial_admission_is_refused_with_a_clear_message(

@@ -25,7 +25,7 @@ from tests.e2e.controller_harness import (
     flavor,
     get,
     local_queue,
-    priority_class,
+    preempting_queue,
     unique,
     workloads_of,
 )
@@ -193,20 +193,7 @@ def test_a_running_jobset_is_evicted_by_suspension_and_queued_again(
 ) -> None:
     pool = unique("jsp")
     cluster.nodes(1, cpu="4", memory="16Gi", labels={"muster-e2e/pool": pool})
-    cq = unique("cq")
-    low, high = unique("low"), unique("high")
-    apply(
-        cluster,
-        priority_class(low, 10),
-        priority_class(high, 1000),
-        flavor(pool, pool),
-        cq_manifest(
-            cq,
-            [{"name": pool, "quota": {"cpu": "4"}, "limit": {"cpu": "4"}}],
-            preemption={"withinQueue": "LowerPriority"},
-        ),
-        local_queue("team", namespace, cq),
-    )
+    low, high = preempting_queue(cluster, namespace, pool, "4")
 
     def with_priority(obj: dict[str, Any], name: str) -> dict[str, Any]:
         for rj in obj["spec"]["replicatedJobs"]:

@@ -19,10 +19,13 @@ pytestmark = pytest.mark.e2e
 PEERS = "lws,kuberay"
 
 LWS = "leaderworkerset.sigs.k8s.io"
+POOL = "muster-e2e/pool"
 
 
-def container() -> dict[str, Any]:
-    return {"name": "main", "image": "busybox", "resources": {"requests": {"cpu": "100m"}}}
+def pod_spec(namespace: str, image: str) -> dict[str, Any]:
+    """One container, on this test's own nodes (the session's cluster has others')."""
+    container = {"name": "main", "image": image, "resources": {"requests": {"cpu": "100m"}}}
+    return {"nodeSelector": {POOL: namespace}, "containers": [container]}
 
 
 def bound(pods: list[dict[str, Any]]) -> bool:
@@ -33,7 +36,7 @@ def test_leaderworkerset_makes_one_leader_and_its_workers_per_group(
     cluster: ClusterHandle, namespace: str, peers: list[str]
 ) -> None:
     assert peers == ["lws", "kuberay"]
-    nodes = cluster.nodes(2, cpu="8", memory="16Gi")
+    nodes = cluster.nodes(2, cpu="8", memory="16Gi", labels={POOL: namespace})
     create(
         cluster,
         {
@@ -44,7 +47,7 @@ def test_leaderworkerset_makes_one_leader_and_its_workers_per_group(
                 "replicas": 2,
                 "leaderWorkerTemplate": {
                     "size": 3,
-                    "workerTemplate": {"spec": {"containers": [container()]}},
+                    "workerTemplate": {"spec": pod_spec(namespace, "busybox")},
                 },
             },
         },
@@ -95,7 +98,7 @@ def test_leaderworkerset_makes_one_leader_and_its_workers_per_group(
 
 def raycluster(name: str, namespace: str, suspend: bool) -> dict[str, Any]:
     def template() -> dict[str, Any]:
-        return {"spec": {"containers": [dict(container(), name="ray", image="rayproject/ray")]}}
+        return {"spec": pod_spec(namespace, "rayproject/ray")}
 
     return {
         "apiVersion": "ray.io/v1",
@@ -121,7 +124,7 @@ def raycluster(name: str, namespace: str, suspend: bool) -> dict[str, Any]:
 def test_raycluster_makes_its_head_and_workers_once_unsuspended(
     cluster: ClusterHandle, namespace: str, peers: list[str]
 ) -> None:
-    nodes = cluster.nodes(2, cpu="8", memory="16Gi")
+    nodes = cluster.nodes(2, cpu="8", memory="16Gi", labels={POOL: namespace})
     create(cluster, raycluster("rc", namespace, suspend=True))
 
     def pods() -> list[dict[str, Any]]:

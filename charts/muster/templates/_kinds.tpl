@@ -22,6 +22,18 @@ the workload kinds Muster queues. Do not edit. */}}
 - apiGroups: [trainer.kubeflow.org]
   resources: [clustertrainingruntimes, trainingruntimes]
   verbs: [get, list, watch]
+- apiGroups: [ray.io]
+  resources: [rayclusters]
+  verbs: [get, list, watch, patch]
+- apiGroups: [ray.io]
+  resources: [rayclusters/finalizers]
+  verbs: [update]
+- apiGroups: [ray.io]
+  resources: [rayjobs]
+  verbs: [get, list, watch, patch]
+- apiGroups: [ray.io]
+  resources: [rayjobs/finalizers]
+  verbs: [update]
 {{- end }}
 {{- define "muster.suspendWebhookRules" -}}
 - apiGroups: [jobset.x-k8s.io]
@@ -32,6 +44,16 @@ the workload kinds Muster queues. Do not edit. */}}
 - apiGroups: [trainer.kubeflow.org]
   apiVersions: [v1alpha1]
   resources: [trainjobs]
+  scope: Namespaced
+  operations: [CREATE]
+- apiGroups: [ray.io]
+  apiVersions: [v1]
+  resources: [rayclusters]
+  scope: Namespaced
+  operations: [CREATE]
+- apiGroups: [ray.io]
+  apiVersions: [v1]
+  resources: [rayjobs]
   scope: Namespaced
   operations: [CREATE]
 {{- end }}
@@ -49,6 +71,16 @@ the workload kinds Muster queues. Do not edit. */}}
 - apiGroups: [trainer.kubeflow.org]
   apiVersions: [v1alpha1]
   resources: [trainjobs]
+  scope: Namespaced
+  operations: [UPDATE]
+- apiGroups: [ray.io]
+  apiVersions: [v1]
+  resources: [rayclusters]
+  scope: Namespaced
+  operations: [UPDATE]
+- apiGroups: [ray.io]
+  apiVersions: [v1]
+  resources: [rayjobs]
   scope: Namespaced
   operations: [UPDATE]
 - apiGroups: ['']
