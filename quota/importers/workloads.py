@@ -46,6 +46,9 @@ from quota.model.nodeconvert import pod_shape_from_spec
 from quota.simulation.scenario import RUN_FOR_ANNOTATION, SUBMIT_AT_ANNOTATION
 
 MUSTER_PREFIX = "muster.dev/"  # of Muster's own pod-template annotations
+# The kinds of pod owners whose pods are counted through their owner (an import reads the
+# owner object: `quota.importers.owners`), not one by one.
+POD_OWNER_KINDS = frozenset({"Job", "ReplicaSet", "StatefulSet", "LeaderWorkerSet", "RayCluster"})
 TOPOLOGY_ANNOTATIONS = frozenset(
     (
         REQUIRED_TOPOLOGY_ANNOTATION,
@@ -335,6 +338,7 @@ class QueuedWork:
     pod_sets: Sequence[PodSetSource] = ()
     class_name: str = ""
     topology: Mapping[str, Any] | None = None  # for every pod set, when the source asks
+    name: str = ""  # of the Workload, when not the object's (a LeaderWorkerSet's groups)
 
 
 def pod_group_work(
@@ -487,8 +491,8 @@ def pod_work(
     work: list[QueuedWork] = []
     members: dict[tuple[str, str], list[SourceObject]] = {}
     for obj in pods:
-        if finished(obj) or owned_by(obj, {"Job"}):
-            continue  # done, or counted through its Job
+        if finished(obj) or owned_by(obj, POD_OWNER_KINDS):
+            continue  # done, or counted through its owner
         group = obj.meta_strings("annotations").get(group_annotation)
         if group:
             members.setdefault((obj.namespace, group), []).append(obj)
@@ -554,7 +558,7 @@ def queue_work(
         out.append(
             workload(
                 item.obj,
-                name=item.obj.name,
+                name=item.name or item.obj.name,
                 local_queue=item.queue,
                 priority=priority,
                 pod_sets=[replace(ps, topology=asked) for ps in item.pod_sets]
