@@ -364,5 +364,6 @@ def import_kai(objects: Sequence[SourceObject]) -> ImportResult:
         ("metadata.labels[kai.scheduler/queue]", "the pod names no KAI queue: left out"),
         unmapped,
         placement.of_group,
+        by_owner=True,
     )
     return queued_import(drafts, queues, work, state, unmapped, topologies)

@@ -37,6 +37,7 @@ from quota.importers.workloads import (
     batch_job,
     finished,
     owned_by,
+    owner_stem,
     pod_group_sets,
     prefixed_topology,
     refuse_other_source,
@@ -606,7 +607,9 @@ def _work(
             groups.setdefault((obj.namespace, group), []).append(obj)
             totals[(obj.namespace, group)] = _total(obj, totals.get((obj.namespace, group)))
             continue
-        groups[(obj.namespace, obj.name)] = [obj]
+        # Pods of an owner no integration knows are one Workload, as Muster's controller
+        # groups them (Kueue makes one per pod).
+        groups.setdefault((obj.namespace, owner_stem(obj) or obj.name), []).append(obj)
     for (_, name), pods in groups.items():
         first = pods[0]
         queue = first.meta_strings("labels")[QUEUE_LABEL]

@@ -482,16 +482,22 @@ def pod_work(
     no_queue: tuple[str, str],
     unmapped: list[Unmapped],
     topology_of_group: Callable[[SourceObject], Mapping[str, Any] | None],
+    *,
+    by_owner: bool = False,
 ) -> list[QueuedWork]:
     """The pods that are neither done nor run by a Job: each alone, on the queue
     `queue_of_pod` names (queue, field naming it), then each PodGroup (`groups`, which
     `group_annotation` on a pod names) with its pods, asking for the topology
     `topology_of_group` reads off the group. A pod that names neither is left out with
-    `no_queue` (field, reason)."""
+    `no_queue` (field, reason). `by_owner`: the pods of the kinds the import reads
+    (POD_OWNER_KINDS) are counted through them, and those of any other owner grouped by it,
+    as Muster's controller groups them."""
     work: list[QueuedWork] = []
     members: dict[tuple[str, str], list[SourceObject]] = {}
+    # By (namespace, owner stem, pod name): a pod without an owner is a group of its own.
+    owned: dict[tuple[str, str, str], list[SourceObject]] = {}
     for obj in pods:
-        if finished(obj) or owned_by(obj, POD_OWNER_KINDS):
+        if finished(obj) or owned_by(obj, POD_OWNER_KINDS if by_owner else {"Job"}):
             continue  # done, or counted through its owner
         group = obj.meta_strings("annotations").get(group_annotation)
         if group:
@@ -501,14 +507,21 @@ def pod_work(
         if not queue:
             skipped(obj, *no_queue, unmapped)
             continue
-        spec = obj.spec()
+        owner = owner_stem(obj) if by_owner else ""
+        owned.setdefault((obj.namespace, owner, "" if owner else obj.name), []).append(obj)
+    for (_, owner, _), held in owned.items():
+        first = held[0]
+        queue, path = queue_of_pod(first)
         work.append(
             QueuedWork(
-                obj,
+                first,
                 queue,
                 path,
-                pod_sets=[PodSetSource("main", 1, spec, "spec")],
-                class_name=obj.text(spec.get("priorityClassName"), "spec.priorityClassName"),
+                pod_sets=pod_group_sets(held),
+                class_name=first.text(
+                    first.spec().get("priorityClassName"), "spec.priorityClassName"
+                ),
+                name=owner,
             )
         )
     return work + pod_group_work(
@@ -598,6 +611,19 @@ def owned_by(obj: SourceObject, kinds: set[str]) -> str | None:
         if isinstance(ref, Mapping) and ref.get("kind") in kinds:
             return str(ref.get("name"))
     return None
+
+
+def owner_stem(obj: SourceObject) -> str:
+    """`KIND-NAME` of a pod's controlling owner (the name Muster's controller gives the
+    Workload of that owner's pods), "" when it has none."""
+    meta = obj.mapping(obj.doc.get("metadata"), "metadata")
+    for i, ref in enumerate(obj.items(meta.get("ownerReferences"), "metadata.ownerReferences")):
+        ref = obj.mapping(ref, f"metadata.ownerReferences[{i}]")
+        if ref.get("controller") is True:
+            kind = obj.text(ref.get("kind"), f"metadata.ownerReferences[{i}].kind", required=True)
+            name = obj.text(ref.get("name"), f"metadata.ownerReferences[{i}].name", required=True)
+            return f"{kind.lower()}-{name}"
+    return ""
 
 
 def finished(obj: SourceObject) -> bool:

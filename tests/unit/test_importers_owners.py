@@ -297,3 +297,35 @@ def test_serving_examples_simulate(source: str, queue: str, admitted: int) -> No
     # StatefulSet and Ray cluster; in KAI's production also its one Job of the base files).
     row = next(line for line in done.stdout.splitlines() if f" {queue} " in line)
     assert row.split("│")[2].strip() == str(admitted)
+
+
+@pytest.mark.parametrize(
+    ("source", "label"),
+    [("kueue", "kueue.x-k8s.io/queue-name: lq"), ("kai", "kai.scheduler/queue: inference")],
+)
+def test_pods_of_an_unknown_owner_are_one_workload_and_a_deployments_are_its_own(
+    source: str, label: str
+) -> None:
+    def pod(name: str, kind: str, owner: str) -> str:
+        return f"""
+---
+apiVersion: v1
+kind: Pod
+metadata:
+  name: {name}
+  namespace: ns
+  labels: {{{label}}}
+  ownerReferences:
+  - {{apiVersion: x/v1, kind: {kind}, name: {owner}, uid: u, controller: true}}
+spec:
+  containers: [{{name: c, resources: {{requests: {{cpu: "1"}}}}}}]
+"""
+
+    queues = KUEUE_QUEUES if source == "kueue" else KAI_QUEUES
+    pods = pod("a", "Simulation", "sim") + pod("b", "Simulation", "sim")
+    pods += pod("c", "Simulation", "other") + pod("web-1", "ReplicaSet", "web-5d")
+    work = workloads(run(source, queues + pods))
+    assert {name: sets(spec) for name, spec in work.items()} == {
+        "simulation-sim": [("main", 2, {"cpu": "1"})],
+        "simulation-other": [("main", 1, {"cpu": "1"})],
+    }
