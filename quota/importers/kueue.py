@@ -712,21 +712,27 @@ def _owner_work(
 
 
 def _configuration(obj: SourceObject, unmapped: list[Unmapped]) -> None:
-    """Kueue's Configuration: the controller settings Muster has its own for are reported
-    with theirs (an import writes queues, not a controller's configuration)."""
-    if obj.doc.get("manageJobsWithoutQueueName"):
+    """Kueue's Configuration: an import writes queues, not a controller's settings, so each
+    one is reported with the Muster setting that does its work."""
+    manage = obj.doc.get("manageJobsWithoutQueueName")
+    selector = obj.mapping(
+        obj.doc.get("managedJobsNamespaceSelector"), "managedJobsNamespaceSelector"
+    )
+    if manage:
         skipped(
             obj,
             "manageJobsWithoutQueueName",
-            "Muster never queues work that names no queue; work without one runs unqueued",
+            "set Muster's managedNamespaceSelector (chart value, docs/tenancy.md) to "
+            + ("managedJobsNamespaceSelector" if selector else "the namespaces Kueue manages")
+            + ": unlabelled work there is queued in the namespace's LocalQueue default",
             unmapped,
         )
-    if obj.doc.get("managedJobsNamespaceSelector"):
+    elif selector:
         skipped(
             obj,
             "managedJobsNamespaceSelector",
-            "set Muster's managedNamespaceSelector (chart value, docs/tenancy.md) to the same "
-            "selector",
+            "without manageJobsWithoutQueueName it only narrows where Kueue's pod "
+            "integrations act; Muster queues labelled pods in every namespace",
             unmapped,
         )
     integrations = obj.mapping(obj.doc.get("integrations"), "integrations")
@@ -743,8 +749,8 @@ def _configuration(obj: SourceObject, unmapped: list[Unmapped]) -> None:
         skipped(
             obj,
             "integrations.podOptions",
-            "Muster queues only pods with a queue label, in the namespaces its "
-            "managedNamespaceSelector picks (docs/tenancy.md)",
+            "deprecated in Kueue (managedJobsNamespaceSelector replaces it); Muster queues "
+            "the pods that carry its queue label, whatever their namespace",
             unmapped,
         )
 

@@ -239,11 +239,14 @@ integrations:
     lines = reported(result)
     assert [line.split(": ")[1] for line in lines if line.startswith("Configuration")] == [
         "manageJobsWithoutQueueName",
-        "managedJobsNamespaceSelector",
         "integrations.frameworks[2]",
         "integrations.podOptions",
     ]
-    assert any("managedNamespaceSelector" in line for line in lines)
+    assert (
+        "Configuration: manageJobsWithoutQueueName: set Muster's managedNamespaceSelector "
+        "(chart value, docs/tenancy.md) to managedJobsNamespaceSelector: unlabelled work there "
+        "is queued in the namespace's LocalQueue default"
+    ) in lines
     assert "kubeflow.org/pytorchjob: Muster does not queue this kind" in "\n".join(lines)
     # Scaled to zero asks for nothing.
     assert not result.workloads
