@@ -74,6 +74,18 @@ def reported(result: ImportResult) -> list[str]:
     return [f"{u.origin.subject}: {u.path}: {u.reason}" for u in result.unmapped]
 
 
+def pod(name: str, meta: str) -> str:
+    """A pod in namespace ns asking for 1 cpu; `meta`: more of its metadata, flow style."""
+    return f"""
+---
+apiVersion: v1
+kind: Pod
+metadata: {{name: {name}, namespace: ns, {meta}}}
+spec:
+  containers: [{{name: c, resources: {{requests: {{cpu: "1"}}}}}}]
+"""
+
+
 def lws(size: object, replicas: int = 2, labels: str = "kueue.x-k8s.io/queue-name: lq") -> str:
     return f"""
 ---
@@ -162,38 +174,28 @@ spec:
 def test_kueue_pods_of_a_deployment_are_counted_through_it_and_pod_groups_check_their_count() -> (
     None
 ):
-    def pod(name: str, count: str, owner: str = "") -> str:
-        refs = (
-            f"ownerReferences: [{{apiVersion: apps/v1, kind: ReplicaSet, name: {owner}, uid: u}}]"
-            if owner
-            else ""
+    def member(name: str, count: str, owner: str = "") -> str:
+        refs = f"ownerReferences: [{{kind: ReplicaSet, name: {owner}}}], " if owner else ""
+        return pod(
+            name,
+            f"{refs}labels: {{kueue.x-k8s.io/queue-name: lq, kueue.x-k8s.io/pod-group-name: g}}, "
+            f'annotations: {{kueue.x-k8s.io/pod-group-total-count: "{count}"}}',
         )
-        return f"""
----
-apiVersion: v1
-kind: Pod
-metadata:
-  name: {name}
-  namespace: ns
-  {refs}
-  labels: {{kueue.x-k8s.io/queue-name: lq, kueue.x-k8s.io/pod-group-name: g}}
-  annotations: {{kueue.x-k8s.io/pod-group-total-count: "{count}"}}
-spec:
-  containers: [{{name: c, resources: {{requests: {{cpu: "1"}}}}}}]
-"""
 
-    result = run("kueue", KUEUE_QUEUES + pod("a", "3") + pod("b", "3") + pod("r", "3", "web-1"))
+    result = run(
+        "kueue", KUEUE_QUEUES + member("a", "3") + member("b", "3") + member("r", "3", "web-1")
+    )
     assert sets(workloads(result)["g"]) == [("main", 2, {"cpu": "1"})]
     assert any("3 pods in the group, 2 in the files" in r for r in reported(result))
     for bad, rule in (("0", "'0': must be a positive whole number"), ("x", "'x': must be")):
         with pytest.raises(ImportInputError) as err:
-            run("kueue", KUEUE_QUEUES + pod("a", bad))
+            run("kueue", KUEUE_QUEUES + member("a", bad))
         assert str(err.value).startswith(
             "in.yaml: document 4 (Pod ns/a): "
             f"metadata.annotations[kueue.x-k8s.io/pod-group-total-count]: {rule}"
         )
     with pytest.raises(ImportInputError, match="2: another pod of its group says 3"):
-        run("kueue", KUEUE_QUEUES + pod("a", "3") + pod("b", "2"))
+        run("kueue", KUEUE_QUEUES + member("a", "3") + member("b", "2"))
 
 
 @pytest.mark.parametrize(
@@ -309,24 +311,13 @@ def test_serving_examples_simulate(source: str, queue: str, admitted: int) -> No
 def test_pods_of_an_unknown_owner_are_one_workload_and_a_deployments_are_its_own(
     source: str, label: str
 ) -> None:
-    def pod(name: str, kind: str, owner: str) -> str:
-        return f"""
----
-apiVersion: v1
-kind: Pod
-metadata:
-  name: {name}
-  namespace: ns
-  labels: {{{label}}}
-  ownerReferences:
-  - {{apiVersion: x/v1, kind: {kind}, name: {owner}, uid: u, controller: true}}
-spec:
-  containers: [{{name: c, resources: {{requests: {{cpu: "1"}}}}}}]
-"""
+    def owned(name: str, kind: str, owner: str) -> str:
+        ref = f"{{kind: {kind}, name: {owner}, controller: true}}"
+        return pod(name, f"labels: {{{label}}}, ownerReferences: [{ref}]")
 
     queues = KUEUE_QUEUES if source == "kueue" else KAI_QUEUES
-    pods = pod("a", "Simulation", "sim") + pod("b", "Simulation", "sim")
-    pods += pod("c", "Simulation", "other") + pod("web-1", "ReplicaSet", "web-5d")
+    pods = owned("a", "Simulation", "sim") + owned("b", "Simulation", "sim")
+    pods += owned("c", "Simulation", "other") + owned("web-1", "ReplicaSet", "web-5d")
     work = workloads(run(source, queues + pods))
     assert {name: sets(spec) for name, spec in work.items()} == {
         "simulation-sim": [("main", 2, {"cpu": "1"})],
