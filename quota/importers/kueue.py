@@ -16,6 +16,7 @@ from fractions import Fraction
 from typing import Any
 
 from quota.api.meta import INT32_MAX, INT32_MIN
+from quota.api.names import GANG_ANNOTATION
 from quota.api.quantity import QuantityError, format_quantity, parse_quantity
 from quota.importers.build import (
     ClusterState,
@@ -53,6 +54,7 @@ QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 PRIORITY_LABEL = "kueue.x-k8s.io/priority-class"
 POD_GROUP_LABEL = "kueue.x-k8s.io/pod-group-name"
 POD_GROUP_COUNT_ANNOTATION = "kueue.x-k8s.io/pod-group-total-count"
+ELASTIC_ANNOTATION = "kueue.x-k8s.io/elastic-job"
 CONFIG_GROUP = "config.kueue.x-k8s.io"
 OWNERS = "owners"  # by_kind's key for the kinds `quota.importers.owners` reads
 # Kueue's integrations.frameworks names of the kinds Muster queues itself.
@@ -693,6 +695,20 @@ def _owner_work(
             obj.origin,
             f"metadata.labels[{PRIORITY_LABEL}]",
             f"WorkloadPriorityClass {wanted!r} is not in the files",
+        )
+    annotations = obj.meta_strings("annotations")
+    if (
+        obj.kind == "StatefulSet"
+        and annotations.get(ELASTIC_ANNOTATION) != "true"
+        and annotations.get(GANG_ANNOTATION) != "true"
+    ):
+        skipped(
+            obj,
+            f"metadata.annotations[{ELASTIC_ANNOTATION}]",
+            "unset: Kueue admits the replicas together; Muster admits a StatefulSet's replicas "
+            f'one by one unless annotated {GANG_ANNOTATION}: "true" (with podManagementPolicy '
+            "Parallel)",
+            unmapped,
         )
     out = []
     for group in owner_groups(obj, unmapped):

@@ -253,6 +253,11 @@ integrations:
     # Scaled to zero asks for nothing.
     assert not result.workloads
     assert "StatefulSet ns/web: spec.replicas: scaled to zero: asks for nothing, left out" in lines
+    assert (
+        "StatefulSet ns/web: metadata.annotations[kueue.x-k8s.io/elastic-job]: unset: Kueue "
+        "admits the replicas together; Muster admits a StatefulSet's replicas one by one unless "
+        'annotated muster.dev/gang: "true" (with podManagementPolicy Parallel)'
+    ) in lines
 
 
 def test_kai_groups_by_top_owner_and_reports_annotations_without_equivalent() -> None:
