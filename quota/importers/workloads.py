@@ -9,7 +9,7 @@ LocalQueue the source's queue maps to, with the priority of its class.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence, Set
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -604,7 +604,7 @@ def queued_import(
     return ImportResult(tuple(manifests), tuple(imported), tuple(unmapped))
 
 
-def owned_by(obj: SourceObject, kinds: set[str]) -> str | None:
+def owned_by(obj: SourceObject, kinds: Set[str]) -> str | None:
     """The name of the owner of one of `kinds`, if the object has one."""
     meta = obj.mapping(obj.doc.get("metadata"), "metadata")
     for ref in obj.items(meta.get("ownerReferences"), "metadata.ownerReferences"):
