@@ -96,6 +96,14 @@ def owner_groups(obj: SourceObject, unmapped: list[Unmapped]) -> list[OwnerGroup
         ]
         if not main.count:
             groups = []
+    elif obj.kind == "RayJob" and not spec.get("rayClusterSpec"):
+        skipped(
+            obj,
+            "spec.clusterSelector",
+            "runs on an existing RayCluster, queued (and imported) with that cluster: left out",
+            unmapped,
+        )
+        return []
     else:
         groups = [_ray(obj, stem)]
     if not groups:
@@ -107,15 +115,7 @@ def _ray(obj: SourceObject, stem: str) -> OwnerGroup:
     """A RayCluster's head and worker groups (a RayJob's `spec.rayClusterSpec`), one pod set
     each: `replicas` of a worker group (its `minReplicas` the pod set's minimum)."""
     root = "spec.rayClusterSpec" if obj.kind == "RayJob" else "spec"
-    cluster = (
-        obj.mapping(obj.spec().get("rayClusterSpec"), root) if obj.kind == "RayJob" else obj.spec()
-    )
-    if not cluster:
-        refuse(
-            obj.origin,
-            root,
-            "required field is missing (a RayJob on an existing cluster queues with that cluster)",
-        )
+    cluster = obj.mapping(obj.spec().get("rayClusterSpec"), root) if root != "spec" else obj.spec()
     head = _template(
         obj,
         obj.mapping(cluster.get("headGroupSpec"), f"{root}.headGroupSpec").get("template"),

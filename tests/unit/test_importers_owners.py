@@ -280,12 +280,21 @@ def test_kai_groups_by_top_owner_and_reports_annotations_without_equivalent() ->
     assert any("kai.scheduler/segment-size]" in x for x in lines)
 
 
-def test_kai_owner_without_a_queue_is_left_out() -> None:
-    result = run("kai", KAI_QUEUES + serving("Deployment", 1, where="nowhere"))
+def test_kai_owner_without_a_queue_and_a_rayjob_on_an_existing_cluster_are_left_out() -> None:
+    on_cluster = """
+---
+apiVersion: ray.io/v1
+kind: RayJob
+metadata: {name: j, namespace: ns, labels: {kai.scheduler/queue: inference}}
+spec: {clusterSelector: {ray.io/cluster: shared}}
+"""
+    result = run("kai", KAI_QUEUES + serving("Deployment", 1, where="nowhere") + on_cluster)
     assert not result.workloads
     assert reported(result) == [
         "Deployment ns/web: metadata.labels[kai.scheduler/queue]: the Deployment names no KAI "
-        "queue: left out"
+        "queue: left out",
+        "RayJob ns/j: spec.clusterSelector: runs on an existing RayCluster, queued (and "
+        "imported) with that cluster: left out",
     ]
 
 
