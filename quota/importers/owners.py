@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from quota.api.names import DISRUPTION_MODE_ANNOTATION
 from quota.importers.reader import SourceObject
 from quota.importers.report import Unmapped, refuse
 from quota.importers.workloads import PodSetSource, skipped
@@ -79,6 +80,15 @@ def owner_groups(obj: SourceObject, unmapped: list[Unmapped]) -> list[OwnerGroup
             if lwt.get("leaderTemplate")
             else workers
         )
+        mode = obj.meta_strings("annotations").get(DISRUPTION_MODE_ANNOTATION, "")
+        if mode.lower() == "single":
+            skipped(
+                obj,
+                f"metadata.annotations[{DISRUPTION_MODE_ANNOTATION}]",
+                "imported with its groups whole (disruption mode all): Muster's controller "
+                "reads the annotation off the LeaderWorkerSet itself once it is applied",
+                unmapped,
+            )
         specs = {LEADER: leader}
         sets = tuple(
             PodSetSource(s.name, s.count, *specs.get(s.name, workers))

@@ -264,7 +264,7 @@ def test_kai_groups_by_top_owner_and_reports_annotations_without_equivalent() ->
     annotated = lws(2, replicas=1, labels="kai.scheduler/queue: inference").replace(
         "  labels:",
         "  annotations: {kai.scheduler/preemptibility: preemptible, "
-        "kai.scheduler/segment-size: '2'}\n  labels:",
+        "kai.scheduler/segment-size: '2', muster.dev/disruption-mode: single}\n  labels:",
     )
     result = run("kai", KAI_QUEUES + annotated + serving("StatefulSet", 3, where="object"))
     work = workloads(result)
@@ -278,6 +278,7 @@ def test_kai_groups_by_top_owner_and_reports_annotations_without_equivalent() ->
     lines = reported(result)
     assert any("kai.scheduler/preemptibility]: Muster ties preemptibility" in x for x in lines)
     assert any("kai.scheduler/segment-size]" in x for x in lines)
+    assert any("muster.dev/disruption-mode]: imported with its groups whole" in x for x in lines)
 
 
 def test_kai_owner_without_a_queue_and_a_rayjob_on_an_existing_cluster_are_left_out() -> None:
