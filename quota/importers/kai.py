@@ -22,6 +22,7 @@ from quota.importers.build import (
     QueueDraft,
     cluster_queues,
 )
+from quota.importers.owners import OWNER_KINDS, owner_groups
 from quota.importers.reader import SourceObject
 from quota.importers.report import ImportResult, Unmapped, refuse
 from quota.importers.topologies import level_topologies
@@ -47,6 +48,18 @@ JOB_ANNOTATIONS = {
     "preferredTopologyLevel": "kai.scheduler/topology-preferred-placement",
 }
 UNLIMITED = -1
+# The podgrouper's annotations on a top owner that Muster has no equivalent for, and why.
+OWNER_ANNOTATIONS = {
+    "kai.scheduler/preemptibility": "Muster ties preemptibility to priority (a queue's "
+    "preemptibleBelowPriority, 100 here): set the PriorityClass instead",
+    "kai.scheduler/segment-size": "Muster places a LeaderWorkerSet group by one request; "
+    "segments of it are not placed apart",
+    "kai.scheduler/segment-topology-required-placement": "Muster places a group by one "
+    "request; segments of it are not placed apart",
+    "kai.scheduler/segment-topology-preferred-placement": "Muster places a group by one "
+    "request; segments of it are not placed apart",
+    "kai.scheduler/node-pool": "Muster has no node pools: a flavor's nodeLabels choose nodes",
+}
 # KAI's resources, the Muster resource each is, and one KAI unit in Muster's base units.
 RESOURCES = (
     ("gpu", "nvidia.com/gpu", Fraction(1)),
@@ -264,12 +277,57 @@ def _queue_label(obj: SourceObject) -> tuple[str, str]:
     return "", ""
 
 
+def _owner_work(
+    objects: Sequence[SourceObject], placement: _Placement, unmapped: list[Unmapped]
+) -> list[QueuedWork]:
+    """KAI's podgrouper groups pods by their top owner: a LeaderWorkerSet's replica groups,
+    a Deployment's or StatefulSet's replicas, a Ray cluster's head and workers — each the
+    Workloads Muster's controller makes of it, on the queue its label (on the object or its
+    pod template) names, placed by the topology annotations on the object."""
+    work: list[QueuedWork] = []
+    for obj in objects:
+        queue, path = _queue_label(obj)
+        if not queue:
+            template = obj.mapping(obj.spec().get("template"), "spec.template")
+            meta = obj.mapping(template.get("metadata"), "spec.template.metadata")
+            labels = obj.strings(meta.get("labels"), "spec.template.metadata.labels")
+            key = next((k for k in QUEUE_LABELS if labels.get(k)), "")
+            queue, path = labels.get(key, ""), f"spec.template.metadata.labels[{key}]"
+        if not queue:
+            skipped(
+                obj,
+                "metadata.labels[kai.scheduler/queue]",
+                f"the {obj.kind} names no KAI queue: left out",
+                unmapped,
+            )
+            continue
+        for key, reason in OWNER_ANNOTATIONS.items():
+            if key in obj.meta_strings("annotations"):
+                skipped(obj, f"metadata.annotations[{key}]", reason, unmapped)
+        topology = placement.of_job(obj)
+        for group in owner_groups(obj, unmapped):
+            work.append(
+                QueuedWork(
+                    obj,
+                    queue,
+                    path,
+                    pod_sets=group.pod_sets,
+                    class_name=group.class_name,
+                    topology=topology,
+                    name=group.name,
+                )
+            )
+    return work
+
+
 def import_kai(objects: Sequence[SourceObject]) -> ImportResult:
     """Muster manifests for KAI Queues, and the Jobs, PodGroups and pods queued in them."""
     unmapped: list[Unmapped] = []
     state = ClusterState()
     found = GroupedWork(GROUP)
-    by_kind = source_objects(objects, state, found, "kai", "KAI", [QUEUE, TOPOLOGY], unmapped)
+    by_kind = source_objects(
+        objects, state, found, "kai", "KAI", [QUEUE, TOPOLOGY, *OWNER_KINDS], unmapped
+    )
     drafts = {obj.name: _queue(obj, unmapped) for obj in by_kind[QUEUE]}
     topology_objects = by_kind[TOPOLOGY]
     queues = cluster_queues(drafts, unmapped)
@@ -295,6 +353,8 @@ def import_kai(objects: Sequence[SourceObject]) -> ImportResult:
             )
             continue
         work.append(QueuedWork(obj, queue, path, job=True, topology=placement.of_job(obj)))
+    for kind in OWNER_KINDS:
+        work += _owner_work(by_kind[kind], placement, unmapped)
     work += pod_work(
         found.pods,
         found.groups,
@@ -304,5 +364,6 @@ def import_kai(objects: Sequence[SourceObject]) -> ImportResult:
         ("metadata.labels[kai.scheduler/queue]", "the pod names no KAI queue: left out"),
         unmapped,
         placement.of_group,
+        by_owner=True,
     )
     return queued_import(drafts, queues, work, state, unmapped, topologies)

@@ -10,12 +10,13 @@ field by field, is in docs/import.md.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from fractions import Fraction
 from typing import Any
 
 from quota.api.meta import INT32_MAX, INT32_MIN
+from quota.api.names import GANG_ANNOTATION
 from quota.api.quantity import QuantityError, format_quantity, parse_quantity
 from quota.importers.build import (
     ClusterState,
@@ -27,14 +28,17 @@ from quota.importers.build import (
     priority_class,
     priority_value,
 )
+from quota.importers.owners import is_owner, owner_groups
 from quota.importers.reader import SourceObject
 from quota.importers.report import ImportedWorkload, ImportResult, Unmapped, refuse
 from quota.importers.topologies import level_topologies
 from quota.importers.workloads import (
+    POD_OWNER_KINDS,
     PodSetSource,
     batch_job,
     finished,
     owned_by,
+    owner_stem,
     pod_group_sets,
     prefixed_topology,
     refuse_other_source,
@@ -49,6 +53,24 @@ ANNOTATION_PREFIX = "kueue.x-k8s.io/"
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 PRIORITY_LABEL = "kueue.x-k8s.io/priority-class"
 POD_GROUP_LABEL = "kueue.x-k8s.io/pod-group-name"
+POD_GROUP_COUNT_ANNOTATION = "kueue.x-k8s.io/pod-group-total-count"
+ELASTIC_ANNOTATION = "kueue.x-k8s.io/elastic-job"
+CONFIG_GROUP = "config.kueue.x-k8s.io"
+OWNERS = "owners"  # by_kind's key for the kinds `quota.importers.owners` reads
+# Kueue's integrations.frameworks names of the kinds Muster queues itself.
+MUSTER_FRAMEWORKS = frozenset(
+    (
+        "batch/job",
+        "jobset.x-k8s.io/jobset",
+        "trainer.kubeflow.org/trainjob",
+        "leaderworkerset.x-k8s.io/leaderworkerset",
+        "deployment",
+        "statefulset",
+        "pod",
+        "ray.io/raycluster",
+        "ray.io/rayjob",
+    )
+)
 WPC_SOURCE = "kueue.x-k8s.io/workloadpriorityclass"
 _UNMAPPED_KINDS = {
     "AdmissionCheck": "Muster has no admission checks (provisioning requests, MultiKueue)",
@@ -571,19 +593,25 @@ def _work(
         out.append(
             batch_job(obj, queue, priority, state, unmapped, annotation_prefix=ANNOTATION_PREFIX)
         )
+    for obj in by_kind.pop(OWNERS, []):
+        out += _owner_work(obj, queued, wpc, state, unmapped)
     groups: dict[tuple[str, str], list[SourceObject]] = {}
+    totals: dict[tuple[str, str], int] = {}
     for obj in by_kind.pop("Pod", []):
         labels = obj.meta_strings("labels")
         queue = labels.get(QUEUE_LABEL, "")
-        if finished(obj) or owned_by(obj, {"Job"}) or not queue:
-            continue  # done, counted through its Job, or not Kueue's
+        if finished(obj) or owned_by(obj, POD_OWNER_KINDS) or not queue:
+            continue  # done, counted through its owner, or not Kueue's
         if not queued(obj, queue, label_path):
             continue
         group = labels.get(POD_GROUP_LABEL)
         if group:
             groups.setdefault((obj.namespace, group), []).append(obj)
+            totals[(obj.namespace, group)] = _total(obj, totals.get((obj.namespace, group)))
             continue
-        groups[(obj.namespace, obj.name)] = [obj]
+        # Pods of an owner no integration knows are one Workload, as Muster's controller
+        # groups them (Kueue makes one per pod).
+        groups.setdefault((obj.namespace, owner_stem(obj) or obj.name), []).append(obj)
     for (_, name), pods in groups.items():
         first = pods[0]
         queue = first.meta_strings("labels")[QUEUE_LABEL]
@@ -608,8 +636,139 @@ def _work(
             )
             for ps in pod_group_sets(pods)
         ]
+        total = totals.get((first.namespace, name))
+        if total is not None and total != len(pods):
+            skipped(
+                first,
+                f"metadata.annotations[{POD_GROUP_COUNT_ANNOTATION}]",
+                f"{total} pods in the group, {len(pods)} in the files: imported as the "
+                f"{len(pods)} there are (Kueue admits the group once all {total} exist)",
+                unmapped,
+            )
         out.append(workload(first, name=name, local_queue=queue, priority=resolved, pod_sets=sets))
     return out
+
+
+def _total(pod: SourceObject, agreed: int | None) -> int:
+    """A pod group's `kueue.x-k8s.io/pod-group-total-count`: a positive whole number, the
+    same on every pod of the group (`agreed`, once one pod gave it)."""
+    path = f"metadata.annotations[{POD_GROUP_COUNT_ANNOTATION}]"
+    raw = pod.meta_strings("annotations").get(POD_GROUP_COUNT_ANNOTATION)
+    if raw is None:
+        refuse(pod.origin, path, "required on a pod of a pod group (Kueue refuses it without)")
+    if not raw.isdecimal() or int(raw) < 1:
+        refuse(pod.origin, path, f"{raw!r}: must be a positive whole number")
+    if agreed is not None and int(raw) != agreed:
+        refuse(pod.origin, path, f"{raw}: another pod of its group says {agreed}")
+    return int(raw)
+
+
+def _owner_work(
+    obj: SourceObject,
+    queued: Callable[[SourceObject, str, str], bool],
+    wpc: dict[str, int],
+    state: ClusterState,
+    unmapped: list[Unmapped],
+) -> list[ImportedWorkload]:
+    """A LeaderWorkerSet, Deployment, StatefulSet or Ray object queued by Kueue's label (on
+    the object, or a Deployment's or StatefulSet's pod template) as the controller's
+    Workloads; not queued: reported."""
+    queue, path = obj.meta_strings("labels").get(QUEUE_LABEL, ""), f"metadata.labels[{QUEUE_LABEL}]"
+    if not queue:
+        template = obj.mapping(obj.spec().get("template"), "spec.template")
+        meta = obj.mapping(template.get("metadata"), "spec.template.metadata")
+        labels = obj.strings(meta.get("labels"), "spec.template.metadata.labels")
+        queue, path = labels.get(QUEUE_LABEL, ""), f"spec.template.metadata.labels[{QUEUE_LABEL}]"
+    if not queue:
+        skipped(
+            obj,
+            f"metadata.labels[{QUEUE_LABEL}]",
+            f"the {obj.kind} names no Kueue queue: left out",
+            unmapped,
+        )
+        return []
+    if not queued(obj, queue, path):
+        return []
+    wanted = obj.meta_strings("labels").get(PRIORITY_LABEL)
+    if wanted and wanted not in wpc:
+        refuse(
+            obj.origin,
+            f"metadata.labels[{PRIORITY_LABEL}]",
+            f"WorkloadPriorityClass {wanted!r} is not in the files",
+        )
+    annotations = obj.meta_strings("annotations")
+    if (
+        obj.kind == "StatefulSet"
+        and annotations.get(ELASTIC_ANNOTATION) != "true"
+        and annotations.get(GANG_ANNOTATION) != "true"
+    ):
+        skipped(
+            obj,
+            f"metadata.annotations[{ELASTIC_ANNOTATION}]",
+            "unset: Kueue admits the replicas together; Muster admits a StatefulSet's replicas "
+            f'one by one unless annotated {GANG_ANNOTATION}: "true" (with podManagementPolicy '
+            "Parallel)",
+            unmapped,
+        )
+    out = []
+    for group in owner_groups(obj, unmapped):
+        priority = (
+            (wanted, wpc[wanted])
+            if wanted
+            else resolve_priority(
+                obj, group.class_name, "spec.template.spec.priorityClassName", state
+            )
+        )
+        out.append(
+            workload(
+                obj, name=group.name, local_queue=queue, priority=priority, pod_sets=group.pod_sets
+            )
+        )
+    return out
+
+
+def _configuration(obj: SourceObject, unmapped: list[Unmapped]) -> None:
+    """Kueue's Configuration: an import writes queues, not a controller's settings, so each
+    one is reported with the Muster setting that does its work."""
+    manage = obj.doc.get("manageJobsWithoutQueueName")
+    selector = obj.mapping(
+        obj.doc.get("managedJobsNamespaceSelector"), "managedJobsNamespaceSelector"
+    )
+    if manage:
+        skipped(
+            obj,
+            "manageJobsWithoutQueueName",
+            "set Muster's managedNamespaceSelector (chart value, docs/tenancy.md) to "
+            + ("managedJobsNamespaceSelector" if selector else "the namespaces Kueue manages")
+            + ": unlabelled work there is queued in the namespace's LocalQueue default",
+            unmapped,
+        )
+    elif selector:
+        skipped(
+            obj,
+            "managedJobsNamespaceSelector",
+            "without manageJobsWithoutQueueName it only narrows where Kueue's pod "
+            "integrations act; Muster queues labelled pods in every namespace",
+            unmapped,
+        )
+    integrations = obj.mapping(obj.doc.get("integrations"), "integrations")
+    for i, name in enumerate(obj.items(integrations.get("frameworks"), "integrations.frameworks")):
+        if name not in MUSTER_FRAMEWORKS:
+            skipped(
+                obj,
+                f"integrations.frameworks[{i}]",
+                f"{name}: Muster does not queue this kind (only its pods, by their queue label)",
+                unmapped,
+            )
+    options = obj.mapping(integrations.get("podOptions"), "integrations.podOptions")
+    if options:
+        skipped(
+            obj,
+            "integrations.podOptions",
+            "deprecated in Kueue (managedJobsNamespaceSelector replaces it); Muster queues "
+            "the pods that carry its queue label, whatever their namespace",
+            unmapped,
+        )
 
 
 def import_kueue(objects: Sequence[SourceObject]) -> ImportResult:
@@ -622,7 +781,11 @@ def import_kueue(objects: Sequence[SourceObject]) -> ImportResult:
     for obj in objects:
         if state.take(obj):
             continue
-        if obj.group == GROUP or (obj.api_version, obj.kind) in (
+        if obj.group == CONFIG_GROUP and obj.kind == "Configuration":
+            _configuration(obj, unmapped)
+        elif is_owner(obj):
+            by_kind.setdefault(OWNERS, []).append(obj)
+        elif obj.group == GROUP or (obj.api_version, obj.kind) in (
             ("batch/v1", "Job"),
             ("v1", "Pod"),
         ):

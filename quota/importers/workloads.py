@@ -9,7 +9,7 @@ LocalQueue the source's queue maps to, with the priority of its class.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence, Set
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -46,6 +46,9 @@ from quota.model.nodeconvert import pod_shape_from_spec
 from quota.simulation.scenario import RUN_FOR_ANNOTATION, SUBMIT_AT_ANNOTATION
 
 MUSTER_PREFIX = "muster.dev/"  # of Muster's own pod-template annotations
+# The kinds of pod owners whose pods are counted through their owner (an import reads the
+# owner object: `quota.importers.owners`), not one by one.
+POD_OWNER_KINDS = frozenset({"Job", "ReplicaSet", "StatefulSet", "LeaderWorkerSet", "RayCluster"})
 TOPOLOGY_ANNOTATIONS = frozenset(
     (
         REQUIRED_TOPOLOGY_ANNOTATION,
@@ -335,6 +338,7 @@ class QueuedWork:
     pod_sets: Sequence[PodSetSource] = ()
     class_name: str = ""
     topology: Mapping[str, Any] | None = None  # for every pod set, when the source asks
+    name: str = ""  # of the Workload, when not the object's (a LeaderWorkerSet's groups)
 
 
 def pod_group_work(
@@ -478,17 +482,23 @@ def pod_work(
     no_queue: tuple[str, str],
     unmapped: list[Unmapped],
     topology_of_group: Callable[[SourceObject], Mapping[str, Any] | None],
+    *,
+    by_owner: bool = False,
 ) -> list[QueuedWork]:
     """The pods that are neither done nor run by a Job: each alone, on the queue
     `queue_of_pod` names (queue, field naming it), then each PodGroup (`groups`, which
     `group_annotation` on a pod names) with its pods, asking for the topology
     `topology_of_group` reads off the group. A pod that names neither is left out with
-    `no_queue` (field, reason)."""
+    `no_queue` (field, reason). `by_owner`: the pods of the kinds the import reads
+    (POD_OWNER_KINDS) are counted through them, and those of any other owner grouped by it,
+    as Muster's controller groups them."""
     work: list[QueuedWork] = []
     members: dict[tuple[str, str], list[SourceObject]] = {}
+    # By (namespace, owner stem, pod name): a pod without an owner is a group of its own.
+    owned: dict[tuple[str, str, str], list[SourceObject]] = {}
     for obj in pods:
-        if finished(obj) or owned_by(obj, {"Job"}):
-            continue  # done, or counted through its Job
+        if finished(obj) or owned_by(obj, POD_OWNER_KINDS if by_owner else {"Job"}):
+            continue  # done, or counted through its owner
         group = obj.meta_strings("annotations").get(group_annotation)
         if group:
             members.setdefault((obj.namespace, group), []).append(obj)
@@ -497,14 +507,21 @@ def pod_work(
         if not queue:
             skipped(obj, *no_queue, unmapped)
             continue
-        spec = obj.spec()
+        owner = owner_stem(obj) if by_owner else ""
+        owned.setdefault((obj.namespace, owner, "" if owner else obj.name), []).append(obj)
+    for (_, owner, _), held in owned.items():
+        first = held[0]
+        queue, path = queue_of_pod(first)
         work.append(
             QueuedWork(
-                obj,
+                first,
                 queue,
                 path,
-                pod_sets=[PodSetSource("main", 1, spec, "spec")],
-                class_name=obj.text(spec.get("priorityClassName"), "spec.priorityClassName"),
+                pod_sets=pod_group_sets(held),
+                class_name=first.text(
+                    first.spec().get("priorityClassName"), "spec.priorityClassName"
+                ),
+                name=owner,
             )
         )
     return work + pod_group_work(
@@ -554,7 +571,7 @@ def queue_work(
         out.append(
             workload(
                 item.obj,
-                name=item.obj.name,
+                name=item.name or item.obj.name,
                 local_queue=item.queue,
                 priority=priority,
                 pod_sets=[replace(ps, topology=asked) for ps in item.pod_sets]
@@ -587,13 +604,26 @@ def queued_import(
     return ImportResult(tuple(manifests), tuple(imported), tuple(unmapped))
 
 
-def owned_by(obj: SourceObject, kinds: set[str]) -> str | None:
+def owned_by(obj: SourceObject, kinds: Set[str]) -> str | None:
     """The name of the owner of one of `kinds`, if the object has one."""
     meta = obj.mapping(obj.doc.get("metadata"), "metadata")
     for ref in obj.items(meta.get("ownerReferences"), "metadata.ownerReferences"):
         if isinstance(ref, Mapping) and ref.get("kind") in kinds:
             return str(ref.get("name"))
     return None
+
+
+def owner_stem(obj: SourceObject) -> str:
+    """`KIND-NAME` of a pod's controlling owner (the name Muster's controller gives the
+    Workload of that owner's pods), "" when it has none."""
+    meta = obj.mapping(obj.doc.get("metadata"), "metadata")
+    for i, ref in enumerate(obj.items(meta.get("ownerReferences"), "metadata.ownerReferences")):
+        ref = obj.mapping(ref, f"metadata.ownerReferences[{i}]")
+        if ref.get("controller") is True:
+            kind = obj.text(ref.get("kind"), f"metadata.ownerReferences[{i}].kind", required=True)
+            name = obj.text(ref.get("name"), f"metadata.ownerReferences[{i}].name", required=True)
+            return f"{kind.lower()}-{name}"
+    return ""
 
 
 def finished(obj: SourceObject) -> bool:

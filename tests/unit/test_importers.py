@@ -221,6 +221,7 @@ def test_kueue_v1beta2_priority_class_ref_and_queued_pod_groups() -> None:
                     "kueue.x-k8s.io/queue-name": "lq",
                     "kueue.x-k8s.io/pod-group-name": "group",
                 },
+                "annotations": {"kueue.x-k8s.io/pod-group-total-count": "3"},
             },
             "spec": {
                 "containers": [{"name": "c", "resources": {"requests": {"nvidia.com/gpu": gpus}}}]

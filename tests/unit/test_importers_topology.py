@@ -202,6 +202,7 @@ metadata:
     kueue.x-k8s.io/queue-name: tas-user-queue
     kueue.x-k8s.io/pod-group-name: g
   annotations:
+    kueue.x-k8s.io/pod-group-total-count: "1"
     kueue.x-k8s.io/podset-preferred-topology: {RACK}
     kueue.x-k8s.io/podset-group-name: leaders
 spec:
