@@ -42,6 +42,7 @@ from controllers.runtime.resources import Kind, Obj
 from quota.api import ManifestError
 from quota.api.conditions import WorkloadConditions as WC
 from quota.api.names import OWNER_UID_POD_LABEL, POD_SET_POD_LABEL
+from quota.model.serving import RAY_MAX_REPLICAS, ray_worker_pods
 
 GROUP = "ray.io"
 API_VERSION = f"{GROUP}/v1"
@@ -60,7 +61,6 @@ SUBMITTER_RESOURCES = {
     "requests": {"cpu": "500m", "memory": "200Mi"},
 }
 # KubeRay's defaults for a worker group's bounds (CRD defaults).
-MAX_REPLICAS = 2147483647
 # The status conditions KubeRay sets on a RayCluster once suspension deleted its pods.
 SUSPENDED_CONDITION = "RayClusterSuspended"
 FINISHED_DEPLOYMENT = {"Complete": WC.SUCCEEDED, "Failed": WC.FAILED}
@@ -103,17 +103,15 @@ class Group:
 
 
 def worker_pods(obj: Mapping[str, Any], group: Mapping[str, Any], field: str) -> int:
-    """Pods KubeRay runs for a worker group (`GetWorkerGroupDesiredReplicas`): replicas, at
-    least minReplicas and at most maxReplicas (maxReplicas if they cross), times numOfHosts;
-    none while the group is suspended."""
-    replicas = _whole(obj, group.get("replicas"), f"{field}.replicas", 0)
-    low = _whole(obj, group.get("minReplicas"), f"{field}.minReplicas", 0)
-    high = _whole(obj, group.get("maxReplicas"), f"{field}.maxReplicas", MAX_REPLICAS)
-    hosts = _whole(obj, group.get("numOfHosts"), f"{field}.numOfHosts", 1, least=1)
-    if group.get("suspend"):
-        return 0
-    replicas = high if low > high else min(max(replicas, low), high)
-    return replicas * hosts
+    """Pods KubeRay runs for a worker group (`quota.model.serving.ray_worker_pods`), its
+    fields checked."""
+    return ray_worker_pods(
+        _whole(obj, group.get("replicas"), f"{field}.replicas", 0),
+        _whole(obj, group.get("minReplicas"), f"{field}.minReplicas", 0),
+        _whole(obj, group.get("maxReplicas"), f"{field}.maxReplicas", RAY_MAX_REPLICAS),
+        _whole(obj, group.get("numOfHosts"), f"{field}.numOfHosts", 1, least=1),
+        bool(group.get("suspend")),
+    )
 
 
 def groups_of(obj: Mapping[str, Any], cluster: Obj, where: str) -> list[Group]:

@@ -17,7 +17,14 @@ from quota.api.names import DISRUPTION_MODE_ANNOTATION
 from quota.importers.reader import SourceObject
 from quota.importers.report import Unmapped, refuse
 from quota.importers.workloads import PodSetSource, skipped
-from quota.model.serving import LEADER, MAIN, lws_group, replicas_group
+from quota.model.serving import (
+    LEADER,
+    MAIN,
+    RAY_MAX_REPLICAS,
+    lws_group,
+    ray_worker_pods,
+    replicas_group,
+)
 
 LWS = ("leaderworkerset.x-k8s.io", "LeaderWorkerSet")
 DEPLOYMENT = ("apps", "Deployment")
@@ -123,7 +130,7 @@ def owner_groups(obj: SourceObject, unmapped: list[Unmapped]) -> list[OwnerGroup
 
 def _ray(obj: SourceObject, stem: str) -> OwnerGroup:
     """A RayCluster's head and worker groups (a RayJob's `spec.rayClusterSpec`), one pod set
-    each: `replicas` of a worker group (its `minReplicas` the pod set's minimum)."""
+    each, sized as KubeRay sizes it (`quota.model.serving.ray_worker_pods`)."""
     root = "spec.rayClusterSpec" if obj.kind == "RayJob" else "spec"
     cluster = obj.mapping(obj.spec().get("rayClusterSpec"), root) if root != "spec" else obj.spec()
     head = _template(
@@ -137,12 +144,17 @@ def _ray(obj: SourceObject, stem: str) -> OwnerGroup:
         path = f"{root}.workerGroupSpecs[{i}]"
         group = obj.mapping(raw, path)
         name = obj.text(group.get("groupName"), f"{path}.groupName", required=True)
-        replicas = obj.integer(group.get("replicas", 1), f"{path}.replicas", low=0) or 0
-        low = obj.integer(group.get("minReplicas"), f"{path}.minReplicas", low=0)
-        hosts = obj.integer(group.get("numOfHosts", 1), f"{path}.numOfHosts", low=1) or 1
+        high = obj.integer(group.get("maxReplicas"), f"{path}.maxReplicas", low=0)
+        count = ray_worker_pods(
+            obj.integer(group.get("replicas"), f"{path}.replicas", low=0) or 0,
+            obj.integer(group.get("minReplicas"), f"{path}.minReplicas", low=0) or 0,
+            RAY_MAX_REPLICAS if high is None else high,
+            obj.integer(group.get("numOfHosts", 1), f"{path}.numOfHosts", low=1) or 1,
+            bool(group.get("suspend")),
+        )
         pods = _template(obj, group.get("template"), f"{path}.template")
         specs.append(pods)
-        if replicas:
-            minimum = None if low is None else low * hosts
-            sets.append(PodSetSource(name, replicas * hosts, *pods, min_count=minimum))
+        if count:
+            # As the controller admits a Ray cluster: every pod set whole, one gang.
+            sets.append(PodSetSource(name, count, *pods))
     return OwnerGroup(stem, tuple(sets), _class_of(obj, specs))

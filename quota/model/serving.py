@@ -43,3 +43,23 @@ def replicas_group(replicas: int) -> tuple[GroupPodSet, ...]:
     if replicas < 0:
         raise ValueError(f"replicas must not be negative (got {replicas})")
     return (GroupPodSet(MAIN, replicas, replicas),)
+
+
+# KubeRay's bound on a worker group's replicas when it sets no maxReplicas.
+RAY_MAX_REPLICAS = 2147483647
+
+
+def ray_worker_pods(
+    replicas: int, min_replicas: int, max_replicas: int, hosts: int, suspended: bool
+) -> int:
+    """Pods KubeRay runs for a worker group (its `GetWorkerGroupDesiredReplicas`): replicas,
+    at least minReplicas and at most maxReplicas (maxReplicas if they cross), times
+    numOfHosts; none while the group is suspended."""
+    if suspended:
+        return 0
+    bounded = (
+        max_replicas
+        if min_replicas > max_replicas
+        else min(max(replicas, min_replicas), max_replicas)
+    )
+    return bounded * hosts

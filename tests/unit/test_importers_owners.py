@@ -164,10 +164,11 @@ spec:
     # The Deployment's queue label is on its pod template, as Kueue reads it.
     assert sets(work["deployment-web"]) == [("main", 2, {"cpu": "500m"})]
     assert work["deployment-web"]["queueName"] == "lq"
-    # A RayJob's cluster: head plus replicas x hosts workers, at least minReplicas x hosts.
+    # A RayJob's cluster: head plus replicas x hosts workers, sized as KubeRay sizes them and
+    # admitted whole, as the controller admits it (no minCount).
     tune = work["rayjob-tune"]
     assert sets(tune) == [("head", 1, {"cpu": "1"}), ("gpu", 6, {"cpu": "1"})]
-    assert tune["podSets"][1]["minCount"] == 2
+    assert "minCount" not in tune["podSets"][1]
     assert (tune["priority"], tune["priorityClassName"]) == (500, "serving")
 
 
