@@ -111,15 +111,7 @@ class Reconciler:
         self, wl: Obj, mutate: apply.Mutation, *, status: bool = False
     ) -> Obj | None:
         """Change a Workload from the version read (its status with `status`)."""
-        return apply.update(
-            self.ctx.kube,
-            WORKLOAD,
-            object_key(wl),
-            mutate,
-            cache=self.ctx.caches.workloads,
-            current=wl,
-            status=status,
-        )
+        return self.ctx.update_workload(wl, mutate, status=status)
 
     def _flavor_objects(self, wl: Obj) -> list[Obj]:
         names = sorted({f for m in wls.assigned_flavors(wl).values() for f in m.values()})

@@ -136,9 +136,7 @@ class Manager:
             )
         # Pods queued by their owner (LeaderWorkerSets, Deployments, StatefulSets, any other
         # owner): gated by Muster's pod admission whether or not its scheduler places them.
-        self.owner_groups = OwnerGroups(
-            self.ctx, self.kube, options.scheduler_name, self.is_leader, self.stop_event
-        )
+        self.owner_groups = OwnerGroups(self.ctx, self.kube, self.is_leader, self.stop_event)
         # The workload kinds (Jobs; JobSet, TrainJob only where their CRDs are served).
         self.integrations = Integrations(
             self.ctx, self.kube, self.is_leader, self.stop_event, self.managed

@@ -103,7 +103,6 @@ class OwnerGroups:
         self,
         ctx: Context,
         read_kube: Kube,
-        scheduler_name: str,
         is_leader: Callable[[], bool],
         stop: threading.Event,
         *,
@@ -111,7 +110,6 @@ class OwnerGroups:
     ) -> None:
         self.ctx = ctx
         self.read_kube = read_kube
-        self.scheduler_name = scheduler_name
         self.watch_timeout = watch_timeout
         self.owners: dict[str, Informer] = {}
         self.queue: WorkQueue[str] = WorkQueue("owner-groups")
@@ -323,15 +321,7 @@ class OwnerGroups:
     def update_workload(
         self, wl: Obj, mutate: apply.Mutation, *, status: bool = False
     ) -> Obj | None:
-        return apply.update(
-            self.ctx.kube,
-            WORKLOAD,
-            object_key(wl),
-            mutate,
-            cache=self.ctx.caches.workloads,
-            current=wl,
-            status=status,
-        )
+        return self.ctx.update_workload(wl, mutate, status=status)
 
     def _create(
         self, group: OwnerGroup, owner: Obj | None, pods: list[Obj], spec: Obj, serial: int

@@ -303,6 +303,21 @@ class Context:
     # Called when something the admission loop decides from has changed.
     poke_admission: Callable[[], None] = field(default=lambda: None)
 
+    def update_workload(
+        self, wl: Obj, mutate: apply.Mutation, *, status: bool = False
+    ) -> Obj | None:
+        """Change a Workload from the version read (its status with `status`), written
+        through to the cache."""
+        return apply.update(
+            self.kube,
+            WORKLOAD,
+            object_key(wl),
+            mutate,
+            cache=self.caches.workloads,
+            current=wl,
+            status=status,
+        )
+
     def release_workload(self, wl: Obj, what: str) -> None:
         """Take the resource-in-use finalizer off a leaving Workload whose pods are gone: it is
         deleted at once, and its quota with it.

@@ -396,3 +396,33 @@ def events_for(cluster: ClusterHandle, namespace: str, kind: str, name: str) -> 
 
 def cq_status(cluster: ClusterHandle, name: str) -> dict[str, Any]:
     return get(cluster, "clusterqueues.muster.dev", name).get("status") or {}
+
+
+class LabelledPool:
+    """Nodes with a label of their own (`muster-e2e/pool`, which the flavor selects) and a
+    queue over them: ClusterQueue `cq`, LocalQueue `lq` in `namespace`. Deleted by `delete`."""
+
+    def __init__(self, cluster: ClusterHandle, namespace: str, prefix: str) -> None:
+        self.cluster = cluster
+        self.namespace = namespace
+        self.name = unique(prefix)
+        self.cq = unique("cq")
+        self.nodes: list[str] = []
+
+    def add_nodes(self, count: int, cpu: str = "1") -> None:
+        self.nodes += self.cluster.nodes(
+            count, cpu=cpu, memory="64Gi", gpu=0, labels={"muster-e2e/pool": self.name}
+        )
+
+    def queue(self, cpu: str, lq: str = "lq", **spec: Any) -> None:
+        quota = {"cpu": cpu}
+        apply(
+            self.cluster,
+            flavor(self.name, self.name),
+            cluster_queue(self.cq, [{"name": self.name, "quota": quota, "limit": quota}], **spec),
+            local_queue(lq, self.namespace, self.cq),
+        )
+
+    def delete(self) -> None:
+        if self.nodes:
+            self.cluster.kubectl("delete", "node", *self.nodes, "--wait=false", check=False)

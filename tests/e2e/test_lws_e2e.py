@@ -18,20 +18,18 @@ import pytest
 from tests.conftest import ClusterHandle
 from tests.e2e.controller_harness import (
     Controller,
+    LabelledPool,
     admitted,
     apply,
     crds,  # noqa: F401 - fixture
     create,
-    flavor,
     gated,
     get,
     job,
     live,
-    local_queue,
     priority_class,
     unique,
 )
-from tests.e2e.controller_harness import cluster_queue as cq_manifest
 
 pytestmark = pytest.mark.e2e
 
@@ -59,38 +57,9 @@ def lws_controller(
         ctl.stop()
 
 
-class Pool:
-    """Nodes with a label of their own and a queue over them (`cq`, LocalQueue `lq`)."""
-
-    def __init__(self, cluster: ClusterHandle, namespace: str) -> None:
-        self.cluster = cluster
-        self.namespace = namespace
-        self.name = unique("lws")
-        self.cq = unique("cq")
-        self.nodes: list[str] = []
-
-    def add_nodes(self, count: int, cpu: str = "4") -> None:
-        self.nodes += self.cluster.nodes(
-            count, cpu=cpu, memory="64Gi", gpu=0, labels={"muster-e2e/pool": self.name}
-        )
-
-    def queue(self, cpu: str, **spec: Any) -> None:
-        quota = {"cpu": cpu}
-        apply(
-            self.cluster,
-            flavor(self.name, self.name),
-            cq_manifest(self.cq, [{"name": self.name, "quota": quota, "limit": quota}], **spec),
-            local_queue("lq", self.namespace, self.cq),
-        )
-
-    def delete(self) -> None:
-        if self.nodes:
-            self.cluster.kubectl("delete", "node", *self.nodes, "--wait=false", check=False)
-
-
 @pytest.fixture
-def pool(cluster: ClusterHandle, namespace: str) -> Iterator[Pool]:
-    made = Pool(cluster, namespace)
+def pool(cluster: ClusterHandle, namespace: str) -> Iterator[LabelledPool]:
+    made = LabelledPool(cluster, namespace, "lws")
     try:
         yield made
     finally:
@@ -171,9 +140,9 @@ def whole_groups_bound(pods: list[dict[str, Any]], groups: int, size: int) -> bo
 
 
 def test_groups_are_admitted_whole_and_a_scale_up_waits_gated_then_places_whole_groups(
-    cluster: ClusterHandle, lws_controller: Controller, namespace: str, pool: Pool
+    cluster: ClusterHandle, lws_controller: Controller, namespace: str, pool: LabelledPool
 ) -> None:
-    pool.add_nodes(5)
+    pool.add_nodes(5, cpu="4")
     pool.queue("12")
     apply(cluster, lws("infer", namespace, 3, 4))
     stored = get(cluster, "leaderworkersets.leaderworkerset.x-k8s.io", "infer", "-n", namespace)
@@ -230,11 +199,11 @@ def test_groups_are_admitted_whole_and_a_scale_up_waits_gated_then_places_whole_
 
 
 def test_a_higher_priority_gang_preempts_exactly_one_whole_replica(
-    cluster: ClusterHandle, lws_controller: Controller, namespace: str, pool: Pool
+    cluster: ClusterHandle, lws_controller: Controller, namespace: str, pool: LabelledPool
 ) -> None:
     low, high = unique("low"), unique("high")
     apply(cluster, priority_class(low, 10), priority_class(high, 1000))
-    pool.add_nodes(3)
+    pool.add_nodes(3, cpu="4")
     # Quota never stops anyone: the nodes do, and the gang preempts on them.
     pool.queue("100", preemption={"withinQueue": "LowerPriority", "waitBeforeEvicting": "0s"})
     apply(cluster, lws("serve", namespace, 3, 4, priority_class=low))
@@ -285,7 +254,7 @@ def test_a_higher_priority_gang_preempts_exactly_one_whole_replica(
 
 
 def test_a_set_naming_a_missing_queue_is_told_why_and_nothing_runs(
-    cluster: ClusterHandle, lws_controller: Controller, namespace: str, pool: Pool
+    cluster: ClusterHandle, lws_controller: Controller, namespace: str, pool: LabelledPool
 ) -> None:
     pool.add_nodes(1)
     doc = lws("lost", namespace, 1, 2)

@@ -17,18 +17,16 @@ import pytest
 from tests.conftest import ClusterHandle
 from tests.e2e.controller_harness import (
     Controller,
+    LabelledPool,
     admitted,
     apply,
     controller,  # noqa: F401 - fixture
     crds,  # noqa: F401 - fixture
     events_on,
     finished,
-    flavor,
     gated,
     get,
     live,
-    local_queue,
-    unique,
 )
 from tests.e2e.controller_harness import cluster_queue as cq_manifest
 from tests.e2e.test_plugin_e2e import kubectl_muster
@@ -38,29 +36,8 @@ pytestmark = pytest.mark.e2e
 QUEUE = "muster.dev/queue-name"
 
 
-class Pool:
-    """Nodes with a label of their own, and a queue over them (`cq`, LocalQueue `lq`)."""
-
-    def __init__(self, cluster: ClusterHandle, namespace: str) -> None:
-        self.cluster = cluster
-        self.namespace = namespace
-        self.name = unique("og")
-        self.cq = unique("cq")
-        self.nodes: list[str] = []
-
-    def add_nodes(self, count: int, cpu: str = "1") -> None:
-        self.nodes += self.cluster.nodes(
-            count, cpu=cpu, memory="64Gi", gpu=0, labels={"muster-e2e/pool": self.name}
-        )
-
-    def queue(self, cpu: str) -> None:
-        quota = {"cpu": cpu}
-        apply(
-            self.cluster,
-            flavor(self.name, self.name),
-            cq_manifest(self.cq, [{"name": self.name, "quota": quota, "limit": quota}]),
-            local_queue("lq", self.namespace, self.cq),
-        )
+class Pool(LabelledPool):
+    """A labelled pool whose pods ask for one cpu each."""
 
     def pod_spec(self, cpu: str = "1") -> dict[str, Any]:
         # No nodeSelector of its own: admission writes the flavor's node labels into the pods.
@@ -71,14 +48,10 @@ class Pool:
             ],
         }
 
-    def delete(self) -> None:
-        if self.nodes:
-            self.cluster.kubectl("delete", "node", *self.nodes, "--wait=false", check=False)
-
 
 @pytest.fixture
 def pool(cluster: ClusterHandle, namespace: str) -> Iterator[Pool]:
-    made = Pool(cluster, namespace)
+    made = Pool(cluster, namespace, "og")
     try:
         yield made
     finally:

@@ -21,14 +21,12 @@ import pytest
 from tests.conftest import REPO, ClusterHandle
 from tests.e2e.controller_harness import (
     Controller,
+    LabelledPool,
     apply,
     crds,  # noqa: F401 - fixture
-    flavor,
     get,
     local_queue,
-    unique,
 )
-from tests.e2e.controller_harness import cluster_queue as cq_manifest
 
 pytestmark = pytest.mark.e2e
 
@@ -87,43 +85,16 @@ def group_pod(
     return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec}
 
 
-class Pool:
-    """Nodes with a label of their own and a queue (`cq`, LocalQueue `lq`) over them."""
-
-    def __init__(self, cluster: ClusterHandle, namespace: str) -> None:
-        self.cluster = cluster
-        self.namespace = namespace
-        self.name = unique("pg")
-        self.cq = unique("cq")
-        self.nodes: list[str] = []
-
-    def add_nodes(self, count: int, cpu: str) -> None:
-        self.nodes += self.cluster.nodes(
-            count, cpu=cpu, memory="64Gi", gpu=0, labels={"muster-e2e/pool": self.name}
-        )
-
-    def queue(self, cpu_quota: str, lq: str = "lq") -> None:
-        apply(
-            self.cluster,
-            flavor(self.name, self.name),
-            cq_manifest(
-                self.cq,
-                [{"name": self.name, "quota": {"cpu": cpu_quota}, "limit": {"cpu": cpu_quota}}],
-            ),
-            local_queue(lq, self.namespace, self.cq),
-        )
+class Pool(LabelledPool):
+    """A labelled pool with a queue; its pods belong to PodGroups."""
 
     def pod(self, name: str, group: dict[str, Any], cpu: str = "1") -> dict[str, Any]:
         return group_pod(name, group, self.namespace, self.name, cpu)
 
-    def delete(self) -> None:
-        if self.nodes:
-            self.cluster.kubectl("delete", "node", *self.nodes, "--wait=false", check=False)
-
 
 @pytest.fixture
 def pool(cluster: ClusterHandle, namespace: str) -> Iterator[Pool]:
-    made = Pool(cluster, namespace)
+    made = Pool(cluster, namespace, "pg")
     try:
         yield made
     finally:
