@@ -35,6 +35,7 @@ from controllers.jobs import slices
 from controllers.jobs.framework import put_flavors
 from controllers.jobs.reconciler import priority_classes
 from controllers.owners.workload import Refused, Shape, group_spec, new_workload, workload_name
+from controllers.podgroups.leaving import settle_leaving
 from controllers.runtime import apply
 from controllers.runtime.informer import Informer
 from controllers.runtime.resources import (
@@ -368,18 +369,10 @@ class OwnerGroups:
                 self.ctx.poke_admission()
 
     def _settle_leaving(self, workloads: list[Obj], pods: list[Obj]) -> float | None:
-        """Let a deleted Workload go once no pod of the group is bound: until then its
-        quota stays counted."""
-        retry = None
+        """Deleted Workloads go once no pod of the group is bound; finished ones lose their
+        finalizer (nothing of them holds room any more)."""
+        retry = settle_leaving(self.ctx, workloads, pods, "owner-group workload")
         for wl in workloads:
-            if not wls.is_deleting(wl) or not wls.holds_finalizer(wl):
-                continue
-            if wls.has_quota(wl) and not wls.is_finished(wl) and any(p.node_of(x) for x in pods):
-                retry = RETRY_SECONDS
-                continue
-            self.ctx.release_workload(wl, "owner-group workload")
-        for wl in workloads:
-            # Finished: nothing of it holds room any more, so its finalizer has no work.
             if wls.is_finished(wl) and wls.holds_finalizer(wl) and not wls.is_deleting(wl):
                 self.update_workload(wl, lambda w: wls.set_finalizer(w, False))
         return retry

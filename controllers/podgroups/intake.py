@@ -41,6 +41,7 @@ from kubernetes.client.exceptions import ApiException
 from controllers.jobs.kinds import named
 from controllers.jobs.reconciler import priority_classes
 from controllers.podgroups.kinds import KINDS, NATIVE, ForeignKind, Told, kind_of
+from controllers.podgroups.leaving import settle_leaving
 from controllers.podgroups.queues import resolve
 from controllers.runtime import apply
 from controllers.runtime.informer import Informer
@@ -365,7 +366,7 @@ class PodGroupIntake:
         caches = self.ctx.caches
         workloads = caches.workloads_of_job(gid)
         pods = caches.live_pods_of_job(gid)
-        retry = self._settle_leaving(pg, workloads, pods)
+        retry = settle_leaving(self.ctx, workloads, pods, "podgroup workload")
         if pg is None or wls.is_deleting(pg):
             return retry
         uid = pg["metadata"]["uid"]
@@ -389,21 +390,6 @@ class PodGroupIntake:
             self._admit(fk, pg, mine)
             return retry
         return self._drive(fk, pg, wl, mine, pods) or retry
-
-    def _settle_leaving(
-        self, pg: Obj | None, workloads: list[Obj], pods: list[Obj]
-    ) -> float | None:
-        """Let a deleted Workload (its PodGroup deleted, garbage collection following) go
-        once no pod of the group is bound: until then its quota stays counted."""
-        retry = None
-        for wl in workloads:
-            if not wls.is_deleting(wl) or not wls.holds_finalizer(wl):
-                continue
-            if wls.has_quota(wl) and any(p.node_of(x) for x in pods):
-                retry = RETRY_SECONDS
-                continue
-            self.ctx.release_workload(wl, "podgroup workload")
-        return retry
 
     def _queued_by_owner(self, pg: Obj) -> bool:
         """Whether the group's owner is an object Muster queues itself (a TrainJob with the
