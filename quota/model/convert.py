@@ -104,6 +104,7 @@ def pod_sets(wl: WorkloadModel) -> tuple[PodSet, ...]:
             count=ps.count,
             per_pod=dict(ps.requests),
             min_count=ps.min_count,
+            protected_count=ps.protected_count,
             node_selector=dict(ps.template.node_selector),
             tolerations=_tolerations(ps.template.tolerations),
             affinity=affinity_terms(
@@ -158,6 +159,7 @@ def workload(
         evicting=evicting,
         checkpointed_at=last_checkpoint(wl.metadata.annotations),
         preemptible=wl.preemptible,
+        disruption_single=wl.spec.disruption_mode == "Single",
     )
 
 
