@@ -58,7 +58,11 @@ def victim_order(candidate: Candidate) -> VictimKey:
     that lose single pods (disruptionMode Single: fewer pods disrupted), then least
     work lost (latest checkpoint, or start without one: KEP-5710's cost of preemption), then
     most recently started, then key."""
-    w = candidate.workload
+    return workload_order(candidate.workload)
+
+
+def workload_order(w: Workload) -> VictimKey:
+    """`victim_order` of an admitted workload."""
     return (
         w.priority,
         w.disrupts_budget,
@@ -75,21 +79,11 @@ def in_victim_order(
     """`workloads` of `queue`, each with its usage, as candidates sorted by `victim_order`,
     and their keys in that order.
 
-    The same as sorting the candidates with `key=victim_order`, but the keys are worked out
-    in one comprehension, kept for the reclaim search's merge, and the candidates made after
-    sorting: a cycle sorts most of the admitted workloads of a full cluster this way.
+    The same as sorting the candidates with `key=victim_order`, but the keys are kept for
+    the reclaim search's merge, and the candidates made after sorting: a cycle sorts most
+    of the admitted workloads of a full cluster this way.
     """
-    keys = [
-        (
-            w.priority,
-            w.disrupts_budget,
-            not w.disruption_single,
-            -saved_at(w),
-            -started_at(w),
-            w.key,
-        )
-        for w, _ in workloads
-    ]
+    keys = [workload_order(w) for w, _ in workloads]
     order = sorted(range(len(keys)), key=keys.__getitem__)
     candidates = [Candidate(w, queue, usage) for w, usage in map(workloads.__getitem__, order)]
     return candidates, [keys[i] for i in order]

@@ -5,7 +5,6 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
-import yaml
 from hypothesis import given
 from hypothesis import strategies as st
 from pydantic import ValidationError
@@ -17,9 +16,7 @@ from quota.model.convert import workload as to_model
 from quota.model.decisions import CycleResult, Victim
 from quota.model.snapshot import Assignment, PodSet, QueueSpec, Snapshot, Workload
 from quota.preemption.partial import admitted_counts
-from quota.simulation.report import to_json
-from quota.simulation.scenario import parse_scenario
-from quota.simulation.simulator import simulate
+from tests.unit import test_simulator as sim
 from tests.unit.strategies import queue, queues_of, workload
 
 
@@ -169,92 +166,32 @@ def test_protected_count_above_count_is_refused_naming_the_field() -> None:
 
 # -- the simulator runs the same decisions ----------------------------------------------
 
-QUOTA_ONLY = """
-apiVersion: muster.dev/v1alpha1
-kind: ResourceFlavor
-metadata: {name: gpu}
----
-apiVersion: scheduling.k8s.io/v1
-kind: PriorityClass
-metadata: {name: high}
-value: 1000
-"""
-
-
-ELASTIC = ', muster.dev/elastic-job: "true"'
+# test_simulator's cluster without its nodes: the simulation admits on quota alone.
+QUOTA_ONLY = "---".join(doc for doc in sim.CLUSTER.split("---") if "NodePool" not in doc)
 
 
 @pytest.mark.parametrize(("mode", "pods_lost", "evictions"), [("single", 2, 0), ("all", 0, 1)])
 def test_simulated_single_job_loses_only_the_pods_a_gang_needs(
     mode: str, pods_lost: int, evictions: int
 ) -> None:
+    # Quota alone (no nodes): the placement-aware search still takes whole victims.
     text = (
         QUOTA_ONLY
-        + queue_yaml("a", 8)
-        + job_yaml(
-            "train", pods=8, run="1000s", mode=mode, extra=', muster.dev/elastic-job: "true"'
-        )
-        + job_yaml("urgent", pods=2, at="10s", run="50s", priority="high")
+        + sim.queue("a", 8, within="LowerPriority", wait="0s")
+        + sim.job("a", "train", gpus=1, pods=8, run="1000s", elastic=True, disruption=mode)
+        + sim.job("a", "urgent", gpus=1, pods=2, at="10s", run="50s", priority="high")
     )
-    result = simulate(parse_scenario(list(yaml.safe_load_all(text))), 0)
-    found = {w["name"]: w for w in to_json(result)["workloads"]}
-    train, urgent = found["a/train"], found["a/urgent"]
+    result = sim.run(text)
+    train, urgent = sim.outcome(result, "a/train"), sim.outcome(result, "a/urgent")
     assert train["podsPreempted"] == pods_lost
     assert train["evictions"] == evictions
-    assert urgent["admittedAt"] is not None
+    assert urgent["admittedAt"] == 10
     if mode == "single":
         # It ran on with 6 pods and got its 2 back once the gang was done: never restarted.
         assert train["admittedAt"] == 0 and train["finishedAt"] == 1000
 
 
-def queue_yaml(name: str, quota: int) -> str:
-    return f"""
----
-apiVersion: muster.dev/v1alpha1
-kind: ClusterQueue
-metadata: {{name: {name}}}
-spec:
-  preemption: {{withinQueue: LowerPriority, waitBeforeEvicting: 0s}}
-  flavors: [{{name: gpu, quota: {{nvidia.com/gpu: {quota}}}}}]
----
-apiVersion: muster.dev/v1alpha1
-kind: LocalQueue
-metadata: {{name: q, namespace: {name}}}
-spec: {{clusterQueue: {name}}}
-"""
-
-
-def job_yaml(
-    name: str,
-    *,
-    pods: int,
-    run: str,
-    at: str = "0s",
-    priority: str = "",
-    mode: str | None = None,
-    extra: str = "",
-) -> str:
-    annotations = f"muster.dev/submit-at: {at}, muster.dev/run-for: {run}{extra}"
-    if mode is not None:
-        annotations += f", muster.dev/disruption-mode: {mode}"
-    klass = f"priorityClassName: {priority}, " if priority else ""
-    return f"""
----
-apiVersion: batch/v1
-kind: Job
-metadata:
-  name: {name}
-  namespace: a
-  labels: {{muster.dev/queue-name: q}}
-  annotations: {{{annotations}}}
-spec:
-  parallelism: {pods}
-  template:
-    spec: {{{klass}containers: [{{name: c, resources: {{requests: {{nvidia.com/gpu: 1}}}}}}]}}
-"""
-
-
 def test_a_bad_disruption_mode_annotation_is_refused_naming_it() -> None:
-    text = QUOTA_ONLY + queue_yaml("a", 8) + job_yaml("train", pods=1, run="1s", mode="some")
+    text = QUOTA_ONLY + sim.queue("a", 8) + sim.job("a", "train", gpus=1, disruption="some")
     with pytest.raises(ManifestError, match=r"disruption-mode.*must be \"single\" or \"all\""):
-        parse_scenario(list(yaml.safe_load_all(text)))
+        sim.run(text)
