@@ -80,6 +80,10 @@ class QuotaPreemption:
             return fit if isinstance(fit, Fit) else None
 
         tx = Transaction()
+        # Node-level single-pod disruption (which pods, on which nodes) is not decided yet:
+        # the room search counts a victim's every pod as leaving, so with nodes a Single
+        # victim goes whole, as every victim did before.
+        single = state.nodes is None
         victims: list[Victim] = []
         chosen: list[Candidate] | None = None
         if spec.within_queue != "Never":
@@ -93,7 +97,7 @@ class QuotaPreemption:
                 # they are the smallest of a partial admission tried against both ledgers.
                 short = counts is request.counts or not state.diverged
                 chosen = select_victims(
-                    candidates, planned, fits, enough=covered, short=short, tx=tx
+                    candidates, planned, fits, enough=covered, short=short, tx=tx, single=single
                 )
                 if chosen is not None:
                     victims = [
@@ -102,6 +106,7 @@ class QuotaPreemption:
                             c.queue,
                             "Preempted",
                             preemption_reason(w, c.workload, c.queue),
+                            pods=c.pods,
                         )
                         for c in chosen
                     ]
@@ -120,11 +125,18 @@ class QuotaPreemption:
                 partial(self._could_stay_under, options),
                 covered,
                 tx,
+                single,
             )
             if plan is not None:
                 chosen = list(plan.victims)
                 victims = [
-                    Victim(c.workload.key, c.queue, "Reclaimed", plan.reasons[c.workload.key])
+                    Victim(
+                        c.workload.key,
+                        c.queue,
+                        "Reclaimed",
+                        plan.reasons[c.workload.key],
+                        pods=c.pods,
+                    )
                     for c in chosen
                 ]
         if chosen is None:

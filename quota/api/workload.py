@@ -62,6 +62,11 @@ class PodSet(ApiModel):
             "topologyRequest.sliceSize must divide count",
             field_path=".topologyRequest.sliceSize",
         ),
+        cel(
+            "!has(self.protectedCount) || self.protectedCount <= self.count",
+            "protectedCount must not exceed count",
+            field_path=".protectedCount",
+        ),
     )
 
     name: str = Field(
@@ -78,6 +83,13 @@ class PodSet(ApiModel):
         le=MAX_POD_COUNT,
         description="Admit the set with fewer pods, down to this many, when all do not fit "
         "(partial admission). Unset: all or nothing.",
+    )
+    protected_count: int = Field(
+        0,
+        ge=0,
+        le=MAX_POD_COUNT,
+        description="Pods of this set that single-pod disruption (spec.disruptionMode Single) "
+        "never takes, e.g. 1 for a LeaderWorkerSet's leader. Ignored in mode All.",
     )
     template: PodSetTemplate = Field(
         default_factory=PodSetTemplate,
@@ -100,6 +112,11 @@ class PodSet(ApiModel):
             raise ValueError(
                 f"minCount must not exceed count (pod set {self.name}: "
                 f"minCount {self.min_count} > count {self.count})"
+            )
+        if self.protected_count > self.count:
+            raise ValueError(
+                f"protectedCount must not exceed count (pod set {self.name}: "
+                f"protectedCount {self.protected_count} > count {self.count})"
             )
         size = self.topology_request.slice_size if self.topology_request else None
         if size is not None and self.count % size:
@@ -147,6 +164,12 @@ class WorkloadSpec(ApiModel):
             "x-kubernetes-list-type": "map",
             "x-kubernetes-list-map-keys": ["name"],
         },
+    )
+    disruption_mode: Literal["All", "Single"] = Field(
+        "All",
+        description="What preemption, reclaim and consolidation may take: All, the whole "
+        "workload; Single, single pods (as few as the preemptor needs, never a pod set's "
+        "protectedCount), the admission shrinking in place (KEP-5710's disruptionMode).",
     )
     slice_name: str | None = Field(
         None,

@@ -16,6 +16,7 @@ from typing import Any
 from quota.api import ManifestError, parse_manifest
 from quota.api.meta import Toleration as TolerationModel
 from quota.api.names import (
+    DISRUPTION_MODE_ANNOTATION,
     ELASTIC_ANNOTATION,
     JOB_POD_SET,
     LAST_CHECKPOINT_ANNOTATION,
@@ -104,6 +105,7 @@ def pod_sets(wl: WorkloadModel) -> tuple[PodSet, ...]:
             count=ps.count,
             per_pod=dict(ps.requests),
             min_count=ps.min_count,
+            protected_count=ps.protected_count,
             node_selector=dict(ps.template.node_selector),
             tolerations=_tolerations(ps.template.tolerations),
             affinity=affinity_terms(
@@ -158,6 +160,7 @@ def workload(
         evicting=evicting,
         checkpointed_at=last_checkpoint(wl.metadata.annotations),
         preemptible=wl.preemptible,
+        disruption_single=wl.spec.disruption_mode == "Single",
     )
 
 
@@ -419,6 +422,14 @@ def job_to_workload_model(
     if asked:
         pod_set["topologyRequest"] = asked
     body: dict[str, Any] = {"queueName": queue, "podSets": [pod_set]}
+    mode = annotations.get(DISRUPTION_MODE_ANNOTATION)
+    if mode is not None:
+        if mode not in ("single", "all"):
+            raise fail(
+                f"metadata.annotations[{DISRUPTION_MODE_ANNOTATION}]",
+                f'must be "single" or "all" (got {mode!r})',
+            )
+        body["disruptionMode"] = "Single" if mode == "single" else "All"
     if priority is not None:
         body["priority"] = priority
     if class_name:

@@ -36,6 +36,8 @@ class Victim:
     kind: VictimKind
     reason: str
     hold: Hold | None = None  # Moved: where its pods go
+    # Single-pod disruption: ((pod set, pods it loses), ...); None: the whole workload.
+    pods: tuple[tuple[str, int], ...] | None = None
 
 
 @dataclass(frozen=True, slots=True)

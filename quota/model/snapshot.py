@@ -130,6 +130,8 @@ class PodSet:
     # Required node affinity: a node must match one of the terms; () sets none.
     affinity: tuple[SelectorTerm, ...] = ()
     topology: PodSetTopology | None = None  # None: placed without regard to domains
+    # Pods single-pod disruption never takes (Workload disruption_single only).
+    protected_count: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -185,6 +187,8 @@ class Workload:
     # Its object's muster.dev/preemptible annotation; None: its queue's threshold decides
     # (`is_preemptible`).
     preemptible: bool | None = None
+    # spec.disruptionMode Single: a victim loses single pods (quota/preemption/partial.py).
+    disruption_single: bool = False
 
 
 def is_preemptible(w: Workload, spec: QueueSpec) -> bool:

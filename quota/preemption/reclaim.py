@@ -134,6 +134,7 @@ def plan_reclaim(
     could_stay_under: Callable[[str, Vector, Vector | None], bool],
     covered: Callable[[Mapping[FlavorResource, int]], bool],
     tx: Transaction | None = None,
+    single: bool = True,
 ) -> ReclaimPlan | None:
     """Find workloads of other queues whose eviction lets `preemptor` fit, or None.
 
@@ -143,7 +144,7 @@ def plan_reclaim(
     would only make it the next queue to be reclaimed from.
     Floors and ceilings come from the fair shares and quotas `index` was built with.
     `ledger` is the cycle's planned usage; on success the victims stay released in it
-    (journaled in `tx` when given, see `select_victims`).
+    (journaled in `tx` when given, see `select_victims`, as is `single`).
     `try_fit` assigns flavors to the preemptor against that ledger;
     `could_stay_under(queue, ceiling, limits)` tells whether some flavor choice keeps the
     planned usage of `queue` (the preemptor's leaf or an ancestor) plus the request within
@@ -206,7 +207,7 @@ def plan_reclaim(
             return True
 
         for candidates in sets:
-            victims = select_victims(candidates, ledger, fits, allowed, tx=tx)
+            victims = select_victims(candidates, ledger, fits, allowed, tx=tx, single=single)
             if victims is not None:
                 reasons = {
                     v.workload.key: _reason(

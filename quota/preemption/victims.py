@@ -10,13 +10,14 @@ guards.
 from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import NamedTuple
 
 from quota.model.ledger import Ledger
 from quota.model.resources import FlavorResource
 from quota.model.snapshot import WithinQueuePolicy, Workload
 from quota.model.transaction import Transaction
+from quota.preemption.partial import is_whole, pods_usage, takeable
 
 
 class Candidate(NamedTuple):
@@ -29,6 +30,9 @@ class Candidate(NamedTuple):
     workload: Workload
     queue: str
     usage: Mapping[FlavorResource, int]
+    # Single-pod disruption: ((pod set, pods taken), ...), `usage` being theirs; None: the
+    # whole workload (quota/preemption/partial.py).
+    pods: tuple[tuple[str, int], ...] | None = None
 
 
 def started_at(workload: Workload) -> float:
@@ -45,16 +49,28 @@ def saved_at(workload: Workload) -> float:
     return checkpoint if checkpoint is not None and checkpoint > start else start
 
 
-VictimKey = tuple[int, bool, float, float, str]
+VictimKey = tuple[int, bool, bool, float, float, str]
 
 
 def victim_order(candidate: Candidate) -> VictimKey:
     """Least important first: lowest priority, then those whose eviction keeps every
-    PodDisruptionBudget (best effort: a budget never stops a needed eviction), then least
+    PodDisruptionBudget (best effort: a budget never stops a needed eviction), then those
+    that lose single pods (disruptionMode Single: fewer pods disrupted), then least
     work lost (latest checkpoint, or start without one: KEP-5710's cost of preemption), then
     most recently started, then key."""
-    w = candidate.workload
-    return (w.priority, w.disrupts_budget, -saved_at(w), -started_at(w), w.key)
+    return workload_order(candidate.workload)
+
+
+def workload_order(w: Workload) -> VictimKey:
+    """`victim_order` of an admitted workload."""
+    return (
+        w.priority,
+        w.disrupts_budget,
+        not w.disruption_single,
+        -saved_at(w),
+        -started_at(w),
+        w.key,
+    )
 
 
 def in_victim_order(
@@ -63,13 +79,11 @@ def in_victim_order(
     """`workloads` of `queue`, each with its usage, as candidates sorted by `victim_order`,
     and their keys in that order.
 
-    The same as sorting the candidates with `key=victim_order`, but the keys are worked out
-    in one comprehension, kept for the reclaim search's merge, and the candidates made after
-    sorting: a cycle sorts most of the admitted workloads of a full cluster this way.
+    The same as sorting the candidates with `key=victim_order`, but the keys are kept for
+    the reclaim search's merge, and the candidates made after sorting: a cycle sorts most
+    of the admitted workloads of a full cluster this way.
     """
-    keys = [
-        (w.priority, w.disrupts_budget, -saved_at(w), -started_at(w), w.key) for w, _ in workloads
-    ]
+    keys = [workload_order(w) for w, _ in workloads]
     order = sorted(range(len(keys)), key=keys.__getitem__)
     candidates = [Candidate(w, queue, usage) for w, usage in map(workloads.__getitem__, order)]
     return candidates, [keys[i] for i in order]
@@ -83,6 +97,7 @@ def select_victims(
     enough: Callable[[Mapping[FlavorResource, int]], bool] | None = None,
     short: bool = False,
     tx: Transaction | None = None,
+    single: bool = True,
 ) -> list[Candidate] | None:
     """Release candidates from `ledger` in order until `fits(chosen)`; then reprieve.
 
@@ -95,9 +110,13 @@ def select_victims(
     that `fits([])` is False as the ledger is (the preemptor was just seen not to fit).
     With `tx`, the victims' release is journaled there for the caller to keep or roll back
     (a decision that may still fall through); without, it is kept.
+    With `single`, a disruptionMode Single candidate loses only single unprotected pods,
+    as few as needed (the victim's `pods`); without, it goes whole like any other.
     """
     journal = tx if tx is not None else Transaction()
     mark = journal.checkpoint()
+    if single and any(c.workload.disruption_single for c in candidates):
+        candidates = list(preemptible(candidates))
     if enough is not None and allowed is None:
         chosen = _release_until_fit(candidates, ledger, fits, enough, journal)
     else:
@@ -106,9 +125,65 @@ def select_victims(
         journal.rollback(mark)
         return None
     needed = _reprieve(chosen, ledger, fits, journal, short)
+    if single and any(c.workload.disruption_single for c in needed):
+        needed = shrink(needed, ledger, fits, journal)
     if tx is None:
         journal.commit()
     return needed
+
+
+def preemptible(candidates: Iterable[Candidate]) -> Iterator[Candidate]:
+    """`candidates` as the search may take them: a Single workload holding only its
+    unprotected pods (dropped when it has none), every other one unchanged."""
+    for candidate in candidates:
+        w = candidate.workload
+        if not w.disruption_single:
+            yield candidate
+            continue
+        taken = tuple(takeable(w).items())
+        if not taken:
+            continue  # every pod protected: never a victim
+        if is_whole(w, taken):
+            yield candidate
+        else:
+            yield Candidate(w, candidate.queue, pods_usage(w, taken), taken)
+
+
+def shrink(
+    needed: list[Candidate],
+    ledger: Ledger,
+    fits: Callable[[Sequence[Candidate]], bool],
+    tx: Transaction,
+) -> list[Candidate]:
+    """Each Single victim of `needed`, most important first, keeps every pod the
+    preemptor fits without: pods are given back one at a time (pod sets in order, last
+    first), so a victim loses as few pods as the preemptor needs, never more."""
+    out = list(needed)
+    for index in range(len(out) - 1, -1, -1):
+        victim = out[index]
+        w = victim.workload
+        if not w.disruption_single:
+            continue
+        taken = dict(victim.pods) if victim.pods is not None else takeable(w)
+        for pod_set in reversed(list(taken)):
+            while taken[pod_set] > 0:
+                mark = tx.checkpoint()
+                back = ((pod_set, 1),)
+                tx.charge(ledger, victim.queue, pods_usage(w, back))
+                taken[pod_set] -= 1
+                kept = tuple((name, n) for name, n in taken.items() if n)
+                trial = Candidate(w, victim.queue, pods_usage(w, kept), kept)
+                if kept and fits([*out[:index], trial, *out[index + 1 :]]):
+                    continue
+                tx.rollback(mark)
+                taken[pod_set] += 1
+                break
+        kept = tuple((name, n) for name, n in taken.items() if n)
+        if not is_whole(w, kept):
+            out[index] = Candidate(w, victim.queue, pods_usage(w, kept), kept)
+        elif victim.pods is not None:
+            out[index] = Candidate(w, victim.queue, victim.usage)
+    return out
 
 
 def _select_greedy(

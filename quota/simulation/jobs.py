@@ -51,6 +51,8 @@ class Job:
     # Why it can never be decided (it names a PriorityClass that does not exist): it waits
     # with this reason from its arrival on, never handed to the admission cycle.
     waits_for: str = ""
+    disruption_single: bool = False  # preemption may take single pods (a shrink in place)
+    pods_preempted: int = 0  # pods single-pod disruption took from it
 
     def waited_for_placement(self, t: float) -> float:
         """Seconds spent waiting for placement up to `t`."""

@@ -222,6 +222,7 @@ def to_json(result: SimResult) -> dict[str, Any]:
             "finishedAt": _round(j.finished_at),
             "waited": _round(j.waited),
             "evictions": j.evictions,
+            "podsPreempted": j.pods_preempted,
             "flavors": dict(sorted(j.flavors.items())),
             "lastPendingReason": j.last_pending_reason,
             "placementWait": _round(j.placement_wait),

@@ -91,6 +91,7 @@ class JobOutcome:
     flavors: Mapping[str, str]  # resource -> flavor of its last admission
     resizes: tuple[Resize, ...] = ()
     last_pending_reason: str = ""  # why it last waited, as the admission cycle said
+    pods_preempted: int = 0  # pods taken from it by single-pod disruption (no eviction)
     # Seconds of `waited` during which the cycle said its pods could not be placed: quota
     # allowed it, the nodes did not (only in scenarios with nodes).
     placement_wait: float = 0.0

@@ -286,6 +286,7 @@ class JobSpec:
     elastic: bool = False
     waits_for: str = ""  # why it can never be decided (`convert.priority_wait`), if it cannot
     preemptible: bool | None = None  # its muster.dev/preemptible annotation, if any
+    disruption_single: bool = False  # muster.dev/disruption-mode: single
 
 
 @dataclass(frozen=True, slots=True)
@@ -534,6 +535,7 @@ def _jobs(
                 )
                 or "",
                 preemptible=model.preemptible,
+                disruption_single=model.spec.disruption_mode == "Single",
             )
         )
     return tuple(jobs)

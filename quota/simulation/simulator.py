@@ -60,12 +60,14 @@ from quota.model.decisions import CycleResult, Victim
 from quota.model.nodes import BoundPod
 from quota.model.snapshot import (
     Assignment,
+    PodSet,
     Snapshot,
     Workload,
     pod_set_usage,
     queue_tree,
 )
 from quota.placement.topology import landed_level
+from quota.preemption.partial import admitted_counts
 from quota.simulation.jobs import WAITING, Job, with_count
 from quota.simulation.meter import Meter, Vector
 from quota.simulation.pending import Pending
@@ -162,6 +164,7 @@ class _Simulation:
                     spec.elastic,
                     waits_for=spec.waits_for,
                     preemptible=spec.preemptible,
+                    disruption_single=spec.disruption_single,
                 )
             )
         rng = random.Random(self.seed)
@@ -305,6 +308,7 @@ class _Simulation:
             pod_sets=job.pod_sets,
             hold=job.hold,  # a moved job goes to the room held for it
             preemptible=job.preemptible,
+            disruption_single=job.disruption_single,
         )
         job.hold = None
         job.state = "pending"
@@ -393,6 +397,9 @@ class _Simulation:
         if w is None or w.evicting:
             return
         job = self.job_of[victim.workload]
+        if victim.pods is not None:
+            self._lose_pods(job, w, victim, actor, t)
+            return
         self.evictions += 1
         # No actor: drained by its queue's stopPolicy.
         job.evicted_for = eviction_reason(victim.kind if actor else None)
@@ -404,6 +411,23 @@ class _Simulation:
             self.push(t + self.settings.eviction_delay_s, _EVICTED, victim.workload)
         else:
             self._evicted(victim.workload, t)
+
+    def _lose_pods(self, job: Job, w: Workload, victim: Victim, actor: str, t: float) -> None:
+        """Single-pod disruption: `w` loses `victim.pods` at once (the Job scaled down to
+        what stays admitted) and asks for them back through a scale-up slice."""
+        assert victim.pods is not None and w.admission is not None
+        counts = admitted_counts(w, victim.pods)
+        lost = sum(n for _, n in victim.pods)
+        job.pods_preempted += lost
+        self._log(t, recorded_as(eviction_reason(victim.kind)), job, w, victim.reason, actor)
+        shrunk = self._shrink_in_place(
+            w,
+            tuple(replace(ps, count=counts.get(ps.name, ps.count)) for ps in w.pod_sets),
+            tuple(counts[a.pod_set] for a in w.admission),
+            t,
+        )
+        self._drop_scale_slice(job)
+        self._scale_up(job, shrunk, t)
 
     def _evicted(self, key: str, t: float) -> None:
         w = self.admitted.pop(key)
@@ -433,43 +457,67 @@ class _Simulation:
         running = self.admitted[job.workload]
         size = running.pod_sets[0].count
         if parallelism > size:
-            if job.scale_slice is not None:
-                pending = self.pending.remove(job.scale_slice)
-                assert pending is not None
-                self.pending.add(replace(pending, pod_sets=job.pod_sets))
-                return
-            key = job.new_slice_key()
-            self.pending.add(
-                Workload(
-                    key=key,
-                    queue=job.cluster_queue,
-                    priority=job.priority,
-                    arrival=t,
-                    pod_sets=job.pod_sets,
-                    replaces=running.key,
-                    preemptible=job.preemptible,
-                )
-            )
-            self.job_of[key] = job
-            job.scale_slice = key
+            self._scale_up(job, running, t)
             return
         self._drop_scale_slice(job)
         if parallelism < size and running.admission is not None:
-            # Scale-down happens in place and frees quota at once.
-            self._charge(running, -1, t)
-            shrunk = replace(
+            self._shrink_in_place(
                 running,
-                pod_sets=job.pod_sets,
-                admission=tuple(
-                    replace(a, count=pods_after_scale_down(a.count, parallelism)) if i == 0 else a
+                job.pod_sets,
+                tuple(
+                    pods_after_scale_down(a.count, parallelism) if i == 0 else a.count
                     for i, a in enumerate(running.admission)
                 ),
+                t,
             )
-            if self.nodes is not None:
-                shrunk = self._shrink(shrunk, t)
-            self.admitted[running.key] = shrunk
-            self._charge(shrunk, 1, t)
         job.resizes[-1] = replace(job.resizes[-1], effective_at=t)
+
+    def _scale_up(self, job: Job, running: Workload, t: float) -> None:
+        """Ask for the Job's parallelism through a scale-up slice replacing `running`."""
+        if job.scale_slice is not None:
+            pending = self.pending.remove(job.scale_slice)
+            assert pending is not None
+            self.pending.add(replace(pending, pod_sets=job.pod_sets))
+            return
+        key = job.new_slice_key()
+        self.pending.add(
+            Workload(
+                key=key,
+                queue=job.cluster_queue,
+                priority=job.priority,
+                arrival=t,
+                pod_sets=job.pod_sets,
+                replaces=running.key,
+                preemptible=job.preemptible,
+                disruption_single=job.disruption_single,
+            )
+        )
+        self.job_of[key] = job
+        job.scale_slice = key
+
+    def _shrink_in_place(
+        self,
+        running: Workload,
+        pod_sets: tuple[PodSet, ...],
+        counts: tuple[int, ...],
+        t: float,
+    ) -> Workload:
+        """`running` with its admission down to `counts` (one per assignment) and
+        `pod_sets`: a scale-down in place, its quota freed at once."""
+        assert running.admission is not None
+        self._charge(running, -1, t)
+        shrunk = replace(
+            running,
+            pod_sets=pod_sets,
+            admission=tuple(
+                replace(a, count=n) for a, n in zip(running.admission, counts, strict=True)
+            ),
+        )
+        if self.nodes is not None:
+            shrunk = self._shrink(shrunk, t)
+        self.admitted[running.key] = shrunk
+        self._charge(shrunk, 1, t)
+        return shrunk
 
     # -- placement ---------------------------------------------------------------------------
 
@@ -696,6 +744,7 @@ class _Simulation:
                 last_pending_reason=j.reason,
                 placement_wait=j.waited_for_placement(end),
                 landed=j.landed,
+                pods_preempted=j.pods_preempted,
             )
             for j in self.jobs.values()
             if j.state != "waiting"

@@ -93,6 +93,7 @@ def test_cross_field_rules_sit_where_their_fields_are_visible() -> None:
     assert wl[".spec.podSets[]"] == [
         "minCount must not exceed count",
         "topologyRequest.sliceSize must divide count",
+        "protectedCount must not exceed count",
     ]
     assert wl[".spec.podSets[].topologyRequest"] == [
         "at most one of required, preferred, requiredTier, preferredTier and unconstrained",

@@ -75,10 +75,13 @@ def job(
     pods: int = 1,
     priority: str = "low",
     elastic: bool = False,
+    disruption: str | None = None,
 ) -> str:
     annotations = f"muster.dev/submit-at: {at}, muster.dev/run-for: {run}"
     if elastic:
         annotations += ', muster.dev/elastic-job: "true"'
+    if disruption is not None:
+        annotations += f", muster.dev/disruption-mode: {disruption}"
     return f"""
 ---
 apiVersion: batch/v1

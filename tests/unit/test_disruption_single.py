@@ -1,0 +1,197 @@
+"""disruptionMode Single: a victim loses only the single pods the preemptor needs."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from pydantic import ValidationError
+
+from quota.admission.cycle import admission_cycle
+from quota.api import ManifestError
+from quota.api.workload import Workload as WorkloadModel
+from quota.model.convert import workload as to_model
+from quota.model.decisions import CycleResult, Victim
+from quota.model.snapshot import Assignment, PodSet, QueueSpec, Snapshot, Workload
+from quota.preemption.partial import admitted_counts
+from tests.unit import test_simulator as sim
+from tests.unit.strategies import queue, queues_of, workload
+
+
+def cycle(spec: QueueSpec, admitted: list[Workload], pending: list[Workload]) -> CycleResult:
+    return admission_cycle(
+        Snapshot(
+            now=1_000.0,
+            queues=queues_of(spec),
+            flavors={},
+            admitted=tuple(admitted),
+            pending=tuple(pending),
+        )
+    )
+
+
+def victims(result: CycleResult) -> dict[str, Victim]:
+    return {v.workload: v for p in result.preempt for v in p.victims}
+
+
+def elastic(
+    key: str, pods: int, protected: int = 0, single: bool = True, started: float = 0.0
+) -> Workload:
+    """An admitted workload of `pods` one-GPU pods."""
+    w = workload(key, "a", gpus=1, count=pods, flavor="h100", admitted_at=started)
+    return replace(
+        w,
+        pod_sets=(replace(w.pod_sets[0], protected_count=protected),),
+        disruption_single=single,
+    )
+
+
+def gang(gpus: int) -> Workload:
+    return workload("ns/p", "a", gpus=1, count=gpus, priority=5)
+
+
+SPEC = queue("a", quota=4, within_queue="LowerPriority")
+
+
+def test_single_victim_loses_only_the_pods_needed() -> None:
+    result = cycle(SPEC, [elastic("ns/e", 4)], [gang(1)])
+    (victim,) = victims(result).values()
+    assert victim.pods == (("main", 1),)
+    assert victim.kind == "Preempted"
+
+
+def test_all_victim_still_goes_whole() -> None:
+    result = cycle(SPEC, [elastic("ns/e", 4, single=False)], [gang(1)])
+    assert victims(result)["ns/e"].pods is None
+
+
+def test_every_pod_needed_and_none_protected_is_a_whole_victim() -> None:
+    result = cycle(SPEC, [elastic("ns/e", 4)], [gang(4)])
+    assert victims(result)["ns/e"].pods is None
+
+
+def test_fully_protected_pod_set_is_never_a_victim() -> None:
+    # A LeaderWorkerSet's leader alone: count 1, protectedCount 1.
+    result = cycle(
+        queue("a", quota=1, within_queue="LowerPriority"), [elastic("ns/l", 1, 1)], [gang(1)]
+    )
+    assert result.preempt == ()
+
+
+def test_protected_pods_stay_and_others_make_up_the_rest() -> None:
+    # 2 of 3 pods protected: it can give 1, the preemptor needs 2, so it loses its one
+    # unprotected pod and a whole All workload of equal standing gives the other.
+    admitted = [elastic("ns/e", 3, protected=2), elastic("ns/w", 1, single=False, started=5)]
+    result = cycle(SPEC, admitted, [gang(2)])
+    found = victims(result)
+    assert found["ns/e"].pods == (("main", 1),)
+    assert found["ns/w"].pods is None
+
+
+def test_unprotected_pods_not_enough_and_nothing_else_means_no_eviction() -> None:
+    result = cycle(SPEC, [elastic("ns/e", 4, protected=3)], [gang(2)])
+    assert result.preempt == ()
+
+
+def test_single_victim_preferred_over_whole_all_victim_of_equal_standing() -> None:
+    # The All workload started later, so it would go first by start time; taking one pod of
+    # the Single one disrupts fewer pods.
+    admitted = [elastic("ns/e", 2, started=0), elastic("ns/w", 2, single=False, started=10)]
+    result = cycle(SPEC, admitted, [gang(1)])
+    assert {k: v.pods for k, v in victims(result).items()} == {"ns/e": (("main", 1),)}
+
+
+def test_admitted_counts_after_a_shrink() -> None:
+    w = Workload(
+        "ns/lws",
+        "a",
+        0,
+        0.0,
+        (PodSet("leader", 1, {"gpu": 1}, protected_count=1), PodSet("workers", 3, {"gpu": 1})),
+        admission=(Assignment("leader", 1, {"gpu": "h"}), Assignment("workers", 3, {"gpu": "h"})),
+        disruption_single=True,
+    )
+    assert admitted_counts(w, (("workers", 2),)) == {"leader": 1, "workers": 1}
+    assert admitted_counts(w, None) == {"leader": 0, "workers": 0}
+
+
+@given(
+    sizes=st.lists(st.tuples(st.integers(1, 4), st.integers(0, 4)), min_size=1, max_size=4),
+    need=st.integers(1, 12),
+)
+def test_single_victims_lose_exactly_what_is_needed(
+    sizes: list[tuple[int, int]], need: int
+) -> None:
+    admitted = [
+        elastic(f"ns/e{i}", pods, min(protected, pods), started=i)
+        for i, (pods, protected) in enumerate(sizes)
+    ]
+    quota = sum(pods for pods, _ in sizes)
+    takeable = sum(pods - min(protected, pods) for pods, protected in sizes)
+    result = cycle(queue("a", quota=quota, within_queue="LowerPriority"), admitted, [gang(need)])
+    found = victims(result)
+    if need > quota or need > takeable:
+        assert found == {}
+        return
+    by_key = {w.key: w for w in admitted}
+    lost = 0
+    for key, victim in found.items():
+        w = by_key[key]
+        pods = w.pod_sets[0].count if victim.pods is None else dict(victim.pods)["main"]
+        # never a protected pod, never an empty take
+        assert 0 < pods <= w.pod_sets[0].count - w.pod_sets[0].protected_count
+        lost += pods
+    assert lost == need  # the queue is full: exactly the pods needed, never more
+
+
+def test_protected_count_above_count_is_refused_naming_the_field() -> None:
+    manifest = {
+        "apiVersion": "muster.dev/v1alpha1",
+        "kind": "Workload",
+        "metadata": {"name": "lws", "namespace": "ns"},
+        "spec": {
+            "queueName": "q",
+            "disruptionMode": "Single",
+            "podSets": [{"name": "leader", "count": 1, "protectedCount": 2}],
+        },
+    }
+    with pytest.raises(ValidationError, match="protectedCount must not exceed count"):
+        WorkloadModel.model_validate(manifest)
+    manifest["spec"]["podSets"][0]["protectedCount"] = 1  # type: ignore[index]
+    model = to_model(WorkloadModel.model_validate(manifest), "a")
+    assert model.disruption_single and model.pod_sets[0].protected_count == 1
+
+
+# -- the simulator runs the same decisions ----------------------------------------------
+
+# test_simulator's cluster without its nodes: the simulation admits on quota alone.
+QUOTA_ONLY = "---".join(doc for doc in sim.CLUSTER.split("---") if "NodePool" not in doc)
+
+
+@pytest.mark.parametrize(("mode", "pods_lost", "evictions"), [("single", 2, 0), ("all", 0, 1)])
+def test_simulated_single_job_loses_only_the_pods_a_gang_needs(
+    mode: str, pods_lost: int, evictions: int
+) -> None:
+    # Quota alone (no nodes): the placement-aware search still takes whole victims.
+    text = (
+        QUOTA_ONLY
+        + sim.queue("a", 8, within="LowerPriority", wait="0s")
+        + sim.job("a", "train", gpus=1, pods=8, run="1000s", elastic=True, disruption=mode)
+        + sim.job("a", "urgent", gpus=1, pods=2, at="10s", run="50s", priority="high")
+    )
+    result = sim.run(text)
+    train, urgent = sim.outcome(result, "a/train"), sim.outcome(result, "a/urgent")
+    assert train["podsPreempted"] == pods_lost
+    assert train["evictions"] == evictions
+    assert urgent["admittedAt"] == 10
+    if mode == "single":
+        # It ran on with 6 pods and got its 2 back once the gang was done: never restarted.
+        assert train["admittedAt"] == 0 and train["finishedAt"] == 1000
+
+
+def test_a_bad_disruption_mode_annotation_is_refused_naming_it() -> None:
+    text = QUOTA_ONLY + sim.queue("a", 8) + sim.job("a", "train", gpus=1, disruption="some")
+    with pytest.raises(ManifestError, match=r"disruption-mode.*must be \"single\" or \"all\""):
+        sim.run(text)
