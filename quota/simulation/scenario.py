@@ -564,7 +564,7 @@ def _serving(
         class_name = (template.get("spec") or {}).get("priorityClassName") or default_class
         priority = classes.get(str(class_name), 0) if class_name else 0
         waits = convert.priority_wait(None, class_name, classes) or ""
-        for suffix, pod_sets, elastic in serving.serving_groups(index, doc):
+        for suffix, pod_sets, elastic, single in serving.serving_groups(index, doc):
             job = JobSpec(
                 key=f"{namespace}/{meta['name']}{suffix}",
                 local_queue=queue,
@@ -575,6 +575,7 @@ def _serving(
                 pod_sets=pod_sets,
                 elastic=elastic,
                 waits_for=waits,
+                disruption_single=single,
             )
             out.append((index, doc, job))
     return tuple(out)

@@ -110,8 +110,9 @@ def _degradable(index: int, doc: Mapping[str, Any]) -> bool:
 
 def serving_groups(
     index: int, doc: Mapping[str, Any]
-) -> list[tuple[str, tuple[PodSet, ...], bool]]:
-    """(name suffix, pod sets, elastic) of each workload a serving document makes: one per
+) -> list[tuple[str, tuple[PodSet, ...], bool, bool]]:
+    """(name suffix, pod sets, elastic, degradable) of each workload a serving document
+    makes (degradable: preemption may take its unprotected pods one by one): one per
     LeaderWorkerSet group ("-0", "-1", ...), one for a Deployment (""). Raises ManifestError
     naming the field for a bad document."""
     kind = str(doc.get("kind") or "")
@@ -127,7 +128,7 @@ def serving_groups(
         pods = _workload_pod_sets(
             index, doc, sets, {s.name: ("spec.template", template) for s in sets}, degradable=False
         )
-        return [("", pods, True)]
+        return [("", pods, True, False)]
     lwt = spec.get("leaderWorkerTemplate")
     if not isinstance(lwt, Mapping):
         raise invalid(index, doc, "spec.leaderWorkerTemplate", "required field is missing")
@@ -150,7 +151,7 @@ def serving_groups(
     for s in sets:
         specs.setdefault(s.name, (where, worker))
     pods = _workload_pod_sets(index, doc, sets, specs, degradable=degradable)
-    return [(f"-{i}", pods, False) for i in range(replicas)]
+    return [(f"-{i}", pods, False, degradable) for i in range(replicas)]
 
 
 def queue_of(

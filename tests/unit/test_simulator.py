@@ -505,3 +505,20 @@ def test_a_bad_leaderworkerset_is_refused_naming_the_field(change: Any, words: s
     with pytest.raises(ManifestError) as error:
         parse_scenario(docs)
     assert words in str(error.value) and "LeaderWorkerSet" in str(error.value), str(error.value)
+
+
+def test_a_degradable_leaderworkerset_loses_single_workers_never_a_leader() -> None:
+    """examples/degraded-inference.yaml: the urgent Job takes two workers' quota; no replica
+    is evicted, and the leader pod sets are protected."""
+    scenario = _load(REPO / "examples" / "degraded-inference.yaml")
+    group = next(j for j in scenario.jobs if j.key == "ml/batch-llm-0")
+    assert group.disruption_single
+    assert [(ps.name, ps.count, ps.protected_count) for ps in group.pod_sets] == [
+        ("leader", 1, 1),
+        ("workers", 3, 0),
+    ]
+    result = simulate(scenario)
+    by_key = {w.key: w for w in result.jobs}
+    lost = [by_key[f"ml/batch-llm-{i}"] for i in (0, 1)]
+    assert sum(w.pods_preempted for w in lost) == 2
+    assert all(w.evictions == 0 for w in lost)
