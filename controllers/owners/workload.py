@@ -172,11 +172,14 @@ def group_spec(
         "spec": spec,
     }
     try:
-        parse_manifest(document, 0)
+        parsed = parse_manifest(document, 0)
     except ManifestError as error:
         problems = "; ".join(f"{path}: {rule}" for path, rule in error.problems)
         raise Refused("InvalidWorkload", f"{group.subject}: {problems}") from None
-    return spec
+    # As the model reads it, defaults written out: what the apiserver stores (its CRD has the
+    # same defaults), so a pending Workload compares equal to what the group asks.
+    stored: Obj = parsed.spec.model_dump(mode="json", by_alias=True, exclude_none=True)
+    return stored
 
 
 def new_workload(

@@ -129,7 +129,7 @@ def test_workers_not_created_yet_are_sized_from_the_template() -> None:
     shape = Shape(lws_group(3, degradable=False), elastic=False, templates={WORKERS: template})
     spec = group_spec(group, shape, {LEADER: [pod("l")]}, LQ, {}, None)
     assert spec["podSets"][1]["requests"] == {"cpu": "4"}
-    assert "disruptionMode" not in spec
+    assert spec["disruptionMode"] == "All"
 
 
 def test_a_missing_queue_is_refused_naming_the_label() -> None:
