@@ -45,11 +45,13 @@ from quota.model.snapshot import (
     Snapshot,
     Workload,
 )
+from quota.placement.reservations import leaving_of
 
 if TYPE_CHECKING:
     from controllers.history.usage import UsageFigures
 
 from quota.api.conditions import WorkloadConditions as WC
+from quota.api.names import POD_SET_POD_LABEL
 
 log = logging.getLogger(__name__)
 
@@ -108,6 +110,8 @@ class _Facts:
     owner_uid: str = ""  # the Job (or JobSet, TrainJob) behind it
     reserved_at: str = ""  # QuotaReserved's lastTransitionTime
     deleting: bool = False
+    # Its pods single-pod preemption took ("namespace/name"): leaving, no longer its own.
+    preempted_pods: frozenset[str] = frozenset()
     requeue_at: datetime | None = None
     priority_class: str = ""  # the PriorityClass its priority comes from, if it gives none
     # The engine's Workload, for the queue it was converted for (a pending Workload's
@@ -137,6 +141,9 @@ def _read_facts(raw: Obj, version: str) -> tuple[_Facts, WorkloadModel | None]:
     facts.admitted_to = admitted_to(raw)
     if wls.has_quota(raw):
         facts.holds_quota = True
+        facts.preempted_pods = frozenset(
+            f"{facts.namespace}/{name}" for name in model.status.preempted_pods
+        )
         reserved = wls.condition(raw, wls.QUOTA_RESERVED) or {}
         facts.reserved_at = str(reserved.get("lastTransitionTime") or "")
     return facts, model
@@ -269,6 +276,7 @@ class ViewBuilder:
         lq_of: dict[str, str] = {}
         blocked: list[tuple[str, str, str]] = []
         holder: dict[str, str] = {}  # Job uid -> its admitted Workload (for its pods)
+        took: dict[str, frozenset[str]] = {}  # admitted Workload -> the pods it lost
         cached_workloads = caches.workloads.items()
         self.assumed.keep_only(key for key, _ in cached_workloads)
         known = self._facts
@@ -297,6 +305,8 @@ class ViewBuilder:
                     w = _without_plan(w)
                 else:
                     holder[facts.owner_uid] = key
+                    if facts.preempted_pods:
+                        took[key] = facts.preempted_pods
                     if self._placed_whole(key, facts.reserved_at):
                         placed_whole.append(key)
                 admitted.append(w)
@@ -353,7 +363,7 @@ class ViewBuilder:
         if self.use_node_capacity:
             # No node of any flavor known: quota-only mode.
             capacity = convert.node_capacity(caches.nodes.objects(), flavors) or None
-        nodes, pods = self._nodes_and_pods(holder) if self.use_node_capacity else (None, ())
+        nodes, pods = self._nodes_and_pods(holder, took) if self.use_node_capacity else (None, ())
         stripped = self._confirm_placed(placed_whole, engine, pods)
         stripped |= self._mark_budget_breakers(engine)
         if stripped:
@@ -444,12 +454,13 @@ class ViewBuilder:
         return str(scheduled.get("lastTransitionTime") or "") >= reserved_at
 
     def _nodes_and_pods(
-        self, holder: Mapping[str, str]
+        self, holder: Mapping[str, str], took: Mapping[str, frozenset[str]]
     ) -> tuple[tuple[Node, ...] | None, tuple[BoundPod, ...]]:
         """Every node, and every bound, unfinished pod (Muster's or not), for placement; no
         nodes at all means quota-only mode. A pod of a Job that Muster admitted is marked
         with its Workload (`holder`: Job uid -> admitted Workload), so that only the unbound
-        rest of that Workload's plan stays reserved. Parsed objects are cached by
+        rest of that Workload's plan stays reserved, with its pod set; a pod single-pod
+        preemption took from it (`took`) is marked leaving instead. Parsed objects are cached by
         resourceVersion."""
         caches = self.ctx.caches
         seen: set[str] = set()
@@ -477,10 +488,14 @@ class ViewBuilder:
             if owner is None:
                 pods.append(facts.pod)
                 continue
-            if facts.owned is None or facts.owner != owner:
-                facts.owned, facts.owner = replace(facts.pod, workload=owner), owner
-            pods.append(facts.owned)
             self._pod_labels.setdefault(owner, []).append(facts.labels)
+            if key in took.get(owner, ()):
+                owner = leaving_of(owner)
+            if facts.owned is None or facts.owner != owner:
+                pod_set = facts.labels.get(POD_SET_POD_LABEL)
+                facts.owned = replace(facts.pod, workload=owner, pod_set=pod_set)
+                facts.owner = owner
+            pods.append(facts.owned)
         if len(known) > len(live):
             for stale in known.keys() - live:
                 del known[stale]

@@ -336,10 +336,14 @@ class DecisionWriter:
         return Task([(victim.workload, change)], partial(self._evict, view, victim, change, None))
 
     def _eviction(self, view: View, victim: Victim, preemptor: str | None) -> Change | None:
-        """`victim` evicted (None: there is nothing to evict now)."""
+        """`victim` evicted, or for single-pod disruption its admission shrunk by the pods
+        it loses (None: there is nothing to evict now)."""
         raw = view.raw.get(victim.workload)
         if raw is None:
             return None
+        if victim.pods is not None:
+            taken, names = victim.pods, victim.pod_names
+            return _change(raw, lambda w: wls.shed_pods(w, taken, names))
         # No preemptor: drained by its queue's stopPolicy.
         reason = eviction_reason(victim.kind if preemptor is not None else None)
         message = victim.reason
@@ -362,7 +366,11 @@ class DecisionWriter:
     ) -> Obj | None:
         """Write the eviction; returns the Workload as evicted (None if it was not)."""
         written = self._write(victim.workload, change)
-        if written is None or not wls.is_evicted(written):
+        if written is None:
+            return None
+        if victim.pods is not None:
+            return self._shed(victim, written, preemptor)
+        if not wls.is_evicted(written):
             return None
         reason = str((wls.condition(written, wls.EVICTED) or {}).get("reason") or "")
         log.info(
@@ -383,6 +391,25 @@ class DecisionWriter:
             lambda: [
                 history.evicted(written, at=now, actor=preemptor or "", cluster_queue=victim.queue)
             ]
+        )
+        return written
+
+    def _shed(self, victim: Victim, written: Obj, preemptor: str | None) -> Obj:
+        """Single-pod preemption written: the Workload's controller deletes the named pods
+        (their owner may make them again, gated, to come back through a slice)."""
+        log.info(
+            "preempting single pods",
+            extra={
+                "workload": victim.workload,
+                "queue": victim.queue,
+                "pods": list(victim.pod_names),
+                "preemptor": preemptor,
+                "identity": self.ctx.identity,
+            },
+        )
+        names = ", ".join(n.rpartition("/")[2] for n in victim.pod_names)
+        self.ctx.events.emit(
+            written, "Warning", WC.PODS_PREEMPTED, victim.reason + (f": {names}" if names else "")
         )
         return written
 

@@ -405,14 +405,23 @@ class OwnerGroups:
         """Lift the gates of the pods the admission grants, per pod set; delete ungated pods
         past it (taken by preemption one by one)."""
         flavors = self._flavors(wl)
+        taken = set((wl.get("status") or {}).get("preemptedPods") or ())
         requeue: float | None = None
         for pod_set, members in _by_pod_set(group, pods).items():
             allowed = wls.admitted_count(wl, pod_set)
             ungated = [x for x in members if not p.is_gated(x)]
             gated = sorted((x for x in members if p.is_gated(x)), key=p.age_order)
             if len(ungated) > allowed:
-                # Unbound ones first, then the newest: the fewest pods that serve are lost.
-                extra = sorted(ungated, key=lambda x: (bool(p.node_of(x)), p.age_order(x)))
+                # The pods preemption took first (their room is promised), then unbound
+                # ones, then the newest: the fewest pods that serve are lost.
+                extra = sorted(
+                    ungated,
+                    key=lambda x: (
+                        (x.get("metadata") or {}).get("name") not in taken,
+                        bool(p.node_of(x)),
+                        p.age_order(x),
+                    ),
+                )
                 for pod in extra[: len(ungated) - allowed]:
                     apply.delete(self.ctx.kube, POD, pod)
                 requeue = RETRY_SECONDS

@@ -27,6 +27,7 @@ from quota.api.names import (
     OWNER_GROUP_ANNOTATION,
     WORKLOAD_FINALIZER,
 )
+from quota.api.quantity import format_quantity, parse_quantity
 from quota.lifecycle.eviction import requeue_after_eviction
 from quota.lifecycle.slices import pods_after_scale_down
 from quota.model.convert import COPIED_ANNOTATIONS, copied_annotations
@@ -320,6 +321,33 @@ def mark_evicted(
         kind = WC.WITHIN_QUEUE if reason == WC.EVICTED_BY_PREEMPTION else WC.RECLAIM
         by = f"by {_EVICTED_BY[reason]}" + (f" for {preemptor}" if preemptor else "")
         set_condition(wl, PREEMPTED, "True", kind, by, now)
+    return True
+
+
+def shed_pods(wl: Obj, taken: Sequence[tuple[str, int]], names: Sequence[str]) -> bool:
+    """Single-pod preemption (spec.disruptionMode Single): the admission keeps its pods but
+    `taken` ((pod set, pods), ...), and their quota, and names the pods that go (their
+    owner's controller deletes those first). Nothing happens to a Workload that no longer
+    holds that many pods (evicted, finished, shrunk since)."""
+    if is_finished(wl) or not has_quota(wl) or is_evicted(wl):
+        return False
+    assignments = {
+        str(a.get("name")): a
+        for a in ((wl.get("status") or {}).get("admission") or {}).get("podSetAssignments") or []
+    }
+    lost = dict(taken)
+    if any(int((assignments.get(ps) or {}).get("count") or 0) <= n for ps, n in lost.items()):
+        return False  # never to nothing: that is an eviction, and not what was decided
+    for pod_set, n in lost.items():
+        a = assignments[pod_set]
+        before = int(a.get("count") or 0)
+        a["count"] = before - n
+        # Usage is per pod times pods: scaled down exactly.
+        a["resourceUsage"] = {
+            r: format_quantity(parse_quantity(v, r) * (before - n) // before, r)
+            for r, v in (a.get("resourceUsage") or {}).items()
+        }
+    wl["status"]["preemptedPods"] = [name.rpartition("/")[2] for name in names]
     return True
 
 

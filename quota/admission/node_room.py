@@ -18,6 +18,7 @@ so a plan that keeps breaking cannot hold room for ever.
 
 from __future__ import annotations
 
+from collections import ChainMap
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
@@ -35,7 +36,7 @@ from quota.model.resources import FlavorResource
 from quota.model.snapshot import Assignment, Hold, QueueSpec, Workload
 from quota.placement.gang import GangRequest, Placement, Unplaceable, place_gang
 from quota.placement.profiles import Strategy
-from quota.placement.reservations import held_by
+from quota.placement.reservations import held_by, leaving_of
 from quota.placement.topology import freeable_words
 from quota.preemption.domains import Scope, Search, domain_scope
 from quota.preemption.nodes import (
@@ -48,6 +49,7 @@ from quota.preemption.nodes import (
     preempt_on_nodes,
     protected_words,
 )
+from quota.preemption.partial import is_whole, lost_pods, on_nodes, pods_usage
 from quota.preemption.victims import Candidate, victim_order
 
 
@@ -116,10 +118,15 @@ class NodeRoom:
     def stuck(self, w: Workload) -> frozenset[str]:
         """Victims of `w`'s lapsed hold that still have pods on nodes: they would not go in
         time, so a new plan must not count on their room."""
-        snapshot = self.state.snapshot
+        state = self.state
+        snapshot = state.snapshot
         if w.hold is None or snapshot.active_hold(w) is not None:
             return frozenset()
-        return frozenset(v for v in w.hold.victims if v in self.state.pods_of)
+        return frozenset(
+            v
+            for v in w.hold.victims
+            if leaving_of(v) in state.pods_of or (v in state.taken and v in state.pods_of)
+        )
 
     def lapse_words(self, w: Workload, stuck: frozenset[str]) -> str:
         """ "the room held since 14:05:00 UTC lapsed after 300s (ns/a did not leave); " """
@@ -133,13 +140,15 @@ class NodeRoom:
 
     def leaving(self, extra: set[str], stuck: frozenset[str]) -> list[str]:
         """Workloads already leaving (taken, or `extra` about to be) whose pods still count
-        as room for a preemptor: not a slice taken over by a scale-up, not stuck."""
+        as room for a preemptor: not a slice taken over by a scale-up, not stuck; and the
+        pods single-pod preemption took (`leaving_of`), those of stuck victims aside."""
         state = self.state
+        shed = state.shed - {leaving_of(k) for k in stuck}
         return [
             k
-            for k in sorted(state.taken | extra)
+            for k in sorted((state.taken | extra) - state.shrunk)
             if k in state.pods_of and k not in state.replaced and k not in stuck
-        ]
+        ] + sorted(shed)
 
     # -- making room ------------------------------------------------------------------------
 
@@ -213,11 +222,12 @@ class NodeRoom:
                 waits += "; " + shielded_words(shielded)
             return replace(why, reason=why.reason + waits) if waits else why
         place = self.placer(w, gang, spec.placement)
+        found, pods_of = self._offered(found)
         freeable = ""
         if scope is None:
-            plan = preempt_on_nodes(view, found.allowed, state.pods_of, leaving, place)
+            plan = preempt_on_nodes(view, found.allowed, pods_of, leaving, place)
         else:
-            plan, freeable = self._in_domains(scope, found, leaving, place, spec.placement)
+            plan, freeable = self._in_domains(scope, found, leaving, place, spec.placement, pods_of)
         if isinstance(plan, Unplaceable):
             reason = (
                 why.reason
@@ -242,7 +252,25 @@ class NodeRoom:
             reason += waits
             return Unplaceable(reason, False, plan.pod_set)
         domain = scope.words(view, plan.placement) if scope is not None else ""
+        plan = _single_pods(plan)
         return HeldRoom(plan, self._hold_for(request, fit, plan, quota_victims), domain)
+
+    def _offered(self, found: NodeCandidates) -> tuple[NodeCandidates, Mapping[str, Sequence[str]]]:
+        """The candidates, and the pods each offers the node search: every pod of it, but
+        only the unprotected ones of a disruptionMode Single workload (one with none is
+        no candidate)."""
+        state = self.state
+        view = state.nodes
+        assert view is not None
+        offered = {
+            c.workload.key: on_nodes(c.workload, state.pods_of.get(c.workload.key, ()), view.pods)
+            for c in found.allowed
+            if c.workload.disruption_single
+        }
+        if not offered:
+            return found, state.pods_of
+        allowed = tuple(c for c in found.allowed if offered.get(c.workload.key, True))
+        return replace(found, allowed=allowed), ChainMap(offered, state.pods_of)
 
     def _in_domains(
         self,
@@ -251,6 +279,7 @@ class NodeRoom:
         leaving: Sequence[str],
         place: Place,
         strategy: Strategy,
+        pods_of: Mapping[str, Sequence[str]],
     ) -> tuple[NodePlan | Unplaceable, str]:
         """Room for a gang that keeps to domains (quota/preemption/domains.py): the
         leaving alone, then victims in the one domain that costs least, then (a preferred
@@ -261,13 +290,13 @@ class NodeRoom:
         state = self.state
         view = state.nodes
         assert view is not None
-        alone = preempt_on_nodes(view, (), state.pods_of, leaving, place)
+        alone = preempt_on_nodes(view, (), pods_of, leaving, place)
         if isinstance(alone, NodePlan):
             return alone, ""
         search = Search(
             view,
             scope,
-            state.pods_of,
+            pods_of,
             leaving,
             lambda path: partial(place_gang, view, scope.pinned(path), strategy),
             strategy,
@@ -279,7 +308,7 @@ class NodeRoom:
         anywhere = preempt_on_nodes(
             view,
             found.allowed,
-            state.pods_of,
+            pods_of,
             leaving,
             partial(place_gang, view, scope.gang, strategy),
         )
@@ -323,6 +352,8 @@ class NodeRoom:
         state.diverged = True
         for c in plan.victims:
             state.planned.release(c.queue, c.usage)
+            if c.pods is not None:
+                state.shed_pods(c.workload.key, [p.key for p in plan.lost[c.workload.key]])
         state.taken.update(c.workload.key for c in plan.victims)
         for queue in sorted({c.queue for c in plan.victims}):
             state.order.refresh(queue)
@@ -334,6 +365,8 @@ class NodeRoom:
                     c.queue,
                     "Preempted" if c.queue == spec.name else "Reclaimed",
                     node_victim_reason(w, c, plan.freed[c.workload.key], spec.name, room.domain),
+                    pods=c.pods,
+                    pod_names=_real(plan.lost[c.workload.key]) if c.pods is not None else (),
                 )
                 for c in plan.victims
             ),
@@ -396,3 +429,24 @@ def placement_words(placed: Placement) -> str:
     return f"{pods} planned on " + pods_on_nodes(
         pair for pairs in placed.nodes.values() for pair in pairs
     )
+
+
+def _single_pods(plan: NodePlan) -> NodePlan:
+    """`plan` with each disruptionMode Single victim losing only its pods in the gang's
+    way (`plan.lost`): a victim of ((pod set, pods), ...), quota and all (partial.py)."""
+    if not any(c.workload.disruption_single for c in plan.victims):
+        return plan
+    victims = []
+    for c in plan.victims:
+        w = c.workload
+        taken = lost_pods(w, plan.lost.get(w.key, ())) if w.disruption_single else ()
+        if not taken or is_whole(w, taken):
+            victims.append(c)
+        else:
+            victims.append(Candidate(w, c.queue, pods_usage(w, taken), taken))
+    return replace(plan, victims=tuple(victims))
+
+
+def _real(pods: Sequence[BoundPod]) -> tuple[str, ...]:
+    """The keys of `pods` that are pods, not planned room of unbound ones."""
+    return tuple(sorted(p.key for p in pods if "#" not in p.key))

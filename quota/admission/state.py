@@ -35,7 +35,7 @@ from quota.model.snapshot import (
     superseded_slices,
 )
 from quota.placement.nodes import NodeView
-from quota.placement.reservations import held_pods, planned_pods
+from quota.placement.reservations import LEAVING, held_pods, leaving_of, planned_pods
 
 Vector = dict[FlavorResource, int]
 NO_SHARE: Mapping[FlavorResource, int] = {}
@@ -99,16 +99,37 @@ class CycleState:
         self.diverged = bool(self.taken or self.reserved)
         # Pod keys in the view per workload (bound and planned), for preemption on nodes.
         self.pods_of: dict[str, list[str]] = {}
+        # Owners (`leaving_of`) of pods single-pod preemption took, in this cycle or before:
+        # gone for any preemptor, as a leaving workload's are.
+        self.shed: set[str] = set()
+        # Workloads single-pod preemption took pods from in this cycle: never chosen again
+        # (they are `taken`), but what they keep still runs.
+        self.shrunk: set[str] = set()
         if self.nodes is not None:
             for pod in self.nodes.pods.values():
                 if pod.workload is not None:
                     self.pods_of.setdefault(pod.workload, []).append(pod.key)
+                    if pod.workload.endswith(LEAVING):
+                        self.shed.add(pod.workload)
         self.replaced: set[str] = set()  # slices taken over by this cycle's scale-ups
         # The order queues are visited in, lowest usage/fair-share ratio first. Its key
         # reads only the planned ledger and the shares, not this object: the order must not
         # hold the state alive, so that a cycle is freed by reference counting as it returns
         # (see test_the_cycle_leaves_no_cyclic_garbage).
         self.order = self.new_order()
+
+    def shed_pods(self, key: str, pods: Sequence[str]) -> None:
+        """Single-pod preemption took `pods` from workload `key` in this cycle: they leave
+        (counted as gone for later preemptors), the rest of it stays."""
+        if not pods:
+            return
+        gone = set(pods)
+        owner = leaving_of(key)
+        self.pods_of[owner] = [*self.pods_of.get(owner, ()), *pods]
+        self.pods_of[key] = [k for k in self.pods_of.get(key, ()) if k not in gone]
+        self.shed.add(owner)
+        self.shrunk.add(key)
+        self.taken.add(key)
 
     def new_order(self) -> QueueOrder:
         """An empty queue order over this cycle's planned ledger (one per pass)."""

@@ -155,6 +155,8 @@ class WorkloadConditions:
     # Finished, for a slice replaced by a larger one
     SLICE_REPLACED = "WorkloadSliceReplaced"
 
+    # Event reason on a disruptionMode Single victim that loses single pods, not evicted.
+    PODS_PREEMPTED = "PodsPreempted"
     # Event reasons on a preemptor (and its owner): whom it evicts, by the plan's strategy.
     PREEMPTING = "Preempting"
     RECLAIMING = "Reclaiming"

@@ -294,6 +294,12 @@ class WorkloadStatus(ApiModel):
     nomination: Nomination | None = Field(
         None, description="Set while room on nodes is held for it (a preemptor)."
     )
+    preempted_pods: list[str] = Field(
+        default_factory=list,
+        description="Pods (names, in its namespace) that single-pod preemption "
+        "(spec.disruptionMode Single) last took from it: gone from its admission, their "
+        "room promised to a preemptor; its controller deletes them first.",
+    )
 
 
 class Workload(ApiObject):

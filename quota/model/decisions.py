@@ -38,6 +38,9 @@ class Victim:
     hold: Hold | None = None  # Moved: where its pods go
     # Single-pod disruption: ((pod set, pods it loses), ...); None: the whole workload.
     pods: tuple[tuple[str, int], ...] | None = None
+    # Which pods ("namespace/name") those are, when chosen on nodes (empty: its controller
+    # chooses).
+    pod_names: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

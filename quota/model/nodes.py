@@ -144,3 +144,6 @@ class BoundPod:
     # The admitted workload ("namespace/name") the pod runs for, when Muster manages it:
     # its planned room counts only for pods not yet bound.
     workload: str | None = None
+    # Its pod set in that workload, when known (the `muster.dev/pod-set` label; a planned
+    # pod's own): single-pod disruption never takes a protected one.
+    pod_set: str | None = None

@@ -48,10 +48,25 @@ def planned_pods(
                 seen[node] += used
                 for i in range(min(count - used, missing)):
                     out.append(
-                        BoundPod(f"{w.key}#planned-{a.pod_set}-{node}-{i}", node, requests, w.key)
+                        BoundPod(
+                            f"{w.key}#planned-{a.pod_set}-{node}-{i}",
+                            node,
+                            requests,
+                            w.key,
+                            a.pod_set,
+                        )
                     )
                     missing -= 1
     return out
+
+
+def leaving_of(key: str) -> str:
+    """The owner of the pods single-pod preemption took from workload `key`: no longer its
+    own (its admission shrank), leaving, their room promised to a preemptor."""
+    return f"{key}{LEAVING}"
+
+
+LEAVING = "#leaving"
 
 
 def held_by(key: str) -> str:

@@ -20,7 +20,7 @@ exactly as it found it.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from functools import partial
 
@@ -57,13 +57,15 @@ class NodeCandidates:
 class NodePlan:
     """The gang's placement once `victims` (least important first) and the leaving are gone.
 
-    `freed` maps each victim to the nodes of the placement it must leave. With no victims
-    the room is found in workloads already leaving.
+    `freed` maps each victim to the nodes of the placement it must leave, `lost` to its
+    pods in the gang's way (the ones a Single victim loses; a whole one loses every pod).
+    With no victims the room is found in workloads already leaving.
     """
 
     placement: Placement
     victims: tuple[Candidate, ...]
     freed: Mapping[str, tuple[str, ...]]
+    lost: Mapping[str, tuple[BoundPod, ...]] = field(default_factory=dict)
 
 
 def node_candidates(
@@ -295,8 +297,16 @@ class WhatIf:
             mark = tx.checkpoint()
             if not self.add_back((key,)):
                 tx.rollback(mark)
+        lost = {
+            c.workload.key: tuple(
+                self.removed[k]
+                for k in pods_of.get(c.workload.key, ())
+                if k in self.removed and k not in view.pods
+            )
+            for c in needed
+        }
         tx.commit()
-        return NodePlan(placed, tuple(needed), freed)
+        return NodePlan(placed, tuple(needed), freed, lost)
 
 
 def placement_nodes(placed: Placement) -> frozenset[str]:
@@ -338,12 +348,20 @@ def forbidden_words(forbidden: Sequence[Candidate], spec: QueueSpec) -> str:
 def node_victim_reason(
     preemptor: Workload, victim: Candidate, nodes: Sequence[str], queue: str, domain: str = ""
 ) -> str:
-    """Why a victim was chosen to free nodes (it goes whole: every pod of it), in `domain`
-    ("rack b0-r1 of Topology fabric") when the preemptor keeps to one."""
+    """Why a victim was chosen to free nodes, in `domain` ("rack b0-r1 of Topology
+    fabric") when the preemptor keeps to one: it goes whole (every pod of it), or, with
+    disruptionMode Single, loses the pods named in `victim.pods`."""
     where = named_nodes(nodes) + (f" in {domain}" if domain else "")
     who = f"{preemptor.key} (priority {preemptor.priority})"
     verb = "preempted" if victim.queue == queue else f"reclaimed by queue {queue}"
+    lost = ""
+    if victim.pods is not None:
+        lost = (
+            " (disruptionMode Single: it loses "
+            + ", ".join(f"{n} {pod_set} pod{'s' if n != 1 else ''}" for pod_set, n in victim.pods)
+            + " and keeps the rest)"
+        )
     return (
         f"{verb} to free {where} for {who}: its pods could not be placed otherwise, "
-        f"and this workload has lower priority ({victim.workload.priority})"
+        f"and this workload has lower priority ({victim.workload.priority}){lost}"
     )

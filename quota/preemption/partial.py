@@ -11,10 +11,20 @@ So a Single victim whose unprotected pods are not enough on their own loses all 
 suffices the search fails as for any other candidate. It never becomes a whole victim
 unless nothing of it is protected and every pod is needed, which is the same thing.
 A victim's `pods`, ((pod set, pods taken), ...), is None for a whole eviction.
+
+On nodes the same rule chooses pods, not counts (`on_nodes`, `lost_pods`): a Single
+candidate offers the node search only its unprotected pods, and once the preemptor's
+placement is fixed it loses exactly those of them still in its way; its other pods stay.
+Which pods of a pod set are protected is not said by the API (they are alike): the first
+`protectedCount` in key order, so a search and the next one agree.
 """
 
 from __future__ import annotations
 
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+
+from quota.model.nodes import BoundPod
 from quota.model.resources import FlavorResource, flavor_resource
 from quota.model.snapshot import Workload
 
@@ -56,3 +66,36 @@ def pods_usage(workload: Workload, taken: Taken) -> dict[FlavorResource, int]:
 
 def is_whole(workload: Workload, taken: Taken) -> bool:
     return dict(taken) == {a.pod_set: a.count for a in workload.admission or () if a.count}
+
+
+def pod_set_of(workload: Workload, pod: BoundPod) -> str | None:
+    """The pod set `pod` runs for: its own label, or the only one the workload has."""
+    if pod.pod_set is not None:
+        return pod.pod_set
+    return workload.pod_sets[0].name if len(workload.pod_sets) == 1 else None
+
+
+def on_nodes(workload: Workload, keys: Sequence[str], pods: Mapping[str, BoundPod]) -> list[str]:
+    """The pods (keys of `pods`, among `keys`) that single-pod disruption may take from a
+    Single `workload` on nodes: per pod set, all but its protectedCount. A pod whose pod set
+    is unknown is never taken (it could be a protected one)."""
+    protected = {ps.name: ps.protected_count for ps in workload.pod_sets}
+    kept: Counter[str] = Counter()
+    out: list[str] = []
+    for key in sorted(keys):
+        pod = pods.get(key)
+        pod_set = pod_set_of(workload, pod) if pod is not None else None
+        if pod_set is None or pod_set not in protected:
+            continue
+        if kept[pod_set] < protected[pod_set]:
+            kept[pod_set] += 1
+            continue
+        out.append(key)
+    return out
+
+
+def lost_pods(workload: Workload, lost: Iterable[BoundPod]) -> Taken:
+    """`lost` (pods of `workload` a node plan takes) as ((pod set, pods), ...), in the
+    order of the workload's pod sets."""
+    counts = Counter(pod_set_of(workload, pod) for pod in lost)
+    return tuple((ps.name, counts[ps.name]) for ps in workload.pod_sets if counts[ps.name])

@@ -3,7 +3,8 @@ started as `local-cluster up --with lws` starts it) and Muster's controller: eac
 group is one gang (leader and workers, all or nothing), admitted and placed group by group;
 scaling the set waits for quota with the new groups' pods gated, then places whole groups;
 a higher-priority gang preempts exactly one whole replica of a set that cannot serve
-degraded.
+degraded, and only single workers (never a leader) of one that can, which get them back
+through a slice once there is room.
 """
 
 from __future__ import annotations
@@ -251,6 +252,85 @@ def test_a_higher_priority_gang_preempts_exactly_one_whole_replica(
         ),
         timeout=60,
     )
+
+
+def test_a_degradable_set_loses_single_workers_never_a_leader_and_gets_them_back(
+    cluster: ClusterHandle, lws_controller: Controller, namespace: str, pool: LabelledPool
+) -> None:
+    low, high = unique("low"), unique("high")
+    apply(cluster, priority_class(low, 10), priority_class(high, 1000))
+    pool.add_nodes(3, cpu="4")
+    pool.queue("100", preemption={"withinQueue": "LowerPriority", "waitBeforeEvicting": "0s"})
+    degraded = {"muster.dev/disruption-mode": "single"}
+    apply(
+        cluster,
+        lws(
+            "degr", namespace, 3, 4, priority_class=low, annotations=degraded, restart_policy="None"
+        ),
+    )
+    cluster.wait_for(
+        "three groups bound whole",
+        lambda: whole_groups_bound(pods_of(cluster, namespace, "degr"), 3, 4),
+        timeout=120,
+    )
+    workloads = active(group_workloads(cluster, namespace, "degr"))
+    assert {w["spec"].get("disruptionMode") for w in workloads} == {"Single"}
+    before = {p["metadata"]["uid"]: p for p in pods_of(cluster, namespace, "degr")}
+    leaders = {
+        u for u, p in before.items() if p["metadata"]["labels"].get(f"{LWS}/worker-index") == "0"
+    }
+    assert len(leaders) == 3
+    # Every node is full: a gang of two one-CPU pods needs two pods' room.
+    create(cluster, job("urgent", namespace, "lq", parallelism=2, priority_class=high))
+
+    def urgent_bound() -> bool:
+        found = get(cluster, "pods", "-n", namespace, "-l", "batch.kubernetes.io/job-name=urgent")
+        return len([p for p in found["items"] if p["spec"].get("nodeName")]) == 2
+
+    cluster.wait_for("the urgent gang bound", urgent_bound, timeout=120)
+    after = {p["metadata"]["uid"] for p in pods_of(cluster, namespace, "degr")}
+    lost = [p for uid, p in before.items() if uid not in after]
+    # Exactly the two workers in its way went; every leader kept running.
+    assert len(lost) == 2, [p["metadata"]["name"] for p in lost]
+    assert leaders <= after
+    assert all(p["metadata"]["labels"][f"{LWS}/worker-index"] != "0" for p in lost)
+    # No group was evicted: the victims' admissions shrank in place, saying which pods.
+    groups = group_workloads(cluster, namespace, "degr")
+    assert not any(
+        c["type"] == "Evicted" and c["status"] == "True"
+        for w in groups
+        for c in (w.get("status") or {}).get("conditions") or []
+    )
+    taken = {n for w in groups for n in (w.get("status") or {}).get("preemptedPods") or ()}
+    assert taken == {p["metadata"]["name"] for p in lost}
+    events = get(cluster, "events", "-n", namespace, "--field-selector", "reason=PodsPreempted")[
+        "items"
+    ]
+    assert events and all("disruptionMode Single" in e["message"] for e in events)
+
+    # The lost workers come back gated, their groups asking for them by a slice that waits.
+    def lost_back_gated() -> bool:
+        now = pods_of(cluster, namespace, "degr")
+        back = [p for p in now if p["metadata"]["uid"] not in before]
+        return len(now) == 12 and len(back) == 2 and all(gated(p) for p in back)
+
+    cluster.wait_for("the lost workers made again, gated", lost_back_gated, timeout=60)
+
+    def slices_wait() -> bool:
+        pending = [
+            w for w in active(group_workloads(cluster, namespace, "degr")) if not admitted(w)
+        ]
+        return bool(pending) and all(w["spec"].get("replaces") for w in pending)
+
+    cluster.wait_for("a slice per degraded group, waiting", slices_wait, timeout=60)
+    # Room returns: the workers are placed again, and no leader was ever restarted.
+    cluster.kubectl("delete", "job", "urgent", "-n", namespace, "--wait=false")
+    cluster.wait_for(
+        "three groups whole again",
+        lambda: whole_groups_bound(pods_of(cluster, namespace, "degr"), 3, 4),
+        timeout=120,
+    )
+    assert leaders <= {p["metadata"]["uid"] for p in pods_of(cluster, namespace, "degr")}
 
 
 def test_a_set_naming_a_missing_queue_is_told_why_and_nothing_runs(

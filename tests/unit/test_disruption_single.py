@@ -14,10 +14,12 @@ from quota.api import ManifestError
 from quota.api.workload import Workload as WorkloadModel
 from quota.model.convert import workload as to_model
 from quota.model.decisions import CycleResult, Victim
-from quota.model.snapshot import Assignment, PodSet, QueueSpec, Snapshot, Workload
+from quota.model.nodes import BoundPod, Node
+from quota.model.snapshot import Assignment, Flavor, PodSet, QueueSpec, Snapshot, Workload
+from quota.placement.reservations import leaving_of
 from quota.preemption.partial import admitted_counts
 from tests.unit import test_simulator as sim
-from tests.unit.strategies import queue, queues_of, workload
+from tests.unit.strategies import GPU, queue, queues_of, workload
 
 
 def cycle(spec: QueueSpec, admitted: list[Workload], pending: list[Workload]) -> CycleResult:
@@ -195,3 +197,133 @@ def test_a_bad_disruption_mode_annotation_is_refused_naming_it() -> None:
     text = QUOTA_ONLY + sim.queue("a", 8) + sim.job("a", "train", gpus=1, disruption="some")
     with pytest.raises(ManifestError, match=r"disruption-mode.*must be \"single\" or \"all\""):
         sim.run(text)
+
+
+# -- on nodes: a Single victim loses the pods in the preemptor's way, never a protected one
+
+NODES = tuple(
+    Node(f"n{i}", {GPU: 8, "cpu": 64_000, "pods": 110}, {"pool": "h100"}) for i in range(4)
+)
+
+
+def serving_group(
+    key: str, single: bool = True, workers: int = 3, priority: int = 0
+) -> tuple[Workload, tuple[BoundPod, ...]]:
+    """A LeaderWorkerSet group: its leader on n0, a worker on each of n1.., 8 GPUs a pod."""
+    on = [(f"n{i}", 1) for i in range(1, workers + 1)]
+    w = Workload(
+        key,
+        "a",
+        priority,
+        0.0,
+        (PodSet("leader", 1, {GPU: 8}, protected_count=1), PodSet("workers", workers, {GPU: 8})),
+        admission=(
+            Assignment("leader", 1, {GPU: "h100"}, (("n0", 1),)),
+            Assignment("workers", workers, {GPU: "h100"}, tuple(on)),
+        ),
+        disruption_single=single,
+    )
+    pods = (
+        BoundPod(f"{key}-0", "n0", {GPU: 8}, key, "leader"),
+        *(
+            BoundPod(f"{key}-0-{i}", node, {GPU: 8}, key, "workers")
+            for i, (node, _) in enumerate(on, start=1)
+        ),
+    )
+    return w, pods
+
+
+def on_nodes_cycle(
+    admitted: list[Workload], pods: list[BoundPod], pending: list[Workload]
+) -> CycleResult:
+    return admission_cycle(
+        Snapshot(
+            now=1_000.0,
+            queues=queues_of(queue("a", quota=1_000, within_queue="LowerPriority")),
+            flavors={"h100": Flavor("h100", {"pool": "h100"})},
+            admitted=tuple(admitted),
+            pending=tuple(pending),
+            nodes=NODES,
+            pods=tuple(pods),
+        )
+    )
+
+
+def urgent(nodes: int) -> Workload:
+    return workload("ns/urgent", "a", gpus=8, count=nodes, priority=100)
+
+
+@pytest.mark.parametrize("need", [1, 2, 3])
+def test_on_nodes_a_single_victim_loses_only_workers_in_the_way(need: int) -> None:
+    group, pods = serving_group("ns/serve")
+    result = on_nodes_cycle([group], list(pods), [urgent(need)])
+    (victim,) = victims(result).values()
+    assert victim.pods == (("workers", need),)
+    assert len(victim.pod_names) == need
+    assert "ns/serve-0" not in victim.pod_names  # never the leader
+    assert all(name.startswith("ns/serve-0-") for name in victim.pod_names)
+    assert f"it loses {need} workers pod" in victim.reason
+
+
+def test_on_nodes_the_leader_is_never_taken_even_when_the_gang_needs_its_node() -> None:
+    group, pods = serving_group("ns/serve")
+    result = on_nodes_cycle([group], list(pods), [urgent(4)])
+    assert result.preempt == ()
+    (pending,) = result.pending
+    assert "cannot be placed" in pending.reason
+
+
+def test_on_nodes_an_all_group_goes_whole() -> None:
+    group, pods = serving_group("ns/serve", single=False)
+    result = on_nodes_cycle([group], list(pods), [urgent(1)])
+    (victim,) = victims(result).values()
+    assert victim.pods is None and victim.pod_names == ()
+
+
+def test_on_nodes_pods_already_taken_count_as_leaving_and_no_one_more_is_taken() -> None:
+    # The cycle after: the victim's admission shrank to 2 workers, the lost pod (still
+    # terminating on n3) is marked leaving; the preemptor waits for it and takes no more.
+    group, pods = serving_group("ns/serve")
+    first = on_nodes_cycle([group], list(pods), [urgent(1)])
+    (victim,) = victims(first).values()
+    (lost,) = victim.pod_names
+    (held,) = [p.hold for p in first.pending if p.workload == "ns/urgent"]
+    shrunk = replace(
+        group,
+        admission=(group.admission[0], replace(group.admission[1], count=2)),  # type: ignore[index]
+    )
+    marked = [
+        replace(p, workload=leaving_of("ns/serve")) if p.key == lost else p for p in pods
+    ]
+    waiting = replace(urgent(1), hold=held)
+    second = on_nodes_cycle([shrunk], marked, [waiting])
+    assert second.preempt == ()
+    assert not second.admit  # its room is still taken by the leaving pod
+    # Once the pod is gone, the preemptor is admitted where it was held.
+    gone = [p for p in marked if p.key != lost]
+    third = on_nodes_cycle([shrunk], gone, [waiting])
+    assert [a.workload for a in third.admit] == ["ns/urgent"]
+    assert third.preempt == ()
+
+
+def test_on_nodes_the_same_pods_are_never_taken_twice() -> None:
+    # Two preemptors of one node each. A victim is chosen once a cycle: the first takes a
+    # worker, the second waits; in the next cycle (the first holding its room, the lost
+    # worker leaving) the second takes another worker, never the leader.
+    group, pods = serving_group("ns/serve")
+    a = workload("ns/u1", "a", gpus=8, count=1, priority=100)
+    b = workload("ns/u2", "a", gpus=8, count=1, priority=100, arrival=1.0)
+    first = on_nodes_cycle([group], list(pods), [a, b])
+    (taken,) = [n for p in first.preempt for v in p.victims for n in v.pod_names]
+    holds = {p.workload: p.hold for p in first.pending}
+    shrunk = replace(
+        group,
+        admission=(group.admission[0], replace(group.admission[1], count=2)),  # type: ignore[index]
+    )
+    marked = [replace(p, workload=leaving_of("ns/serve")) if p.key == taken else p for p in pods]
+    second = on_nodes_cycle(
+        [shrunk], marked, [replace(a, hold=holds["ns/u1"]), replace(b, hold=holds["ns/u2"])]
+    )
+    (again,) = [n for p in second.preempt for v in p.victims for n in v.pod_names]
+    assert again != taken and again != "ns/serve-0"
+    assert [p.preemptor for p in second.preempt] == ["ns/u2"]
