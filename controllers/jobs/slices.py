@@ -26,6 +26,7 @@ from typing import Any, Protocol
 
 from controllers.jobs import gates
 from controllers.jobs.framework import Driver, GenericJob, same_request
+from controllers.jobs.preempted import delete_preempted, preempted_names
 from controllers.runtime import apply
 from controllers.runtime.resources import WORKLOAD, Obj, object_key
 from controllers.state import workloads as wls
@@ -215,6 +216,15 @@ def reconcile_elastic(rec: Driver, job: GenericJob, owned: list[Obj]) -> float |
     granted = wls.admitted_count(current, pod_set)
     slice_name = (current.get("spec") or {}).get("sliceName") or first_name
     requeue: float | None = None
+    # Pods single-pod preemption took (preempted.py): they go, and the Job asks them back.
+    taken = preempted_names(current)
+    if taken:
+        pods = rec.ctx.caches.pods_of_job(uid)
+        why = _shed_message(current)
+        if delete_preempted(rec.ctx, pods, taken, why, rec.ctx.now()):
+            rec.ctx.events.emit(
+                obj, "Warning", WC.PODS_PREEMPTED, f"{why}: {', '.join(sorted(taken))}"
+            )
     if parallelism < spec_count or parallelism < granted:
         delete_pending(rec, pending)
         # Keep admitted what ungated pods still hold: the Job controller may not have
@@ -227,7 +237,7 @@ def reconcile_elastic(rec: Driver, job: GenericJob, owned: list[Obj]) -> float |
             current = scale_down(rec, current, target, pod_set) or current
         if target > parallelism:
             requeue = RETRY_SECONDS
-    elif parallelism > spec_count:
+    elif parallelism > spec_count or (taken and parallelism > granted):
         want = rec.desired_spec(
             job, count=parallelism, slice_name=slice_name, replaces=current["metadata"]["name"]
         )
@@ -244,6 +254,12 @@ def reconcile_elastic(rec: Driver, job: GenericJob, owned: list[Obj]) -> float |
     # pods on their way out.
     gates.lift(rec.ctx, obj, min(wls.admitted_count(current, pod_set), parallelism))
     return requeue
+
+
+def _shed_message(wl: Obj) -> str:
+    """Why the admission shrank: the preemption's words on the Workload's Event."""
+    pods = sorted(preempted_names(wl))
+    return f"preempted by Muster (Workload {wl['metadata']['name']} lost {len(pods)} pod(s))"
 
 
 def _cache_missed_admission(rec: Driver, job: Obj) -> bool:

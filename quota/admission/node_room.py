@@ -150,6 +150,38 @@ class NodeRoom:
             if k in state.pods_of and k not in state.replaced and k not in stuck
         ] + sorted(shed)
 
+    def settle_single(self, c: Candidate, plan: NodePlan) -> tuple[Candidate, tuple[str, ...]]:
+        """A Single quota victim once the gang is placed: it loses, per pod set, as many pods
+        as the quota needs or as stand in the gang's way, whichever is more; the pods in the
+        way first, then (the quota needing more) its other unprotected pods, last key first.
+        Returns it (whole when that is every pod) with the keys of the pods it loses; the
+        planned ledger gives back the quota of pods taken past the quota's count."""
+        state = self.state
+        view = state.nodes
+        assert view is not None and c.pods is not None
+        w = c.workload
+        in_way = plan.lost.get(w.key, ())
+        need = dict(c.pods)
+        lost: list[BoundPod] = list(in_way)
+        counts = dict(lost_pods(w, in_way))
+        spare = [
+            view.pods[k]
+            for k in reversed(on_nodes(w, state.pods_of.get(w.key, ()), view.pods))
+            if k in view.pods
+        ]
+        for pod in spare:
+            pod_set = pod.pod_set or w.pod_sets[0].name
+            if counts.get(pod_set, 0) < need.get(pod_set, 0):
+                counts[pod_set] = counts.get(pod_set, 0) + 1
+                lost.append(pod)
+        taken = tuple((ps.name, counts[ps.name]) for ps in w.pod_sets if counts.get(ps.name))
+        more = tuple((name, n - need.get(name, 0)) for name, n in taken if n > need.get(name, 0))
+        if more:
+            state.planned.release(c.queue, pods_usage(w, more))
+        if is_whole(w, taken):
+            return Candidate(w, c.queue, c.usage), ()
+        return Candidate(w, c.queue, pods_usage(w, taken), taken), tuple(p.key for p in lost)
+
     # -- making room ------------------------------------------------------------------------
 
     def placer(self, w: Workload, gang: GangRequest, strategy: Strategy) -> Place:
@@ -222,7 +254,15 @@ class NodeRoom:
                 waits += "; " + shielded_words(shielded)
             return replace(why, reason=why.reason + waits) if waits else why
         place = self.placer(w, gang, spec.placement)
-        found, pods_of = self._offered(found)
+        found, pods_of = self._offered(found, [c for c in quota_victims if c.pods is not None])
+        # The pods of Single quota victims, for what of them ends in the gang's way.
+        offered = {
+            c.workload.key: {
+                k: view.pods[k] for k in pods_of.get(c.workload.key, ()) if k in view.pods
+            }
+            for c in quota_victims
+            if c.pods is not None
+        }
         freeable = ""
         if scope is None:
             plan = preempt_on_nodes(view, found.allowed, pods_of, leaving, place)
@@ -253,18 +293,27 @@ class NodeRoom:
             return Unplaceable(reason, False, plan.pod_set)
         domain = scope.words(view, plan.placement) if scope is not None else ""
         plan = _single_pods(plan)
+        if offered:
+            lost = {
+                key: tuple(pod for k, pod in pods.items() if k not in view.pods)
+                for key, pods in offered.items()
+            }
+            plan = replace(plan, lost={**plan.lost, **lost})
         return HeldRoom(plan, self._hold_for(request, fit, plan, quota_victims), domain)
 
-    def _offered(self, found: NodeCandidates) -> tuple[NodeCandidates, Mapping[str, Sequence[str]]]:
-        """The candidates, and the pods each offers the node search: every pod of it, but
-        only the unprotected ones of a disruptionMode Single workload (one with none is
-        no candidate)."""
+    def _offered(
+        self, found: NodeCandidates, partial: Sequence[Candidate] = ()
+    ) -> tuple[NodeCandidates, Mapping[str, Sequence[str]]]:
+        """The candidates, and the pods each offers the node search (and each of the
+        `partial` quota victims, leaving with single pods): every pod of it, but only the
+        unprotected ones of a disruptionMode Single workload (one with none is no
+        candidate)."""
         state = self.state
         view = state.nodes
         assert view is not None
         offered = {
             c.workload.key: on_nodes(c.workload, state.pods_of.get(c.workload.key, ()), view.pods)
-            for c in found.allowed
+            for c in (*found.allowed, *partial)
             if c.workload.disruption_single
         }
         if not offered:

@@ -10,7 +10,7 @@ still cannot be placed, the transaction is rolled back and no one is evicted.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 from typing import Literal, NamedTuple
 
@@ -80,10 +80,9 @@ class QuotaPreemption:
             return fit if isinstance(fit, Fit) else None
 
         tx = Transaction()
-        # Node-level single-pod disruption (which pods, on which nodes) is not decided yet:
-        # the room search counts a victim's every pod as leaving, so with nodes a Single
-        # victim goes whole, as every victim did before.
-        single = state.nodes is None
+        # A Single victim loses single pods: how many is decided here, which ones (with
+        # nodes) once the gang is placed (`_with_nodes`).
+        single = True
         victims: list[Victim] = []
         chosen: list[Candidate] | None = None
         if spec.within_queue != "Never":
@@ -195,6 +194,15 @@ class QuotaPreemption:
             spared = {c.workload.key for c in chosen} - {c.workload.key for c in kept}
             victims = [v for v in victims if v.workload not in spared]
             outcome = outcome.sparing(spared)
+        settled: dict[str, tuple[Candidate, tuple[str, ...]]] = {
+            c.workload.key: self.room.settle_single(c, outcome.plan)
+            for c in kept
+            if c.pods is not None
+        }
+        victims = [_settled(v, settled.get(v.workload)) for v in victims]
+        for c in kept:
+            if c.workload.key in settled:
+                state.shed_pods(c.workload.key, settled[c.workload.key][1])
         state.taken.update(c.workload.key for c in kept)
         for queue in sorted({c.queue for c in kept}):
             state.order.refresh(queue)
@@ -363,3 +371,19 @@ def _covering(
         return True
 
     return covered
+
+
+def _settled(victim: Victim, settled: tuple[Candidate, tuple[str, ...]] | None) -> Victim:
+    """A quota victim as `NodeRoom.settle_single` left it: the pods it loses, and which."""
+    if settled is None:
+        return victim
+    c, keys = settled
+    if c.pods is None:
+        return replace(victim, pods=None, pod_names=())
+    lost = ", ".join(f"{n} {pod_set} pod{'s' if n != 1 else ''}" for pod_set, n in c.pods)
+    return replace(
+        victim,
+        pods=c.pods,
+        pod_names=tuple(sorted(k for k in keys if "#" not in k)),
+        reason=f"{victim.reason} (disruptionMode Single: it loses {lost} and keeps the rest)",
+    )

@@ -429,6 +429,13 @@ def job_to_workload_model(
                 f"metadata.annotations[{DISRUPTION_MODE_ANNOTATION}]",
                 f'must be "single" or "all" (got {mode!r})',
             )
+        if mode == "single" and not job_is_elastic(job):
+            # Its lost pods could never come back (no slices), and the Job controller would
+            # replace them at once, ungated, on the nodes just freed.
+            raise fail(
+                f"metadata.annotations[{DISRUPTION_MODE_ANNOTATION}]",
+                f'single needs the Job to be elastic ({ELASTIC_ANNOTATION}: "true")',
+            )
         body["disruptionMode"] = "Single" if mode == "single" else "All"
     if priority is not None:
         body["priority"] = priority

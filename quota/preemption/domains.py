@@ -7,8 +7,9 @@ fullest rack that fits, and keeps the victims in its way: it can pick a rack who
 cost more than another's. Here the search runs domain by domain at the request's level:
 per domain, the candidates with a pod (or room planned for one) on its nodes, the same
 shortest-prefix search and reprieve as on the whole cluster (`nodes.preempt_on_nodes`), with
-the gang kept to that domain (`DomainRequest.within`). Every victim goes whole, so one with
-pods in two racks goes from both; no victim has no pod in the chosen domain.
+the gang kept to that domain (`DomainRequest.within`). Every victim goes whole (but a
+disruptionMode Single one, which loses its pods in the way), so one with pods in two racks
+goes from both; no victim has no pod in the chosen domain.
 
 The domains are compared as Muster's victim order compares workloads (priority first,
 then budgets), which is KEP-5710's ceiling: the lowest highest victim priority, then the

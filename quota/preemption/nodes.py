@@ -2,7 +2,9 @@
 
 The whole cluster is one domain. Candidates are admitted, running workloads of strictly
 lower priority than the preemptor that its queue's policies allow it to evict; each goes
-whole, every pod of it (disruptionMode all), with the room planned for its unbound pods.
+whole, every pod of it (disruptionMode all), with the room planned for its unbound pods,
+but for the pods it offers (`pods_of`: a disruptionMode Single one offers only its
+unprotected pods, partial.py), and a plan says which of them stand in the gang's way.
 If removing every candidate would not make the gang placeable, nothing is evicted.
 Otherwise a binary search over the candidates' distinct priorities finds the lowest
 priority ceiling that still makes room (fewer, less important victims mean fewer

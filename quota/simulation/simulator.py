@@ -425,6 +425,7 @@ class _Simulation:
             tuple(replace(ps, count=counts.get(ps.name, ps.count)) for ps in w.pod_sets),
             tuple(counts[a.pod_set] for a in w.admission),
             t,
+            frozenset(victim.pod_names),
         )
         self._drop_scale_slice(job)
         self._scale_up(job, shrunk, t)
@@ -501,9 +502,11 @@ class _Simulation:
         pod_sets: tuple[PodSet, ...],
         counts: tuple[int, ...],
         t: float,
+        chosen: frozenset[str] = frozenset(),
     ) -> Workload:
         """`running` with its admission down to `counts` (one per assignment) and
-        `pod_sets`: a scale-down in place, its quota freed at once."""
+        `pod_sets`: a scale-down in place, its quota freed at once; the `chosen` pods (the
+        ones a preemption took on nodes) go first."""
         assert running.admission is not None
         self._charge(running, -1, t)
         shrunk = replace(
@@ -514,7 +517,7 @@ class _Simulation:
             ),
         )
         if self.nodes is not None:
-            shrunk = self._shrink(shrunk, t)
+            shrunk = self._shrink(shrunk, t, chosen)
         self.admitted[running.key] = shrunk
         self._charge(shrunk, 1, t)
         return shrunk
@@ -546,7 +549,11 @@ class _Simulation:
                 for _ in range(max(new, 0)):
                     job.pods += 1
                     pod = BoundPod(
-                        f"{job.key}/{a.pod_set}-{job.pods}", node, per_pod[a.pod_set], w.key
+                        f"{job.key}/{a.pod_set}-{job.pods}",
+                        node,
+                        per_pod[a.pod_set],
+                        w.key,
+                        a.pod_set,
                     )
                     pods.append((a.pod_set, pod))
                     self._take(node, pod.requests, 1, t)
@@ -554,10 +561,13 @@ class _Simulation:
         self._bound = None
         return self._placed(w)
 
-    def _shrink(self, w: Workload, t: float) -> Workload:
-        """Remove pods of `w` beyond its admitted counts, the most recently placed first."""
+    def _shrink(self, w: Workload, t: float, chosen: frozenset[str] = frozenset()) -> Workload:
+        """Remove pods of `w` beyond its admitted counts: the `chosen` ones first, then the
+        most recently placed."""
         assert w.admission is not None
         pods = self.pods_of.get(w.key, [])
+        # Stable: the chosen move to the end, where removal starts, each side in its order.
+        pods.sort(key=lambda entry: entry[1].key in chosen)
         keep = {a.pod_set: a.count for a in w.admission}
         have: dict[str, int] = {}
         for pod_set, _ in pods:

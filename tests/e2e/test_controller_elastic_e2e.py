@@ -18,6 +18,7 @@ from controllers.runtime.resources import JOB, POD, WORKLOAD, Kube
 from tests.conftest import ClusterHandle
 from tests.e2e.controller_harness import (
     Controller,
+    LabelledPool,
     admitted,
     apply,
     condition,
@@ -28,10 +29,12 @@ from tests.e2e.controller_harness import (
     finished,
     flavor,
     gated,
+    get,
     job,
     live,
     local_queue,
     pods_of,
+    priority_class,
     unique,
     workloads_of,
 )
@@ -266,3 +269,73 @@ def test_rapid_scale_events_never_ungate_past_quota(
             for w in active
         ]
     assert watch.violations == []
+
+
+def test_a_degradable_elastic_job_loses_only_the_pods_a_gang_needs_and_gets_them_back(
+    cluster: ClusterHandle,
+    namespace: str,
+    controller: Controller,  # noqa: F811
+) -> None:
+    """disruptionMode single on an elastic Job: a higher-priority gang takes exactly the two
+    pods in its way, as a scale-down of the running Job (never suspended, never restarted);
+    the Job asks them back through a slice and runs whole again once there is room."""
+    pool = LabelledPool(cluster, namespace, "degr")
+    low, high = unique("low"), unique("high")
+    apply(cluster, priority_class(low, 10), priority_class(high, 1000))
+    try:
+        pool.add_nodes(3, cpu="4")
+        pool.queue("100", preemption={"withinQueue": "LowerPriority", "waitBeforeEvicting": "0s"})
+        train = job(
+            "train",
+            namespace,
+            "lq",
+            parallelism=12,
+            elastic=True,
+            priority_class=low,
+            annotations={"muster.dev/disruption-mode": "single"},
+        )
+        # A loss marked DisruptionTarget (as kube-scheduler marks its preemptions) is not
+        # a failure of the Job.
+        train["spec"]["podFailurePolicy"] = {
+            "rules": [{"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget"}]}]
+        }
+        create(cluster, train)
+
+        def bound(name: str, count: int) -> bool:
+            pods = live(pods_of(cluster, namespace, name))
+            return len([p for p in pods if p["spec"].get("nodeName")]) == count
+
+        cluster.wait_for("12 pods of train bound", lambda: bound("train", 12), timeout=120)
+        before = {p["metadata"]["uid"]: p for p in live(pods_of(cluster, namespace, "train"))}
+        create(cluster, job("urgent", namespace, "lq", parallelism=2, priority_class=high))
+        cluster.wait_for("the urgent gang bound", lambda: bound("urgent", 2), timeout=120)
+
+        after = {p["metadata"]["uid"] for p in live(pods_of(cluster, namespace, "train"))}
+        lost = sorted(p["metadata"]["name"] for u, p in before.items() if u not in after)
+        assert len(lost) == 2, lost
+        slices = workloads_of(cluster, namespace, "train")
+        assert not any(condition(w, "Evicted").get("status") == "True" for w in slices)
+        (current,) = [w for w in slices if admitted(w)]
+        assert current["spec"]["disruptionMode"] == "Single"
+        assert sorted(current["status"]["preemptedPods"]) == lost
+        assert current["status"]["admission"]["podSetAssignments"][0]["count"] == 10
+        stored = get(cluster, "job", "train", "-n", namespace)
+        assert not stored["spec"].get("suspend") and stored["spec"]["parallelism"] == 12
+
+        def asks_them_back() -> bool:
+            pods = live(pods_of(cluster, namespace, "train"))
+            waiting = [w for w in workloads_of(cluster, namespace, "train") if not admitted(w)]
+            return (
+                len([p for p in pods if gated(p)]) == 2
+                and len(waiting) == 1
+                and waiting[0]["spec"].get("replaces") == current["metadata"]["name"]
+            )
+
+        cluster.wait_for("two replacements gated, a slice waiting", asks_them_back, timeout=60)
+        cluster.kubectl("delete", "job", "urgent", "-n", namespace, "--wait=false")
+        cluster.wait_for("train whole again", lambda: bound("train", 12), timeout=120)
+        # Never restarted: the ten pods that were not in the gang's way ran on throughout.
+        assert after <= {p["metadata"]["uid"] for p in live(pods_of(cluster, namespace, "train"))}
+        assert not (get(cluster, "job", "train", "-n", namespace).get("status") or {}).get("failed")
+    finally:
+        pool.delete()

@@ -234,12 +234,14 @@ def serving_group(
 
 
 def on_nodes_cycle(
-    admitted: list[Workload], pods: list[BoundPod], pending: list[Workload]
+    admitted: list[Workload], pods: list[BoundPod], pending: list[Workload], quota: int = 1_000
 ) -> CycleResult:
+    """One cycle on the four nodes; with `quota` 32 the queue's quota is as full as they are
+    (the victims are then chosen for quota first)."""
     return admission_cycle(
         Snapshot(
             now=1_000.0,
-            queues=queues_of(queue("a", quota=1_000, within_queue="LowerPriority")),
+            queues=queues_of(queue("a", quota=quota, within_queue="LowerPriority")),
             flavors={"h100": Flavor("h100", {"pool": "h100"})},
             admitted=tuple(admitted),
             pending=tuple(pending),
@@ -253,10 +255,11 @@ def urgent(nodes: int) -> Workload:
     return workload("ns/urgent", "a", gpus=8, count=nodes, priority=100)
 
 
+@pytest.mark.parametrize("quota", [1_000, 32])
 @pytest.mark.parametrize("need", [1, 2, 3])
-def test_on_nodes_a_single_victim_loses_only_workers_in_the_way(need: int) -> None:
+def test_on_nodes_a_single_victim_loses_only_workers_in_the_way(need: int, quota: int) -> None:
     group, pods = serving_group("ns/serve")
-    result = on_nodes_cycle([group], list(pods), [urgent(need)])
+    result = on_nodes_cycle([group], list(pods), [urgent(need)], quota)
     (victim,) = victims(result).values()
     assert victim.pods == (("workers", need),)
     assert len(victim.pod_names) == need
@@ -265,17 +268,19 @@ def test_on_nodes_a_single_victim_loses_only_workers_in_the_way(need: int) -> No
     assert f"it loses {need} workers pod" in victim.reason
 
 
-def test_on_nodes_the_leader_is_never_taken_even_when_the_gang_needs_its_node() -> None:
+@pytest.mark.parametrize("quota", [1_000, 32])
+def test_on_nodes_the_leader_is_never_taken_even_when_the_gang_needs_its_node(quota: int) -> None:
     group, pods = serving_group("ns/serve")
-    result = on_nodes_cycle([group], list(pods), [urgent(4)])
-    assert result.preempt == ()
+    result = on_nodes_cycle([group], list(pods), [urgent(4)], quota)
+    assert result.preempt == () and result.admit == ()
     (pending,) = result.pending
-    assert "cannot be placed" in pending.reason
+    assert ("cannot be placed" if quota > 32 else "no set of workloads") in pending.reason
 
 
-def test_on_nodes_an_all_group_goes_whole() -> None:
+@pytest.mark.parametrize("quota", [1_000, 32])
+def test_on_nodes_an_all_group_goes_whole(quota: int) -> None:
     group, pods = serving_group("ns/serve", single=False)
-    result = on_nodes_cycle([group], list(pods), [urgent(1)])
+    result = on_nodes_cycle([group], list(pods), [urgent(1)], quota)
     (victim,) = victims(result).values()
     assert victim.pods is None and victim.pod_names == ()
 
@@ -292,9 +297,7 @@ def test_on_nodes_pods_already_taken_count_as_leaving_and_no_one_more_is_taken()
         group,
         admission=(group.admission[0], replace(group.admission[1], count=2)),  # type: ignore[index]
     )
-    marked = [
-        replace(p, workload=leaving_of("ns/serve")) if p.key == lost else p for p in pods
-    ]
+    marked = [replace(p, workload=leaving_of("ns/serve")) if p.key == lost else p for p in pods]
     waiting = replace(urgent(1), hold=held)
     second = on_nodes_cycle([shrunk], marked, [waiting])
     assert second.preempt == ()

@@ -507,10 +507,14 @@ def test_a_bad_leaderworkerset_is_refused_naming_the_field(change: Any, words: s
     assert words in str(error.value) and "LeaderWorkerSet" in str(error.value), str(error.value)
 
 
-def test_a_degradable_leaderworkerset_loses_single_workers_never_a_leader() -> None:
-    """examples/degraded-inference.yaml: the urgent Job takes two workers' quota; no replica
-    is evicted, and the leader pod sets are protected."""
-    scenario = _load(REPO / "examples" / "degraded-inference.yaml")
+@pytest.mark.parametrize("nodes", [True, False])
+def test_a_degradable_leaderworkerset_loses_single_workers_never_a_leader(nodes: bool) -> None:
+    """examples/degraded-inference.yaml, on its nodes and on quota alone: the urgent Job
+    takes two workers; no replica is evicted, and the leader pod sets are protected."""
+    text = (REPO / "examples" / "degraded-inference.yaml").read_text()
+    if not nodes:
+        text = "---".join(doc for doc in text.split("---") if "NodePool" not in doc)
+    scenario = parse_scenario(list(yaml.safe_load_all(text)), name="degraded-inference")
     group = next(j for j in scenario.jobs if j.key == "ml/batch-llm-0")
     assert group.disruption_single
     assert [(ps.name, ps.count, ps.protected_count) for ps in group.pod_sets] == [
