@@ -142,11 +142,15 @@ class OwnerGroups:
             if kind != LWS_KIND:
                 self.queue.add(OwnerGroup(api_version, kind, namespace, name).gid)
                 return
-            # Every group of the set, whose pods (and Workloads) carry the index.
-            stem = OwnerGroup(api_version, kind, namespace, name, index="0").gid[:-1]
-            for gid in self.group_ids():
-                if gid.startswith(stem):
-                    self.queue.add(gid)
+            # Every group of the set: those its pods and Workloads name.
+            caches = self.ctx.caches
+            owner = OwnerGroup(api_version, kind, namespace, name).gid
+            found = {gid_of(x) for x in caches.node_pods.by_index("owner", owner)}
+            found |= {
+                wls.owner_group_id(w) or "" for w in caches.workloads.by_index("owner", owner)
+            }
+            for gid in sorted(found - {""}):
+                self.queue.add(gid)
 
         return handler
 
@@ -541,10 +545,9 @@ def _same_ask(wl: Obj, spec: Mapping[str, Any]) -> bool:
 def _agreed(group: OwnerGroup, pods: list[Obj], key: str) -> int:
     """The positive count every pod of the group states in its annotation `key`; Refused if
     one states none, a bad one, or another than the rest."""
-    where = "annotations"
     seen: dict[str, str] = {}
     for pod in pods:
-        value = ((pod.get("metadata") or {}).get(where) or {}).get(key)
+        value = ((pod.get("metadata") or {}).get("annotations") or {}).get(key)
         seen[p.key_of(pod)] = str(value) if value is not None else ""
     values = set(seen.values())
     if len(values) == 1:
@@ -552,7 +555,7 @@ def _agreed(group: OwnerGroup, pods: list[Obj], key: str) -> int:
         if value.isdigit() and int(value) > 0:
             return int(value)
     detail = ", ".join(f"{k}: {v or 'none'}" for k, v in sorted(seen.items())[:5])
-    field = f"metadata.{where}[{key}]"
+    field = f"metadata.annotations[{key}]"
     label = f" (group {POD_GROUP_LABEL})" if group.kind == POD_GROUP_KIND else ""
     raise Refused(
         "InconsistentGroup",

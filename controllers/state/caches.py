@@ -84,6 +84,20 @@ def _scheduler_of_unbound_pod(pod: Obj) -> Iterable[str]:
     return [spec.get("schedulerName") or "default-scheduler"]
 
 
+def _owner_of_group(gid: str) -> list[str]:
+    """The owner of a group queued by its owner (`ownergroups`): the set a LeaderWorkerSet
+    group belongs to, any other group itself; so a change of the owner finds its groups."""
+    return [gid.partition("#")[0]] if gid else []
+
+
+def _owner_of_pod(pod: Obj) -> Iterable[str]:
+    return _owner_of_group(gid_of(pod))
+
+
+def _owner_of_workload(wl: Obj) -> Iterable[str]:
+    return _owner_of_group(wls.owner_group_id(wl) or "")
+
+
 def _job_uid_of_workload(wl: Obj) -> Iterable[str]:
     uid = owner_job_uid(wl)
     return [uid] if uid else []
@@ -199,7 +213,11 @@ class Caches:
             jobs=informer(JOB, label_selector=QUEUE_LABEL),
             workloads=informer(
                 WORKLOAD,
-                indexes={"job-uid": _job_uid_of_workload, "job-key": _job_key_of_workload},
+                indexes={
+                    "job-uid": _job_uid_of_workload,
+                    "job-key": _job_key_of_workload,
+                    "owner": _owner_of_workload,
+                },
             ),
             pods=informer(
                 POD,
@@ -218,6 +236,7 @@ class Caches:
                 indexes={
                     "node": _node_of_pod,
                     "job-uid": job_uid_of_pod,
+                    "owner": _owner_of_pod,
                     "unbound-scheduler": _scheduler_of_unbound_pod,
                 },
             ),
