@@ -15,15 +15,15 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from controllers.jobs import gates
 from controllers.jobs.framework import Admission, Integration, put_flavors, register
 from controllers.runtime.informer import Informer
 from controllers.runtime.resources import JOB, Obj
 from controllers.state.caches import Caches
 from quota.api.conditions import WorkloadConditions as WC
 from quota.api.names import (
-    ADMISSION_GATE,
-    ELASTIC_POD_LABEL,
     JOB_POD_SET,
+    JOB_UID_POD_LABEL,
     MIN_PARALLELISM_ANNOTATION,
     ORIGINAL_SCHEDULING_ANNOTATION,
 )
@@ -114,15 +114,12 @@ def workload_spec(
     priorities: Mapping[str, int],
     *,
     global_default: str | None = None,
-    count: int | None = None,
 ) -> Obj:
     """The Workload spec for a Job, through the one Job -> Workload conversion
     (`quota.model.convert`), from the Job as its user wrote it. Raises ManifestError naming the
     Job's field when the Job cannot be queued."""
     view = as_written(job)
-    model = convert.job_to_workload_model(
-        view, priorities, global_default=global_default, count=count
-    )
+    model = convert.job_to_workload_model(view, priorities, global_default=global_default)
     spec: Obj = model.spec.model_dump(mode="json", by_alias=True, exclude_none=True)
     affinity = (((view.get("spec") or {}).get("template") or {}).get("spec") or {}).get("affinity")
     if affinity:
@@ -169,37 +166,6 @@ def restore_template(job: Obj) -> bool:
     return True
 
 
-def ensure_gate(job: Obj) -> bool:
-    """Add the admission gate and the elastic pod label to the template (the webhook does
-    this at creation; this covers Jobs created while it was unavailable)."""
-    template = job["spec"]["template"]
-    changed = False
-    labels = template.setdefault("metadata", {}).setdefault("labels", {})
-    if labels.get(ELASTIC_POD_LABEL) != "true":
-        labels[ELASTIC_POD_LABEL] = "true"
-        changed = True
-    gates_list = template.setdefault("spec", {}).setdefault("schedulingGates", [])
-    if not any(g.get("name") == ADMISSION_GATE for g in gates_list):
-        gates_list.append({"name": ADMISSION_GATE})
-        changed = True
-    return changed
-
-
-def remove_gate(job: Obj) -> bool:
-    """Take the admission gate out of the template: a Job that is no longer elastic (its
-    annotation removed while the webhook was away) must not start pods nobody ungates."""
-    pod_spec = ((job.get("spec") or {}).get("template") or {}).get("spec") or {}
-    gates_list = pod_spec.get("schedulingGates") or []
-    kept = [g for g in gates_list if g.get("name") != ADMISSION_GATE]
-    if len(kept) == len(gates_list):
-        return False
-    if kept:
-        pod_spec["schedulingGates"] = kept
-    else:
-        pod_spec.pop("schedulingGates", None)
-    return True
-
-
 # ------------------------------------------------------------------ the adapter
 
 
@@ -228,23 +194,22 @@ class BatchJob:
     def hold_pods(self) -> bool:
         if (self._job.get("status") or {}).get("startTime"):
             return False  # started: its pods exist and were counted against the gate
-        return ensure_gate(self._job)
+        return gates.hold_template(self._job["spec"]["template"])
 
     def run_with(self, flavors: Sequence[Mapping[str, Any]], granted: Mapping[str, int]) -> None:
         # Elastic Jobs keep their parallelism: gates, not the Job controller, hold pods back.
         partial = None if is_elastic(self._job) else granted.get(JOB_POD_SET, 0)
         inject_flavors(self._job, flavors, partial)
         if partial is not None:
-            remove_gate(self._job)
+            # Not elastic (any more): no pod may wait at a gate nobody lifts.
+            gates.drop_gate(self._job["spec"]["template"])
         self._job["spec"]["suspend"] = False
 
     def restore(self) -> bool:
         return restore_template(self._job)
 
-    def workload_spec(
-        self, priorities: Mapping[str, int], *, global_default: str | None, count: int | None
-    ) -> Obj:
-        return workload_spec(self._job, priorities, global_default=global_default, count=count)
+    def workload_spec(self, priorities: Mapping[str, int], *, global_default: str | None) -> Obj:
+        return workload_spec(self._job, priorities, global_default=global_default)
 
     def finished(self) -> tuple[str, str] | None:
         return finished(self._job)
@@ -261,8 +226,11 @@ class BatchJob:
     def first_pod_sets(self) -> list[str] | None:
         return None  # one pod set
 
-    def elastic_size(self) -> tuple[str, int]:
-        return JOB_POD_SET, pod_count(self._job)
+    def elastic_sizes(self) -> dict[str, int]:
+        return {JOB_POD_SET: pod_count(self._job)}
+
+    def pods_selector(self) -> str:
+        return f"{JOB_UID_POD_LABEL}={self._job['metadata']['uid']}"
 
 
 def _jobs_cache(caches: Caches) -> Informer:

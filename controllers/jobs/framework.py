@@ -37,7 +37,7 @@ from controllers.runtime.informer import Informer
 from controllers.runtime.resources import Kind, Obj
 from controllers.state.caches import Caches, Context
 from quota.api.conditions import WorkloadConditions as WC
-from quota.api.names import OWNER_GROUP_ANNOTATION, QUEUE_LABEL
+from quota.api.names import OWNER_GROUP_ANNOTATION, OWNER_UID_POD_LABEL, QUEUE_LABEL
 from quota.model import convert
 
 # The LocalQueue an object without the queue label joins in a managed namespace (Kueue's
@@ -80,11 +80,9 @@ class GenericJob(Protocol):
         """Undo `run_with` on the template (not the suspension); False if nothing to undo."""
         ...
 
-    def workload_spec(
-        self, priorities: Mapping[str, int], *, global_default: str | None, count: int | None
-    ) -> Obj:
-        """The Workload spec it asks for, from the object as its user wrote it (`count`
-        overrides the elastic pod set's size). Raises ValueError naming the bad field."""
+    def workload_spec(self, priorities: Mapping[str, int], *, global_default: str | None) -> Obj:
+        """The Workload spec it asks for, from the object as its user wrote it. Raises
+        ValueError naming the bad field."""
         ...
 
     def finished(self) -> tuple[str, str] | None:
@@ -110,9 +108,13 @@ class GenericJob(Protocol):
         whole before the rest; None when all come at once."""
         ...
 
-    def elastic_size(self) -> tuple[str, int]:
-        """For an elastic object: the pod set that grows and shrinks, and how many pods it
+    def elastic_sizes(self) -> dict[str, int]:
+        """For an elastic object: each pod set that grows and shrinks, and how many pods it
         asks for now."""
+        ...
+
+    def pods_selector(self) -> str:
+        """The label selector of its pods (a quorum read of them before gates are lifted)."""
         ...
 
 
@@ -165,8 +167,11 @@ class SuspendedObject:
     def is_elastic(self) -> bool:
         return False
 
-    def elastic_size(self) -> tuple[str, int]:
+    def elastic_sizes(self) -> dict[str, int]:
         raise NotImplementedError(f"a {self._obj.get('kind')} is never elastic")
+
+    def pods_selector(self) -> str:
+        return f"{OWNER_UID_POD_LABEL}={self._obj['metadata']['uid']}"
 
 
 class Admission(Enum):
@@ -338,7 +343,6 @@ class Driver(Protocol):
         self,
         job: GenericJob,
         *,
-        count: int | None = None,
         slice_name: str | None = None,
         replaces: str | None = None,
     ) -> Obj: ...

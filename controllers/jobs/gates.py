@@ -1,6 +1,8 @@
-"""Scheduling-gate lifting for elastic Jobs: pods are created with the gate
-`muster.dev/admission`, and the gate is lifted from exactly as many pods as the admitted
-slice grants, never more.
+"""Scheduling-gate lifting for elastic Jobs (and other elastic kinds): pods are created with
+the gate `muster.dev/admission`, and the gate is lifted from exactly as many pods of each
+elastic pod set as the admitted slice grants it, never more. A pod's pod set is its
+`muster.dev/pod-set` label (a RayCluster's worker groups); a kind with one elastic pod set
+need not label its pods (a batch Job's).
 
 How many ungated pods may exist is derived on every pass from the admitted slice's count,
 never remembered: after a restart, or across rapid scale events, the rule is recomputed from
@@ -18,7 +20,7 @@ from typing import Any
 from controllers.runtime import apply
 from controllers.runtime.resources import POD, Obj, object_key
 from controllers.state.caches import Context
-from quota.api.names import ADMISSION_GATE, JOB_UID_POD_LABEL
+from quota.api.names import ADMISSION_GATE, ELASTIC_POD_LABEL, POD_SET_POD_LABEL
 
 log = logging.getLogger(__name__)
 
@@ -32,6 +34,17 @@ def holds_capacity(pod: Mapping[str, Any]) -> bool:
     """A pod that is not finished counts against the slice, terminating ones included:
     their resources are not free until they are gone."""
     return (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
+
+
+def in_pod_set(pods: Iterable[Mapping[str, Any]], pod_set: str, only: bool) -> list[Any]:
+    """The pods of `pod_set`: labelled so, or, when it is the `only` elastic pod set, not
+    labelled at all."""
+    out = []
+    for pod in pods:
+        label = ((pod.get("metadata") or {}).get("labels") or {}).get(POD_SET_POD_LABEL)
+        if label == pod_set or (label is None and only):
+            out.append(pod)
+    return out
 
 
 def ungated_holding(pods: Iterable[Mapping[str, Any]]) -> int:
@@ -60,35 +73,65 @@ def pods_to_ungate(pods: Iterable[Mapping[str, Any]], allowed: int) -> list[Mapp
     return candidates[:room]
 
 
-def _remove_gate(pod: Obj) -> bool:
-    spec = pod.setdefault("spec", {})
-    gates = spec.get("schedulingGates") or []
-    kept = [g for g in gates if g.get("name") != ADMISSION_GATE]
-    if len(kept) == len(gates):
+def hold_template(template: Obj) -> bool:
+    """Add the admission gate and the elastic pod label to a pod template, so that its pods
+    wait until a slice grants them (the webhook does this for a Job at creation; this also
+    covers Jobs created while it was away, and other elastic kinds at admission)."""
+    changed = False
+    labels = template.setdefault("metadata", {}).setdefault("labels", {})
+    if labels.get(ELASTIC_POD_LABEL) != "true":
+        labels[ELASTIC_POD_LABEL] = "true"
+        changed = True
+    held = template.setdefault("spec", {}).setdefault("schedulingGates", [])
+    if not any(g.get("name") == ADMISSION_GATE for g in held):
+        held.append({"name": ADMISSION_GATE})
+        changed = True
+    return changed
+
+
+def drop_gate(obj: Obj) -> bool:
+    """Take the admission gate out of a pod, or a pod template; False if it had none."""
+    spec = obj.get("spec") or {}
+    held = spec.get("schedulingGates") or []
+    kept = [g for g in held if g.get("name") != ADMISSION_GATE]
+    if len(kept) == len(held):
         return False
-    spec["schedulingGates"] = kept
+    if kept:
+        spec["schedulingGates"] = kept
+    else:
+        spec.pop("schedulingGates", None)
     return True
 
 
-def lift(ctx: Context, job: Mapping[str, Any], allowed: int) -> int:
-    """Lift gates so the Job has at most `allowed` ungated pods; returns how many were lifted.
-    Raises on a conflicting write, so the caller retries from a fresh read."""
+def lift(ctx: Context, job: Mapping[str, Any], allowed: Mapping[str, int], selector: str) -> int:
+    """Lift gates so each elastic pod set has at most `allowed[pod_set]` ungated pods;
+    returns how many were lifted. `selector` selects the object's pods (for the quorum
+    read). Raises on a conflicting write, so the caller retries from a fresh read."""
     uid = job["metadata"]["uid"]
-    if not pods_to_ungate(ctx.caches.pods_of_job(uid), allowed):
+    only = len(allowed) == 1
+
+    def chosen_of(pods: list[Obj]) -> list[Mapping[str, Any]]:
+        return [
+            pod
+            for pod_set, n in allowed.items()
+            for pod in pods_to_ungate(in_pod_set(pods, pod_set, only), n)
+        ]
+
+    if not chosen_of(ctx.caches.pods_of_job(uid)):
         return 0  # the cache can only over-count gated pods, so nothing to do is certain
     namespace = job["metadata"]["namespace"]
-    pods, _ = ctx.kube.list(POD, namespace, label_selector=f"{JOB_UID_POD_LABEL}={uid}")
+    pods, _ = ctx.kube.list(POD, namespace, label_selector=selector)
     for pod in pods:
         ctx.caches.pods.write_through(pod)
     lifted = 0
-    for chosen in pods_to_ungate(pods, allowed):
+    for chosen in chosen_of(pods):
 
         def mutate(p: Obj) -> bool:
             # A concurrent change to this pod (deleted, already ungated) invalidates the
             # count; give up and recount from scratch rather than guess.
             if not is_gated(p) or (p.get("metadata") or {}).get("deletionTimestamp"):
                 raise apply.ConflictRetriesExhausted("pod changed while ungating; recounting")
-            return _remove_gate(p)
+            return drop_gate(p)
 
         written = apply.update(
             ctx.kube,
@@ -110,6 +153,7 @@ def lift(ctx: Context, job: Mapping[str, Any], allowed: int) -> int:
             job,
             "Normal",
             "GatesLifted",
-            f"lifted the {ADMISSION_GATE} gate from {lifted} pod(s); {allowed} pod(s) admitted",
+            f"lifted the {ADMISSION_GATE} gate from {lifted} pod(s); "
+            f"{sum(allowed.values())} pod(s) admitted",
         )
     return lifted

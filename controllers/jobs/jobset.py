@@ -250,9 +250,7 @@ class JobSet(ReplicatedJobs):
     def restore(self) -> bool:
         return restore_templates(self._obj, pod_specs(self._jobs()))
 
-    def workload_spec(
-        self, priorities: Mapping[str, int], *, global_default: str | None, count: int | None
-    ) -> Obj:
+    def workload_spec(self, priorities: Mapping[str, int], *, global_default: str | None) -> Obj:
         return workload_spec_of(
             self._obj,
             as_written(self._obj, self._jobs()),

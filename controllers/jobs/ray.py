@@ -24,9 +24,18 @@ the submitter is a container KubeRay adds to the head: its requests count on the
 Workload finishes when `status.jobDeploymentStatus` is Complete or Failed (KubeRay deletes
 the cluster with `shutdownAfterJobFinishes`).
 
-Not elastic: a worker group resized while running (by its user or Ray's autoscaler) beyond
-what was admitted is evicted and queued again at its new size, as a JobSet is; shrinking
-keeps running inside the admitted quota.
+An elastic RayCluster (annotated `muster.dev/elastic-job: "true"`, or autoscaled by Ray:
+`spec.enableInTreeAutoscaling: true`) resizes through WorkloadSlices, as an elastic Job
+does (`controllers.jobs.slices`): its worker groups are the pod sets that scale. On
+admission their templates get the admission gate and the elastic pod label, so every worker
+KubeRay makes waits gated until a slice grants it; a scale-up of any group (by its user or
+Ray's autoscaler) asks for a slice of the whole new size, whose extra pods wait gated
+until it is admitted, and a scale-down shrinks the admission in place. The cluster is
+never restarted for a resize.
+
+Otherwise not elastic: a worker group resized while running beyond what was admitted is
+evicted and queued again at its new size, as a JobSet is; shrinking keeps running inside
+the admitted quota. A RayJob is never elastic (its cluster is KubeRay's to make).
 """
 
 from __future__ import annotations
@@ -36,12 +45,18 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from controllers.jobs import gates
 from controllers.jobs.framework import Integration, SuspendedObject, register
 from controllers.jobs.jobset import inject_flavors, restore_templates, workload_spec_of
 from controllers.runtime.resources import Kind, Obj
 from quota.api import ManifestError
 from quota.api.conditions import WorkloadConditions as WC
-from quota.api.names import OWNER_UID_POD_LABEL, POD_SET_POD_LABEL
+from quota.api.names import (
+    ELASTIC_ANNOTATION,
+    ELASTIC_POD_LABEL,
+    OWNER_UID_POD_LABEL,
+    POD_SET_POD_LABEL,
+)
 from quota.model.serving import RAY_MAX_REPLICAS, ray_worker_pods
 
 GROUP = "ray.io"
@@ -59,6 +74,13 @@ SUBMITTER_CONTAINER = "ray-job-submitter"
 SUBMITTER_RESOURCES = {
     "limits": {"cpu": "1", "memory": "1Gi"},
     "requests": {"cpu": "500m", "memory": "200Mi"},
+}
+# The container KubeRay adds to the head of an autoscaled cluster (BuildAutoscalerContainer),
+# its resources replaced by spec.autoscalerOptions.resources when given.
+AUTOSCALER_CONTAINER = "autoscaler"
+AUTOSCALER_RESOURCES = {
+    "limits": {"cpu": "500m", "memory": "512Mi"},
+    "requests": {"cpu": "500m", "memory": "512Mi"},
 }
 # KubeRay's defaults for a worker group's bounds (CRD defaults).
 # The status conditions KubeRay sets on a RayCluster once suspension deleted its pods.
@@ -176,9 +198,17 @@ class RayObject(SuspendedObject):
         return groups_of(obj, self._cluster(obj), self.where)
 
     def _as_written(self) -> Obj:
-        """A copy of the object with the user's templates (as before `run_with`)."""
+        """A copy of the object with the user's templates (as before `run_with`), and the
+        head as KubeRay runs it: with Ray's autoscaler beside it when it autoscales."""
         copy = _copy(self._obj)
         restore_templates(copy, {g.name: g.pod_spec for g in self._groups(copy)})
+        cluster = self._cluster(copy)
+        if cluster.get("enableInTreeAutoscaling"):
+            head = cluster["headGroupSpec"]["template"].setdefault("spec", {})
+            options = cluster.get("autoscalerOptions") or {}
+            resources = options.get("resources") or _copy(AUTOSCALER_RESOURCES)
+            container = {"name": AUTOSCALER_CONTAINER, "resources": resources}
+            head.setdefault("containers", []).append(container)
         return copy
 
     def run_with(self, flavors: Sequence[Mapping[str, Any]], granted: Mapping[str, int]) -> None:
@@ -197,9 +227,7 @@ class RayObject(SuspendedObject):
             labels.pop(POD_SET_POD_LABEL, None)
         return True
 
-    def workload_spec(
-        self, priorities: Mapping[str, int], *, global_default: str | None, count: int | None
-    ) -> Obj:
+    def workload_spec(self, priorities: Mapping[str, int], *, global_default: str | None) -> Obj:
         groups = [g for g in self._groups(self._as_written()) if g.pods]
         # Each group as a replicated job of `pods` pods whose Job runs its pod template, so
         # that it goes through the one Job -> Workload conversion.
@@ -228,7 +256,33 @@ class RayObject(SuspendedObject):
 
 
 class RayCluster(RayObject):
-    """A RayCluster seen as a `GenericJob`."""
+    """A RayCluster seen as a `GenericJob`, elastic when it says so (see the module)."""
+
+    def is_elastic(self) -> bool:
+        meta = self._obj.get("metadata") or {}
+        annotated = str((meta.get("annotations") or {}).get(ELASTIC_ANNOTATION, "")).lower()
+        return annotated == "true" or bool(
+            (self._obj.get("spec") or {}).get("enableInTreeAutoscaling")
+        )
+
+    def elastic_sizes(self) -> dict[str, int]:
+        return {g.name: g.pods for g in self._groups(_copy(self._obj)) if g.name != HEAD}
+
+    def run_with(self, flavors: Sequence[Mapping[str, Any]], granted: Mapping[str, int]) -> None:
+        super().run_with(flavors, granted)
+        if self.is_elastic():
+            # Every worker KubeRay makes waits at the gate until a slice grants it.
+            for group in self._groups(self._obj)[1:]:
+                gates.hold_template(group.template)
+
+    def restore(self) -> bool:
+        restored = super().restore()
+        for group in self._groups(self._obj)[1:]:
+            labels = (group.template.get("metadata") or {}).get("labels") or {}
+            if labels.pop(ELASTIC_POD_LABEL, None) is not None:
+                restored = True
+            restored |= gates.drop_gate(group.template)
+        return restored
 
     def finished(self) -> tuple[str, str] | None:
         return None  # runs until deleted; deleting it releases its quota
@@ -310,16 +364,14 @@ class RayJob(RayObject):
             head.setdefault("containers", []).append(sidecar)
         return copy
 
-    def workload_spec(
-        self, priorities: Mapping[str, int], *, global_default: str | None, count: int | None
-    ) -> Obj:
+    def workload_spec(self, priorities: Mapping[str, int], *, global_default: str | None) -> Obj:
         if not (self._obj.get("spec") or {}).get("shutdownAfterJobFinishes"):
             rule = (
                 "must be true for a queued RayJob: KubeRay suspends (and so queues) only a"
                 " RayJob whose cluster goes when it finishes"
             )
             raise ManifestError(0, _subject(self._obj), [("spec.shutdownAfterJobFinishes", rule)])
-        return super().workload_spec(priorities, global_default=global_default, count=count)
+        return super().workload_spec(priorities, global_default=global_default)
 
     def run_with(self, flavors: Sequence[Mapping[str, Any]], granted: Mapping[str, int]) -> None:
         spec = self._obj.setdefault("spec", {})
@@ -359,5 +411,17 @@ class RayJob(RayObject):
         return str(status.get("jobDeploymentStatus") or "") in IDLE_DEPLOYMENT
 
 
-RAYCLUSTER_INTEGRATION = register(Integration(API_VERSION, RAYCLUSTER, RayCluster))
+def _cluster_of_pod(pod: Obj) -> str | None:
+    """The RayCluster a (gated, elastic) worker pod belongs to, by KubeRay's label."""
+    meta = pod.get("metadata") or {}
+    cluster = (meta.get("labels") or {}).get(CLUSTER_POD_LABEL)
+    return f"{meta.get('namespace')}/{cluster}" if cluster else None
+
+
+# Set by KubeRay on every pod of a cluster: the RayCluster's name.
+CLUSTER_POD_LABEL = "ray.io/cluster"
+
+RAYCLUSTER_INTEGRATION = register(
+    Integration(API_VERSION, RAYCLUSTER, RayCluster, elastic=True, owner_of_pod=_cluster_of_pod)
+)
 RAYJOB_INTEGRATION = register(Integration(API_VERSION, RAYJOB, RayJob))

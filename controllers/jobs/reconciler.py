@@ -271,7 +271,6 @@ class Reconciler:
         self,
         job: GenericJob,
         *,
-        count: int | None = None,
         slice_name: str | None = None,
         replaces: str | None = None,
     ) -> Obj:
@@ -282,7 +281,7 @@ class Reconciler:
         if queue and queue != job.queue_name():
             # Unlabelled in a managed namespace: its Workload asks for the default queue.
             job = self.wrap(in_queue(job.object, queue))
-        spec = job.workload_spec(values, global_default=default, count=count)
+        spec = job.workload_spec(values, global_default=default)
         if slice_name:
             spec["sliceName"] = slice_name
         if replaces:

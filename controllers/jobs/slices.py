@@ -2,11 +2,13 @@
 `GenericJob.is_elastic()` says so; the "Job" below is such an object.
 
 An elastic Job has at most two active Workloads: the admitted slice its running pods belong
-to, and at most one pending slice asking for a new size. Only one pod set scales (the one
-`GenericJob.elastic_size()` names).
+to, and at most one pending slice asking for a new size. The pod sets that scale are those
+`GenericJob.elastic_sizes()` names (a batch Job's one, each worker group of a RayCluster);
+the others keep their size.
 
-- Scale-down updates the admitted slice in place (admission first, so the quota is free at
-  once, then the spec); a pending scale-up slice is dropped. The admission never shrinks
+- Scale-down (of any pod set) updates the admitted slice in place (admission first, so the
+  quota is free at once, then the spec); a pending scale-up slice is dropped unless another
+  pod set grows at the same time. The admission never shrinks
   below the Job's ungated pods that still hold capacity: quota is freed as they go.
 - Scale-up creates a slice for the full new size that `replaces` the admitted one; the
   engine charges only the extra pods, on the same flavors. Once it is admitted the old slice
@@ -21,6 +23,7 @@ rapid scale events and restarts converge to the same state.
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable
 from datetime import datetime
 from typing import Any, Protocol
 
@@ -67,9 +70,13 @@ class Writer(Protocol):
     ) -> Obj | None: ...
 
 
-def retire_replaced(rec: Writer, active: list[Obj], pod_set: str) -> tuple[list[Obj], bool]:
-    """Finish every slice that an admitted slice replaces; returns what stays active, and
-    whether a retirement could not be written (so the caller requeues)."""
+def retire_replaced(
+    rec: Writer, active: list[Obj], pod_sets: Iterable[str]
+) -> tuple[list[Obj], bool]:
+    """Finish every slice that an admitted slice replaces (its message counts the pods of
+    `pod_sets`, those that scale); returns what stays active, and whether a retirement
+    could not be written (so the caller requeues)."""
+    scaling = tuple(pod_sets)
     by_name = {w["metadata"]["name"]: w for w in active}
     retired: set[str] = set()
     failed = False
@@ -79,7 +86,8 @@ def retire_replaced(rec: Writer, active: list[Obj], pod_set: str) -> tuple[list[
             continue
         old = by_name[target]
         now = rec.ctx.now()
-        message = slice_replaced_message(wl["metadata"]["name"], _count(wl, pod_set))
+        pods = sum(_count(wl, pod_set) for pod_set in scaling)
+        message = slice_replaced_message(wl["metadata"]["name"], pods)
 
         def finish(w: Obj, m: str = message, t: datetime = now) -> bool:
             return wls.mark_finished(w, WC.SLICE_REPLACED, m, t)
@@ -167,13 +175,14 @@ def scale_down(rec: Writer, wl: Obj, count: int, pod_set: str) -> Obj | None:
 
 
 def reconcile_elastic(rec: Driver, job: GenericJob, owned: list[Obj]) -> float | None:
-    """Bring an elastic Job's slices and gates in line with its parallelism."""
+    """Bring an elastic Job's slices and gates in line with the size of each pod set that
+    scales (a batch Job's parallelism)."""
     obj = job.object
     meta = obj["metadata"]
     uid, job_name = meta["uid"], meta["name"]
     first_name = wls.workload_name(job_name, uid)
-    pod_set, parallelism = job.elastic_size()
-    active, retry = retire_replaced(rec, [w for w in owned if wls.is_active(w)], pod_set)
+    sizes = job.elastic_sizes()
+    active, retry = retire_replaced(rec, [w for w in owned if wls.is_active(w)], sizes)
     if retry:
         return RETRY_SECONDS
     admitted = sorted((w for w in active if wls.has_quota(w)), key=_created)
@@ -212,35 +221,36 @@ def reconcile_elastic(rec: Driver, job: GenericJob, owned: list[Obj]) -> float |
         rec.start(job, current)
         return None  # the Job's pods appear next; their events bring us back to ungate
 
-    spec_count = _count(current, pod_set)
-    granted = wls.admitted_count(current, pod_set)
     slice_name = (current.get("spec") or {}).get("sliceName") or first_name
     requeue: float | None = None
+    pods = rec.ctx.caches.pods_of_job(uid)
     # Pods single-pod preemption took (preempted.py): they go, and the Job asks them back.
     taken = preempted_names(current)
     if taken:
-        pods = rec.ctx.caches.pods_of_job(uid)
         why = _shed_message(current)
         if delete_preempted(rec.ctx, pods, taken, why, rec.ctx.now()):
             rec.ctx.events.emit(
                 obj, "Warning", WC.PODS_PREEMPTED, f"{why}: {', '.join(sorted(taken))}"
             )
-    if parallelism < spec_count or parallelism < granted:
-        delete_pending(rec, pending)
-        # Keep admitted what ungated pods still hold: the Job controller may not have
-        # deleted the excess pods yet, or never will if parallelism rises again before it
-        # acts (7 -> 2 -> 9 within milliseconds). Quota is released as those pods go (their
-        # deletion brings us back), down to parallelism; with kwok that is at once.
-        holding = gates.ungated_holding(rec.ctx.caches.pods_of_job(uid))
-        target = max(parallelism, holding)
-        if target < spec_count or target < granted:
-            current = scale_down(rec, current, target, pod_set) or current
-        if target > parallelism:
-            requeue = RETRY_SECONDS
-    elif parallelism > spec_count or (taken and parallelism > granted):
-        want = rec.desired_spec(
-            job, count=parallelism, slice_name=slice_name, replaces=current["metadata"]["name"]
-        )
+    only = len(sizes) == 1
+    for pod_set, size in sizes.items():
+        if size < _count(current, pod_set) or size < wls.admitted_count(current, pod_set):
+            # Keep admitted what ungated pods still hold: the Job controller may not have
+            # deleted the excess pods yet, or never will if parallelism rises again before
+            # it acts (7 -> 2 -> 9 within milliseconds). Quota is released as those pods go
+            # (their deletion brings us back), down to the size; with kwok that is at once.
+            holding = gates.ungated_holding(gates.in_pod_set(pods, pod_set, only))
+            target = max(size, holding)
+            if target < _count(current, pod_set) or target < wls.admitted_count(current, pod_set):
+                current = scale_down(rec, current, target, pod_set) or current
+            if target > size:
+                requeue = RETRY_SECONDS
+    grow = any(
+        size > _count(current, pod_set) or (taken and size > wls.admitted_count(current, pod_set))
+        for pod_set, size in sizes.items()
+    )
+    if grow:
+        want = rec.desired_spec(job, slice_name=slice_name, replaces=current["metadata"]["name"])
         keep = pending[-1] if pending else None
         delete_pending(rec, pending[:-1])
         if keep is None:
@@ -252,7 +262,10 @@ def reconcile_elastic(rec: Driver, job: GenericJob, owned: list[Obj]) -> float |
 
     # Never release more pods than the Job asks for, even while the admission still covers
     # pods on their way out.
-    gates.lift(rec.ctx, obj, min(wls.admitted_count(current, pod_set), parallelism))
+    allowed = {
+        pod_set: min(wls.admitted_count(current, pod_set), size) for pod_set, size in sizes.items()
+    }
+    gates.lift(rec.ctx, obj, allowed, job.pods_selector())
     return requeue
 
 

@@ -208,9 +208,7 @@ class TrainJob(ReplicatedJobs):
             spec.pop("runtimePatches", None)
         return True
 
-    def workload_spec(
-        self, priorities: Mapping[str, int], *, global_default: str | None, count: int | None
-    ) -> Obj:
+    def workload_spec(self, priorities: Mapping[str, int], *, global_default: str | None) -> Obj:
         spec = workload_spec_of(
             self._obj,
             self._jobs(),

@@ -8,7 +8,7 @@ template it rewrites on admission and restores on eviction. A PodGroup owns no p
 nothing to suspend; its pods already exist, immutable in what placement reads, and are held
 simply because only Muster's scheduler loop binds pods that name it, and it binds only the
 pods of admitted Workloads. Of the seam's eleven methods, suspend, hold_pods, run_with,
-restore and elastic_size would be no-ops or lies, and stopping an evicted group means
+restore and elastic_sizes would be no-ops or lies, and stopping an evicted group means
 deleting its bound pods, which the seam has no word for.
 
 One reconcile per group (key: `controllers.state.foreigngroups.group_id`):

@@ -3,10 +3,11 @@ local-cluster up --with kuberay`'s code) and Muster's controller: a labelled Ray
 a head and two worker groups is created suspended, waits whole while its queue is too small
 (nothing created, nothing bound), and once the quota is raised is admitted and placed as one
 gang by Muster's scheduler on the flavor's nodes. A RayCluster naming a LocalQueue that does
-not exist is told why on its Workload."""
+not exist is told why on its Workload. An autoscaled RayCluster resizes through slices."""
 
 from __future__ import annotations
 
+import json
 import time
 from typing import Any
 
@@ -313,3 +314,75 @@ def test_an_evicted_raycluster_is_suspended_its_pods_go_and_it_queues_again_as_w
     head = evicted["spec"]["headGroupSpec"]["template"]["spec"]
     assert "nodeSelector" not in head
     assert "Stopped" in events_for(cluster, namespace, "RayCluster", "long")
+
+
+def test_an_elastic_raycluster_resizes_its_worker_groups_through_slices_never_restarting(
+    cluster: ClusterHandle,
+    namespace: str,
+    peers: list[str],
+    controller: Controller,  # noqa: F811 - started after the peers, as requested
+) -> None:
+    """What Ray's autoscaler does (it sets a group's replicas) on a RayCluster that scales:
+    the new workers wait gated for a slice while the quota is short, run once it is
+    admitted, and a scale-down shrinks the admission in place; the cluster is never
+    suspended and its head never restarted."""
+    pool = unique("ray")
+    cluster.nodes(4, cpu="2", memory="16Gi", labels={"muster-e2e/pool": pool})
+    cq = unique("cq")
+    apply(cluster, flavor(pool, pool), quota(cq, pool, "5"), local_queue("team", namespace, cq))
+    doc = raycluster("auto", namespace, "team")
+    doc["spec"]["enableInTreeAutoscaling"] = True
+    doc["spec"]["workerGroupSpecs"] = doc["spec"]["workerGroupSpecs"][:1]  # "small", 2
+    create(cluster, doc)
+
+    def running(count: int) -> bool:
+        pods = pods_of_cluster(cluster, namespace, "auto")
+        return len(pods) == count and all(p["spec"].get("nodeName") for p in pods)
+
+    cluster.wait_for("head and two workers bound", lambda: running(3), timeout=120)
+    head = next(
+        p["metadata"]["uid"]
+        for p in pods_of_cluster(cluster, namespace, "auto")
+        if p["metadata"]["labels"]["ray.io/node-type"] == "head"
+    )
+
+    def scale(replicas: int) -> None:
+        patch = {"op": "replace", "path": "/spec/workerGroupSpecs/0/replicas", "value": replicas}
+        cluster.kubectl(
+            "patch", "raycluster", "auto", "-n", namespace, "--type=json", "-p", json.dumps([patch])
+        )
+
+    # The head (1 cpu, and Ray's autoscaler beside it: 0.5) and five workers ask for 6.5
+    # cpu; the queue holds 5.
+    scale(5)
+
+    def slice_waits() -> bool:
+        pending = [w for w in workloads_of(cluster, namespace, "auto") if not admitted(w)]
+        gated = [
+            p
+            for p in pods_of_cluster(cluster, namespace, "auto")
+            if any(
+                g["name"] == "muster.dev/admission" for g in p["spec"].get("schedulingGates") or []
+            )
+        ]
+        return len(pending) == 1 and bool(pending[0]["spec"].get("replaces")) and len(gated) == 3
+
+    cluster.wait_for("a slice for 5 workers waits, the 3 new ones gated", slice_waits, timeout=60)
+    assert not get(cluster, "raycluster", "auto", "-n", namespace)["spec"].get("suspend")
+    apply(cluster, quota(cq, pool, "7"))
+    cluster.wait_for("head and five workers bound", lambda: running(6), timeout=120)
+    live = [w for w in workloads_of(cluster, namespace, "auto") if admitted(w)]
+    assert len(live) == 1
+    assert {ps["name"]: ps["count"] for ps in live[0]["spec"]["podSets"]} == {"head": 1, "small": 5}
+
+    scale(1)
+
+    def shrunk() -> bool:
+        [wl] = [w for w in workloads_of(cluster, namespace, "auto") if admitted(w)]
+        counts = {a["name"]: a["count"] for a in wl["status"]["admission"]["podSetAssignments"]}
+        return counts.get("small") == 1 and running(2)
+
+    cluster.wait_for("the admission shrunk in place to one worker", shrunk, timeout=60)
+    pods = pods_of_cluster(cluster, namespace, "auto")
+    assert head in {p["metadata"]["uid"] for p in pods}
+    assert not get(cluster, "raycluster", "auto", "-n", namespace)["spec"].get("suspend")

@@ -57,7 +57,7 @@ def a_jobset() -> dict[str, Any]:
 
 
 def test_a_jobset_asks_for_one_pod_set_per_replicated_job() -> None:
-    spec = JobSet(a_jobset()).workload_spec({}, global_default=None, count=None)
+    spec = JobSet(a_jobset()).workload_spec({}, global_default=None)
     assert spec["queueName"] == "team"
     assert [(p["name"], p["count"], p["requests"]) for p in spec["podSets"]] == [
         ("leader", 1, {"cpu": "1"}),
@@ -76,7 +76,7 @@ def test_admission_merges_flavors_into_every_template_and_eviction_restores_them
         assert pod["spec"]["tolerations"] == FLAVOR["spec"]["tolerations"]
         assert pod["metadata"]["labels"]["muster.dev/owner-uid"] == "u-1"
     # The Workload it asks for is still the one its user wrote.
-    again = JobSet(copy.deepcopy(obj)).workload_spec({}, global_default=None, count=None)
+    again = JobSet(copy.deepcopy(obj)).workload_spec({}, global_default=None)
     assert again["podSets"][0]["template"]["nodeSelector"] == {"zone": "z1"}
     obj["spec"]["suspend"] = True
     assert written.restore() is True
@@ -90,7 +90,7 @@ def test_a_bad_replicated_job_is_named_in_the_jobsets_terms() -> None:
     obj = a_jobset()
     obj["spec"]["replicatedJobs"][1]["template"]["spec"]["parallelism"] = "three"
     with pytest.raises((ManifestError, ValueError), match=r"replicatedJobs\[1\]"):
-        JobSet(obj).workload_spec({}, global_default=None, count=None)
+        JobSet(obj).workload_spec({}, global_default=None)
 
 
 RUNTIME = {
@@ -136,13 +136,13 @@ def lookup(kind: str, key: str) -> dict[str, Any] | None:
 
 def test_a_trainjob_asks_for_its_runtimes_roles_sized_as_the_trainer_builds_them() -> None:
     job = TrainJob(a_trainjob(numNodes=4, resourcesPerNode={"requests": {"cpu": "3"}}), lookup)
-    spec = job.workload_spec({}, global_default=None, count=None)
+    spec = job.workload_spec({}, global_default=None)
     assert [(p["name"], p["count"], p["requests"]) for p in spec["podSets"]] == [
         ("launcher", 1, {"cpu": "1"}),
         ("node", 4, {"cpu": "3"}),
     ]
     # Without numNodes, the runtime's mlPolicy says how many.
-    default = TrainJob(a_trainjob(), lookup).workload_spec({}, global_default=None, count=None)
+    default = TrainJob(a_trainjob(), lookup).workload_spec({}, global_default=None)
     assert default["podSets"][1]["count"] == 1
 
 
@@ -172,7 +172,7 @@ def test_a_missing_runtime_is_named() -> None:
     obj = a_trainjob()
     obj["spec"]["runtimeRef"] = {"name": "nope"}
     with pytest.raises(ManifestError, match="ClusterTrainingRuntime 'nope' does not exist"):
-        TrainJob(obj, lookup).workload_spec({}, global_default=None, count=None)
+        TrainJob(obj, lookup).workload_spec({}, global_default=None)
 
 
 def test_webhook_creates_labelled_jobsets_suspended_and_hands_their_pods_to_muster() -> None:
@@ -207,7 +207,7 @@ def test_what_a_reconcile_reads_works_on_the_informers_frozen_object(kind: str) 
     reconcile of the kind."""
     obj = freeze(a_jobset() if kind == "JobSet" else a_trainjob())
     job = JobSet(obj) if kind == "JobSet" else TrainJob(obj, lookup)
-    spec = job.workload_spec({}, global_default=None, count=None)
+    spec = job.workload_spec({}, global_default=None)
     assert spec["podSets"]
     assert job.pod_counts()
     assert job.queue_name() == "team"
@@ -237,7 +237,7 @@ def test_a_replicated_jobs_topology_annotations_become_its_pod_sets_request() ->
             "muster.dev/podset-slice-size": "3",
         },
     )
-    leader, workers = JobSet(obj).workload_spec({}, global_default=None, count=None)["podSets"]
+    leader, workers = JobSet(obj).workload_spec({}, global_default=None)["podSets"]
     assert "topologyRequest" not in leader
     assert workers["topologyRequest"] == {
         "required": RACK,
@@ -274,7 +274,7 @@ def test_a_bad_topology_annotation_is_refused_in_a_jobs_words_at_the_jobsets_fie
     obj = a_jobset()
     annotate(obj["spec"]["replicatedJobs"][1], annotations)
     with pytest.raises(ManifestError) as error:
-        JobSet(obj).workload_spec({}, global_default=None, count=None)
+        JobSet(obj).workload_spec({}, global_default=None)
     assert error.value.problems == [
         (f"spec.replicatedJobs[1].template.spec.template.metadata.annotations{field}", rule)
     ]
@@ -287,9 +287,7 @@ def test_a_trainjob_asks_for_topology_through_its_runtime_or_its_own_runtime_pat
         {"muster.dev/podset-required-topology": "example.com/block"},
     )
     obj = a_trainjob(numNodes=4)
-    spec = TrainJob(obj, lambda kind, key: runtime).workload_spec(
-        {}, global_default=None, count=None
-    )
+    spec = TrainJob(obj, lambda kind, key: runtime).workload_spec({}, global_default=None)
     assert spec["podSets"][1]["topologyRequest"] == {"required": "example.com/block"}
     # The runtime is shared; a TrainJob's own patch of the trainer's pod template wins.
     pod_patch = {
@@ -316,7 +314,7 @@ def test_a_trainjob_asks_for_topology_through_its_runtime_or_its_own_runtime_pat
         }
     ]
     launcher, node = TrainJob(freeze(obj), lambda kind, key: runtime).workload_spec(
-        {}, global_default=None, count=None
+        {}, global_default=None
     )["podSets"]
     assert "topologyRequest" not in launcher
     assert node["topologyRequest"] == {
@@ -338,7 +336,7 @@ def test_a_runtimes_volcano_network_topology_keeps_each_role_in_one_domain() -> 
         {"muster.dev/podset-required-topology": RACK},
     )
     spec = TrainJob(freeze(a_trainjob(numNodes=4)), lambda kind, key: runtime).workload_spec(
-        {}, global_default=None, count=None
+        {}, global_default=None
     )
     # A role's own request stands; the others take the runtime's.
     assert [p.get("topologyRequest") for p in spec["podSets"]] == [
@@ -347,9 +345,7 @@ def test_a_runtimes_volcano_network_topology_keeps_each_role_in_one_domain() -> 
     ]
     runtime["spec"]["podGroupPolicy"]["volcano"]["networkTopology"]["highestTierAllowed"] = 0
     with pytest.raises(ManifestError) as error:
-        TrainJob(a_trainjob(), lambda kind, key: runtime).workload_spec(
-            {}, global_default=None, count=None
-        )
+        TrainJob(a_trainjob(), lambda kind, key: runtime).workload_spec({}, global_default=None)
     assert error.value.problems == [
         (
             "spec.runtimeRef (torch: spec.podGroupPolicy.volcano.networkTopology"

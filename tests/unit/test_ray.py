@@ -16,11 +16,15 @@ from controllers.webhooks import decisions
 from quota.api import ManifestError
 from quota.api.conditions import WorkloadConditions as WC
 from quota.api.names import (
+    ADMISSION_GATE,
+    ELASTIC_ANNOTATION,
+    ELASTIC_POD_LABEL,
     ORIGINAL_SCHEDULING_ANNOTATION,
     OWNER_UID_POD_LABEL,
     POD_SET_POD_LABEL,
     QUEUE_LABEL,
 )
+from quota.api.quantity import parse_quantity
 
 FLAVOR = {
     "metadata": {"name": "gpu"},
@@ -96,7 +100,7 @@ def rayjob(**spec: Any) -> dict[str, Any]:
 def pod_sets(obj: dict[str, Any]) -> list[tuple[str, int, dict[str, Any]]]:
     job = ray.RAYCLUSTER_INTEGRATION.wrap(obj) if obj["kind"] == "RayCluster" else None
     job = job or ray.RAYJOB_INTEGRATION.wrap(obj)
-    spec = job.workload_spec({}, global_default=None, count=None)
+    spec = job.workload_spec({}, global_default=None)
     return [(ps["name"], ps["count"], ps) for ps in spec["podSets"]]
 
 
@@ -117,7 +121,7 @@ def test_running_on_flavors_labels_every_group_and_restore_gives_back_what_the_u
     obj = raycluster()
     written = copy.deepcopy(obj)
     job = ray.RayCluster(obj)
-    before = job.workload_spec({}, global_default=None, count=None)
+    before = job.workload_spec({}, global_default=None)
 
     job.run_with([FLAVOR], {"head": 1, "small": 2, "tpu": 6})
     assert obj["spec"]["suspend"] is False
@@ -131,7 +135,7 @@ def test_running_on_flavors_labels_every_group_and_restore_gives_back_what_the_u
     saved = json.loads(obj["metadata"]["annotations"][ORIGINAL_SCHEDULING_ANNOTATION])
     assert saved["tpu"] == {"nodeSelector": {"zone": "a"}, "tolerations": []}
     # While it runs, the Workload it asks for is still the one its user wrote.
-    assert job.workload_spec({}, global_default=None, count=None) == before
+    assert job.workload_spec({}, global_default=None) == before
 
     # Evicted: suspended, and once its pods are gone the templates are the user's again.
     assert job.suspend()
@@ -147,6 +151,62 @@ def test_running_on_flavors_labels_every_group_and_restore_gives_back_what_the_u
     obj.pop("status")
     assert obj == written
     assert not job.restore()
+
+
+@pytest.mark.parametrize("how", ["annotation", "autoscaling"])
+def test_an_elastic_raycluster_gates_its_workers_and_scales_each_group(how: str) -> None:
+    obj = raycluster()
+    if how == "annotation":
+        obj["metadata"]["annotations"] = {ELASTIC_ANNOTATION: "true"}
+    else:
+        obj["spec"]["enableInTreeAutoscaling"] = True
+    written = copy.deepcopy(obj)
+    job = ray.RayCluster(obj)
+    assert job.is_elastic()
+    assert job.elastic_sizes() == {"small": 2, "tpu": 6}  # the head never scales
+    assert job.pods_selector() == f"{OWNER_UID_POD_LABEL}=uid-rc"
+
+    job.run_with([FLAVOR], {"head": 1, "small": 2, "tpu": 6})
+    head = obj["spec"]["headGroupSpec"]["template"]
+    assert "schedulingGates" not in head["spec"]  # the head runs at once
+    for group in obj["spec"]["workerGroupSpecs"]:
+        spec, labels = group["template"]["spec"], group["template"]["metadata"]["labels"]
+        assert spec["schedulingGates"] == [{"name": ADMISSION_GATE}]
+        assert labels[ELASTIC_POD_LABEL] == "true"
+    # What Ray's autoscaler does: a group's replicas change, and so does its size.
+    obj["spec"]["workerGroupSpecs"][0]["replicas"] = 4
+    assert job.elastic_sizes() == {"small": 4, "tpu": 6}
+
+    obj["spec"]["workerGroupSpecs"][0]["replicas"] = 2
+    job.suspend()
+    assert job.restore()
+    for group in [obj["spec"]["headGroupSpec"], *obj["spec"]["workerGroupSpecs"]]:
+        assert group["template"].get("metadata", {}).get("labels", {}) == {}
+        group["template"].pop("metadata", None)
+    obj["metadata"]["annotations"].pop(ORIGINAL_SCHEDULING_ANNOTATION, None)
+    if not obj["metadata"]["annotations"]:
+        obj["metadata"].pop("annotations")
+    assert obj == written
+
+
+def test_a_plain_raycluster_is_not_elastic() -> None:
+    assert not ray.RayCluster(raycluster()).is_elastic()
+
+
+@pytest.mark.parametrize(
+    ("options", "extra"),
+    [(None, {"cpu": 0.5, "memory": 512 * 2**20}), ({"requests": {"cpu": "2"}}, {"cpu": 2})],
+)
+def test_an_autoscaled_head_asks_for_rays_autoscaler_beside_it(
+    options: dict[str, Any] | None, extra: dict[str, float]
+) -> None:
+    obj = raycluster(enableInTreeAutoscaling=True)
+    if options is not None:
+        obj["spec"]["autoscalerOptions"] = {"resources": options}
+    head = pod_sets(obj)[0][2]
+    asked = {r: parse_quantity(v, r) for r, v in head["requests"].items()}
+    want = {"cpu": 2 + extra["cpu"], **({"memory": extra["memory"]} if "memory" in extra else {})}
+    assert asked == {r: parse_quantity(str(v), r) for r, v in want.items()}
 
 
 def test_a_raycluster_never_finishes_by_itself() -> None:
@@ -178,7 +238,7 @@ def test_a_rayjob_runs_its_cluster_spec_and_submitter_on_the_flavors_and_restore
     obj = rayjob()
     written = copy.deepcopy(obj)
     job = ray.RayJob(obj)
-    before = job.workload_spec({}, global_default=None, count=None)
+    before = job.workload_spec({}, global_default=None)
     job.run_with([FLAVOR], {})
     assert obj["spec"]["suspend"] is False
     cluster = obj["spec"]["rayClusterSpec"]
@@ -188,7 +248,7 @@ def test_a_rayjob_runs_its_cluster_spec_and_submitter_on_the_flavors_and_restore
     assert submitter["metadata"]["labels"][POD_SET_POD_LABEL] == "submitter"
     assert submitter["spec"]["nodeSelector"] == {"pool": "gpu"}
     assert submitter["spec"]["containers"][0]["image"] == "ray"
-    assert job.workload_spec({}, global_default=None, count=None) == before
+    assert job.workload_spec({}, global_default=None) == before
 
     job.suspend()
     obj["status"] = {"jobDeploymentStatus": "Running"}
