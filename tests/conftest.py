@@ -130,3 +130,10 @@ def peers(cluster: ClusterHandle, request: pytest.FixtureRequest) -> Iterator[li
     finally:
         for peer in reversed(started):
             stop_peer(cluster.local, peer)
+
+
+@pytest.fixture(scope="module")
+def before_controller(peers: list[str]) -> None:
+    """What must be served before a module's controller starts (it watches the kinds the
+    apiserver serves at start): the peers the module names (`PEERS`), with their CRDs. A
+    module that needs more overrides this fixture."""

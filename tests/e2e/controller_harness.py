@@ -136,7 +136,10 @@ def crds(cluster: ClusterHandle) -> None:
 
 @pytest.fixture(scope="module")
 def controller(
-    cluster: ClusterHandle, crds: None, tmp_path_factory: pytest.TempPathFactory
+    cluster: ClusterHandle,
+    crds: None,
+    before_controller: None,
+    tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[Controller]:
     """One controller for a test module, stopped (SIGTERM) at its end."""
     ctl = Controller(cluster, tmp_path_factory.mktemp("controller"), "ctl-" + uuid.uuid4().hex[:6])

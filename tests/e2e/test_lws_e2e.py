@@ -10,7 +10,6 @@ through a slice once there is room.
 from __future__ import annotations
 
 import time
-import uuid
 from collections.abc import Iterator
 from typing import Any
 
@@ -22,6 +21,7 @@ from tests.e2e.controller_harness import (
     LabelledPool,
     admitted,
     apply,
+    controller,  # noqa: F401 - fixture
     crds,  # noqa: F401 - fixture
     create,
     gated,
@@ -37,25 +37,6 @@ pytestmark = pytest.mark.e2e
 PEERS = "lws"
 QUEUE = "muster.dev/queue-name"
 LWS = "leaderworkerset.sigs.k8s.io"
-
-
-@pytest.fixture(scope="module")
-def lws_controller(
-    cluster: ClusterHandle,
-    peers: list[str],
-    crds: None,  # noqa: F811 - fixture
-    tmp_path_factory: pytest.TempPathFactory,
-) -> Iterator[Controller]:
-    """Muster's controller, started once LWS's CRD is served (it watches the owner kinds the
-    apiserver serves at start)."""
-    assert peers == ["lws"]
-    ctl = Controller(cluster, tmp_path_factory.mktemp("controller"), "ctl-" + uuid.uuid4().hex[:6])
-    ctl.start()
-    try:
-        ctl.wait_leading()
-        yield ctl
-    finally:
-        ctl.stop()
 
 
 @pytest.fixture
@@ -141,7 +122,10 @@ def whole_groups_bound(pods: list[dict[str, Any]], groups: int, size: int) -> bo
 
 
 def test_groups_are_admitted_whole_and_a_scale_up_waits_gated_then_places_whole_groups(
-    cluster: ClusterHandle, lws_controller: Controller, namespace: str, pool: LabelledPool
+    cluster: ClusterHandle,
+    controller: Controller,  # noqa: F811 - fixture
+    namespace: str,
+    pool: LabelledPool,
 ) -> None:
     pool.add_nodes(5, cpu="4")
     pool.queue("12")
@@ -199,14 +183,25 @@ def test_groups_are_admitted_whole_and_a_scale_up_waits_gated_then_places_whole_
     )
 
 
-def test_a_higher_priority_gang_preempts_exactly_one_whole_replica(
-    cluster: ClusterHandle, lws_controller: Controller, namespace: str, pool: LabelledPool
-) -> None:
+def full_cluster(cluster: ClusterHandle, pool: LabelledPool) -> tuple[str, str]:
+    """Three nodes of 4 CPUs, for 3 groups of 4 one-CPU pods, and a low and a high
+    PriorityClass. The queue's quota is more than the nodes hold, so what it may use is
+    their capacity (the amount at the root): full nodes are a full queue, which a
+    higher-priority gang preempts in, and on the nodes."""
     low, high = unique("low"), unique("high")
     apply(cluster, priority_class(low, 10), priority_class(high, 1000))
     pool.add_nodes(3, cpu="4")
-    # Quota never stops anyone: the nodes do, and the gang preempts on them.
     pool.queue("100", preemption={"withinQueue": "LowerPriority", "waitBeforeEvicting": "0s"})
+    return low, high
+
+
+def test_a_higher_priority_gang_preempts_exactly_one_whole_replica(
+    cluster: ClusterHandle,
+    controller: Controller,  # noqa: F811 - fixture
+    namespace: str,
+    pool: LabelledPool,
+) -> None:
+    low, high = full_cluster(cluster, pool)
     apply(cluster, lws("serve", namespace, 3, 4, priority_class=low))
     cluster.wait_for(
         "three groups bound whole",
@@ -255,12 +250,12 @@ def test_a_higher_priority_gang_preempts_exactly_one_whole_replica(
 
 
 def test_a_degradable_set_loses_single_workers_never_a_leader_and_gets_them_back(
-    cluster: ClusterHandle, lws_controller: Controller, namespace: str, pool: LabelledPool
+    cluster: ClusterHandle,
+    controller: Controller,  # noqa: F811 - fixture
+    namespace: str,
+    pool: LabelledPool,
 ) -> None:
-    low, high = unique("low"), unique("high")
-    apply(cluster, priority_class(low, 10), priority_class(high, 1000))
-    pool.add_nodes(3, cpu="4")
-    pool.queue("100", preemption={"withinQueue": "LowerPriority", "waitBeforeEvicting": "0s"})
+    low, high = full_cluster(cluster, pool)
     degraded = {"muster.dev/disruption-mode": "single"}
     apply(
         cluster,
@@ -334,7 +329,10 @@ def test_a_degradable_set_loses_single_workers_never_a_leader_and_gets_them_back
 
 
 def test_a_set_naming_a_missing_queue_is_told_why_and_nothing_runs(
-    cluster: ClusterHandle, lws_controller: Controller, namespace: str, pool: LabelledPool
+    cluster: ClusterHandle,
+    controller: Controller,  # noqa: F811 - fixture
+    namespace: str,
+    pool: LabelledPool,
 ) -> None:
     pool.add_nodes(1)
     doc = lws("lost", namespace, 1, 2)

@@ -12,7 +12,6 @@ select) and deletes them at its end.
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Iterator
 from typing import Any
 
@@ -23,6 +22,7 @@ from tests.e2e.controller_harness import (
     Controller,
     LabelledPool,
     apply,
+    controller,  # noqa: F401 - fixture
     crds,  # noqa: F401 - fixture
     get,
     local_queue,
@@ -43,26 +43,10 @@ def volcano_established(cluster: ClusterHandle) -> bool:
 
 
 @pytest.fixture(scope="module")
-def volcano_crd(cluster: ClusterHandle) -> None:
+def before_controller(cluster: ClusterHandle) -> None:
+    """Volcano's PodGroup CRD, served before the module's controller starts."""
     cluster.kubectl("apply", "--server-side", "-f", str(VOLCANO_CRD))
     cluster.wait_for("Volcano's PodGroup CRD established", lambda: volcano_established(cluster))
-
-
-@pytest.fixture(scope="module")
-def intake_controller(
-    cluster: ClusterHandle,
-    crds: None,  # noqa: F811 - fixture
-    volcano_crd: None,
-    tmp_path_factory: pytest.TempPathFactory,
-) -> Iterator[Controller]:
-    """One controller for the module, started after Volcano's CRD is served."""
-    ctl = Controller(cluster, tmp_path_factory.mktemp("controller"), "ctl-" + uuid.uuid4().hex[:6])
-    ctl.start()
-    try:
-        ctl.wait_leading()
-        yield ctl
-    finally:
-        ctl.stop()
 
 
 def group_pod(
@@ -159,7 +143,10 @@ def events(cluster: ClusterHandle, namespace: str, name: str) -> list[dict[str, 
 
 
 def test_native_podgroup_placed_whole_or_not_at_all(
-    cluster: ClusterHandle, intake_controller: Controller, namespace: str, pool: Pool
+    cluster: ClusterHandle,
+    controller: Controller,  # noqa: F811 - fixture
+    namespace: str,
+    pool: Pool,
 ) -> None:
     pool.add_nodes(3, cpu="1")  # room for 3 pods of 1 cpu, the gang needs 4
     pool.queue("16")
@@ -215,7 +202,10 @@ def test_native_podgroup_placed_whole_or_not_at_all(
 
 
 def test_volcano_podgroups_admitted_under_quota_and_placed_whole(
-    cluster: ClusterHandle, intake_controller: Controller, namespace: str, pool: Pool
+    cluster: ClusterHandle,
+    controller: Controller,  # noqa: F811 - fixture
+    namespace: str,
+    pool: Pool,
 ) -> None:
     pool.add_nodes(2, cpu="4")
     # Quota for one group of three 1-cpu pods. The queue annotation names the ClusterQueue;
@@ -292,7 +282,10 @@ def test_volcano_podgroups_admitted_under_quota_and_placed_whole(
 
 
 def test_podgroup_naming_an_unknown_queue_is_told_why(
-    cluster: ClusterHandle, intake_controller: Controller, namespace: str, pool: Pool
+    cluster: ClusterHandle,
+    controller: Controller,  # noqa: F811 - fixture
+    namespace: str,
+    pool: Pool,
 ) -> None:
     pool.add_nodes(1, cpu="4")
     pool.queue("4")

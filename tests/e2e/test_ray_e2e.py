@@ -86,7 +86,7 @@ def test_a_raycluster_waits_whole_then_runs_as_one_gang_on_the_flavor(
     cluster: ClusterHandle,
     namespace: str,
     peers: list[str],
-    controller: Controller,  # noqa: F811 - started after the peers, as requested
+    controller: Controller,  # noqa: F811 - fixture
 ) -> None:
     pool = unique("ray")
     pool_nodes = cluster.nodes(3, cpu="2", memory="16Gi", labels={"muster-e2e/pool": pool})
@@ -159,7 +159,7 @@ def test_a_raycluster_naming_a_missing_local_queue_is_told_why(
     cluster: ClusterHandle,
     namespace: str,
     peers: list[str],
-    controller: Controller,  # noqa: F811 - started after the peers, as requested
+    controller: Controller,  # noqa: F811 - fixture
 ) -> None:
     assert create(cluster, raycluster("lost", namespace, "no-such-queue"))["spec"]["suspend"]
     wait_told_missing_queue(cluster, namespace, "lost", "no-such-queue")
@@ -170,7 +170,7 @@ def test_a_rayjob_is_one_workload_its_cluster_and_submitter_placed_by_muster(
     cluster: ClusterHandle,
     namespace: str,
     peers: list[str],
-    controller: Controller,  # noqa: F811 - started after the peers, as requested
+    controller: Controller,  # noqa: F811 - fixture
 ) -> None:
     pool = unique("rayjob")
     pool_nodes = cluster.nodes(2, cpu="4", memory="16Gi", labels={"muster-e2e/pool": pool})
@@ -260,7 +260,7 @@ def test_an_evicted_raycluster_is_suspended_its_pods_go_and_it_queues_again_as_w
     cluster: ClusterHandle,
     namespace: str,
     peers: list[str],
-    controller: Controller,  # noqa: F811 - started after the peers, as requested
+    controller: Controller,  # noqa: F811 - fixture
 ) -> None:
     pool = unique("rayp")
     cluster.nodes(1, cpu="6", memory="16Gi", labels={"muster-e2e/pool": pool})
@@ -320,7 +320,7 @@ def test_an_elastic_raycluster_resizes_its_worker_groups_through_slices_never_re
     cluster: ClusterHandle,
     namespace: str,
     peers: list[str],
-    controller: Controller,  # noqa: F811 - started after the peers, as requested
+    controller: Controller,  # noqa: F811 - fixture
 ) -> None:
     """What Ray's autoscaler does (it sets a group's replicas) on a RayCluster that scales:
     the new workers wait gated for a slice while the quota is short, run once it is
@@ -329,7 +329,12 @@ def test_an_elastic_raycluster_resizes_its_worker_groups_through_slices_never_re
     pool = unique("ray")
     cluster.nodes(4, cpu="2", memory="16Gi", labels={"muster-e2e/pool": pool})
     cq = unique("cq")
-    apply(cluster, flavor(pool, pool), quota(cq, pool, "5"), local_queue("team", namespace, cq))
+    apply(
+        cluster,
+        flavor(pool, pool),
+        quota(cq, pool, "5", memory="64Gi"),
+        local_queue("team", namespace, cq),
+    )
     doc = raycluster("auto", namespace, "team")
     doc["spec"]["enableInTreeAutoscaling"] = True
     doc["spec"]["workerGroupSpecs"] = doc["spec"]["workerGroupSpecs"][:1]  # "small", 2
@@ -346,15 +351,24 @@ def test_an_elastic_raycluster_resizes_its_worker_groups_through_slices_never_re
         if p["metadata"]["labels"]["ray.io/node-type"] == "head"
     )
 
-    def scale(replicas: int) -> None:
-        patch = {"op": "replace", "path": "/spec/workerGroupSpecs/0/replicas", "value": replicas}
+    def scale(replicas: int, delete: list[str] | None = None) -> None:
+        """As Ray's autoscaler scales a group: its replicas, and (down) the workers to go,
+        for KubeRay deletes none at random in an autoscaled cluster."""
+        group = "/spec/workerGroupSpecs/0"
+        patch: list[dict[str, Any]] = [
+            {"op": "replace", "path": f"{group}/replicas", "value": replicas}
+        ]
+        if delete is not None:
+            strategy = {"workersToDelete": delete}
+            patch.append({"op": "add", "path": f"{group}/scaleStrategy", "value": strategy})
         cluster.kubectl(
-            "patch", "raycluster", "auto", "-n", namespace, "--type=json", "-p", json.dumps([patch])
+            "patch", "raycluster", "auto", "-n", namespace, "--type=json", "-p", json.dumps(patch)
         )
 
-    # The head (1 cpu, and Ray's autoscaler beside it: 0.5) and five workers ask for 6.5
-    # cpu; the queue holds 5.
-    scale(5)
+    # The head (1 cpu, and Ray's autoscaler beside it: 0.5 cpu and 512Mi, which the queue
+    # must have quota for) and four workers (the group's maxReplicas) ask for 5.5 cpu; the
+    # queue holds 5.
+    scale(4)
 
     def slice_waits() -> bool:
         pending = [w for w in workloads_of(cluster, namespace, "auto") if not admitted(w)]
@@ -365,17 +379,22 @@ def test_an_elastic_raycluster_resizes_its_worker_groups_through_slices_never_re
                 g["name"] == "muster.dev/admission" for g in p["spec"].get("schedulingGates") or []
             )
         ]
-        return len(pending) == 1 and bool(pending[0]["spec"].get("replaces")) and len(gated) == 3
+        return len(pending) == 1 and bool(pending[0]["spec"].get("replaces")) and len(gated) == 2
 
-    cluster.wait_for("a slice for 5 workers waits, the 3 new ones gated", slice_waits, timeout=60)
+    cluster.wait_for("a slice for 4 workers waits, the 2 new ones gated", slice_waits, timeout=60)
     assert not get(cluster, "raycluster", "auto", "-n", namespace)["spec"].get("suspend")
-    apply(cluster, quota(cq, pool, "7"))
-    cluster.wait_for("head and five workers bound", lambda: running(6), timeout=120)
+    apply(cluster, quota(cq, pool, "6", memory="64Gi"))
+    cluster.wait_for("head and four workers bound", lambda: running(5), timeout=120)
     live = [w for w in workloads_of(cluster, namespace, "auto") if admitted(w)]
     assert len(live) == 1
-    assert {ps["name"]: ps["count"] for ps in live[0]["spec"]["podSets"]} == {"head": 1, "small": 5}
+    assert {ps["name"]: ps["count"] for ps in live[0]["spec"]["podSets"]} == {"head": 1, "small": 4}
 
-    scale(1)
+    workers = sorted(
+        p["metadata"]["name"]
+        for p in pods_of_cluster(cluster, namespace, "auto")
+        if p["metadata"]["labels"]["ray.io/node-type"] == "worker"
+    )
+    scale(1, delete=workers[1:])
 
     def shrunk() -> bool:
         [wl] = [w for w in workloads_of(cluster, namespace, "auto") if admitted(w)]
