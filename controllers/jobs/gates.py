@@ -47,6 +47,12 @@ def in_pod_set(pods: Iterable[Mapping[str, Any]], pod_set: str, only: bool) -> l
     return out
 
 
+def runs(pod: Mapping[str, Any]) -> bool:
+    """Released from the gate, not finished, not going: what an admission grants."""
+    meta = pod.get("metadata") or {}
+    return not is_gated(pod) and holds_capacity(pod) and not meta.get("deletionTimestamp")
+
+
 def ungated_holding(pods: Iterable[Mapping[str, Any]]) -> int:
     """Pods already released from the gate that still hold capacity (running, pending on a
     node, or terminating): what the admitted slice must keep covering."""

@@ -23,13 +23,12 @@ rapid scale events and restarts converge to the same state.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from datetime import datetime
 from typing import Any, Protocol
 
-from controllers.jobs import gates
+from controllers.jobs import gates, preempted
 from controllers.jobs.framework import Driver, GenericJob, same_request
-from controllers.jobs.preempted import delete_preempted, preempted_names
 from controllers.runtime import apply
 from controllers.runtime.resources import WORKLOAD, Obj, object_key
 from controllers.state import workloads as wls
@@ -224,15 +223,11 @@ def reconcile_elastic(rec: Driver, job: GenericJob, owned: list[Obj]) -> float |
     slice_name = (current.get("spec") or {}).get("sliceName") or first_name
     requeue: float | None = None
     pods = rec.ctx.caches.pods_of_job(uid)
-    # Pods single-pod preemption took (preempted.py): they go, and the Job asks them back.
-    taken = preempted_names(current)
-    if taken:
-        why = _shed_message(current)
-        if delete_preempted(rec.ctx, pods, taken, why, rec.ctx.now()):
-            rec.ctx.events.emit(
-                obj, "Warning", WC.PODS_PREEMPTED, f"{why}: {', '.join(sorted(taken))}"
-            )
     only = len(sizes) == 1
+    # Pods single-pod preemption took (preempted.py): they go, and the Job asks them back.
+    shed = preempted.was_shed(current)
+    if shed:
+        _shed(rec, obj, current, {ps: gates.in_pod_set(pods, ps, only) for ps in sizes})
     for pod_set, size in sizes.items():
         if size < _count(current, pod_set) or size < wls.admitted_count(current, pod_set):
             # Keep admitted what ungated pods still hold: the Job controller may not have
@@ -246,7 +241,7 @@ def reconcile_elastic(rec: Driver, job: GenericJob, owned: list[Obj]) -> float |
             if target > size:
                 requeue = RETRY_SECONDS
     grow = any(
-        size > _count(current, pod_set) or (taken and size > wls.admitted_count(current, pod_set))
+        size > _count(current, pod_set) or (shed and size > wls.admitted_count(current, pod_set))
         for pod_set, size in sizes.items()
     )
     if grow:
@@ -269,10 +264,25 @@ def reconcile_elastic(rec: Driver, job: GenericJob, owned: list[Obj]) -> float |
     return requeue
 
 
-def _shed_message(wl: Obj) -> str:
-    """Why the admission shrank: the preemption's words on the Workload's Event."""
-    pods = sorted(preempted_names(wl))
-    return f"preempted by Muster (Workload {wl['metadata']['name']} lost {len(pods)} pod(s))"
+def _shed(rec: Driver, job: Obj, wl: Obj, by_set: Mapping[str, list[Obj]]) -> None:
+    """Delete the running pods past an admission single-pod preemption shrank, the named
+    ones first, and tell the Job."""
+    names = preempted.preempted_names(wl)
+    gone = [
+        pod
+        for pod_set, members in by_set.items()
+        for pod in preempted.excess(
+            [x for x in members if gates.runs(x)],
+            wls.admitted_count(wl, pod_set),
+            names,
+        )
+    ]
+    if not gone:
+        return
+    why = f"preempted by Muster: Workload {wl['metadata']['name']} was shrunk to its pods that stay"
+    if preempted.delete_marked(rec.ctx, gone, why, rec.ctx.now()):
+        lost = ", ".join(sorted(str(x["metadata"]["name"]) for x in gone))
+        rec.ctx.events.emit(job, "Warning", WC.PODS_PREEMPTED, f"{why}: {lost}")
 
 
 def _cache_missed_admission(rec: Driver, job: Obj) -> bool:

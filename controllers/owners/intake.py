@@ -31,7 +31,7 @@ import threading
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from controllers.jobs import slices
+from controllers.jobs import preempted, slices
 from controllers.jobs.framework import put_flavors
 from controllers.jobs.reconciler import priority_classes
 from controllers.owners.workload import Refused, Shape, group_spec, new_workload, workload_name
@@ -409,25 +409,16 @@ class OwnerGroups:
         """Lift the gates of the pods the admission grants, per pod set; delete ungated pods
         past it (taken by preemption one by one)."""
         flavors = self._flavors(wl)
-        taken = set((wl.get("status") or {}).get("preemptedPods") or ())
+        taken = preempted.preempted_names(wl)
         requeue: float | None = None
         for pod_set, members in _by_pod_set(group, pods).items():
             allowed = wls.admitted_count(wl, pod_set)
             ungated = [x for x in members if not p.is_gated(x)]
             gated = sorted((x for x in members if p.is_gated(x)), key=p.age_order)
-            if len(ungated) > allowed:
-                # The pods preemption took first (their room is promised), then unbound
-                # ones, then the newest: the fewest pods that serve are lost.
-                extra = sorted(
-                    ungated,
-                    key=lambda x: (
-                        (x.get("metadata") or {}).get("name") not in taken,
-                        bool(p.node_of(x)),
-                        p.age_order(x),
-                    ),
-                )
-                for pod in extra[: len(ungated) - allowed]:
-                    apply.delete(self.ctx.kube, POD, pod)
+            extra = preempted.excess(ungated, allowed, taken)
+            if extra:
+                why = f"preempted by Muster: Workload {wl['metadata']['name']} grants fewer pods"
+                preempted.delete_marked(self.ctx, extra, why, self.ctx.now())
                 requeue = RETRY_SECONDS
                 continue
             room = allowed - len(ungated)

@@ -36,7 +36,7 @@ from quota.model.resources import FlavorResource
 from quota.model.snapshot import Assignment, Hold, QueueSpec, Workload
 from quota.placement.gang import GangRequest, Placement, Unplaceable, place_gang
 from quota.placement.profiles import Strategy
-from quota.placement.reservations import held_by, leaving_of
+from quota.placement.reservations import held_by, leaving_of, pod_keys
 from quota.placement.topology import freeable_words
 from quota.preemption.domains import Scope, Search, domain_scope
 from quota.preemption.nodes import (
@@ -49,7 +49,7 @@ from quota.preemption.nodes import (
     preempt_on_nodes,
     protected_words,
 )
-from quota.preemption.partial import is_whole, lost_pods, on_nodes, pods_usage
+from quota.preemption.partial import is_whole, lost_pods, on_nodes, pod_set_of, pods_usage
 from quota.preemption.victims import Candidate, victim_order
 
 
@@ -170,7 +170,7 @@ class NodeRoom:
             if k in view.pods
         ]
         for pod in spare:
-            pod_set = pod.pod_set or w.pod_sets[0].name
+            pod_set = pod_set_of(w, pod) or ""
             if counts.get(pod_set, 0) < need.get(pod_set, 0):
                 counts[pod_set] = counts.get(pod_set, 0) + 1
                 lost.append(pod)
@@ -415,7 +415,9 @@ class NodeRoom:
                     "Preempted" if c.queue == spec.name else "Reclaimed",
                     node_victim_reason(w, c, plan.freed[c.workload.key], spec.name, room.domain),
                     pods=c.pods,
-                    pod_names=_real(plan.lost[c.workload.key]) if c.pods is not None else (),
+                    pod_names=pod_keys(p.key for p in plan.lost[c.workload.key])
+                    if c.pods is not None
+                    else (),
                 )
                 for c in plan.victims
             ),
@@ -494,8 +496,3 @@ def _single_pods(plan: NodePlan) -> NodePlan:
         else:
             victims.append(Candidate(w, c.queue, pods_usage(w, taken), taken))
     return replace(plan, victims=tuple(victims))
-
-
-def _real(pods: Sequence[BoundPod]) -> tuple[str, ...]:
-    """The keys of `pods` that are pods, not planned room of unbound ones."""
-    return tuple(sorted(p.key for p in pods if "#" not in p.key))

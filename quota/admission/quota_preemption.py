@@ -26,6 +26,7 @@ from quota.model.resources import FlavorResource
 from quota.model.snapshot import QueueSpec, Workload
 from quota.model.transaction import Transaction
 from quota.placement.gang import Unplaceable
+from quota.placement.reservations import pod_keys
 from quota.preemption.nodes import node_candidates, protected_words
 from quota.preemption.reclaim import plan_reclaim
 from quota.preemption.victims import Candidate, preemption_reason, select_victims
@@ -384,6 +385,6 @@ def _settled(victim: Victim, settled: tuple[Candidate, tuple[str, ...]] | None) 
     return replace(
         victim,
         pods=c.pods,
-        pod_names=tuple(sorted(k for k in keys if "#" not in k)),
+        pod_names=pod_keys(keys),
         reason=f"{victim.reason} (disruptionMode Single: it loses {lost} and keeps the rest)",
     )

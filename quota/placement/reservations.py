@@ -69,6 +69,12 @@ def leaving_of(key: str) -> str:
 LEAVING = "#leaving"
 
 
+def pod_keys(keys: Iterable[str]) -> tuple[str, ...]:
+    """The keys of a view's pods that name pods, not planned or held room (`planned_pods`,
+    `held_pods`: every placeholder's key has a "#" no pod name can have), in order."""
+    return tuple(sorted(k for k in keys if "#" not in k))
+
+
 def held_by(key: str) -> str:
     """The owner of the placeholder pods holding room for workload `key`: not the workload
     itself, whose own pods (a moved workload's, still running) are counted apart."""
