@@ -286,6 +286,7 @@ def test_bad_groups_are_told_why_and_disturb_nothing_admitted(
     controller: Controller,  # noqa: F811
     namespace: str,
     pool: Pool,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     pool.add_nodes(2)
     pool.queue("2")
@@ -340,10 +341,16 @@ def test_bad_groups_are_told_why_and_disturb_nothing_admitted(
     [ok] = group_workloads(cluster, namespace, "/Deployment:" + namespace + "/ok")
     assert admitted(ok) and not finished(ok)
     assert any(p["spec"].get("nodeName") for p in pods(cluster, namespace, "app=ok"))
-    # `kubectl muster explain` answers for the owner kinds by KIND/NAME.
+    # `kubectl muster explain` answers for the owner kinds by KIND/NAME, its timeline holding
+    # the owner's own Events (the controller-manager's scaling of its ReplicaSet), found by
+    # the uid its Workload's owner reference carries. Wide, so that no cell wraps.
+    monkeypatch.setenv("COLUMNS", "250")
     told = kubectl_muster(cluster, "explain", "deploy/ok", "-n", namespace, "--color", "never")
     assert f"Deployment {namespace}/ok" in told.stdout and "admitted" in told.stdout
     assert ok["metadata"]["name"] in told.stdout
+    assert any(
+        "Deployment/ok" in line and "ScalingReplicaSet" in line for line in told.stdout.splitlines()
+    ), told.stdout
     lost = kubectl_muster(cluster, "explain", "deploy/lost", "-n", namespace, check=False)
     assert lost.returncode != 0 and "no Workload queued for 'deploy/lost'" in lost.stderr
 
