@@ -112,7 +112,8 @@ def explain(
                     else f"the Job has no {QUEUE_LABEL} label"
                 )
             )
-    _workloads(kube, namespace, job, workloads, console, history)
+    owner_uids = {job["metadata"]["uid"]} if job is not None else set()
+    _workloads(kube, namespace, owner_uids, workloads, console, history)
     return True
 
 
@@ -147,22 +148,29 @@ def _explain_owner(
     head = Text(f"{kind} {namespace}/{owner}", style="bold")
     head.append(f"  {len(groups)} group(s) queued by their pods, {len(workloads)} Workload(s)")
     console.print(head)
-    # Its own Events (refusals, why its pods wait) by the uid its Workloads' owner refs carry.
-    uids = {r.get("uid") for w in workloads for r in w["metadata"].get("ownerReferences") or []}
-    found = [{"metadata": {"uid": uid}} for uid in sorted(u for u in uids if u)]
-    _workloads(kube, namespace, found[0] if len(found) == 1 else None, workloads, console, history)
+    # Its own Events (refusals, why its pods wait) by the uid its Workloads' owner refs carry
+    # (two once the object was deleted and made again under its name).
+    owner_uids = {
+        str(r["uid"])
+        for w in workloads
+        for r in w["metadata"].get("ownerReferences") or []
+        if r.get("uid")
+    }
+    _workloads(kube, namespace, owner_uids, workloads, console, history)
     return True
 
 
 def _workloads(
     kube: Kube,
     namespace: str,
-    job: Obj | None,
+    owner_uids: set[str],
     workloads: list[Obj],
     console: Console,
     history: HistoryReader | None,
 ) -> None:
-    """Each Workload's state, reason and placement, then the timeline and the history."""
+    """Each Workload's state, reason and placement, then the timeline (the Events on the
+    Workloads, their PodGroups and the objects of `owner_uids`: the Job, or the owner queued
+    by its pods) and the history."""
     pod_groups: list[Obj] = []
     for wl in workloads:
         wl_name = wl["metadata"]["name"]
@@ -184,14 +192,15 @@ def _workloads(
             if pod_group is not None:
                 pod_groups.append(pod_group)
             console.print(Text("  placement: ", style="dim") + Text(placement_of(pod_group, wl)))
-    _timeline(kube, namespace, [o for o in [job, *workloads, *pod_groups] if o], console)
+    uids = owner_uids | {o["metadata"]["uid"] for o in [*workloads, *pod_groups]}
+    _timeline(kube, namespace, uids, console)
     if history is not None:
         for wl in workloads:
             _history(history, namespace, wl["metadata"]["name"], console)
 
 
-def _timeline(kube: Kube, namespace: str, objects: list[Obj], console: Console) -> None:
-    uids = {o["metadata"]["uid"] for o in objects}
+def _timeline(kube: Kube, namespace: str, uids: set[str], console: Console) -> None:
+    """The Events on the objects of `uids`, oldest first."""
     try:
         every = list_all(kube, EVENT, namespace)
     except Forbidden:

@@ -15,15 +15,18 @@ from typing import Any
 
 from quota.api.names import DISRUPTION_MODE_ANNOTATION
 from quota.importers.reader import SourceObject
-from quota.importers.report import Unmapped, refuse
+from quota.importers.report import ImportInputError, Unmapped
 from quota.importers.workloads import PodSetSource, skipped
 from quota.model.serving import (
     LEADER,
     MAIN,
     RAY_MAX_REPLICAS,
+    WORKERS,
+    leader_worker_set,
     lws_group,
     ray_worker_pods,
     replicas_group,
+    replicas_of,
 )
 
 LWS = ("leaderworkerset.x-k8s.io", "LeaderWorkerSet")
@@ -61,34 +64,19 @@ def _class_of(obj: SourceObject, specs: list[tuple[Mapping[str, Any], str]]) -> 
     return ""
 
 
-def _replicas(obj: SourceObject, path: str) -> int:
-    value = obj.spec().get(path.removeprefix("spec."))
-    count = obj.integer(value, path)
-    if count is not None and count < 0:
-        refuse(obj.origin, path, f"{count}: replicas must not be negative")
-    return 1 if count is None else count
-
-
 def owner_groups(obj: SourceObject, unmapped: list[Unmapped]) -> list[OwnerGroup]:
     """The Workloads the controller makes of `obj` (one of OWNER_KINDS); none, reported,
     when it asks for no pods (scaled to zero)."""
+
+    def fail(path: str, rule: str) -> ImportInputError:
+        return ImportInputError(obj.origin, path, rule)
+
     kind = (obj.group, obj.kind)
     spec = obj.spec()
     stem = f"{obj.kind.lower()}-{obj.name}"
     if kind == LWS:
-        path = "spec.leaderWorkerTemplate"
-        lwt = obj.mapping(spec.get("leaderWorkerTemplate"), path)
-        size = obj.integer(lwt.get("size", 1), f"{path}.size")
-        if size is None or size < 1:
-            refuse(obj.origin, f"{path}.size", f"{size}: a group has at least one pod")
-        workers = _template(obj, lwt.get("workerTemplate"), f"{path}.workerTemplate")
-        leader = (
-            _template(obj, lwt["leaderTemplate"], f"{path}.leaderTemplate")
-            if lwt.get("leaderTemplate")
-            else workers
-        )
-        mode = obj.meta_strings("annotations").get(DISRUPTION_MODE_ANNOTATION, "")
-        if mode.lower() == "single":
+        lws = leader_worker_set(obj.doc, fail)
+        if lws.degradable:
             skipped(
                 obj,
                 f"metadata.annotations[{DISRUPTION_MODE_ANNOTATION}]",
@@ -96,18 +84,18 @@ def owner_groups(obj: SourceObject, unmapped: list[Unmapped]) -> list[OwnerGroup
                 "reads the annotation off the LeaderWorkerSet itself once it is applied",
                 unmapped,
             )
-        specs = {LEADER: leader}
+        leader, workers = (lws.leader.spec, lws.leader.path), (lws.workers.spec, lws.workers.path)
+        specs = {LEADER: leader, WORKERS: workers}
         sets = tuple(
-            PodSetSource(s.name, s.count, *specs.get(s.name, workers))
-            for s in lws_group(size, False)
+            PodSetSource(s.name, s.count, *specs[s.name]) for s in lws_group(lws.size, False)
         )
         groups = [
             OwnerGroup(f"{stem}-{i}", sets, _class_of(obj, [leader, workers]))
-            for i in range(_replicas(obj, "spec.replicas"))
+            for i in range(lws.replicas)
         ]
     elif kind in (DEPLOYMENT, STATEFULSET):
         pods = _template(obj, spec.get("template"), "spec.template")
-        (main,) = replicas_group(_replicas(obj, "spec.replicas"))
+        (main,) = replicas_group(replicas_of(spec, fail))
         groups = [
             OwnerGroup(stem, (PodSetSource(MAIN, main.count, *pods),), _class_of(obj, [pods]))
         ]

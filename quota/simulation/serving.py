@@ -17,12 +17,24 @@ from typing import Any
 
 from quota.api import ManifestError, parse_manifest
 from quota.api.meta import API_VERSION
-from quota.api.names import DISRUPTION_MODE_ANNOTATION, QUEUE_LABEL
+from quota.api.names import QUEUE_LABEL
 from quota.api.quantity import format_quantity
 from quota.manifests.documents import invalid
 from quota.model import convert
 from quota.model.nodeconvert import pod_requests
-from quota.model.serving import LEADER, GroupPodSet, lws_group, replicas_group
+from quota.model.serving import (
+    LEADER,
+    MAIN,
+    WORKERS,
+    GroupPodSet,
+    PodSpecAt,
+    leader_worker_set,
+    lws_group,
+    pod_spec_at,
+    replicas_group,
+    replicas_of,
+    spec_of,
+)
 from quota.model.snapshot import PodSet
 
 LWS_API = "leaderworkerset.x-k8s.io/v1"
@@ -31,41 +43,25 @@ DEPLOYMENT_API = "apps/v1"
 SERVING_KINDS = {"LeaderWorkerSet": LWS_API, "Deployment": DEPLOYMENT_API}
 
 
-def _int(index: int, doc: Mapping[str, Any], path: str, value: object, default: int) -> int:
-    if value is None:
-        return default
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise invalid(index, doc, path, f"must be a whole number >= 0 (got {value!r})")
-    return value
-
-
-def _template_spec(
-    index: int, doc: Mapping[str, Any], path: str, template: object
-) -> Mapping[str, Any]:
-    spec = template.get("spec") if isinstance(template, Mapping) else None
-    if not isinstance(spec, Mapping):
-        raise invalid(index, doc, f"{path}.spec", "required: the pod spec")
-    return spec
-
-
 def _workload_pod_sets(
     index: int,
     doc: Mapping[str, Any],
     sets: Sequence[GroupPodSet],
-    specs: Mapping[str, tuple[str, Mapping[str, Any]]],
+    specs: Mapping[str, PodSpecAt],
     *,
     degradable: bool,
 ) -> tuple[PodSet, ...]:
     """The pod sets of one group, through the Workload model the controller's Workloads are
-    read with (`convert.pod_sets`). `specs`: pod set -> (its template's path, pod spec)."""
+    read with (`convert.pod_sets`). `specs`: the pod spec of each pod set."""
     meta = doc.get("metadata") or {}
     pod_sets: list[dict[str, Any]] = []
     for group_set in sets:
-        path, spec = specs[group_set.name]
+        at = specs[group_set.name]
+        spec = at.spec
         try:
             requests = pod_requests(spec)
         except ValueError as error:
-            raise invalid(index, doc, path, str(error)) from None
+            raise invalid(index, doc, at.path, str(error)) from None
         pod_set: dict[str, Any] = {
             "name": group_set.name,
             "count": group_set.count,
@@ -95,19 +91,6 @@ def _workload_pod_sets(
         raise ManifestError(index, f"{doc.get('kind')} {meta.get('name')}", problems) from None
 
 
-def _degradable(index: int, doc: Mapping[str, Any]) -> bool:
-    annotations = (doc.get("metadata") or {}).get("annotations") or {}
-    value = str(annotations.get(DISRUPTION_MODE_ANNOTATION) or "all").lower()
-    if value not in ("single", "all"):
-        raise invalid(
-            index,
-            doc,
-            f"metadata.annotations[{DISRUPTION_MODE_ANNOTATION}]",
-            f'must be "single" or "all" (got {value!r})',
-        )
-    return value == "single"
-
-
 def serving_groups(
     index: int, doc: Mapping[str, Any]
 ) -> list[tuple[str, tuple[PodSet, ...], bool, bool]]:
@@ -118,40 +101,21 @@ def serving_groups(
     kind = str(doc.get("kind") or "")
     if doc.get("apiVersion") != SERVING_KINDS[kind]:
         raise invalid(index, doc, "apiVersion", f"{kind} needs apiVersion {SERVING_KINDS[kind]}")
-    spec = doc.get("spec")
-    if not isinstance(spec, Mapping):
-        raise invalid(index, doc, "spec", "required field is missing")
-    replicas = _int(index, doc, "spec.replicas", spec.get("replicas"), 1)
+
+    def fail(path: str, rule: str) -> ManifestError:
+        return invalid(index, doc, path, rule)
+
     if kind == "Deployment":
-        template = _template_spec(index, doc, "spec.template", spec.get("template"))
-        sets = replicas_group(replicas)
-        pods = _workload_pod_sets(
-            index, doc, sets, {s.name: ("spec.template", template) for s in sets}, degradable=False
-        )
+        spec = spec_of(doc, fail)
+        template = pod_spec_at(spec.get("template"), "spec.template", fail)
+        sets = replicas_group(replicas_of(spec, fail))
+        pods = _workload_pod_sets(index, doc, sets, {MAIN: template}, degradable=False)
         return [("", pods, True, False)]
-    lwt = spec.get("leaderWorkerTemplate")
-    if not isinstance(lwt, Mapping):
-        raise invalid(index, doc, "spec.leaderWorkerTemplate", "required field is missing")
-    size = _int(index, doc, "spec.leaderWorkerTemplate.size", lwt.get("size"), 1)
-    if size < 1:
-        raise invalid(index, doc, "spec.leaderWorkerTemplate.size", "must be at least 1")
-    where = "spec.leaderWorkerTemplate.workerTemplate"
-    worker = _template_spec(index, doc, where, lwt.get("workerTemplate"))
-    specs: dict[str, tuple[str, Mapping[str, Any]]] = {}
-    if lwt.get("leaderTemplate") is not None:
-        leader_path = "spec.leaderWorkerTemplate.leaderTemplate"
-        specs[LEADER] = (
-            leader_path,
-            _template_spec(index, doc, leader_path, lwt["leaderTemplate"]),
-        )
-    else:
-        specs[LEADER] = (where, worker)
-    degradable = _degradable(index, doc)
-    sets = lws_group(size, degradable)
-    for s in sets:
-        specs.setdefault(s.name, (where, worker))
-    pods = _workload_pod_sets(index, doc, sets, specs, degradable=degradable)
-    return [(f"-{i}", pods, False, degradable) for i in range(replicas)]
+    lws = leader_worker_set(doc, fail)
+    sets = lws_group(lws.size, lws.degradable)
+    specs = {LEADER: lws.leader, WORKERS: lws.workers}
+    pods = _workload_pod_sets(index, doc, sets, specs, degradable=lws.degradable)
+    return [(f"-{i}", pods, False, lws.degradable) for i in range(lws.replicas)]
 
 
 def queue_of(

@@ -86,6 +86,18 @@ def group_workloads(cluster: ClusterHandle, namespace: str, gid_part: str) -> li
     ]
 
 
+def bound(cluster: ClusterHandle, namespace: str, selector: str) -> int:
+    """How many of the pods `selector` picks are bound to a node."""
+    return len([p for p in pods(cluster, namespace, selector) if p["spec"].get("nodeName")])
+
+
+def wait_bound(
+    cluster: ClusterHandle, namespace: str, selector: str, count: int, what: str
+) -> None:
+    """Wait until exactly `count` of the pods `selector` picks are bound (`what`: in words)."""
+    cluster.wait_for(what, lambda: bound(cluster, namespace, selector) == count, timeout=90)
+
+
 def reasons(cluster: ClusterHandle, namespace: str, kind: str, name: str) -> list[str]:
     return [f"{e['reason']}: {e['message']}" for e in events_on(cluster, namespace, kind, name)]
 
@@ -102,12 +114,7 @@ def test_a_deployment_scales_up_through_slices_and_never_runs_past_its_admission
     made = get(cluster, "deployment", "web", "-n", namespace)
     # Muster's admission carried the queue label into the template.
     assert made["spec"]["template"]["metadata"]["labels"][QUEUE] == "lq"
-
-    def running(n: int) -> bool:
-        found = pods(cluster, namespace, "app=web")
-        return len([p for p in found if p["spec"].get("nodeName")]) == n
-
-    cluster.wait_for("two replicas placed", lambda: running(2), timeout=90)
+    wait_bound(cluster, namespace, "app=web", 2, "two replicas placed")
     for pod in pods(cluster, namespace, "app=web"):
         assert pod["spec"]["schedulerName"] == "muster-scheduler"
         assert pod["spec"]["nodeSelector"] == {"muster-e2e/pool": pool.name}
@@ -146,7 +153,7 @@ def test_a_deployment_scales_up_through_slices_and_never_runs_past_its_admission
         cluster,
         cq_manifest(pool.cq, [{"name": pool.name, "quota": {"cpu": "4"}, "limit": {"cpu": "4"}}]),
     )
-    cluster.wait_for("four replicas placed", lambda: running(4), timeout=90)
+    wait_bound(cluster, namespace, "app=web", 4, "four replicas placed")
     found = group_workloads(cluster, namespace, "/Deployment:")
     old = next(w for w in found if w["metadata"]["name"] == first["metadata"]["name"])
     assert finished(old)
@@ -260,16 +267,10 @@ def test_pods_of_an_unknown_owner_are_grouped_admitted_whole_and_released(
         return reserved.get("status") == "False" and "cpu" in reserved.get("message", "")
 
     cluster.wait_for("the gang waits, saying why", waits_for_nodes)
-    assert not [p for p in pods(cluster, namespace, "widget=w") if p["spec"].get("nodeName")]
+    assert bound(cluster, namespace, "widget=w") == 0
     assert all(gated(p) for p in pods(cluster, namespace, "widget=w"))
     pool.add_nodes(1)
-    cluster.wait_for(
-        "all three bound together",
-        lambda: (
-            len([p for p in pods(cluster, namespace, "widget=w") if p["spec"].get("nodeName")]) == 3
-        ),
-        timeout=90,
-    )
+    wait_bound(cluster, namespace, "widget=w", 3, "all three bound together")
     cluster.kubectl("delete", "pods", "-l", "widget=w", "-n", namespace, "--grace-period=0")
     cluster.wait_for(
         "released once its pods are gone",
@@ -286,15 +287,12 @@ def test_bad_groups_are_told_why_and_disturb_nothing_admitted(
     controller: Controller,  # noqa: F811
     namespace: str,
     pool: Pool,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     pool.add_nodes(2)
     pool.queue("2")
     apply(cluster, deployment("ok", namespace, "lq", 1, pool.pod_spec()))
-    cluster.wait_for(
-        "a healthy Deployment placed",
-        lambda: any(p["spec"].get("nodeName") for p in pods(cluster, namespace, "app=ok")),
-        timeout=90,
-    )
+    wait_bound(cluster, namespace, "app=ok", 1, "a healthy Deployment placed")
     # A group label whose pods disagree on the count.
     apply(
         cluster,
@@ -339,11 +337,17 @@ def test_bad_groups_are_told_why_and_disturb_nothing_admitted(
     # The healthy one is untouched.
     [ok] = group_workloads(cluster, namespace, "/Deployment:" + namespace + "/ok")
     assert admitted(ok) and not finished(ok)
-    assert any(p["spec"].get("nodeName") for p in pods(cluster, namespace, "app=ok"))
-    # `kubectl muster explain` answers for the owner kinds by KIND/NAME.
+    assert bound(cluster, namespace, "app=ok") == 1
+    # `kubectl muster explain` answers for the owner kinds by KIND/NAME, its timeline holding
+    # the owner's own Events (the controller-manager's scaling of its ReplicaSet), found by
+    # the uid its Workload's owner reference carries. Wide, so that no cell wraps.
+    monkeypatch.setenv("COLUMNS", "250")
     told = kubectl_muster(cluster, "explain", "deploy/ok", "-n", namespace, "--color", "never")
     assert f"Deployment {namespace}/ok" in told.stdout and "admitted" in told.stdout
     assert ok["metadata"]["name"] in told.stdout
+    assert any(
+        "Deployment/ok" in line and "ScalingReplicaSet" in line for line in told.stdout.splitlines()
+    ), told.stdout
     lost = kubectl_muster(cluster, "explain", "deploy/lost", "-n", namespace, check=False)
     assert lost.returncode != 0 and "no Workload queued for 'deploy/lost'" in lost.stderr
 
@@ -383,15 +387,9 @@ def test_a_gang_statefulset_is_placed_all_or_nothing(
         lambda: len(pods(cluster, namespace, "app=db")) == 3,
     )
     time.sleep(3)  # two nodes of one cpu hold two of three: nothing is bound
-    assert not [p for p in pods(cluster, namespace, "app=db") if p["spec"].get("nodeName")]
+    assert bound(cluster, namespace, "app=db") == 0
     pool.add_nodes(1)
-    cluster.wait_for(
-        "all three bound",
-        lambda: (
-            len([p for p in pods(cluster, namespace, "app=db") if p["spec"].get("nodeName")]) == 3
-        ),
-        timeout=90,
-    )
+    wait_bound(cluster, namespace, "app=db", 3, "all three bound")
     [wl] = group_workloads(cluster, namespace, "/StatefulSet:")
     assert wl["spec"]["podSets"][0]["count"] == 3
     # OrderedReady would wait for pod 0 to run before making pod 1: refused, saying why.

@@ -208,6 +208,13 @@ def test_kueue_pods_of_a_deployment_are_counted_through_it_and_pod_groups_check_
             "0: a group has at least one pod",
         ),
         (
+            lws(2).replace(
+                "  labels:", "  annotations: {muster.dev/disruption-mode: some}\n  labels:"
+            ),
+            "in.yaml: document 4 (LeaderWorkerSet ns/llm): "
+            'metadata.annotations[muster.dev/disruption-mode]: must be "single" or "all"',
+        ),
+        (
             serving("Deployment", -1),
             "in.yaml: document 4 (Deployment ns/web): spec.replicas: -1: replicas must not be "
             "negative",
