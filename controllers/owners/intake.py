@@ -70,14 +70,21 @@ from controllers.state.ownergroups import (
 from quota.api.conditions import WorkloadConditions as WC
 from quota.api.names import (
     ADMISSION_GATE,
-    DISRUPTION_MODE_ANNOTATION,
     GANG_ANNOTATION,
     POD_GROUP_COUNT_ANNOTATION,
     POD_GROUP_LABEL,
     POD_SET_POD_LABEL,
     QUEUE_LABEL,
 )
-from quota.model.serving import LEADER, MAIN, WORKERS, GroupPodSet, lws_group, replicas_group
+from quota.model.serving import (
+    LEADER,
+    MAIN,
+    WORKERS,
+    GroupPodSet,
+    degradable_lws,
+    lws_group,
+    replicas_group,
+)
 
 log = logging.getLogger(__name__)
 
@@ -282,17 +289,13 @@ class OwnerGroups:
         annotations = ((owner or {}).get("metadata") or {}).get("annotations") or {}
         if group.is_lws:
             size = _agreed(group, pods, LWS_SIZE_ANNOTATION)
-            single = str(annotations.get(DISRUPTION_MODE_ANNOTATION) or "").lower() == "single"
-            if single and (spec.get("leaderWorkerTemplate") or {}).get("restartPolicy") not in (
-                "None",
-                "Default",
-            ):
-                raise Refused(
-                    "InvalidDisruptionMode",
-                    f"{group.subject}: metadata.annotations[{DISRUPTION_MODE_ANNOTATION}]: "
-                    "single needs spec.leaderWorkerTemplate.restartPolicy None (with "
-                    "RecreateGroupOnPodRestart a lost worker restarts the whole group)",
-                )
+            single = degradable_lws(
+                spec.get("leaderWorkerTemplate") or {},
+                annotations,
+                lambda path, rule: Refused(
+                    "InvalidDisruptionMode", f"{group.subject}: {path}: {rule}"
+                ),
+            )
             templates = _lws_templates(spec)
             return Shape(lws_group(size, single), elastic=False, single=single, templates=templates)
         if group.kind == POD_GROUP_KIND:

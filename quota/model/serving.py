@@ -141,6 +141,21 @@ def disruption_single(annotations: Mapping[str, Any], fail: Fail) -> bool:
     return value == "single"
 
 
+def degradable_lws(lwt: Mapping[str, Any], annotations: Mapping[str, Any], fail: Fail) -> bool:
+    """Whether a LeaderWorkerSet (its `spec.leaderWorkerTemplate`) is degradable: annotated
+    `single`, which needs `restartPolicy: None` (LWS's older name for it: Default), since with
+    RecreateGroupOnPodRestart one lost worker restarts the whole group."""
+    if not disruption_single(annotations, fail):
+        return False
+    if lwt.get("restartPolicy") not in ("None", "Default"):
+        raise fail(
+            f"metadata.annotations[{DISRUPTION_MODE_ANNOTATION}]",
+            "single needs spec.leaderWorkerTemplate.restartPolicy None (with "
+            "RecreateGroupOnPodRestart a lost worker restarts the whole group)",
+        )
+    return True
+
+
 def leader_worker_set(doc: Mapping[str, Any], fail: Fail) -> LeaderWorkerSetSpec:
     """The fields of a LeaderWorkerSet document (leaderworkerset.x-k8s.io/v1) Muster reads:
     replicas and size (1 when unset, as LeaderWorkerSet defaults them), the disruption-mode
@@ -164,7 +179,7 @@ def leader_worker_set(doc: Mapping[str, Any], fail: Fail) -> LeaderWorkerSetSpec
     return LeaderWorkerSetSpec(
         replicas=replicas_of(spec, fail),
         size=size,
-        degradable=disruption_single(annotations, fail),
+        degradable=degradable_lws(lwt, annotations, fail),
         leader=workers if leader is None else pod_spec_at(leader, f"{path}.leaderTemplate", fail),
         workers=workers,
     )

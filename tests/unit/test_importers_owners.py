@@ -269,10 +269,14 @@ integrations:
 
 
 def test_kai_groups_by_top_owner_and_reports_annotations_without_equivalent() -> None:
-    annotated = lws(2, replicas=1, labels="kai.scheduler/queue: inference").replace(
-        "  labels:",
-        "  annotations: {kai.scheduler/preemptibility: preemptible, "
-        "kai.scheduler/segment-size: '2', muster.dev/disruption-mode: single}\n  labels:",
+    annotated = (
+        lws(2, replicas=1, labels="kai.scheduler/queue: inference")
+        .replace(
+            "  labels:",
+            "  annotations: {kai.scheduler/preemptibility: preemptible, "
+            "kai.scheduler/segment-size: '2', muster.dev/disruption-mode: single}\n  labels:",
+        )
+        .replace("    size: 2\n", "    size: 2\n    restartPolicy: None\n")
     )
     result = run("kai", KAI_QUEUES + annotated + serving("StatefulSet", 3, where="object"))
     work = workloads(result)

@@ -74,7 +74,10 @@ def test_size_one_and_zero_replicas_are_accepted() -> None:
 
 @pytest.mark.parametrize("value", ["single", "Single", "SINGLE"])
 def test_the_disruption_mode_annotation_makes_it_degradable_in_any_case(value: str) -> None:
-    doc = lws(metadata__annotations={"muster.dev/disruption-mode": value})
+    doc = lws(
+        metadata__annotations={"muster.dev/disruption-mode": value},
+        spec__leaderWorkerTemplate__restartPolicy="None",
+    )
     read = leader_worker_set(doc, CallerError)
     assert read.degradable
     protected = {s.name: s.protected for s in lws_group(read.size, read.degradable)}
@@ -135,3 +138,16 @@ def test_a_bad_field_is_refused_through_the_callers_error(
     assert error.value.path == path
     assert error.value.rule.startswith(rule), error.value.rule
     assert doc == before  # read only
+
+
+@pytest.mark.parametrize("policy", [None, "RecreateGroupOnPodRestart"])
+def test_a_degradable_set_must_not_restart_its_group_for_one_worker(policy: str | None) -> None:
+    doc = lws(metadata__annotations={"muster.dev/disruption-mode": "single"})
+    if policy is not None:
+        doc["spec"]["leaderWorkerTemplate"]["restartPolicy"] = policy
+    with pytest.raises(CallerError) as refused:
+        leader_worker_set(doc, CallerError)
+    assert refused.value.path == "metadata.annotations[muster.dev/disruption-mode]"
+    assert "restartPolicy None" in refused.value.rule
+    doc["spec"]["leaderWorkerTemplate"]["restartPolicy"] = "Default"  # LWS's older name
+    assert leader_worker_set(doc, CallerError).degradable
