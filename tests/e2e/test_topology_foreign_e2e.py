@@ -23,6 +23,7 @@ from tests.conftest import ClusterHandle
 from tests.e2e.controller_harness import (
     Controller,
     apply,
+    controller,  # noqa: F401 - fixture
     crds,  # noqa: F401 - fixture
     get,
 )
@@ -30,13 +31,12 @@ from tests.e2e.fabric import BLOCK, HOST, RACK, Fabric
 from tests.e2e.test_podgroup_intake_e2e import (
     NATIVE,
     VOLCANO,
+    before_controller,  # noqa: F401 - fixture: Volcano's CRD before the controller
     bound,
     cond,
     group_pod,
-    intake_controller,  # noqa: F401 - fixture
     native_group,
     podgroup_workloads,
-    volcano_crd,  # noqa: F401 - fixture
     volcano_group,
 )
 
@@ -87,7 +87,7 @@ def with_network_topology(group: dict[str, Any], **network: Any) -> dict[str, An
 
 def test_a_native_and_a_volcano_group_each_bind_inside_one_rack(
     cluster: ClusterHandle,
-    intake_controller: Controller,  # noqa: F811
+    controller: Controller,  # noqa: F811
     namespace: str,
     fabric: Fabric,
 ) -> None:
@@ -136,7 +136,7 @@ def test_a_native_and_a_volcano_group_each_bind_inside_one_rack(
 
 def test_what_muster_cannot_honour_is_refused_on_the_podgroup_with_field_and_rule(
     cluster: ClusterHandle,
-    intake_controller: Controller,  # noqa: F811
+    controller: Controller,  # noqa: F811
     namespace: str,
     fabric: Fabric,
 ) -> None:
