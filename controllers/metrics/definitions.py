@@ -73,6 +73,13 @@ PREEMPTED_WORKLOADS = Counter(
     ["cluster_queue", "reason"],
     registry=REGISTRY,
 )
+PREEMPTED_PODS = Counter(
+    "muster_preempted_pods",
+    "Pods single-pod preemption took from admitted workloads (disruptionMode Single), the "
+    "workload itself not evicted, per ClusterQueue of the victim.",
+    ["cluster_queue"],
+    registry=REGISTRY,
+)
 FINISHED_WORKLOADS = Counter(
     "muster_finished_workloads",
     "Workloads finished (succeeded, failed or replaced by a new slice), per ClusterQueue.",

@@ -28,6 +28,21 @@ def _became(old: Mapping[str, Any], new: Mapping[str, Any], type_: str) -> bool:
     return not wls.is_true(old, type_) or _since(old, type_) != _since(new, type_)
 
 
+def _shed(old: Mapping[str, Any], new: Mapping[str, Any]) -> int:
+    """Pods single-pod preemption took in this change: the admission shrank and the
+    preempted pods (`status.preemptedPods`) were written with it."""
+    before, after = old.get("status") or {}, new.get("status") or {}
+    taken = after.get("preemptedPods")
+    if taken is None or ("preemptedPods" in before and before["preemptedPods"] == taken):
+        return 0
+
+    def admitted(status: Mapping[str, Any]) -> int:
+        assignments = (status.get("admission") or {}).get("podSetAssignments") or []
+        return sum(int(a.get("count") or 0) for a in assignments)
+
+    return max(0, admitted(before) - admitted(after))
+
+
 def wait_seconds(wl: Mapping[str, Any]) -> float | None:
     """Seconds from creation, or from the last requeue, to the quota reservation."""
     reserved = wls.parse_time(_since(wl, wls.QUOTA_RESERVED))
@@ -63,5 +78,8 @@ class WorkloadCounters:
         if _became(old, new, wls.PREEMPTED):
             reason = str((wls.condition(new, wls.PREEMPTED) or {}).get("reason") or "")
             m.PREEMPTED_WORKLOADS.labels(cq, reason).inc()
+        lost = _shed(old, new)
+        if lost:
+            m.PREEMPTED_PODS.labels(cq).inc(lost)
         if _became(old, new, wls.FINISHED):
             m.FINISHED_WORKLOADS.labels(cq).inc()

@@ -3,6 +3,7 @@ scrape-time gauges read from the caches, and Workload transitions counted once."
 
 from __future__ import annotations
 
+import copy
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -244,6 +245,38 @@ def test_eviction_and_preemption_are_counted_with_their_reasons() -> None:
     assert sample("muster_evicted_workloads_total", **labels) == 1
     labels["reason"] = "Reclaim"
     assert sample("muster_preempted_workloads_total", **labels) == 1
+
+
+def test_pods_taken_by_single_pod_preemption_are_counted_not_as_an_eviction() -> None:
+    from controllers.state import workloads as wls
+
+    caches = Caches.create(FakeKube())
+    counters = WorkloadCounters(caches.local_queues, lambda: True)
+    caches.workloads.add_handler(counters.on_workload)
+    labels = {"cluster_queue": "shed-cq"}
+    before = sample("muster_preempted_pods_total", **labels) or 0
+    wl = workload("s", "q", admitted_to="shed-cq", rv="1")
+    wl["status"]["admission"]["podSetAssignments"] = [
+        {"name": "leader", "count": 1, "resourceUsage": {"cpu": "1"}},
+        {"name": "workers", "count": 3, "resourceUsage": {"cpu": "3"}},
+    ]
+    caches.workloads.write_through(wl)
+    shed = copy.deepcopy(wl)
+    shed["metadata"]["resourceVersion"] = "2"
+    assert wls.shed_pods(shed, (("workers", 2),), ("ns/s-0-1", "ns/s-0-2"))
+    assert shed["status"]["preemptedPods"] == ["s-0-1", "s-0-2"]
+    assert shed["status"]["admission"]["podSetAssignments"][1]["resourceUsage"] == {"cpu": "1"}
+    caches.workloads.write_through(shed)
+    assert sample("muster_preempted_pods_total", **labels) == before + 2
+    # Another change of the shrunk Workload counts nothing more.
+    later = copy.deepcopy(shed)
+    later["metadata"]["resourceVersion"] = "3"
+    later["status"]["admission"]["podSetAssignments"][1]["count"] = 0
+    caches.workloads.write_through(later)
+    assert sample("muster_preempted_pods_total", **labels) == before + 2
+    assert not sample("muster_evicted_workloads_total", cluster_queue="shed-cq", reason="Preempted")
+    # Never to nothing: taking every pod of a pod set is an eviction, not a shed.
+    assert not wls.shed_pods(copy.deepcopy(wl), (("workers", 3),), ())
 
 
 def test_the_end_of_an_eviction_is_not_counted_as_another_one() -> None:
