@@ -172,13 +172,14 @@ def test_protected_count_above_count_is_refused_naming_the_field() -> None:
 QUOTA_ONLY = "---".join(doc for doc in sim.CLUSTER.split("---") if "NodePool" not in doc)
 
 
+@pytest.mark.parametrize("nodes", [False, True])
 @pytest.mark.parametrize(("mode", "pods_lost", "evictions"), [("single", 2, 0), ("all", 0, 1)])
 def test_simulated_single_job_loses_only_the_pods_a_gang_needs(
-    mode: str, pods_lost: int, evictions: int
+    mode: str, pods_lost: int, evictions: int, nodes: bool
 ) -> None:
-    # Quota alone (no nodes): the placement-aware search still takes whole victims.
+    # On quota alone, and on the one node of 8 GPUs the Job fills.
     text = (
-        QUOTA_ONLY
+        (sim.CLUSTER if nodes else QUOTA_ONLY)
         + sim.queue("a", 8, within="LowerPriority", wait="0s")
         + sim.job("a", "train", gpus=1, pods=8, run="1000s", elastic=True, disruption=mode)
         + sim.job("a", "urgent", gpus=1, pods=2, at="10s", run="50s", priority="high")
