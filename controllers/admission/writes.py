@@ -121,6 +121,9 @@ class DecisionWriter:
             log.warning("lost leadership before writing decisions; dropping them")
             return
         holds = {p.workload: p.hold for p in result.pending}
+        # When this cycle's reasons were decided: a pending write settles the requeue as of
+        # then (`_write_pending`).
+        decided = datetime.fromtimestamp(view.snapshot.now, UTC)
         for preempt in result.preempt:
             victims = preempt.victims
             self._carry(
@@ -145,10 +148,10 @@ class DecisionWriter:
                 continue
             engine = view.engine.get(p.workload)
             nomination = nomination_status(engine, p.hold) if engine is not None else None
-            self._submit_pending(view, p.workload, (PENDING, p.reason, nomination), now)
+            self._submit_pending(view, p.workload, (PENDING, p.reason, nomination, decided), now)
         for key, reason, message in view.blocked:
             if key not in busy:
-                self._submit_pending(view, key, (reason, message, None), now)
+                self._submit_pending(view, key, (reason, message, None, decided), now)
 
     def _carry(self, keys: Sequence[str], plan: Callable[[], Task | None]) -> None:
         """Claim `keys`, plan their write and queue it (skipped if one is being written).
@@ -466,13 +469,11 @@ class DecisionWriter:
             self._record_preemption(view, preemptor, evicted, kind, hold)
 
     # ---------------------------------------------------------------- pending reasons
-    def _submit_pending(
-        self, view: View, key: str, desired: tuple[str, str, Obj | None], now: datetime
-    ) -> None:
+    def _submit_pending(self, view: View, key: str, desired: Pending, now: datetime) -> None:
         raw = view.raw.get(key) or self.ctx.caches.workloads.get(key)
         if raw is None:
             return
-        reason, message, nomination = desired
+        reason, message, nomination, _ = desired
         current = wls.condition(raw, wls.QUOTA_RESERVED) or {}
         if (
             current.get("reason") == reason
@@ -484,12 +485,15 @@ class DecisionWriter:
             return
         self.pending_writer.submit(key, desired)
 
-    def _write_pending(self, key: str, desired: tuple[str, str, Obj | None]) -> None:
-        reason, message, nomination = desired
+    def _write_pending(self, key: str, desired: Pending) -> None:
+        reason, message, nomination, decided = desired
         now = self.ctx.now()
 
         def mutate(w: Obj) -> bool:
-            changed = wls.mark_pending(w, reason, message, now)
+            # Requeued turns True only with a reason decided once the backoff was over, so
+            # the conditions never say "competes since" beside "competes from" (a reason
+            # decided just before the backoff's end, written just after it).
+            changed = wls.mark_pending(w, reason, message, now, settled_at=decided)
             if wls.has_quota(w) or wls.is_finished(w):
                 return changed
             return _set_nomination(w, nomination) or changed
@@ -539,6 +543,11 @@ class DecisionWriter:
         # The recorder tells the preemptor's owner too, of any kind (jobs/ownerevents.py).
         self.ctx.events.emit(raw, "Normal", verb, message)
         self._record(lambda: [decision])
+
+
+# A pending Workload's QuotaReserved reason and message, the nomination to hold with it, and
+# when the cycle decided them.
+Pending = tuple[str, str, Obj | None, datetime]
 
 
 @dataclass(frozen=True)

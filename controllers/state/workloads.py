@@ -296,14 +296,17 @@ def mark_admitted(wl: Obj, admission: Obj, message: str, now: datetime) -> bool:
     return True
 
 
-def mark_pending(wl: Obj, reason: str, message: str, now: datetime) -> bool:
+def mark_pending(
+    wl: Obj, reason: str, message: str, now: datetime, settled_at: datetime | None = None
+) -> bool:
     """Say why a Workload that holds no quota still waits (and, once its requeue backoff
-    is over, that it competes for quota again)."""
+    was over at `settled_at`, when the reason was decided: `now` by default, that it
+    competes for quota again)."""
     if is_finished(wl) or has_quota(wl):
         return False
     changed = set_condition(wl, QUOTA_RESERVED, "False", reason, message, now)
     changed |= set_condition(wl, ADMITTED, "False", reason, message, now)
-    changed |= settle_requeue(wl, now)
+    changed |= settle_requeue(wl, now if settled_at is None else min(now, settled_at))
     return changed
 
 

@@ -388,6 +388,35 @@ def test_a_workload_queued_again_after_an_eviction_says_so_and_competes_after_it
     assert state_of(h.get("low"))[0] == "admitted"
 
 
+def test_a_reason_decided_within_the_backoff_never_stands_beside_requeued_true() -> None:
+    """A cycle that reads the world just before the backoff's end and writes just after it
+    (a loaded machine; seen in CI) keeps Requeued False: it turns True only with a reason
+    decided after the backoff, so the conditions never say "competes ... from" beside
+    "competes since"."""
+    h = Harness(cpu_quota="4", limit="4", preemption={"withinQueue": "LowerPriority"})
+    h.workload("low", 4, priority=1)
+    h.cycle()
+    h.workload("high", 4, priority=100, created=5)
+    h.cycle()
+    released_at = NOW + timedelta(seconds=3)
+    low = copy.deepcopy(h.get("low"))
+    assert wls.release_quota(low, released_at)
+    h.cache(WORKLOAD).write_through(
+        h.kube.patch(WORKLOAD, "ns", "low", {"status": low["status"]}, status=True)
+    )
+    # The cycle reads the clock first (its snapshot), then every later read is past the
+    # 1 s backoff (its writes).
+    reads = [released_at + timedelta(milliseconds=500), released_at + timedelta(seconds=2)]
+    h.ctx.now = lambda: reads.pop(0) if len(reads) > 1 else reads[0]
+    h.cycle()
+    h.loop.pending_writer.flush_due()
+    low = h.get("low")
+    assert (wls.condition(low, "Requeued") or {})["status"] == "False"
+    assert (
+        "competes for quota from 12:00:04" in (wls.condition(low, "QuotaReserved") or {})["message"]
+    )
+
+
 def test_an_old_style_release_is_settled_by_the_next_pending_write() -> None:
     """A Workload released by a controller before issue 25 (Evicted still True, no quota)
     reads queued after the next cycle: the pending write ends the eviction."""
