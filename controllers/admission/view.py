@@ -39,7 +39,9 @@ from quota.model import convert
 from quota.model.nodeconvert import bound_pod_from_manifest, node_from_manifest
 from quota.model.nodes import BoundPod, Node
 from quota.model.queues import admitted_to, counts_in, queue_specs
+from quota.model.resources import FlavorResource
 from quota.model.snapshot import (
+    Flavor,
     Hold,
     QueueSpec,
     Snapshot,
@@ -199,6 +201,10 @@ class ViewBuilder:
         self._parsed: dict[str, tuple[Any, Any]] = {}  # key -> (version, parsed)
         self._facts: dict[str, _Facts] = {}  # Workload key -> its facts, for its version
         self._pods: dict[str, _PodFacts] = {}  # bound pod key -> its facts
+        # The nodes and flavors capacity was last worked out from, and what it came to.
+        self._capacity_of: (
+            tuple[tuple[Node, ...], dict[str, Flavor], dict[FlavorResource, int]] | None
+        ) = None
         # Time-based fair share: figures a history job refreshes; None turns it off.
         self.usage = usage
         self._historical: tuple[Any, dict[str, float]] = (None, {})
@@ -359,11 +365,9 @@ class ViewBuilder:
             for stale in known.keys() - {key for key, _ in cached_workloads}:
                 del known[stale]
 
-        capacity = None
-        if self.use_node_capacity:
-            # No node of any flavor known: quota-only mode.
-            capacity = convert.node_capacity(caches.nodes.objects(), flavors) or None
         nodes, pods = self._nodes_and_pods(holder, took) if self.use_node_capacity else (None, ())
+        # No node of any flavor known: quota-only mode.
+        capacity = self._capacity(nodes, flavors) or None if nodes is not None else None
         stripped = self._confirm_placed(placed_whole, engine, pods)
         stripped |= self._mark_budget_breakers(engine)
         if stripped:
@@ -383,6 +387,24 @@ class ViewBuilder:
             topologies=topologies,
         )
         return View(snapshot, tree, raw_by_key, engine, cq_models, lq_of, blocked)
+
+    def _capacity(
+        self, nodes: tuple[Node, ...], flavors: Mapping[str, Flavor]
+    ) -> dict[FlavorResource, int]:
+        """What the nodes provide per (flavor, resource), worked out again only when a node
+        or a flavor changed: the parsed nodes are kept per resourceVersion, so the same
+        objects in the same order mean nothing changed."""
+        cached = self._capacity_of
+        if (
+            cached is not None
+            and cached[1] == flavors
+            and len(cached[0]) == len(nodes)
+            and all(a is b for a, b in zip(cached[0], nodes, strict=True))
+        ):
+            return cached[2]
+        capacity = convert.capacity_of(nodes, flavors)
+        self._capacity_of = (nodes, dict(flavors), capacity)
+        return capacity
 
     def _topologies(self) -> dict[str, tuple[str, ...]]:
         """Each Topology's levels, widest first. One the model rejects is left out, so the

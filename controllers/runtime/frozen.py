@@ -61,15 +61,34 @@ class FrozenList(list[Any]):
         return (list, (list(self),))
 
 
+_MUTABLE = frozenset({dict, list})
+
+
 def freeze(value: Any) -> Any:
     """`value` (JSON-shaped: dicts, lists, scalars) as frozen containers. Parts already
     frozen are shared, not copied: nothing can change them."""
     kind = type(value)
     if kind is dict:
-        return FrozenDict({k: freeze(v) for k, v in value.items()})
+        # Most values are scalars: copy the dict whole, then replace only its containers
+        # (a call per scalar cost more than the copy; every watch event comes through here).
+        out = FrozenDict(value)
+        for k, v in value.items():
+            if type(v) in _MUTABLE:
+                dict.__setitem__(out, k, freeze(v))
+        return out
     if kind is list:
-        return FrozenList([freeze(v) for v in value])
+        return FrozenList([freeze(v) if type(v) in _MUTABLE else v for v in value])
     return value
+
+
+def freeze_object(obj: dict[str, Any]) -> Any:
+    """An API object frozen for a cache, without `metadata.managedFields`: the apiserver's
+    bookkeeping of who set which field, which Muster never reads and which is often the
+    largest part of an object (the time to freeze it and the memory to keep it)."""
+    meta = obj.get("metadata")
+    if type(meta) is dict and "managedFields" in meta:
+        obj = {**obj, "metadata": {k: v for k, v in meta.items() if k != "managedFields"}}
+    return freeze(obj)
 
 
 def thaw(value: Any) -> Any:

@@ -29,7 +29,7 @@ from typing import Any
 
 from kubernetes.client.exceptions import ApiException
 
-from controllers.runtime.frozen import freeze
+from controllers.runtime.frozen import freeze_object
 from controllers.runtime.resources import Kind, Kube, Obj, object_key
 
 log = logging.getLogger(__name__)
@@ -213,7 +213,7 @@ class Informer:
                 if old is not None and resource_version(obj) == resource_version(old):
                     return  # our write-through already holds this version
                 # A copy of its own that no one can change: the caller keeps `obj`.
-                obj = freeze(obj)
+                obj = freeze_object(obj)
                 self._items[key] = obj
                 if old is not None:
                     self._unindex(key, old)

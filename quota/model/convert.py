@@ -9,7 +9,7 @@ frozen snapshot values out.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime
 from typing import Any
 
@@ -29,13 +29,13 @@ from quota.api.names import (
     SLICE_TOPOLOGY_ANNOTATION,
     UNCONSTRAINED_TOPOLOGY_ANNOTATION,
 )
-from quota.api.quantity import QuantityError, format_quantity, parse_quantity
+from quota.api.quantity import format_quantity
 from quota.api.resourceflavor import ResourceFlavor
 from quota.api.topology import TopologyRequest
 from quota.api.workload import PodSetAssignment, preemptible_override
 from quota.api.workload import Workload as WorkloadModel
-from quota.model.nodeconvert import affinity_terms, pod_shape_from_spec
-from quota.model.nodes import Taint, Toleration
+from quota.model.nodeconvert import affinity_terms, node_from_manifest, pod_shape_from_spec
+from quota.model.nodes import Node, Taint, Toleration
 from quota.model.resources import FlavorResource
 from quota.model.snapshot import (
     Assignment,
@@ -227,41 +227,40 @@ def pod_set_assignments(entries: Iterable[PodSetAssignment]) -> tuple[Assignment
     )
 
 
-def node_is_ready(node: Mapping[str, Any]) -> bool:
-    """A Node that is Ready and schedulable: only those count as capacity."""
-    if (node.get("spec") or {}).get("unschedulable"):
-        return False
-    conditions = (node.get("status") or {}).get("conditions") or []
-    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
-
-
 def node_capacity(
-    nodes: Sequence[Mapping[str, Any]], flavors: Mapping[str, Flavor]
+    nodes: Iterable[Mapping[str, Any]], flavors: Mapping[str, Flavor]
 ) -> dict[FlavorResource, int]:
-    """Allocatable capacity of Ready nodes per (flavor, resource).
+    """Allocatable capacity of Ready, schedulable Node objects per (flavor, resource)
+    (`capacity_of`); a node whose fields cannot be read is left out, so that one node the
+    kubelet reports oddly does not stop admission for everyone."""
+    parsed = []
+    for node in nodes:
+        try:
+            parsed.append(node_from_manifest(node))
+        except ManifestError:
+            continue
+    return capacity_of(parsed, flavors)
+
+
+def capacity_of(nodes: Iterable[Node], flavors: Mapping[str, Flavor]) -> dict[FlavorResource, int]:
+    """Allocatable capacity of Ready, schedulable nodes per (flavor, resource).
 
     A node provides a flavor when it carries every one of the flavor's node labels; a flavor
     without node labels describes no particular node and gets no capacity. Every labelled
     flavor appears (with cpu 0 when no node matches), so that "no nodes of this kind" reads
-    as zero capacity rather than as unknown. Unparseable allocatable values are skipped: a
-    node the kubelet reports oddly must not stop admission for everyone. When this returns
-    an empty mapping callers use quota-only mode (`Snapshot.capacity = None`).
+    as zero capacity rather than as unknown. When this returns an empty mapping callers use
+    quota-only mode (`Snapshot.capacity = None`).
     """
     labelled = [f for f in flavors.values() if f.node_labels]
     capacity: dict[FlavorResource, int] = {}
     for node in nodes:
-        if not node_is_ready(node):
+        if not node.ready or node.unschedulable:
             continue
-        labels = (node.get("metadata") or {}).get("labels") or {}
-        allocatable = (node.get("status") or {}).get("allocatable") or {}
+        labels = node.labels
         for fl in labelled:
             if any(labels.get(k) != v for k, v in fl.node_labels.items()):
                 continue
-            for resource, value in allocatable.items():
-                try:
-                    amount = parse_quantity(value, resource)
-                except QuantityError:
-                    continue
+            for resource, amount in node.allocatable.items():
                 key = (fl.name, resource)
                 capacity[key] = capacity.get(key, 0) + amount
     if capacity:
