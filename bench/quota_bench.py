@@ -23,7 +23,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -46,6 +46,7 @@ from quota.model.snapshot import (
 GPU = "nvidia.com/gpu"
 RESOURCES = ("cpu", "memory", GPU, "ephemeral-storage")
 FLAVOR = "default"
+NODE_POOL_LABEL = "muster-bench/pool"
 GI = 1 << 30
 
 # Per-leaf guarantee; parents guarantee the sum of their children.
@@ -196,11 +197,16 @@ def bench(scale: int, per_leaf: int, repeat: int, out: Callable[[str], None]) ->
     return figures
 
 
+def api_quantity(resource: str, amount: int) -> str:
+    """The engine's whole number (millicores for cpu) as the API writes it."""
+    return f"{amount}m" if resource == "cpu" else str(amount)
+
+
 def _job(
     namespace: str, name: str, uid: str, shape: dict[str, int], count: int, when: str
 ) -> dict[str, Any]:
     """A labelled, suspended batch Job as the apiserver returns it (defaults filled in)."""
-    requests = {r: str(v) for r, v in shape.items() if v}
+    requests = {r: api_quantity(r, v) for r, v in shape.items() if v}
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",
@@ -268,7 +274,81 @@ def _job(
     }
 
 
-def memory(pending: int, out: Callable[[str], None], top: bool = False) -> dict[str, float]:
+def kubelet_node(name: str, index: int) -> dict[str, object]:
+    """An 8-GPU node as a kubelet reports it: labels, capacity, conditions, addresses, node
+    info, the images it holds and the managed fields of the two writers."""
+    from controllers.localcluster.nodes import node_manifest
+
+    node = node_manifest(name, "96", "1536Gi", 8, 110, {NODE_POOL_LABEL: FLAVOR})
+    when = "2026-11-24T00:00:00Z"
+    meta = cast(dict[str, Any], node["metadata"])
+    meta.update(
+        uid=f"node-{index:08x}",
+        resourceVersion=str(index + 1),
+        creationTimestamp=when,
+        managedFields=[
+            {
+                "manager": manager,
+                "operation": "Update",
+                "apiVersion": "v1",
+                "time": when,
+                "fieldsType": "FieldsV1",
+                "fieldsV1": {f"f:{part}": {f"f:{k}": {} for k in keys}},
+                **({"subresource": "status"} if part == "status" else {}),
+            }
+            for manager, part, keys in (
+                ("kubelet", "metadata", ("labels", "annotations")),
+                ("kubelet", "status", ("allocatable", "capacity", "conditions", "images")),
+            )
+        ],
+    )
+    status = cast(dict[str, Any], node["status"])
+    status["capacity"] = status["allocatable"] = {
+        **status["capacity"],
+        "ephemeral-storage": "3500Gi",
+    }
+    status.update(
+        conditions=[
+            {
+                "type": kind,
+                "status": "True" if kind == "Ready" else "False",
+                "lastHeartbeatTime": when,
+                "lastTransitionTime": when,
+                "reason": f"Kubelet{kind}",
+                "message": f"kubelet reports {kind}",
+            }
+            for kind in ("MemoryPressure", "DiskPressure", "PIDPressure", "Ready")
+        ],
+        addresses=[
+            {
+                "type": "InternalIP",
+                "address": f"10.{index // 65536}.{index // 256 % 256}.{index % 256}",
+            },
+            {"type": "Hostname", "address": name},
+        ],
+        daemonEndpoints={"kubeletEndpoint": {"Port": 10250}},
+        nodeInfo={
+            "machineID": f"{index:032x}",
+            "systemUUID": f"{index:08x}-0000-0000-0000-000000000000",
+            "bootID": f"{index:08x}-1111-1111-1111-111111111111",
+            "kernelVersion": "6.1.0-27-amd64",
+            "osImage": "Debian GNU/Linux 12 (bookworm)",
+            "containerRuntimeVersion": "containerd://2.1.0",
+            "kubeletVersion": "v1.37.1",
+            "operatingSystem": "linux",
+            "architecture": "amd64",
+        },
+        images=[
+            {"names": [f"registry.example/team/image-{i}@sha256:{i:064x}"], "sizeBytes": 10**9 + i}
+            for i in range(12)
+        ],
+    )
+    return node
+
+
+def memory(
+    pending: int, out: Callable[[str], None], top: bool = False, nodes: int = 0
+) -> dict[str, float]:
     """What the controller holds for `pending` pending Workloads, without an apiserver.
 
     The controller's own caches are fed the objects the apiserver would send (a suspended
@@ -306,7 +386,7 @@ def memory(pending: int, out: Callable[[str], None], top: bool = False) -> dict[
                 "flavors": [
                     {
                         "name": FLAVOR,
-                        "quota": {r: str(v) for r, v in spec.flavors[0].quota.items()},
+                        "quota": {r: api_quantity(r, v) for r, v in spec.flavors[0].quota.items()},
                     }
                 ],
                 "overQuotaWeight": max(1, int(spec.over_quota_weight)),  # whole in the API
@@ -320,9 +400,22 @@ def memory(pending: int, out: Callable[[str], None], top: bool = False) -> dict[
             "apiVersion": "muster.dev/v1alpha1",
             "kind": "ResourceFlavor",
             "metadata": {"name": FLAVOR, "resourceVersion": "1", "uid": "rf"},
-            "spec": {},
+            # With nodes, the flavor is theirs: admission then places on them.
+            "spec": {"nodeLabels": {NODE_POOL_LABEL: FLAVOR}} if nodes else {},
         }
     )
+    if nodes:
+        for i in range(nodes):
+            caches.nodes.write_through(kubelet_node(f"node-{i:05d}", i))
+        gc.collect()
+        figures["nodes_rss_mib"], _ = rss_mib()
+        out(
+            f"memory: caches of {nodes:,} nodes (as kubelets report them): "
+            f"{figures['nodes_rss_mib']:.0f} MiB RSS, "
+            f"{(figures['nodes_rss_mib'] - figures['baseline_rss_mib']) * 1024 / nodes:.1f} KiB "
+            "a node"
+        )
+    before_workloads = figures.get("nodes_rss_mib", figures["baseline_rss_mib"])
     for i, leaf in enumerate(leaves):
         caches.local_queues.write_through(
             {
@@ -387,11 +480,13 @@ def memory(pending: int, out: Callable[[str], None], top: bool = False) -> dict[
     figures["caches_rss_mib"], _ = rss_mib()
     out(
         f"memory: caches of {pending:,} pending Workloads and their Jobs (and the queues): "
-        f"{figures['caches_rss_mib']:.0f} MiB RSS"
+        f"{figures['caches_rss_mib']:.0f} MiB RSS, "
+        f"{(figures['caches_rss_mib'] - before_workloads) * 1024 / max(1, pending):.1f} KiB "
+        "a Workload"
     )
     events = EventRecorder(None, "bench")
     ctx = Context(kube=None, caches=caches, events=events, identity="bench")  # type: ignore[arg-type]
-    views = ViewBuilder(ctx, use_node_capacity=False)
+    views = ViewBuilder(ctx, use_node_capacity=bool(nodes))
     started = time.perf_counter()
     view = views.build()
     built = time.perf_counter() - started
@@ -459,11 +554,18 @@ def main(argv: list[str] | None = None) -> None:
         help="instead: the controller's memory for N pending Workloads (50000: the issue's)",
     )
     parser.add_argument(
+        "--memory-nodes",
+        type=int,
+        default=0,
+        metavar="M",
+        help="with --memory: and M 8-GPU nodes, which admission then places on (5000: the issue's)",
+    )
+    parser.add_argument(
         "--memory-top", action="store_true", help="with --memory: the largest allocation sites"
     )
     args = parser.parse_args(argv)
-    if args.memory:
-        memory(args.memory, print, args.memory_top)
+    if args.memory is not None:
+        memory(args.memory, print, args.memory_top, args.memory_nodes)
         return
     run(args.scale or [1, 10], args.per_leaf, args.repeat, print)
 

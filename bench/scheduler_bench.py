@@ -10,6 +10,10 @@ of one are gone before the next starts):
   with `spec.schedulingGroup.podGroupName`, placed by the default scheduler. Timed from the
   first create to every pod bound; kube-scheduler's own
   `scheduler_podgroup_scheduling_attempt_duration_seconds` is read from its /metrics.
+- `muster-pg`: the native scenario's very objects handed to Muster: each PodGroup labelled
+  with a LocalQueue whose ClusterQueue has ample quota on a flavor matching the nodes, each
+  pod naming `muster-scheduler`; through the PodGroup intake (one Workload per group),
+  admission, Muster's scheduler loop and pods/binding. Timed as `native`, plus admitted.
 - `muster`: the same gangs as batch Jobs (parallelism 3) in a LocalQueue whose ClusterQueue
   has ample quota on a flavor matching the nodes, through the controller: webhook, Workload,
   admission (which consults placement), the Job controller's pods, Muster's scheduler loop,
@@ -17,7 +21,8 @@ of one are gone before the next starts):
   per-group decide time is measured by wrapping `decide` in this process.
 - `kai`: the KAI-Scheduler scale test: 500 nodes x 8 GPUs, 4,000 one-GPU Jobs of one pod in
   a queue whose quota covers all 4,000 GPUs; create -> admitted -> bound -> Running of the
-  last Job. The CPU nodes of the first two scenarios are deleted first.
+  last Job. A fresh local cluster of its own (with `--kubeconfig`, the same cluster once
+  the CPU nodes of the scenarios before it are deleted).
 - `preemption` (only when asked for; not part of `all`): scheduler_perf's GangPreemption
   shape on its own 4-cpu nodes, by kube-scheduler and then by Muster. The nodes are filled
   with low-priority gangs of one-cpu pods (priority 1000), then one high-priority gang
@@ -51,7 +56,8 @@ adds a stack sampler over the controller's threads. Prints figures; never fails 
         [--pod-cpu 16] [--pod-memory 128Gi] [--profile] [--json]
 
 Without --kubeconfig a fresh local cluster is started in a temporary directory, deleted at
-the end (unless --keep, or the run failed). With one, kube-scheduler's metrics and the
+the end (unless --keep, or the run failed); its last scenario's objects go with it, not one
+by one. With one, kube-scheduler's metrics and the
 cluster's CPU are read only when the kubeconfig belongs to a `muster local-cluster` state
 directory.
 """
@@ -59,6 +65,7 @@ directory.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import copy
 import json
 import logging
@@ -70,7 +77,7 @@ import threading
 import time
 import uuid
 from collections import Counter, defaultdict
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -109,6 +116,7 @@ from quota.api.names import (
     JOB_NAME_LABEL,
     QUEUE_LABEL,
     REQUIRED_TOPOLOGY_ANNOTATION,
+    SCHEDULER_NAME,
 )
 
 RUN_LABEL = "muster-bench/run"
@@ -183,6 +191,18 @@ def native_gang_docs(
     return docs
 
 
+def muster_podgroup_docs(gangs: int, namespace: str, tag: str, pool: str) -> list[Obj]:
+    """The native scenario's objects, handed to Muster: each PodGroup labelled with the
+    LocalQueue `q`, each pod naming Muster's scheduler (docs/podgroups.md)."""
+    docs = native_docs(gangs, namespace, tag, pool)
+    for doc in docs:
+        if doc["kind"] == "PodGroup":
+            doc["metadata"]["labels"] = {QUEUE_LABEL: "q"}
+        else:
+            doc["spec"]["schedulerName"] = SCHEDULER_NAME
+    return docs
+
+
 def queue_docs(
     pool: str,
     namespace: str,
@@ -231,10 +251,14 @@ def muster_job(
     }
 
 
+# The local cluster's own stages: `quiet_nodes` points the module at a copy of them.
+KWOK_STAGES = cluster_module.STAGES_FILE
+
+
 def stages_with_heartbeat(directory: Path, seconds: float) -> Path:
     """The local cluster's kwok stages with node status posted every `seconds` to 4/3 of
     that, instead of every 15-20 s."""
-    docs = list(yaml.safe_load_all(cluster_module.STAGES_FILE.read_text()))
+    docs = list(yaml.safe_load_all(KWOK_STAGES.read_text()))
     for doc in docs:
         if (doc.get("metadata") or {}).get("name") == "node-heartbeat":
             ms = int(seconds * 1000)
@@ -438,6 +462,8 @@ def api_latency(before: metrics.Scrape, after: metrics.Scrape) -> dict[str, Any]
         if row["count"] < 20 or labels.get("verb") not in WRITE_VERBS:
             continue
         what = labels.get("resource", "?")
+        if labels.get("group") not in ("", None, "batch", "coordination.k8s.io"):
+            what += "." + labels["group"]  # muster.dev and scheduling.k8s.io both have PodGroups
         if labels.get("subresource"):
             what += "/" + labels["subresource"]
         key = f"{labels.get('verb', '?')} {what}"
@@ -634,7 +660,7 @@ class Sampler:
                 for name in seen:
                     self.inclusive[group][name] += 1
 
-    def report(self, top: int = 12) -> dict[str, Any]:
+    def report(self, top: int = 25) -> dict[str, Any]:
         out: dict[str, Any] = {}
         for group, busy in self.busy.most_common():
             if busy < 10:
@@ -763,7 +789,7 @@ def open_namespace(env: Env, namespace: str, queue: Sequence[Obj] | None) -> Non
     time.sleep(2.0)  # the queues reach the caches
 
 
-def run_native(env: Env, pool: str) -> dict[str, Any]:
+def run_native(env: Env, pool: str, *, cleanup: bool = True) -> dict[str, Any]:
     args = env.args
     tag = uuid.uuid4().hex[:6]
     namespace = f"bench-native-{tag}"
@@ -803,7 +829,8 @@ def run_native(env: Env, pool: str) -> dict[str, Any]:
         "cpu": cpu,
     }
     done(result)
-    result["cleanup_seconds"] = delete_and_wait(env, tracker, namespace)
+    if cleanup:
+        result["cleanup_seconds"] = delete_and_wait(env, tracker, namespace)
     tracker.stop()
     return result
 
@@ -822,6 +849,15 @@ def start_manager(env: Env) -> Manager:
     )
 
 
+SCENARIO_PATHS = {
+    "muster": "Muster (webhook, admission with placement, Job controller, scheduler loop, "
+    "pods/binding)",
+    "muster-pg": "Muster (PodGroup intake, admission with placement, scheduler loop, pods/binding)",
+}
+# What a Muster scenario creates, given its namespace and run tag.
+Docs = Callable[[str, str], list[Obj]]
+
+
 def run_muster(
     env: Env,
     name: str,
@@ -829,10 +865,13 @@ def run_muster(
     jobs: int,
     pods_per_job: int,
     quota: Mapping[str, str],
-    gpu: int = 0,
+    make_docs: Docs,
+    *,
+    cleanup: bool = True,
 ) -> dict[str, Any]:
-    """Jobs through the whole path: webhook, Workload, admission, Job controller, Muster's
-    scheduler loop, kwok."""
+    """`jobs` groups of `pods_per_job` pods (`make_docs`) through the whole path: Workload,
+    admission, the Job controller (for Jobs), Muster's scheduler loop, kwok. Without
+    `cleanup` the objects are left for the cluster's deletion to take."""
     args = env.args
     tag = uuid.uuid4().hex[:6]
     namespace = f"bench-{name}-{tag}"
@@ -841,7 +880,7 @@ def run_muster(
     timers = env.timers
     tracker = Tracker(env.reader, tag, namespace, workloads=True)
     tracker.start()
-    docs = job_docs(jobs, pods_per_job, namespace, tag, gpu)
+    docs = make_docs(namespace, tag)
     pods = jobs * pods_per_job
     bound_before = env.manager.scheduler.bound if env.manager.scheduler else 0
     passes_before = env.manager.scheduler.passes if env.manager.scheduler else 0
@@ -870,7 +909,7 @@ def run_muster(
     decide = loop_times.get("scheduler: decide (per group)", {})
     result = {
         "scenario": name,
-        "scheduler": "Muster (webhook, admission with placement, scheduler loop, pods/binding)",
+        "scheduler": SCENARIO_PATHS.get(name, SCENARIO_PATHS["muster"]),
         "groups": jobs,
         "pods": pods,
         "admitted": len(tracker.admitted),
@@ -896,7 +935,8 @@ def run_muster(
     if profile is not None:
         result["profile"] = profile
     done(result)
-    result["cleanup_seconds"] = delete_and_wait(env, tracker, namespace)
+    if cleanup:
+        result["cleanup_seconds"] = delete_and_wait(env, tracker, namespace)
     tracker.stop()
     return result
 
@@ -1349,8 +1389,11 @@ def waiting_gangs(
     }
 
 
-def run(args: argparse.Namespace) -> dict[str, Any]:
-    scenarios = ["native", "muster", "kai"] if args.scenario == "all" else [args.scenario]
+@contextlib.contextmanager
+def cluster_env(args: argparse.Namespace) -> Iterator[Env]:
+    """The cluster of `--kubeconfig`, or a fresh local one (deleted at the end, objects and
+    all: no scenario's clean-up is needed for it), with Muster's CRDs; the controller, if a
+    scenario started it, is stopped at the end."""
     quiet = partial(quiet_nodes, heartbeat=args.node_heartbeat, lease=args.node_lease)
     with (
         tempfile.TemporaryDirectory(prefix="muster-sched-bench-stages-") as stages,
@@ -1361,26 +1404,54 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             keep=args.keep,
         ) as cluster,
     ):
-        kc, kubeconfig = cluster.kc, cluster.kubeconfig
-        env = Env(args, cluster, Kube(api_client(kubeconfig, pool_size=8)), profile=args.profile)
-        results: list[dict[str, Any]] = []
-        setup: dict[str, float] = {}
+        env = Env(
+            args,
+            cluster,
+            Kube(api_client(cluster.kubeconfig, pool_size=8)),
+            profile=args.profile,
+        )
         cluster.install_crds()
-        tag = uuid.uuid4().hex[:6]
-        if "preemption" in scenarios:
-            pool = f"pre-{tag}"
-            t = time.monotonic()
-            count = args.preemption_nodes
-            make_nodes(kc, kubeconfig, count, pool, env.reader, cpu=str(NODE_CPU), memory="32Gi")
-            setup[f"{count} nodes created and Ready (s)"] = round(time.monotonic() - t, 1)
-            # kube-scheduler first, before the controller starts: it costs it nothing.
-            results.append(guarded("preemption-native", lambda: run_preemption(env, True, pool)))
-            results.append(guarded("preemption-muster", lambda: run_preemption(env, False, pool)))
-        if "topology" in scenarios:
-            fabric = Fabric(args.blocks, args.racks, args.rack_nodes)
-            pool = f"topo-{tag}"
-            t = time.monotonic()
-            make_nodes(
+        try:
+            yield env
+        finally:
+            if env.manager is not None:
+                stop_manager(env.manager)
+
+
+def timed_setup(setup: dict[str, float], what: str, step: Callable[[], object]) -> None:
+    started = time.monotonic()
+    step()
+    setup[what] = round(time.monotonic() - started, 1)
+
+
+def run_cpu_shapes(
+    env: Env, scenarios: Sequence[str], setup: dict[str, float], keep_last: bool
+) -> list[dict[str, Any]]:
+    """preemption, topology, native, muster-pg and muster, in that order, on nodes made for
+    them. The last scenario cleans up only when `keep_last` (the cluster outlives it)."""
+    args, kc, kubeconfig = env.args, env.kc, env.kubeconfig
+    results: list[dict[str, Any]] = []
+    tag = uuid.uuid4().hex[:6]
+    if "preemption" in scenarios:
+        pool = f"pre-{tag}"
+        count = args.preemption_nodes
+        timed_setup(
+            setup,
+            f"{count} nodes created and Ready (s)",
+            lambda: make_nodes(
+                kc, kubeconfig, count, pool, env.reader, cpu=str(NODE_CPU), memory="32Gi"
+            ),
+        )
+        # kube-scheduler first, before the controller starts: it costs it nothing.
+        results.append(guarded("preemption-native", lambda: run_preemption(env, True, pool)))
+        results.append(guarded("preemption-muster", lambda: run_preemption(env, False, pool)))
+    if "topology" in scenarios:
+        fabric = Fabric(args.blocks, args.racks, args.rack_nodes)
+        pool = f"topo-{tag}"
+        timed_setup(
+            setup,
+            f"{fabric.count} nodes created and Ready (s)",
+            lambda: make_nodes(
                 kc,
                 kubeconfig,
                 fabric.count,
@@ -1390,52 +1461,198 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 memory="512Gi",
                 gpu=NODE_GPUS,
                 labels=fabric.labels,
-            )
-            setup[f"{fabric.count} nodes created and Ready (s)"] = round(time.monotonic() - t, 1)
-            topology = f"fabric-{tag}"
-            cluster.apply([objects.topology(topology, (BLOCK_LABEL, RACK_LABEL, HOSTNAME_LABEL))])
-            # kube-scheduler first, before the controller starts: it costs it nothing.
-            for name, native in (("topology-native", True), ("topology-muster", False)):
-                results.append(
-                    guarded(name, partial(run_topology, env, native, pool, fabric, topology))
-                )
-        if "native" in scenarios or "muster" in scenarios:
-            pool = f"cpu-{tag}"
-            t = time.monotonic()
-            make_nodes(kc, kubeconfig, args.nodes, pool, env.reader, cpu="32", memory="256Gi")
-            setup[f"{args.nodes} nodes created and Ready (s)"] = round(time.monotonic() - t, 1)
-            if "native" in scenarios:
-                results.append(guarded("native", lambda: run_native(env, pool)))
-            if "muster" in scenarios:
-                quota = {"cpu": str(args.nodes * 32), "memory": f"{args.nodes * 256}Gi"}
-                results.append(
-                    guarded(
-                        "muster",
-                        lambda: run_muster(env, "muster", pool, args.gangs, GANG_SIZE, quota),
-                    )
-                )
-            if "kai" in scenarios:
-                setup[f"{args.nodes} CPU nodes deleted (s)"] = delete_nodes(env, pool)
-        if "kai" in scenarios:
-            pool = f"gpu-{tag}"
-            t = time.monotonic()
-            make_nodes(
-                kc, kubeconfig, args.gpu_nodes, pool, env.reader, cpu="64", memory="512Gi", gpu=8
-            )
-            setup[f"{args.gpu_nodes} GPU nodes created and Ready (s)"] = round(
-                time.monotonic() - t, 1
-            )
-            quota = {
-                GPU: str(args.gpu_jobs),
-                "cpu": str(args.gpu_nodes * 64),
-                "memory": f"{args.gpu_nodes * 512}Gi",
-            }
+            ),
+        )
+        topology = f"fabric-{tag}"
+        env.cluster.apply([objects.topology(topology, (BLOCK_LABEL, RACK_LABEL, HOSTNAME_LABEL))])
+        # kube-scheduler first, before the controller starts: it costs it nothing.
+        for name, native in (("topology-native", True), ("topology-muster", False)):
             results.append(
-                guarded("kai", lambda: run_muster(env, "kai", pool, args.gpu_jobs, 1, quota, gpu=1))
+                guarded(name, partial(run_topology, env, native, pool, fabric, topology))
             )
-        if env.manager is not None:
-            stop_manager(env.manager)
-        return {"setup": setup, "load_average_after": os.getloadavg(), "scenarios": results}
+    gangs = [s for s in ("native", "muster-pg", "muster") if s in scenarios]
+    if not gangs:
+        return results
+    pool = f"cpu-{tag}"
+    timed_setup(
+        setup,
+        f"{args.nodes} nodes created and Ready (s)",
+        lambda: make_nodes(kc, kubeconfig, args.nodes, pool, env.reader, cpu="32", memory="256Gi"),
+    )
+    quota = {"cpu": str(args.nodes * 32), "memory": f"{args.nodes * 256}Gi"}
+    for name in gangs:
+        cleanup = keep_last or name != gangs[-1]
+        if name == "native":
+            results.append(guarded(name, partial(run_native, env, pool, cleanup=cleanup)))
+            continue
+
+        docs: Docs = (
+            partial(muster_podgroup_docs, args.gangs, pool=pool)
+            if name == "muster-pg"
+            else partial(job_docs, args.gangs, GANG_SIZE)
+        )
+        results.append(
+            guarded(
+                name,
+                partial(
+                    run_muster, env, name, pool, args.gangs, GANG_SIZE, quota, docs, cleanup=cleanup
+                ),
+            )
+        )
+    if keep_last:  # the KAI shape follows on this cluster: its GPU nodes alone
+        setup[f"{args.nodes} CPU nodes deleted (s)"] = delete_nodes(env, pool)
+    return results
+
+
+def gpu_pool(env: Env, nodes: int, setup: dict[str, float]) -> str:
+    """`nodes` fresh 8-GPU kwok nodes; returns their pool."""
+    pool = f"gpu-{uuid.uuid4().hex[:6]}"
+    timed_setup(
+        setup,
+        f"{nodes} GPU nodes created and Ready (s)",
+        lambda: make_nodes(
+            env.kc, env.kubeconfig, nodes, pool, env.reader, cpu="64", memory="512Gi", gpu=NODE_GPUS
+        ),
+    )
+    return pool
+
+
+def gpu_quota(nodes: int, share: float = 1.0) -> dict[str, str]:
+    """`share` of what `nodes` 8-GPU nodes hold."""
+    return {
+        GPU: str(int(nodes * NODE_GPUS * share)),
+        "cpu": str(int(nodes * 64 * share)),
+        "memory": f"{int(nodes * 512 * share)}Gi",
+    }
+
+
+def run_kai(env: Env, shape: str, setup: dict[str, float], cleanup: bool) -> dict[str, Any]:
+    """One of KAI-Scheduler's scale-test shapes on its own 8-GPU nodes: `kai` fills them with
+    one-GPU Jobs, `kai-distributed` with Jobs of `--distributed-pods` whole-node pods,
+    `kai-reclaim` reclaims half of them for one large Job."""
+    args = env.args
+    if shape == "kai-reclaim":
+        return guarded(shape, partial(run_reclaim, env, setup, cleanup=cleanup))
+    pool = gpu_pool(env, args.gpu_nodes, setup)
+    quota = gpu_quota(args.gpu_nodes)
+    if shape == "kai":
+        jobs, pods, gpus = args.gpu_jobs, 1, 1
+    else:
+        pods, gpus = args.distributed_pods, NODE_GPUS
+        jobs = args.gpu_nodes // pods
+    docs: Docs = partial(job_docs, jobs, pods, gpu=gpus)
+    result = guarded(
+        shape, partial(run_muster, env, shape, pool, jobs, pods, quota, docs, cleanup=cleanup)
+    )
+    if cleanup:
+        setup[f"{args.gpu_nodes} GPU nodes deleted (s)"] = delete_nodes(env, pool)
+    return result
+
+
+def run_reclaim(env: Env, setup: dict[str, float], *, cleanup: bool) -> dict[str, Any]:
+    """KAI's reclaim shape: `--reclaim-nodes` 8-GPU nodes full of one-GPU Jobs of a queue with
+    no GPU quota of its own (it borrows all of it), then one Job of a whole node per pod for
+    half the nodes, in a sibling queue whose quota is that half (reclaim Any, evicting at
+    once, as KAI reclaims). Timed from creating that Job to its last pod bound; reported with
+    the one-GPU Jobs it evicted (half of them is the least that frees half the nodes)."""
+    args = env.args
+    nodes = args.reclaim_nodes
+    pool = gpu_pool(env, nodes, setup)
+    tag = uuid.uuid4().hex[:6]
+    fill_ns, claim_ns = f"bench-fill-{tag}", f"bench-reclaim-{tag}"
+    parent, filler, claimer = f"{pool}-all", f"{pool}-borrower", f"{pool}-owner"
+    none = {resource: "0" for resource in gpu_quota(nodes)}
+    env.cluster.apply(
+        [
+            objects.namespace(fill_ns),
+            objects.namespace(claim_ns),
+            objects.flavor(pool, {POOL_LABEL: pool}),
+            objects.cluster_queue(parent, pool, gpu_quota(nodes)),
+            objects.cluster_queue(filler, pool, none, parent=parent),
+            objects.cluster_queue(
+                claimer,
+                pool,
+                gpu_quota(nodes, 0.5),
+                parent=parent,
+                preemption={"reclaim": "Any", "waitBeforeEvicting": "0s"},
+            ),
+            objects.local_queue(fill_ns, filler),
+            objects.local_queue(claim_ns, claimer),
+        ]
+    )
+    if env.manager is None:
+        env.manager = start_manager(env)
+    time.sleep(2.0)  # the queues reach the caches
+    fill_tag, claim_tag = f"{tag}f", f"{tag}c"
+    fillers = Tracker(env.reader, fill_tag, fill_ns, workloads=True)
+    fillers.start()
+    count = nodes * NODE_GPUS
+    started = time.monotonic()
+    create_all(env.kc, env.kubeconfig, job_docs(count, 1, fill_ns, fill_tag, gpu=1))
+    wait_or_warn("fillers Running", lambda: len(fillers.running) >= count, args.timeout)
+    filled = time.monotonic() - started
+    pods = nodes // 2
+    claim = Tracker(env.reader, claim_tag, claim_ns, workloads=True)
+    claim.start()
+    cpu_meter = CpuMeter(env.cluster)
+    cpu_meter.start()
+    started = time.monotonic()
+    create_all(
+        env.kc,
+        env.kubeconfig,
+        [muster_job("large", pods, claim_ns, claim_tag, pod_spec(gpu=NODE_GPUS))],
+    )
+    wait_or_warn("the large Job bound", lambda: len(claim.bound) >= pods, args.timeout)
+    cpu = cpu_meter.stop()
+    evicted = sum(
+        1
+        for w in env.manager.ctx.caches.workloads.objects()
+        if w["metadata"].get("namespace") == fill_ns and wls.is_evicted(w)
+    )
+    result = {
+        "scenario": "kai-reclaim",
+        "scheduler": "Muster (reclaim: admission with placement, eviction, scheduler loop)",
+        "nodes": nodes,
+        "fillers": count,
+        "fillers_running": len(fillers.running),
+        "fill_seconds": round(filled, 1),
+        "groups": 1,
+        "pods": pods,
+        "admitted": len(claim.admitted),
+        "bound": len(claim.bound),
+        "all_admitted_seconds": last(claim.admitted, started),
+        "all_bound_seconds": last(claim.bound, started),
+        "victim_pods": len(fillers.gone),
+        "evicted_workloads": evicted,
+        "least_victims": pods * NODE_GPUS,
+        "cpu": cpu,
+    }
+    done(result)
+    for tracker, namespace in ((fillers, fill_ns), (claim, claim_ns)):
+        if cleanup:
+            result[f"cleanup_seconds_{namespace}"] = delete_and_wait(env, tracker, namespace)
+        tracker.stop()
+    if cleanup:
+        setup[f"{nodes} GPU nodes deleted (s)"] = delete_nodes(env, pool)
+    return result
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    """Each scenario's figures. A fresh local cluster for the CPU shapes and another for the
+    KAI shape, each deleted whole at the end; with `--kubeconfig`, that one cluster for all,
+    cleaned up object by object between scenarios."""
+    scenarios = args.scenario
+    shared = args.kubeconfig is not None
+    setup: dict[str, float] = {}
+    results: list[dict[str, Any]] = []
+    cpu = [s for s in scenarios if s not in KAI_SHAPES]
+    if cpu:
+        with cluster_env(args) as env:
+            results += run_cpu_shapes(env, cpu, setup, keep_last=shared)
+    for shape in (s for s in scenarios if s in KAI_SHAPES):
+        with cluster_env(args) as env:
+            results.append(run_kai(env, shape, setup, cleanup=shared))
+    return {"setup": setup, "load_average_after": os.getloadavg(), "scenarios": results}
 
 
 # --------------------------------------------------------------------------- output
@@ -1468,18 +1685,23 @@ def table(report: Mapping[str, Any]) -> str:
                     per_group = f"attempt mean {h['mean_ms']} (n={h['count']})"
             who = "kube-scheduler"
         else:
-            per_group = f"decide median {r['decide_median_ms']}, p99 {r['decide_p99_ms']}"
+            per_group = f"decide median {r.get('decide_median_ms')}, p99 {r.get('decide_p99_ms')}"
             who = "Muster"
+        if r["scenario"] == "kai-reclaim":
+            per_group = (
+                f"evicted {r['evicted_workloads']} of {r['fillers']} one-GPU Jobs "
+                f"(least: {r['least_victims']})"
+            )
         return (
             r["scenario"],
             who,
             f"{r['groups']} x {r['pods'] // max(1, r['groups'])}",
-            str(r["create_seconds"]),
+            str(r.get("create_seconds", "-")),
             str(r.get("all_admitted_seconds", "-")),
             str(r["all_bound_seconds"]),
-            str(r["all_running_seconds"]),
-            str(r["pods_bound_per_second"]),
-            str(r["steady_pods_bound_per_second"]),
+            str(r.get("all_running_seconds", "-")),
+            str(r.get("pods_bound_per_second", "-")),
+            str(r.get("steady_pods_bound_per_second", "-")),
             per_group,
         )
 
@@ -1519,6 +1741,32 @@ def cpu_table(report: Mapping[str, Any]) -> str:
     return render(header, rows)
 
 
+KAI_SHAPES = ("kai", "kai-distributed", "kai-reclaim")
+SCENARIOS = (
+    "native",
+    "muster-pg",
+    "muster",
+    *KAI_SHAPES,
+    "all",
+    "kai-all",
+    "preemption",
+    "topology",
+)
+
+
+def scenario_list(text: str) -> list[str]:
+    """`--scenario`: names, comma-separated; `all` is the four side-by-side shapes."""
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    unknown = [n for n in names if n not in SCENARIOS]
+    if unknown or not names:
+        raise argparse.ArgumentTypeError(
+            f"unknown scenario {', '.join(unknown) or text!r}: choose from {', '.join(SCENARIOS)}"
+        )
+    groups = {"all": ["native", "muster-pg", "muster", "kai"], "kai-all": list(KAI_SHAPES)}
+    names = [x for n in names for x in groups.get(n, [n])]
+    return list(dict.fromkeys(names))
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--nodes", type=int, default=5000, help="CPU nodes (native, muster)")
@@ -1526,10 +1774,24 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--gpu-nodes", type=int, default=500, help="8-GPU nodes (kai)")
     parser.add_argument("--gpu-jobs", type=int, default=4000, help="one-GPU Jobs (kai)")
     parser.add_argument(
+        "--distributed-pods",
+        type=int,
+        default=8,
+        help="whole-node pods per Job (kai-distributed: as many Jobs as fill --gpu-nodes)",
+    )
+    parser.add_argument(
+        "--reclaim-nodes",
+        type=int,
+        default=100,
+        help="8-GPU nodes (kai-reclaim): as many one-GPU Jobs as GPUs, then one Job of a "
+        "whole node per pod for half of them",
+    )
+    parser.add_argument(
         "--scenario",
-        choices=("native", "muster", "kai", "all", "preemption", "topology"),
+        type=scenario_list,
         default="all",
-        help="all = native, muster, kai; preemption (not in all) = kube-scheduler's and "
+        help="one or more of " + ", ".join(SCENARIOS) + " (comma-separated); all = native, "
+        "muster-pg, muster, kai; preemption (not in all) = kube-scheduler's and "
         "Muster's gang preemption, one after the other, on --preemption-nodes nodes; "
         "topology (not in all) = a stream of gangs each requiring one rack, by kube-scheduler "
         "and by Muster, on --blocks x --racks x --rack-nodes nodes",
@@ -1603,9 +1865,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--json", action="store_true", help="also print every figure as JSON")
     args = parser.parse_args(argv)
     report = run(args)
-    if args.scenario == "preemption":
+    if args.scenario == ["preemption"]:
         print(preemption_table(report))
-    elif args.scenario == "topology":
+    elif args.scenario == ["topology"]:
         print(topology_table(report))
     else:
         print(table(report))
