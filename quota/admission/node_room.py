@@ -301,6 +301,33 @@ class NodeRoom:
             plan = replace(plan, lost={**plan.lost, **lost})
         return HeldRoom(plan, self._hold_for(request, fit, plan, quota_victims), domain)
 
+    def in_the_way(
+        self,
+        spec: QueueSpec,
+        request: Request,
+        counts: Sequence[int],
+        flavors: Sequence[Mapping[str, str]],
+        pool: Sequence[Candidate],
+    ) -> frozenset[str]:
+        """The workloads of `pool` (victim order) whose eviction would let the gang be
+        placed: the fewest and least important, by KEP-5710's search, as an estimate (the
+        view is left as it was). Empty when even evicting all of them would not do, and for
+        a gang bound to a topology domain (whose search is per domain)."""
+        state = self.state
+        view = state.nodes
+        assert view is not None
+        gang, _ = request_gang(state, request, counts, flavors)
+        if gang is None or not pool or domain_scope(gang) is not None:
+            return frozenset()
+        w = request.workload
+        found, pods_of = self._offered(NodeCandidates(tuple(pool), ()))
+        leaving = self.leaving(set(), self.stuck(w))
+        place = self.placer(w, gang, spec.placement)
+        plan = preempt_on_nodes(view, found.allowed, pods_of, leaving, place, keep=False)
+        if isinstance(plan, Unplaceable):
+            return frozenset()
+        return frozenset(c.workload.key for c in plan.victims)
+
     def _offered(
         self, found: NodeCandidates, partial: Sequence[Candidate] = ()
     ) -> tuple[NodeCandidates, Mapping[str, Sequence[str]]]:

@@ -27,8 +27,8 @@ from quota.model.snapshot import QueueSpec, Workload
 from quota.model.transaction import Transaction
 from quota.placement.gang import Unplaceable
 from quota.placement.reservations import pod_keys
-from quota.preemption.nodes import node_candidates, protected_words
-from quota.preemption.reclaim import plan_reclaim
+from quota.preemption.nodes import node_candidates, protected_words, reclaimable
+from quota.preemption.reclaim import Vector, plan_reclaim
 from quota.preemption.victims import Candidate, preemption_reason, select_victims
 
 
@@ -110,42 +110,45 @@ class QuotaPreemption:
                         )
                         for c in chosen
                     ]
+        reclaim = partial(
+            self._reclaim, w, spec, contended, try_fit, partial(self._could_stay_under, options)
+        )
+        reclaimed = False
         if chosen is None and spec.reclaim != "Never":
-            plan = plan_reclaim(
-                w,
-                spec,
-                state.queues,
-                state.tree,
-                self.lists.reclaim_index(),
-                state.taken,
-                contended,
-                planned,
-                state.snapshot.now,
-                try_fit,
-                partial(self._could_stay_under, options),
-                covered,
-                tx,
-                single,
-            )
-            if plan is not None:
-                chosen = list(plan.victims)
-                victims = [
-                    Victim(
-                        c.workload.key,
-                        c.queue,
-                        "Reclaimed",
-                        plan.reasons[c.workload.key],
-                        pods=c.pods,
-                    )
-                    for c in chosen
-                ]
+            found = reclaim(covered, tx, single, state.taken)
+            if found is not None:
+                chosen, victims = found
+                reclaimed = True
         if chosen is None:
             protected = self._protected(spec, w, contended)
             return NoEviction(f"{failed}; {protected}" if protected else failed)
         fit = try_fit()
         assert fit is not None, "victim search ended in a state where the preemptor fits"
         if state.nodes is not None:
-            return self._with_nodes(spec, request, counts, fit, try_fit, tx, chosen, victims)
+            outcome = self._with_nodes(spec, request, counts, fit, try_fit, tx, chosen, victims)
+            if outcome == "waiting" or not reclaimed:
+                return outcome
+            # The quota search chose without looking at nodes: its victims may free enough
+            # quota and yet no node the gang could use. Ask the nodes which reclaimable
+            # workloads stand in the gang's way, and search again among those alone: the
+            # reclaim rules (floors, ceilings, order) still decide whom of them.
+            pool = reclaimable(
+                w, spec, state.queues, self.lists.on_nodes(), state.taken, state.snapshot.now
+            )
+            in_the_way = self.room.in_the_way(spec, request, counts, fit.flavors, pool)
+            if not in_the_way:
+                return outcome
+            tx = Transaction()
+            others = {c.workload.key for c in pool} - in_the_way
+            found = reclaim(covered, tx, single, state.taken | others)
+            if found is None:
+                tx.rollback()
+                return outcome
+            chosen, victims = found
+            fit = try_fit()
+            assert fit is not None, "victim search ended in a state where the preemptor fits"
+            again = self._with_nodes(spec, request, counts, fit, try_fit, tx, chosen, victims)
+            return again if again == "waiting" else outcome
         tx.commit()
         planned.charge(spec.name, fit.usage)
         state.taken.update(c.workload.key for c in chosen)
@@ -166,6 +169,46 @@ class QuotaPreemption:
             )
         )
         return "waiting"
+
+    def _reclaim(
+        self,
+        w: Workload,
+        spec: QueueSpec,
+        contended: set[FlavorResource],
+        try_fit: Callable[[], Fit | None],
+        could_stay_under: Callable[[str, Vector, Vector | None], bool],
+        covered: Callable[[Mapping[FlavorResource, int]], bool],
+        tx: Transaction,
+        single: bool,
+        excluded: set[str],
+    ) -> tuple[list[Candidate], list[Victim]] | None:
+        """Reclaim across queues (reclaim.py) among the workloads not `excluded`: the
+        victims, and what each is told; None when no set of them lets `w` fit."""
+        state = self.state
+        plan = plan_reclaim(
+            w,
+            spec,
+            state.queues,
+            state.tree,
+            self.lists.reclaim_index(),
+            excluded,
+            contended,
+            state.planned,
+            state.snapshot.now,
+            try_fit,
+            could_stay_under,
+            covered,
+            tx,
+            single,
+        )
+        if plan is None:
+            return None
+        chosen = list(plan.victims)
+        victims = [
+            Victim(c.workload.key, c.queue, "Reclaimed", plan.reasons[c.workload.key], pods=c.pods)
+            for c in chosen
+        ]
+        return chosen, victims
 
     def _with_nodes(
         self,

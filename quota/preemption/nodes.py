@@ -112,6 +112,36 @@ def node_candidates(
     return NodeCandidates(tuple(allowed), tuple(protected), tuple(forbidden))
 
 
+def reclaimable(
+    preemptor: Workload,
+    spec: QueueSpec,
+    queues: Mapping[str, QueueSpec],
+    ordered: Iterable[Candidate],
+    excluded: set[str] | frozenset[str],
+    now: float,
+) -> tuple[Candidate, ...]:
+    """Running workloads of other queues that `spec`'s reclaim policy lets `preemptor` evict
+    (`Any`: whatever their priority; `LowerPriority`: lower ones), in victim order, those
+    their queue's reclaim minRuntime protects aside: where a reclaim may look on nodes.
+    Whether taking them keeps their queues at their floors is the reclaim search's to say
+    (reclaim.py)."""
+    if spec.reclaim == "Never":
+        return ()
+    out: list[Candidate] = []
+    for c in ordered:
+        w = c.workload
+        if c.queue == spec.name or w.key in excluded:
+            continue
+        if spec.reclaim == "LowerPriority" and w.priority >= preemptor.priority:
+            continue
+        victim_queue = queues.get(c.queue)
+        min_runtime = victim_queue.min_runtime_reclaim_s if victim_queue else 0.0
+        if min_runtime and now < started_at(w) + min_runtime:
+            continue
+        out.append(c)
+    return tuple(out)
+
+
 def preempt_on_nodes(
     view: NodeView,
     candidates: Sequence[Candidate],
