@@ -480,9 +480,13 @@ def memory(
     figures["caches_rss_mib"], _ = rss_mib()
     out(
         f"memory: caches of {pending:,} pending Workloads and their Jobs (and the queues): "
-        f"{figures['caches_rss_mib']:.0f} MiB RSS, "
-        f"{(figures['caches_rss_mib'] - before_workloads) * 1024 / max(1, pending):.1f} KiB "
-        "a Workload"
+        f"{figures['caches_rss_mib']:.0f} MiB RSS"
+        + (
+            f", {(figures['caches_rss_mib'] - before_workloads) * 1024 / pending:.1f} KiB "
+            "a Workload"
+            if pending
+            else ""
+        )
     )
     events = EventRecorder(None, "bench")
     ctx = Context(kube=None, caches=caches, events=events, identity="bench")  # type: ignore[arg-type]

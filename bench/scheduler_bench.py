@@ -251,6 +251,12 @@ def muster_job(
     }
 
 
+def run_tag() -> str:
+    """A fresh tag for a run's labels and names. It starts with a letter: an all-digit tag
+    ("002108") is a string to PyYAML and a number to the apiserver's YAML reader."""
+    return f"r{uuid.uuid4().hex[:6]}"
+
+
 # The local cluster's own stages: `quiet_nodes` points the module at a copy of them.
 KWOK_STAGES = cluster_module.STAGES_FILE
 
@@ -767,7 +773,7 @@ def guarded(name: str, scenario: Callable[[], dict[str, Any]]) -> dict[str, Any]
     try:
         return scenario()
     except Exception as error:
-        print(f"scenario {name} failed: {error!r}", file=sys.stderr)
+        print(f"scenario {name} failed: {repr(error)[:2000]}", file=sys.stderr)
         return {"scenario": name, "error": repr(error)[:500]}
 
 
@@ -791,7 +797,7 @@ def open_namespace(env: Env, namespace: str, queue: Sequence[Obj] | None) -> Non
 
 def run_native(env: Env, pool: str, *, cleanup: bool = True) -> dict[str, Any]:
     args = env.args
-    tag = uuid.uuid4().hex[:6]
+    tag = run_tag()
     namespace = f"bench-native-{tag}"
     open_namespace(env, namespace, None)
     tracker = Tracker(env.reader, tag, namespace, workloads=False)
@@ -873,7 +879,7 @@ def run_muster(
     admission, the Job controller (for Jobs), Muster's scheduler loop, kwok. Without
     `cleanup` the objects are left for the cluster's deletion to take."""
     args = env.args
-    tag = uuid.uuid4().hex[:6]
+    tag = run_tag()
     namespace = f"bench-{name}-{tag}"
     open_namespace(env, namespace, queue_docs(pool, namespace, quota))
     assert env.manager is not None and env.timers is not None
@@ -1009,7 +1015,7 @@ def run_preemption(env: Env, native: bool, pool: str) -> dict[str, Any]:
     Muster (queued Jobs, a queue that preempts within itself)."""
     args = env.args
     name = "preemption-native" if native else "preemption-muster"
-    tag = uuid.uuid4().hex[:6]
+    tag = run_tag()
     namespace = f"bench-{name}-{tag}"
     low, high, classes = priority_class_docs(tag)
     create_all(env.kc, env.kubeconfig, classes)
@@ -1298,7 +1304,7 @@ def run_topology(
     (`muster.dev/podset-required-topology`) in a queue whose flavor names the Topology."""
     args = env.args
     name = "topology-native" if native else "topology-muster"
-    tag = uuid.uuid4().hex[:6]
+    tag = run_tag()
     namespace = f"bench-{name}-{tag}"
     n = fabric.count
     quota = {GPU: str(n * NODE_GPUS), "cpu": str(n * 64), "memory": f"{n * 512}Gi"}
@@ -1431,7 +1437,7 @@ def run_cpu_shapes(
     them. The last scenario cleans up only when `keep_last` (the cluster outlives it)."""
     args, kc, kubeconfig = env.args, env.kc, env.kubeconfig
     results: list[dict[str, Any]] = []
-    tag = uuid.uuid4().hex[:6]
+    tag = run_tag()
     if "preemption" in scenarios:
         pool = f"pre-{tag}"
         count = args.preemption_nodes
@@ -1558,7 +1564,7 @@ def run_reclaim(env: Env, setup: dict[str, float], *, cleanup: bool) -> dict[str
     args = env.args
     nodes = args.reclaim_nodes
     pool = gpu_pool(env, nodes, setup)
-    tag = uuid.uuid4().hex[:6]
+    tag = run_tag()
     fill_ns, claim_ns = f"bench-fill-{tag}", f"bench-reclaim-{tag}"
     parent, filler, claimer = f"{pool}-all", f"{pool}-borrower", f"{pool}-owner"
     none = {resource: "0" for resource in gpu_quota(nodes)}
@@ -1604,11 +1610,6 @@ def run_reclaim(env: Env, setup: dict[str, float], *, cleanup: bool) -> dict[str
     )
     wait_or_warn("the large Job bound", lambda: len(claim.bound) >= pods, args.timeout)
     cpu = cpu_meter.stop()
-    evicted = sum(
-        1
-        for w in env.manager.ctx.caches.workloads.objects()
-        if w["metadata"].get("namespace") == fill_ns and wls.is_evicted(w)
-    )
     result = {
         "scenario": "kai-reclaim",
         "scheduler": "Muster (reclaim: admission with placement, eviction, scheduler loop)",
@@ -1622,8 +1623,8 @@ def run_reclaim(env: Env, setup: dict[str, float], *, cleanup: bool) -> dict[str
         "bound": len(claim.bound),
         "all_admitted_seconds": last(claim.admitted, started),
         "all_bound_seconds": last(claim.bound, started),
+        # One pod each: the one-GPU Jobs evicted (their pods deleted).
         "victim_pods": len(fillers.gone),
-        "evicted_workloads": evicted,
         "least_victims": pods * NODE_GPUS,
         "cpu": cpu,
     }
@@ -1689,7 +1690,7 @@ def table(report: Mapping[str, Any]) -> str:
             who = "Muster"
         if r["scenario"] == "kai-reclaim":
             per_group = (
-                f"evicted {r['evicted_workloads']} of {r['fillers']} one-GPU Jobs "
+                f"evicted {r['victim_pods']} of {r['fillers']} one-GPU Jobs "
                 f"(least: {r['least_victims']})"
             )
         return (
