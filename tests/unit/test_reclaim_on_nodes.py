@@ -12,7 +12,7 @@ import pytest
 from quota.admission.cycle import admission_cycle
 from quota.model.decisions import CycleResult
 from quota.model.nodes import BoundPod
-from quota.model.snapshot import Assignment, PodSet, Snapshot, Workload
+from quota.model.snapshot import Assignment, PodSet, QueueSpec, Snapshot, Workload
 from tests.unit.strategies import GPU, queue, queues_of, workload
 from tests.unit.test_preemption_nodes import H100, NOW, gpu_nodes
 
@@ -20,10 +20,7 @@ PARENT = queue("all", quota=64)
 BORROWER = queue("borrower", parent="all", quota=0)
 
 
-def owner(**fields: object) -> object:
-    return queue(
-        "owner", parent="all", quota=32, reclaim="Any", wait_before_evicting_s=0.0, **fields
-    )
+OWNER = queue("owner", parent="all", quota=32, reclaim="Any", wait_before_evicting_s=0.0)
 
 
 def fillers(nodes: int, spread: bool) -> tuple[list[Workload], list[BoundPod]]:
@@ -47,13 +44,16 @@ def fillers(nodes: int, spread: bool) -> tuple[list[Workload], list[BoundPod]]:
     return ws, pods
 
 
-def reclaim(spread: bool) -> tuple[CycleResult, dict[str, str]]:
+def reclaim(
+    spread: bool, borrower: QueueSpec = BORROWER, owner_queue: QueueSpec | None = None
+) -> tuple[CycleResult, dict[str, str]]:
+    """The borrower's one-GPU workloads fill 8 nodes; the owner asks for 4 whole nodes."""
     ws, pods = fillers(8, spread)
     large = workload("own/large", "owner", gpus=8, count=4)
     result = admission_cycle(
         Snapshot(
             now=NOW,
-            queues=queues_of(PARENT, BORROWER, owner()),
+            queues=queues_of(PARENT, borrower, owner_queue or OWNER),
             flavors={"h100": H100},
             admitted=tuple(ws),
             pending=(large,),
@@ -78,36 +78,14 @@ def test_the_owner_reclaims_whole_nodes_evicting_exactly_the_fillers_on_them(spr
 
 
 def test_fillers_their_queue_protects_by_reclaim_min_runtime_are_never_taken() -> None:
-    ws, pods = fillers(8, spread=True)
     protected = queue("borrower", parent="all", quota=0, min_runtime_reclaim_s=NOW * 2)
-    result = admission_cycle(
-        Snapshot(
-            now=NOW,
-            queues=queues_of(PARENT, protected, owner()),
-            flavors={"h100": H100},
-            admitted=tuple(ws),
-            pending=(workload("own/large", "owner", gpus=8, count=4),),
-            nodes=gpu_nodes(8),
-            pods=tuple(pods),
-        )
-    )
+    result, _ = reclaim(True, borrower=protected)
     assert not result.preempt and not result.admit
 
 
 def test_with_lower_priority_reclaim_equal_priorities_are_never_taken() -> None:
-    ws, pods = fillers(8, spread=True)
     lower_only = queue(
         "owner", parent="all", quota=32, reclaim="LowerPriority", wait_before_evicting_s=0.0
     )
-    result = admission_cycle(
-        Snapshot(
-            now=NOW,
-            queues=queues_of(PARENT, BORROWER, lower_only),
-            flavors={"h100": H100},
-            admitted=tuple(ws),
-            pending=(workload("own/large", "owner", gpus=8, count=4),),
-            nodes=gpu_nodes(8),
-            pods=tuple(pods),
-        )
-    )
+    result, _ = reclaim(True, owner_queue=lower_only)
     assert not result.preempt and not result.admit
