@@ -22,7 +22,7 @@ exactly as it found it.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from functools import partial
 
@@ -121,25 +121,19 @@ def reclaimable(
     now: float,
 ) -> tuple[Candidate, ...]:
     """Running workloads of other queues that `spec`'s reclaim policy lets `preemptor` evict
-    (`Any`: whatever their priority; `LowerPriority`: lower ones), in victim order, those
-    their queue's reclaim minRuntime protects aside: where a reclaim may look on nodes.
-    Whether taking them keeps their queues at their floors is the reclaim search's to say
-    (reclaim.py)."""
+    (`Any`: whatever their priority; `LowerPriority`: lower ones), in victim order: the
+    candidates of `node_candidates` (its policies and minRuntime) without its priority
+    ceiling under `Any`. Whether taking them keeps their queues at their floors is the
+    reclaim search's to say (reclaim.py)."""
     if spec.reclaim == "Never":
         return ()
-    out: list[Candidate] = []
-    for c in ordered:
-        w = c.workload
-        if c.queue == spec.name or w.key in excluded:
-            continue
-        if spec.reclaim == "LowerPriority" and w.priority >= preemptor.priority:
-            continue
-        victim_queue = queues.get(c.queue)
-        min_runtime = victim_queue.min_runtime_reclaim_s if victim_queue else 0.0
-        if min_runtime and now < started_at(w) + min_runtime:
-            continue
-        out.append(c)
-    return tuple(out)
+    ceiling = preemptor if spec.reclaim == "LowerPriority" else replace(preemptor, priority=_TOP)
+    found = node_candidates(ceiling, spec, queues, ordered, excluded, now)
+    return tuple(c for c in found.allowed if c.queue != spec.name)
+
+
+# Above every priority a workload can have (int32): no candidate reaches it.
+_TOP = 2**31
 
 
 def preempt_on_nodes(

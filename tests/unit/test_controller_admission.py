@@ -443,3 +443,38 @@ def test_an_old_style_release_is_settled_by_the_next_pending_write() -> None:
     assert wls.queued_story(w) == (
         "since 12:00:00, after an eviction by reclaim; competes for quota since 11:00:00"
     )
+
+
+def test_the_views_capacity_follows_a_changed_node_and_flavor_and_only_they() -> None:
+    h = Harness(cpu_quota="100")
+    views = ViewBuilder(h.ctx, use_node_capacity=True)
+
+    def node(name: str, rv: str, cpu: str, ready: str = "True") -> dict[str, Any]:
+        return {
+            "apiVersion": "v1",
+            "kind": "Node",
+            "metadata": {"name": name, "resourceVersion": rv, "labels": {"pool": "a"}},
+            "status": {
+                "allocatable": {"cpu": cpu, "pods": "110"},
+                "conditions": [{"type": "Ready", "status": ready}],
+            },
+        }
+
+    def cpu() -> int | None:
+        capacity = views.build().snapshot.capacity
+        return None if capacity is None else capacity[("pool", "cpu")]
+
+    h.caches.nodes.write_through(node("n1", "1", "8"))
+    h.caches.nodes.write_through(node("n2", "1", "4"))
+    first = views.build().snapshot.capacity
+    assert first is not None and first[("pool", "cpu")] == 12000
+    assert views.build().snapshot.capacity is first, "nothing changed: the same answer"
+    h.caches.nodes.write_through(node("n1", "2", "16"))
+    assert cpu() == 20000
+    h.caches.nodes.write_through(node("n1", "3", "16", ready="False"))
+    assert cpu() == 4000
+    flavor = copy.deepcopy(h.cache(RESOURCE_FLAVOR).get("pool"))
+    assert flavor is not None
+    flavor["spec"]["nodeLabels"] = {"pool": "b"}
+    h.cache(RESOURCE_FLAVOR).write_through(h.kube.put(RESOURCE_FLAVOR, flavor))
+    assert cpu() is None, "no node of its flavor: quota alone"
