@@ -102,6 +102,7 @@ LOCAL_QUEUE = muster_kind("LocalQueue", "localqueues", True)
 RESOURCE_FLAVOR = muster_kind("ResourceFlavor", "resourceflavors", False)
 POD_GROUP = muster_kind("PodGroup", "podgroups", True)
 TOPOLOGY = muster_kind("Topology", "topologies", False)
+WORKER_CLUSTER = muster_kind("WorkerCluster", "workerclusters", False)
 
 
 def object_key(obj: Mapping[str, Any]) -> str:

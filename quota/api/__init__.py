@@ -42,6 +42,7 @@ from quota.api.quantity import (
 )
 from quota.api.resourceflavor import ResourceFlavor, ResourceFlavorSpec
 from quota.api.topology import Topology, TopologyRequest, TopologySpec
+from quota.api.workercluster import Dispatch, WorkerCluster, WorkerClusterSpec
 from quota.api.workload import (
     Admission,
     PodSet,
@@ -85,6 +86,9 @@ __all__ = [
     "Topology",
     "TopologyRequest",
     "TopologySpec",
+    "WorkerCluster",
+    "WorkerClusterSpec",
+    "Dispatch",
     "Workload",
     "WorkloadConditions",
     "WorkloadSpec",
@@ -101,7 +105,9 @@ __all__ = [
     "wire",
 ]
 
-MusterObject = ResourceFlavor | ClusterQueue | LocalQueue | Workload | PodGroup | Topology
+MusterObject = (
+    ResourceFlavor | ClusterQueue | LocalQueue | Workload | PodGroup | Topology | WorkerCluster
+)
 
 KINDS: dict[str, type[MusterObject]] = {
     "ResourceFlavor": ResourceFlavor,
@@ -110,6 +116,7 @@ KINDS: dict[str, type[MusterObject]] = {
     "Workload": Workload,
     "PodGroup": PodGroup,
     "Topology": Topology,
+    "WorkerCluster": WorkerCluster,
 }
 """Every kind Muster serves, by kind name (all in API_VERSION)."""
 

@@ -25,6 +25,7 @@ from quota.api.meta import (
     validations,
 )
 from quota.api.quantity import RESOURCE_LIST_SCHEMA, ResourceList, format_quantity
+from quota.api.workercluster import Dispatch
 
 MAX_FLAVORS = 16
 # KAI-Scheduler's default: priority 100 and above is inference, which runs within quota and
@@ -220,6 +221,12 @@ class ClusterQueueSpec(ApiModel):
         default_factory=Consolidation,
         description="Moving this queue's running workloads to defragment nodes (opt-in).",
         json_schema_extra={"default": {}},
+    )
+    dispatch: Dispatch | None = Field(
+        None,
+        description="Run this queue's admitted workloads in worker clusters (WorkerCluster) "
+        "instead of this one: each goes, whole, to a selected worker cluster where it fits "
+        "now. Unset: they run here.",
     )
     placement_strategy: Literal["BinPack", "Spread"] = Field(
         "BinPack",
