@@ -23,6 +23,7 @@ from pydantic import ValidationError
 
 from controllers.admission.assumed import Assumptions
 from controllers.jobs.reconciler import priority_classes
+from controllers.multicluster.copies import not_dispatchable
 from controllers.runtime.resources import Obj, object_key
 from controllers.state import workloads as wls
 from controllers.state.budgets import budget_breakers
@@ -351,6 +352,12 @@ class ViewBuilder:
                 continue
             queue = counts_in(facts.admitted_to, lq.spec.cluster_queue)
             assert queue is not None, "its LocalQueue exists (above)"
+            cq_model = cq_models.get(queue)
+            if cq_model is not None and cq_model.spec.dispatch is not None:
+                refusal = not_dispatchable(raw, caches.jobs, queue)
+                if refusal is not None:
+                    blocked.append((key, INADMISSIBLE, refusal))
+                    continue
             w = self._engine_workload(facts, raw, model, queue)
             pending.append(w)
             engine[key] = w

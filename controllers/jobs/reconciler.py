@@ -37,6 +37,7 @@ from controllers.jobs.framework import (
     queue_of,
     same_request,
 )
+from controllers.multicluster.copies import awaits_manager
 from controllers.runtime import apply
 from controllers.runtime.resources import WORKLOAD, Obj, object_key
 from controllers.state import workloads as wls
@@ -333,7 +334,7 @@ class Reconciler:
                 self.ctx.events.emit(job.object, "Warning", WC.JOB_RESIZED, outgrown)
                 return self.stop(job, written)
             return None
-        if job.is_suspended():
+        if job.is_suspended() and not awaits_manager(job.object):
             self.start(job, wl)
         return None
 

@@ -37,15 +37,16 @@ from controllers.metrics.collector import Sources, StateCollector
 from controllers.metrics.definitions import REGISTRY
 from controllers.metrics.server import MetricsServer
 from controllers.metrics.workloads import WorkloadCounters
+from controllers.multicluster.dispatcher import Dispatcher
 from controllers.owners.intake import OwnerGroups
 from controllers.podgroups.intake import PodGroupIntake
 from controllers.runtime.client import FencedKube
 from controllers.runtime.informer import Informer, wait_all_synced
 from controllers.runtime.leader import LeaderElector, lease_request_timeout
-from controllers.runtime.resources import JOB, NAMESPACE, Kube, Obj
+from controllers.runtime.resources import JOB, NAMESPACE, WORKER_CLUSTER, Kube, Obj
 from controllers.scheduler.loop import SchedulerLoop
 from controllers.scheduler.pods import node_of, placement_inputs
-from controllers.state.caches import Caches, Context, Recorder
+from controllers.state.caches import Caches, Context, Recorder, served
 from controllers.state.changes import decision_inputs, node_shape
 from controllers.webhooks.serving import WebhookServing, WebhookSettings
 
@@ -142,6 +143,12 @@ class Manager:
             self.ctx, self.kube, self.is_leader, self.stop_event, self.managed
         )
         self.orphans = OrphanSweeper(self.ctx, self.is_leader)
+        # Many clusters: only where the WorkerCluster CRD is served (docs/multicluster.md).
+        self.dispatcher: Dispatcher | None = None
+        if served(self.kube, WORKER_CLUSTER):
+            self.dispatcher = Dispatcher(
+                self.ctx, Informer(self.kube, WORKER_CLUSTER), options.namespace
+            )
         self.feed = HistoryFeed(self.ctx, self.is_leader)
         settings = WebhookSettings(
             namespace=options.namespace,
@@ -382,6 +389,10 @@ class Manager:
         )
         self._spawn("admission-loop", lambda: self.loop.run(self.stop_event, self.is_leader))
         self._spawn("orphaned-workloads", lambda: self.orphans.run(self.stop_event))
+        dispatcher = self.dispatcher
+        if dispatcher is not None:
+            dispatcher.clusters.start()
+            self._spawn("dispatcher", lambda: dispatcher.run(self.stop_event, self.is_leader))
         scheduler = self.scheduler
         if scheduler is not None:
             scheduler.start_writers(self.is_leader)

@@ -177,7 +177,7 @@ class Decide:
         ledger alone): it waits for them with that room reserved."""
         state = self.state
         w = request.workload
-        if state.nodes is not None:
+        if state.nodes is not None and not spec.remote:
             # The quota exists once evictions in flight complete; so must room on nodes,
             # in what the leaving free or (lower priorities allowing) by evicting more.
             outcome = self.room.make_room(spec, request, request.counts, reserved, None)
@@ -300,7 +300,7 @@ class Decide:
         When the nodes of the flavors quota chose cannot take the pods, the next flavors in
         the queue's order are tried (a pinned slice stays on its own)."""
         state = self.state
-        if state.nodes is None:
+        if state.nodes is None or spec.remote:
             # Quota alone decides, but a Topology its flavors cannot have is not ignored.
             refused = topology_refusal(state.snapshot, request.workload, fit.flavors)
             if refused is not None:

@@ -124,7 +124,7 @@ class QuotaPreemption:
             return NoEviction(f"{failed}; {protected}" if protected else failed)
         fit = try_fit()
         assert fit is not None, "victim search ended in a state where the preemptor fits"
-        if state.nodes is not None:
+        if state.nodes is not None and not spec.remote:
             outcome = self._with_nodes(spec, request, counts, fit, try_fit, tx, chosen, victims)
             if outcome == "waiting" or not reclaimed:
                 return outcome

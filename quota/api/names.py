@@ -70,3 +70,24 @@ GANG_ANNOTATION = "muster.dev/gang"
 # On a Workload Muster made for pods grouped by their owner (controllers/owners): the id the
 # group's pods are indexed by (`controllers.state.ownergroups.OwnerGroup.gid`).
 OWNER_GROUP_ANNOTATION = "muster.dev/owner-group"
+
+# Many clusters (docs/multicluster.md). On a Job in the management cluster: its
+# spec.managedBy, so that the Job controller there leaves it (and its status) to Muster,
+# which runs it in a worker cluster and copies the copy's status back.
+DISPATCH_MANAGED_BY = "muster.dev/multicluster"
+# On the management cluster's Workload: the worker cluster it was sent to (written before the
+# copy is created there, so that a restarted manager never sends it twice), the placement it
+# was planned with there (JSON), and "true" once the manager let the copy start.
+DISPATCHED_TO_ANNOTATION = "muster.dev/dispatched-to"
+DISPATCH_PLAN_ANNOTATION = "muster.dev/dispatch-plan"
+DISPATCH_STARTED_ANNOTATION = "muster.dev/dispatch-started"
+# Worker clusters a workload was sent to, lost before it started there, and whose copies
+# must be deleted when they answer again (comma-separated).
+DISPATCH_ABANDONED_ANNOTATION = "muster.dev/dispatch-abandoned"
+# On a copy in a worker cluster (and its pods' template): the management cluster's Workload
+# ("namespace/name") and its uid. A copy waits suspended, even once admitted there, until the
+# manager sets the start annotation: only the manager starts copies, so it always knows
+# which copies may be running (never two).
+DISPATCHED_FROM_ANNOTATION = "muster.dev/dispatched-from"
+ORIGIN_UID_LABEL = "muster.dev/origin-uid"
+DISPATCH_START_ANNOTATION = "muster.dev/dispatch-start"

@@ -33,15 +33,10 @@ DEFAULT_LOST_AFTER = timedelta(seconds=60)
 
 
 class SecretKeyRef(ApiModel):
-    """A key of a Secret in the management cluster."""
+    """A key of a Secret in Muster's own namespace (as Kueue keeps MultiKueue's kubeconfigs
+    in its own), so that Muster reads no other namespace's Secrets."""
 
-    name: str = reference("The Secret.")
-    namespace: str = Field(
-        min_length=1,
-        max_length=63,
-        pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$",
-        description="The Secret's namespace.",
-    )
+    name: str = reference("The Secret, in the namespace Muster runs in.")
     key: str = Field(
         "kubeconfig",
         min_length=1,

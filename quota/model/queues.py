@@ -77,6 +77,7 @@ def queue_spec(cq: ClusterQueue, active: bool = True, reason: str = "") -> Queue
         stop_policy=spec.stop_policy,
         placement=spec.placement_strategy,
         movable=spec.consolidation.movable,
+        remote=spec.dispatch is not None,
         movable_below=spec.consolidation.below_priority,
         preemptible_below=preemption.preemptible_below_priority,
         active=active,

@@ -63,6 +63,9 @@ class QueueSpec:
     preemptible_below: int | None = None
     active: bool = True
     inactive_reason: str = ""
+    # Its workloads run in worker clusters (ClusterQueue.spec.dispatch): admitted here by
+    # quota alone, placed on the worker's nodes by the dispatcher, never on this cluster's.
+    remote: bool = False
     # Derived once: quota and limits keyed by (flavor, resource), for lookups in hot loops.
     quotas: Mapping[FlavorResource, int] = field(init=False, repr=False, compare=False)
     limits: Mapping[FlavorResource, int] = field(init=False, repr=False, compare=False)

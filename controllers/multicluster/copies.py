@@ -1,0 +1,149 @@
+"""A workload's copy in a worker cluster: what it is made from, how it is recognised, when it
+may start, and what of it flows back to the user's object in the management cluster.
+
+The copy is the user's Job as they wrote it (Muster's flavor merge undone: the worker's own
+Muster merges its own flavors), suspended, under the same name, namespace and queue label,
+marked with the management cluster's Workload. It never starts on the worker's say alone:
+the worker's Muster admits and places it, and then waits for the manager's start
+annotation. So the manager always knows which copies may be running, and a worker it loses
+touch with can never start a copy behind its back.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping
+from typing import Any, Protocol
+
+from controllers.jobs.batchjob import restore_template
+from controllers.runtime.resources import Obj
+from controllers.state import workloads as wls
+from quota.model import convert
+from quota.api.names import (
+    DISPATCH_MANAGED_BY,
+    ELASTIC_ANNOTATION,
+    DISPATCH_START_ANNOTATION,
+    DISPATCHED_FROM_ANNOTATION,
+    ORIGIN_UID_LABEL,
+)
+
+# Set by the apiserver or the Job controller on the original: never copied.
+_SERVER_LABELS = ("controller-uid", "job-name", "batch.kubernetes.io/controller-uid")
+_SERVER_LABELS += ("batch.kubernetes.io/job-name",)
+# Job status fields the management cluster's Job mirrors from its copy.
+STATUS_FIELDS = (
+    "active",
+    "ready",
+    "succeeded",
+    "failed",
+    "terminating",
+    "startTime",
+    "completionTime",
+    "conditions",
+    "completedIndexes",
+    "failedIndexes",
+    "uncountedTerminatedPods",
+)
+
+
+def _labels(meta: Mapping[str, Any]) -> dict[str, str]:
+    return {k: v for k, v in (meta.get("labels") or {}).items() if k not in _SERVER_LABELS}
+
+
+class JobLookup(Protocol):
+    def get(self, key: str) -> Obj | None: ...
+
+
+def job_copy(job: Obj, workload_key: str, workload_uid: str) -> Obj:
+    """The copy of the management cluster's `job` to create in a worker cluster."""
+    original = copy.deepcopy(dict(job))
+    restore_template(original)  # the user's nodeSelector and tolerations, not our flavors'
+    meta = original.get("metadata") or {}
+    spec = original.get("spec") or {}
+    spec.pop("selector", None)  # generated from the original's uid; the copy gets its own
+    spec.pop("managedBy", None)  # the worker's Job controller runs the copy
+    spec["suspend"] = True
+    template = spec.setdefault("template", {})
+    template_meta = template.setdefault("metadata", {})
+    template_meta["labels"] = {**_labels(template_meta), ORIGIN_UID_LABEL: workload_uid}
+    annotations = {
+        k: v
+        for k, v in (meta.get("annotations") or {}).items()
+        if not k.startswith("kubectl.kubernetes.io/") and k != DISPATCH_START_ANNOTATION
+    }
+    annotations[DISPATCHED_FROM_ANNOTATION] = workload_key
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {
+            "name": meta["name"],
+            "namespace": meta["namespace"],
+            "labels": {**_labels(meta), ORIGIN_UID_LABEL: workload_uid},
+            "annotations": annotations,
+        },
+        "spec": spec,
+    }
+
+
+def is_copy_of(remote: Mapping[str, Any], workload_uid: str) -> bool:
+    """Whether `remote` is the copy this manager made for that Workload (not a stranger's
+    object of the same name, nor a copy for an earlier life of the Workload)."""
+    labels = (remote.get("metadata") or {}).get("labels") or {}
+    return bool(labels.get(ORIGIN_UID_LABEL) == workload_uid)
+
+
+def awaits_manager(obj: Mapping[str, Any]) -> bool:
+    """A copy sent by a management cluster that has not let it start: the worker's Muster
+    admits it and keeps it suspended (see the module's docstring)."""
+    annotations = (obj.get("metadata") or {}).get("annotations") or {}
+    return DISPATCHED_FROM_ANNOTATION in annotations and (
+        annotations.get(DISPATCH_START_ANNOTATION) != "true"
+    )
+
+
+def start_patch() -> Obj:
+    """The merge patch with which the manager lets a copy start."""
+    return {"metadata": {"annotations": {DISPATCH_START_ANNOTATION: "true"}}}
+
+
+def mirrored_status(remote: Mapping[str, Any], local: Mapping[str, Any]) -> Obj | None:
+    """The status the management cluster's Job takes from its copy, or None if it has it."""
+    theirs = remote.get("status") or {}
+    ours = local.get("status") or {}
+    wanted = {f: theirs.get(f) for f in STATUS_FIELDS}
+    if all(ours.get(f) == v for f, v in wanted.items()):
+        return None
+    # A merge patch: fields the copy no longer has are removed (null).
+    return wanted
+
+
+def not_dispatchable(workload: Mapping[str, Any], jobs: JobLookup, queue: str) -> str | None:
+    """Why a Workload of a dispatching ClusterQueue cannot be sent to a worker cluster, or
+    None. Only batch Jobs are sent (for now), and only those created with spec.managedBy
+    muster.dev/multicluster: without it the Job controller here would run the Job here too
+    (managedBy is immutable, so it must be set at creation)."""
+    owner = wls.owner_reference(workload) or {}
+    kind = owner.get("kind")
+    if kind != "Job" or not str(owner.get("apiVersion") or "").startswith("batch/"):
+        return (
+            f"ClusterQueue {queue} runs its workloads in worker clusters, and only batch "
+            f"Jobs are sent there (this workload is a {kind or 'workload without an owner'}); "
+            "submit it to a queue that runs workloads here"
+        )
+    key = wls.owner_job_key(workload)
+    job = jobs.get(key) if key else None
+    if job is None:
+        return None  # its Job is not in the cache yet: the next cycle sees it
+    if (job.get("spec") or {}).get("managedBy") != DISPATCH_MANAGED_BY:
+        return (
+            f"ClusterQueue {queue} runs its workloads in worker clusters: Job {key} must be "
+            f"created with spec.managedBy: {DISPATCH_MANAGED_BY} (it cannot be added later); "
+            "delete it and create it again with that field"
+        )
+    if convert.job_is_elastic(job):
+        return (
+            f"ClusterQueue {queue} runs its workloads in worker clusters, and elastic Jobs "
+            f"(annotation {ELASTIC_ANNOTATION}) are not sent there yet: Job {key} would lose "
+            "its scale-ups; submit it to a queue that runs workloads here"
+        )
+    return None

@@ -1,0 +1,625 @@
+"""The dispatcher: sends each admitted workload of a dispatching ClusterQueue, whole, to the
+worker cluster where its placement is feasible now, starts it there once the worker's Muster
+has admitted it, mirrors its status back, and takes it back when it must.
+
+Every step writes what it is about to do on the management cluster's Workload *before* doing
+it in the worker (`muster.dev/dispatched-to` before the copy is created, `dispatch-started`
+before the copy is let start), so a restarted manager resumes without a second copy, and the
+manager always knows which copies may be running: only those it let start. A lost worker's
+copies that were never let start are sent elsewhere (they can never start where they are:
+the worker's Muster waits for the manager, `copies.awaits_manager`), and deleted once the
+worker answers again; copies that were let start are left alone until the worker answers.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime
+from typing import Any
+
+from kubernetes.client.exceptions import ApiException
+from pydantic import ValidationError
+
+from controllers.admission.view import engine_workload
+from controllers.multicluster import copies
+from controllers.multicluster.workers import Worker, Workers
+from controllers.runtime.informer import Informer
+from controllers.runtime.resources import JOB, WORKER_CLUSTER, Obj, object_key
+from controllers.state import workloads as wls
+from controllers.state.caches import Context
+from quota.api.clusterqueue import ClusterQueue
+from quota.api.names import (
+    DISPATCH_ABANDONED_ANNOTATION,
+    DISPATCH_MANAGED_BY,
+    DISPATCH_PLAN_ANNOTATION,
+    DISPATCH_STARTED_ANNOTATION,
+    DISPATCHED_FROM_ANNOTATION,
+    DISPATCHED_TO_ANNOTATION,
+    JOB_POD_SET,
+    JOB_UID_LABEL,
+    ORIGIN_UID_LABEL,
+    POD_SET_POD_LABEL,
+)
+from quota.api.quantity import format_quantity
+from quota.api.resourceflavor import ResourceFlavor
+from quota.api.workload import Workload as WorkloadModel
+from quota.dispatch import Dispatched, NoCluster, WorkerState, choose_cluster
+from quota.model import convert
+from quota.model.nodeconvert import bound_pod_from_manifest, node_from_manifest
+from quota.model.nodes import BoundPod, Node
+from quota.model.queues import admitted_to
+from quota.model.snapshot import Flavor
+from quota.placement.gang import Placement
+
+log = logging.getLogger(__name__)
+
+PROBE_PERIOD_S = 5.0
+STATUS_PERIOD_S = 10.0
+# A copy the worker's Muster has not admitted this long after it was sent is taken back and
+# the workload planned again, elsewhere if it can (the worker's own queues may disagree).
+ADMIT_WITHIN_S = 60.0
+
+
+@dataclass(frozen=True, slots=True)
+class Sent:
+    """What the management cluster's Workload says of its dispatch."""
+
+    cluster: str | None
+    plan: Placement | None
+    at: float
+    started: bool
+    abandoned: tuple[str, ...]
+
+    @staticmethod
+    def of(wl: Mapping[str, Any]) -> Sent:
+        annotations = (wl.get("metadata") or {}).get("annotations") or {}
+        plan, at = None, 0.0
+        text = annotations.get(DISPATCH_PLAN_ANNOTATION)
+        if text:
+            try:
+                plan, at = placement_from_json(text)
+            except (ValueError, KeyError, TypeError):
+                plan = None
+        abandoned = tuple(c for c in (annotations.get(DISPATCH_ABANDONED_ANNOTATION) or "").split(",") if c)
+        return Sent(
+            annotations.get(DISPATCHED_TO_ANNOTATION) or None,
+            plan,
+            at,
+            annotations.get(DISPATCH_STARTED_ANNOTATION) == "true",
+            abandoned,
+        )
+
+
+def placement_to_json(placement: Placement, at: float) -> str:
+    return json.dumps(
+        {
+            "nodes": {ps: [[n, c] for n, c in pairs] for ps, pairs in placement.nodes.items()},
+            "requests": {ps: dict(r) for ps, r in placement.requests.items()},
+            "total": placement.total,
+            "at": round(at, 3),
+        },
+        separators=(",", ":"),
+        sort_keys=True,
+    )
+
+
+def placement_from_json(text: str) -> tuple[Placement, float]:
+    data = json.loads(text)
+    nodes = {ps: tuple((str(n), int(c)) for n, c in pairs) for ps, pairs in data["nodes"].items()}
+    requests = {ps: {r: int(v) for r, v in req.items()} for ps, req in data["requests"].items()}
+    return Placement(nodes, int(data["total"]), requests), float(data.get("at", 0.0))
+
+
+def _annotate(changes: Mapping[str, str | None]) -> Callable[[Obj], bool]:
+    def mutate(wl: Obj) -> bool:
+        annotations = wl.setdefault("metadata", {}).setdefault("annotations", {})
+        changed = False
+        for key, value in changes.items():
+            if value is None:
+                changed |= annotations.pop(key, None) is not None
+            elif annotations.get(key) != value:
+                annotations[key] = value
+                changed = True
+        return changed
+
+    return mutate
+
+
+_FORGET = {
+    DISPATCHED_TO_ANNOTATION: None,
+    DISPATCH_PLAN_ANNOTATION: None,
+    DISPATCH_STARTED_ANNOTATION: None,
+}
+
+
+class Dispatcher:
+    """Runs the dispatch loop of the management cluster (leader only acts)."""
+
+    def __init__(
+        self, ctx: Context, clusters: Informer, namespace: str, interval: float = 1.0
+    ) -> None:
+        self.ctx = ctx
+        self.clusters = clusters  # WorkerCluster objects
+        self.workers = Workers(ctx.kube, namespace)
+        self.interval = interval
+        self._last_probe = 0.0
+        self._last_status = 0.0
+        self._said: dict[str, str] = {}  # workload key -> the last wait reason said
+        # workload key -> {cluster: until}: a worker that did not admit its copy in time.
+        self._shunned: dict[str, dict[str, float]] = {}
+        self._poke = threading.Event()
+
+    def poke(self) -> None:
+        self._poke.set()
+
+    # ---------------------------------------------------------------- the loop
+    def run(self, stop: threading.Event, is_leader: Callable[[], bool]) -> None:
+        while not stop.is_set():
+            self._poke.wait(self.interval)
+            self._poke.clear()
+            try:
+                self.step(is_leader())
+            except Exception:  # noqa: BLE001 - one bad pass must not end dispatching
+                log.exception("dispatch pass failed")
+        self.workers.stop()
+
+    def step(self, leader: bool) -> None:
+        """One pass: follow the WorkerClusters, probe them, and (leader) act."""
+        self.workers.sync(self.clusters.objects())
+        now = time.time()
+        if now - self._last_probe >= PROBE_PERIOD_S:
+            self._last_probe = now
+            for worker in self.workers.all():
+                worker.probe()
+        if not leader:
+            return
+        self.dispatch(now)
+        if now - self._last_status >= STATUS_PERIOD_S:
+            self._last_status = now
+            self.write_status(now)
+
+    # ------------------------------------------------------------ the decisions
+    def dispatch(self, now: float) -> None:
+        caches = self.ctx.caches
+        queues = self._dispatching_queues()
+        flavors = self._flavors()
+        mine: dict[str, Obj] = {}  # workload key -> Workload, every one with a dispatch state
+        waiting: list[tuple[str, Obj, str]] = []  # admitted, not sent yet
+        for key, wl in caches.workloads.items():
+            sent = Sent.of(wl)
+            queue = admitted_to(wl)
+            if sent.cluster or sent.abandoned:
+                mine[key] = wl
+            if queue in queues and wls.has_quota(wl) and not wls.is_finished(wl):
+                mine[key] = wl
+                if sent.cluster is None and not wls.is_evicted(wl) and not wls.is_deleting(wl):
+                    waiting.append((key, wl, queue))
+        self._sweep_orphans(mine)
+        for key, wl in mine.items():
+            self._follow(key, wl, queues, now)
+        by_uid = {str(wl["metadata"].get("uid")): key for key, wl in mine.items()}
+        states = {w.name: self._state(w, mine, by_uid, now) for w in self.workers.all()}
+        for key, wl, queue in sorted(waiting, key=lambda t: _arrival(t[1])):
+            choice = self._choose(key, wl, queues[queue], flavors, states, now)
+            if isinstance(choice, NoCluster):
+                self._say(key, wl, choice.reason)
+                continue
+            if self._send(key, wl, choice, now):
+                state = states[choice.cluster]
+                states[choice.cluster] = replace(
+                    state, dispatched={**state.dispatched, key: choice.placement}
+                )
+
+    def _choose(
+        self,
+        key: str,
+        wl: Obj,
+        cq: ClusterQueue,
+        flavors: Mapping[str, Flavor],
+        states: Mapping[str, WorkerState],
+        now: float,
+    ) -> Dispatched | NoCluster:
+        assert cq.spec.dispatch is not None
+        selector = cq.spec.dispatch.cluster_selector
+        shunned = {c for c, until in self._shunned.get(key, {}).items() if until > now}
+        candidates = []
+        for raw in self.clusters.objects():
+            name = str(raw["metadata"]["name"])
+            labels = dict((raw.get("metadata") or {}).get("labels") or {})
+            if not selector.matches(labels):
+                continue
+            state = states.get(name)
+            if state is None:
+                why = self.workers.problems.get(name, "not connected yet")
+                state = WorkerState(name, (), (), {}, available=False, why=why)
+            elif name in shunned:
+                state = replace(
+                    state,
+                    available=False,
+                    why=f"did not admit it within {ADMIT_WITHIN_S:.0f}s when it was sent there",
+                )
+            candidates.append(state)
+        try:
+            model = WorkloadModel.model_validate(wl)
+        except ValidationError as error:
+            return NoCluster(f"invalid Workload: {str(error)[:300]}")
+        engine = engine_workload(model, cq.name, wl)
+        return choose_cluster(engine, flavors, candidates)
+
+    def _send(self, key: str, wl: Obj, choice: Dispatched, now: float) -> bool:
+        """Record the choice on the Workload, then create the copy there."""
+        worker = self.workers.get(choice.cluster)
+        job = self._job(wl)
+        if worker is None or job is None:
+            return False
+        written = self.ctx.update_workload(
+            wl,
+            _annotate(
+                {
+                    DISPATCHED_TO_ANNOTATION: choice.cluster,
+                    DISPATCH_PLAN_ANNOTATION: placement_to_json(choice.placement, now),
+                }
+            ),
+        )
+        if written is None:
+            return False
+        self._said.pop(key, None)
+        self._create_copy(worker, key, written, job)
+        self.ctx.events.emit(wl, "Normal", "Dispatched", choice.reason)
+        self.ctx.events.emit(job, "Normal", "Dispatched", choice.reason)
+        log.info("dispatched", extra={"workload": key, "cluster": choice.cluster})
+        return True
+
+    def _create_copy(self, worker: Worker, key: str, wl: Obj, job: Obj) -> None:
+        uid = str(wl["metadata"]["uid"])
+        body = copies.job_copy(job, key, uid)
+        try:
+            worker.kube.create(JOB, body["metadata"]["namespace"], body)
+        except ApiException as error:
+            if error.status != 409:
+                log.warning(
+                    "copy not created",
+                    extra={"workload": key, "cluster": worker.name, "error": str(error)[:300]},
+                )
+                return
+            # Created before (a restart between the create and now): ours, or a stranger.
+            existing = worker.kube.get(JOB, body["metadata"]["namespace"], body["metadata"]["name"])
+            if existing is not None and not copies.is_copy_of(existing, uid):
+                self._say(
+                    key,
+                    wl,
+                    f"worker cluster {worker.name} already has a Job "
+                    f"{object_key(body)} that is not this workload's copy",
+                )
+
+    def _follow(
+        self, key: str, wl: Obj, queues: Mapping[str, ClusterQueue], now: float
+    ) -> None:
+        """Carry a sent workload on: start it, mirror it, take it back, or clean up."""
+        sent = Sent.of(wl)
+        for cluster in sent.abandoned:
+            self._clean_abandoned(key, wl, cluster)
+        if sent.cluster is None:
+            return
+        worker = self.workers.get(sent.cluster)
+        uid = str(wl["metadata"]["uid"])
+        done = (
+            wls.is_finished(wl)
+            or wls.is_deleting(wl)
+            or wls.is_evicted(wl)
+            or not wls.has_quota(wl)
+        )
+        if worker is None:
+            return  # its WorkerCluster is gone or unreadable: nothing can be done there
+        if worker.lost(now) and not sent.started and not done:
+            # It can never start there: send it elsewhere, delete it there later.
+            abandoned = ",".join(sorted({*sent.abandoned, sent.cluster}))
+            self.ctx.update_workload(
+                wl, _annotate({**_FORGET, DISPATCH_ABANDONED_ANNOTATION: abandoned})
+            )
+            self.ctx.events.emit(
+                wl,
+                "Warning",
+                "WorkerLost",
+                f"worker cluster {sent.cluster} is lost and its copy never started: sending "
+                "it elsewhere",
+            )
+            return
+        available, _ = worker.available(now)
+        if not available:
+            return  # decided when it answers again
+        name = object_key(wl)
+        remote = worker.copies.get(_copy_key(wl))
+        if remote is not None and not copies.is_copy_of(remote, uid):
+            remote = None
+        if done:
+            if remote is not None:
+                self._delete_copy(worker, remote)
+            elif not wls.is_finished(wl):
+                # Taken back (evicted, requeued): send it again when admitted again.
+                self.ctx.update_workload(wl, _annotate(_FORGET))
+            return
+        if remote is None:
+            if not sent.started and worker.copies.synced:
+                job = self._job(wl)
+                if job is not None:
+                    self._create_copy(worker, name, wl, job)
+            return
+        if not sent.started:
+            remote_wl = self._remote_workload(worker, remote)
+            if remote_wl is not None and wls.has_quota(remote_wl):
+                self._start(worker, wl, remote)
+            elif now - sent.at > ADMIT_WITHIN_S:
+                self._shunned.setdefault(key, {})[sent.cluster] = now + 5 * ADMIT_WITHIN_S
+                why = (remote_wl and _pending_message(remote_wl)) or "no Workload there yet"
+                self.ctx.events.emit(
+                    wl,
+                    "Warning",
+                    "NotAdmittedThere",
+                    f"worker cluster {sent.cluster} did not admit it within "
+                    f"{ADMIT_WITHIN_S:.0f}s ({why}): planning it again",
+                )
+                abandoned = ",".join(sorted({*sent.abandoned, sent.cluster}))
+                self.ctx.update_workload(
+                    wl, _annotate({**_FORGET, DISPATCH_ABANDONED_ANNOTATION: abandoned})
+                )
+            return
+        self._mirror(wl, remote)
+
+    def _start(self, worker: Worker, wl: Obj, remote: Obj) -> None:
+        # Here first: a crash between the two writes leaves a copy we count as maybe running
+        # that is not, never the other way round.
+        written = self.ctx.update_workload(wl, _annotate({DISPATCH_STARTED_ANNOTATION: "true"}))
+        if written is None:
+            return
+        meta = remote["metadata"]
+        worker.kube.patch(JOB, meta["namespace"], meta["name"], copies.start_patch())
+
+    def _mirror(self, wl: Obj, remote: Obj) -> None:
+        job = self._job(wl)
+        if job is None or (job.get("spec") or {}).get("managedBy") != DISPATCH_MANAGED_BY:
+            return
+        patch = copies.mirrored_status(remote, job)
+        if patch is None:
+            return
+        meta = job["metadata"]
+        try:
+            self.ctx.kube.patch(JOB, meta["namespace"], meta["name"], {"status": patch}, status=True)
+        except ApiException as error:
+            log.warning(
+                "status not mirrored",
+                extra={"job": object_key(job), "error": str(error)[:300]},
+            )
+
+    def _clean_abandoned(self, key: str, wl: Obj, cluster: str) -> None:
+        worker = self.workers.get(cluster)
+        if worker is not None:
+            available, _ = worker.available(time.time())
+            if not available:
+                return
+            remote = worker.copies.get(_copy_key(wl))
+            if remote is not None and copies.is_copy_of(remote, str(wl["metadata"]["uid"])):
+                self._delete_copy(worker, remote)
+                return  # forgotten once the cache shows it gone
+        sent = Sent.of(wl)
+        left = ",".join(c for c in sent.abandoned if c != cluster) or None
+        self.ctx.update_workload(wl, _annotate({DISPATCH_ABANDONED_ANNOTATION: left}))
+
+    def _sweep_orphans(self, mine: Mapping[str, Obj]) -> None:
+        """Delete copies whose Workload here is gone (its Job was deleted)."""
+        if not self.ctx.caches.workloads.synced:
+            return
+        uids = {str(wl["metadata"].get("uid")) for wl in mine.values()}
+        for worker in self.workers.all():
+            if not worker.copies.synced or not worker.available(time.time())[0]:
+                continue
+            for remote in worker.copies.objects():
+                meta = remote.get("metadata") or {}
+                origin = (meta.get("labels") or {}).get(ORIGIN_UID_LABEL)
+                key = (meta.get("annotations") or {}).get(DISPATCHED_FROM_ANNOTATION)
+                if origin in uids or key is None:
+                    continue
+                local = self.ctx.caches.workloads.get(key)
+                if local is not None and str(local["metadata"].get("uid")) == origin:
+                    continue
+                self._delete_copy(worker, remote)
+
+    def _delete_copy(self, worker: Worker, remote: Obj) -> None:
+        meta = remote["metadata"]
+        if meta.get("deletionTimestamp"):
+            return
+        try:
+            worker.kube.delete(JOB, meta["namespace"], meta["name"], uid=meta.get("uid"))
+        except ApiException as error:
+            if error.status != 409:  # 409: another copy by that name since: not ours
+                log.warning("copy not deleted", extra={"error": str(error)[:300]})
+
+    # ---------------------------------------------------------------- reading
+    def _state(
+        self, worker: Worker, mine: Mapping[str, Obj], by_uid: Mapping[str, str], now: float
+    ) -> WorkerState:
+        available, why = worker.available(now)
+        nodes: list[Node] = []
+        for raw in worker.nodes.objects():
+            try:
+                nodes.append(node_from_manifest(raw))
+            except ValueError:
+                continue
+        pods: list[BoundPod] = []
+        for raw in worker.pods.objects():
+            try:
+                pod = bound_pod_from_manifest(raw)
+            except ValueError:
+                continue
+            if pod is None:
+                continue
+            labels = (raw.get("metadata") or {}).get("labels") or {}
+            owner = by_uid.get(labels.get(ORIGIN_UID_LABEL, ""))
+            if owner is not None:
+                pod = replace(pod, workload=owner, pod_set=labels.get(POD_SET_POD_LABEL, JOB_POD_SET))
+            pods.append(pod)
+        dispatched: dict[str, Placement] = {}
+        for key, wl in mine.items():
+            sent = Sent.of(wl)
+            if sent.cluster == worker.name and sent.plan is not None and not wls.is_finished(wl):
+                dispatched[key] = sent.plan
+        return WorkerState(
+            worker.name, tuple(nodes), tuple(pods), dispatched, available=available, why=why
+        )
+
+    def _dispatching_queues(self) -> dict[str, ClusterQueue]:
+        out: dict[str, ClusterQueue] = {}
+        for raw in self.ctx.caches.cluster_queues.objects():
+            try:
+                cq = ClusterQueue.model_validate(raw)
+            except ValidationError:
+                continue
+            if cq.spec.dispatch is not None:
+                out[cq.name] = cq
+        return out
+
+    def _flavors(self) -> dict[str, Flavor]:
+        out: dict[str, Flavor] = {}
+        for raw in self.ctx.caches.flavors.objects():
+            try:
+                rf = ResourceFlavor.model_validate(raw)
+            except ValidationError:
+                continue
+            out[rf.name] = convert.flavor(rf)
+        return out
+
+    def _job(self, wl: Obj) -> Obj | None:
+        key = wls.owner_job_key(wl)
+        return self.ctx.caches.jobs.get(key) if key else None
+
+    @staticmethod
+    def _remote_workload(worker: Worker, remote: Obj) -> Obj | None:
+        uid = str(remote["metadata"].get("uid"))
+        for wl in worker.workloads.objects():
+            labels = (wl.get("metadata") or {}).get("labels") or {}
+            if labels.get(JOB_UID_LABEL) == uid and not wls.is_finished(wl):
+                return wl
+        return None
+
+    def _say(self, key: str, wl: Obj, reason: str) -> None:
+        """Explain a wait once per reason (an Event on the Workload)."""
+        if self._said.get(key) == reason:
+            return
+        self._said[key] = reason
+        self.ctx.events.emit(wl, "Normal", "WaitingForWorkerCluster", reason)
+
+    # ---------------------------------------------------------------- status
+    def write_status(self, now: float) -> None:
+        """Each WorkerCluster's health, capacity and usage, as the plugin shows them."""
+        counts: dict[str, int] = {}
+        for wl in self.ctx.caches.workloads.objects():
+            sent = Sent.of(wl)
+            if sent.cluster and not wls.is_finished(wl):
+                counts[sent.cluster] = counts.get(sent.cluster, 0) + 1
+        for raw in self.clusters.objects():
+            name = str(raw["metadata"]["name"])
+            status = worker_status(
+                self.workers.get(name), self.workers.problems.get(name), counts.get(name, 0), now
+            )
+            current = raw.get("status") or {}
+            if _same_status(current, status):
+                continue
+            try:
+                self.ctx.kube.patch(WORKER_CLUSTER, None, name, {"status": status}, status=True)
+            except ApiException as error:
+                log.warning("WorkerCluster status not written", extra={"error": str(error)[:300]})
+
+
+def _copy_key(wl: Mapping[str, Any]) -> str:
+    """The copy's cache key in a worker: its Job's namespace and name."""
+    key = wls.owner_job_key(wl)
+    return key or ""
+
+
+def _arrival(wl: Mapping[str, Any]) -> str:
+    return str((wl.get("metadata") or {}).get("creationTimestamp") or "")
+
+
+def _pending_message(wl: Mapping[str, Any]) -> str:
+    for condition in wls.conditions(wl):
+        if condition.get("type") == "QuotaReserved" and condition.get("status") == "False":
+            return str(condition.get("message") or "")[:300]
+    return ""
+
+
+def _same_status(current: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
+    keys = ("nodes", "capacity", "usage", "dispatched")
+    if any(current.get(k) != new.get(k) for k in keys):
+        return False
+    old = {c.get("type"): c for c in current.get("conditions") or []}.get("Active") or {}
+    fresh = new["conditions"][0]
+    return bool(old.get("status") == fresh["status"] and old.get("reason") == fresh["reason"])
+
+
+def worker_status(
+    worker: Worker | None, problem: str | None, dispatched: int, now: float
+) -> dict[str, Any]:
+    """The status of one WorkerCluster, from its worker's caches and probes."""
+    stamp = wls.rfc3339(wls.now_utc())
+    status: dict[str, Any] = {"dispatched": dispatched}
+    if worker is None:
+        reason, message, state = "BadKubeconfig", problem or "not connected yet", "False"
+    elif worker.health.error:
+        lost = worker.lost(now)
+        reason = "Lost" if lost else "Unreachable"
+        state = "False"
+        message = (
+            f"not answering for {worker.health.silent_for(now):.0f}s: {worker.health.error}"
+        )
+    else:
+        reason, message, state = "Connected", "answering", "True"
+    if worker is not None and worker.health.last_ok is not None:
+        status["lastSeen"] = wls.rfc3339(datetime.fromtimestamp(worker.health.last_ok, UTC))
+    if worker is not None:
+        capacity, usage, ready = _totals(worker)
+        status.update(nodes=ready, capacity=capacity, usage=usage)
+    status["conditions"] = [
+        {
+            "type": "Active",
+            "status": state,
+            "reason": reason,
+            "message": message[:1000],
+            "lastTransitionTime": stamp,
+        }
+    ]
+    return status
+
+
+def _totals(worker: Worker) -> tuple[dict[str, str], dict[str, str], int]:
+    capacity: dict[str, int] = {}
+    ready = 0
+    for raw in worker.nodes.objects():
+        try:
+            node = node_from_manifest(raw)
+        except ValueError:
+            continue
+        if not node.ready:
+            continue
+        ready += 1
+        for r, v in node.allocatable.items():
+            capacity[r] = capacity.get(r, 0) + v
+    usage: dict[str, int] = {}
+    for raw in worker.pods.objects():
+        try:
+            pod = bound_pod_from_manifest(raw)
+        except ValueError:
+            continue
+        if pod is None:
+            continue
+        for r, v in pod.requests.items():
+            usage[r] = usage.get(r, 0) + v
+    return (
+        {r: format_quantity(v, r) for r, v in sorted(capacity.items())},
+        {r: format_quantity(v, r) for r, v in sorted(usage.items())},
+        ready,
+    )
