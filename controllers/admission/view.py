@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -199,6 +199,11 @@ class ViewBuilder:
         # This cycle's admitted workloads' bound pods, by their labels (for budgets).
         self._pod_labels: dict[str, list[Mapping[str, str]]] = {}
         self.use_node_capacity = use_node_capacity
+        # What the worker clusters' Ready nodes provide per (flavor, resource), when this
+        # cluster dispatches to some (controllers/multicluster).
+        self.remote_capacity: (
+            Callable[[Mapping[str, Flavor]], Mapping[FlavorResource, int]] | None
+        ) = None
         self._parsed: dict[str, tuple[Any, Any]] = {}  # key -> (version, parsed)
         self._facts: dict[str, _Facts] = {}  # Workload key -> its facts, for its version
         self._pods: dict[str, _PodFacts] = {}  # bound pod key -> its facts
@@ -375,6 +380,11 @@ class ViewBuilder:
         nodes, pods = self._nodes_and_pods(holder, took) if self.use_node_capacity else (None, ())
         # No node of any flavor known: quota-only mode.
         capacity = self._capacity(nodes, flavors) or None if nodes is not None else None
+        if self.remote_capacity is not None:
+            # Queues that dispatch share out the worker clusters' nodes too.
+            remote = self.remote_capacity(flavors)
+            if remote:
+                capacity = dict(Counter(capacity or {}) + Counter(remote))
         stripped = self._confirm_placed(placed_whole, engine, pods)
         stripped |= self._mark_budget_breakers(engine)
         if stripped:

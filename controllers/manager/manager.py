@@ -149,6 +149,7 @@ class Manager:
             self.dispatcher = Dispatcher(
                 self.ctx, Informer(self.kube, WORKER_CLUSTER), options.namespace
             )
+            self.loop.views.remote_capacity = self.dispatcher.capacity
         self.feed = HistoryFeed(self.ctx, self.is_leader)
         settings = WebhookSettings(
             namespace=options.namespace,

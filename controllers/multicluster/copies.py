@@ -18,18 +18,20 @@ from typing import Any, Protocol
 from controllers.jobs.batchjob import restore_template
 from controllers.runtime.resources import Obj
 from controllers.state import workloads as wls
-from quota.model import convert
 from quota.api.names import (
     DISPATCH_MANAGED_BY,
-    ELASTIC_ANNOTATION,
     DISPATCH_START_ANNOTATION,
     DISPATCHED_FROM_ANNOTATION,
+    ELASTIC_ANNOTATION,
     ORIGIN_UID_LABEL,
 )
+from quota.model import convert
 
 # Set by the apiserver or the Job controller on the original: never copied.
-_SERVER_LABELS = ("controller-uid", "job-name", "batch.kubernetes.io/controller-uid")
-_SERVER_LABELS += ("batch.kubernetes.io/job-name",)
+_SERVER_LABELS = frozenset(
+    {"controller-uid", "job-name", "batch.kubernetes.io/controller-uid"}
+    | {"batch.kubernetes.io/job-name"}
+)
 # Job status fields the management cluster's Job mirrors from its copy.
 STATUS_FIELDS = (
     "active",

@@ -17,6 +17,7 @@ import json
 import logging
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
@@ -47,12 +48,14 @@ from quota.api.names import (
 )
 from quota.api.quantity import format_quantity
 from quota.api.resourceflavor import ResourceFlavor
+from quota.api.topology import Topology
 from quota.api.workload import Workload as WorkloadModel
 from quota.dispatch import Dispatched, NoCluster, WorkerState, choose_cluster
 from quota.model import convert
-from quota.model.nodeconvert import bound_pod_from_manifest, node_from_manifest
-from quota.model.nodes import BoundPod, Node
+from quota.model.nodeconvert import bound_pod_from_manifest
+from quota.model.nodes import BoundPod
 from quota.model.queues import admitted_to
+from quota.model.resources import FlavorResource
 from quota.model.snapshot import Flavor
 from quota.placement.gang import Placement
 
@@ -85,7 +88,9 @@ class Sent:
                 plan, at = placement_from_json(text)
             except (ValueError, KeyError, TypeError):
                 plan = None
-        abandoned = tuple(c for c in (annotations.get(DISPATCH_ABANDONED_ANNOTATION) or "").split(",") if c)
+        abandoned = tuple(
+            c for c in (annotations.get(DISPATCH_ABANDONED_ANNOTATION) or "").split(",") if c
+        )
         return Sent(
             annotations.get(DISPATCHED_TO_ANNOTATION) or None,
             plan,
@@ -164,7 +169,7 @@ class Dispatcher:
             self._poke.clear()
             try:
                 self.step(is_leader())
-            except Exception:  # noqa: BLE001 - one bad pass must not end dispatching
+            except Exception:
                 log.exception("dispatch pass failed")
         self.workers.stop()
 
@@ -249,7 +254,9 @@ class Dispatcher:
         except ValidationError as error:
             return NoCluster(f"invalid Workload: {str(error)[:300]}")
         engine = engine_workload(model, cq.name, wl)
-        return choose_cluster(engine, flavors, candidates)
+        return choose_cluster(
+            engine, flavors, candidates, cq.spec.placement_strategy, self._topologies()
+        )
 
     def _send(self, key: str, wl: Obj, choice: Dispatched, now: float) -> bool:
         """Record the choice on the Workload, then create the copy there."""
@@ -297,9 +304,7 @@ class Dispatcher:
                     f"{object_key(body)} that is not this workload's copy",
                 )
 
-    def _follow(
-        self, key: str, wl: Obj, queues: Mapping[str, ClusterQueue], now: float
-    ) -> None:
+    def _follow(self, key: str, wl: Obj, queues: Mapping[str, ClusterQueue], now: float) -> None:
         """Carry a sent workload on: start it, mirror it, take it back, or clean up."""
         sent = Sent.of(wl)
         for cluster in sent.abandoned:
@@ -389,7 +394,9 @@ class Dispatcher:
             return
         meta = job["metadata"]
         try:
-            self.ctx.kube.patch(JOB, meta["namespace"], meta["name"], {"status": patch}, status=True)
+            self.ctx.kube.patch(
+                JOB, meta["namespace"], meta["name"], {"status": patch}, status=True
+            )
         except ApiException as error:
             log.warning(
                 "status not mirrored",
@@ -444,12 +451,7 @@ class Dispatcher:
         self, worker: Worker, mine: Mapping[str, Obj], by_uid: Mapping[str, str], now: float
     ) -> WorkerState:
         available, why = worker.available(now)
-        nodes: list[Node] = []
-        for raw in worker.nodes.objects():
-            try:
-                nodes.append(node_from_manifest(raw))
-            except ValueError:
-                continue
+        nodes = worker.parsed_nodes()
         pods: list[BoundPod] = []
         for raw in worker.pods.objects():
             try:
@@ -461,7 +463,9 @@ class Dispatcher:
             labels = (raw.get("metadata") or {}).get("labels") or {}
             owner = by_uid.get(labels.get(ORIGIN_UID_LABEL, ""))
             if owner is not None:
-                pod = replace(pod, workload=owner, pod_set=labels.get(POD_SET_POD_LABEL, JOB_POD_SET))
+                pod = replace(
+                    pod, workload=owner, pod_set=labels.get(POD_SET_POD_LABEL, JOB_POD_SET)
+                )
             pods.append(pod)
         dispatched: dict[str, Placement] = {}
         for key, wl in mine.items():
@@ -469,7 +473,7 @@ class Dispatcher:
             if sent.cluster == worker.name and sent.plan is not None and not wls.is_finished(wl):
                 dispatched[key] = sent.plan
         return WorkerState(
-            worker.name, tuple(nodes), tuple(pods), dispatched, available=available, why=why
+            worker.name, nodes, tuple(pods), dispatched, available=available, why=why
         )
 
     def _dispatching_queues(self) -> dict[str, ClusterQueue]:
@@ -493,6 +497,17 @@ class Dispatcher:
             out[rf.name] = convert.flavor(rf)
         return out
 
+    def _topologies(self) -> dict[str, tuple[str, ...]]:
+        """Each Topology's levels: the worker clusters' nodes are expected to carry them."""
+        out: dict[str, tuple[str, ...]] = {}
+        for raw in self.ctx.caches.topologies.objects():
+            try:
+                topology = Topology.model_validate(raw)
+            except ValidationError:
+                continue
+            out[topology.name] = topology.spec.labels
+        return out
+
     def _job(self, wl: Obj) -> Obj | None:
         key = wls.owner_job_key(wl)
         return self.ctx.caches.jobs.get(key) if key else None
@@ -512,6 +527,14 @@ class Dispatcher:
             return
         self._said[key] = reason
         self.ctx.events.emit(wl, "Normal", "WaitingForWorkerCluster", reason)
+
+    def capacity(self, flavors: Mapping[str, Flavor]) -> dict[FlavorResource, int]:
+        """What the worker clusters' Ready nodes provide per (flavor, resource): the
+        admission loop shares it out to the queues that dispatch."""
+        total: Counter[FlavorResource] = Counter()
+        for worker in self.workers.all():
+            total.update(convert.capacity_of(worker.parsed_nodes(), flavors))
+        return dict(total)
 
     # ---------------------------------------------------------------- status
     def write_status(self, now: float) -> None:
@@ -573,9 +596,7 @@ def worker_status(
         lost = worker.lost(now)
         reason = "Lost" if lost else "Unreachable"
         state = "False"
-        message = (
-            f"not answering for {worker.health.silent_for(now):.0f}s: {worker.health.error}"
-        )
+        message = f"not answering for {worker.health.silent_for(now):.0f}s: {worker.health.error}"
     else:
         reason, message, state = "Connected", "answering", "True"
     if worker is not None and worker.health.last_ok is not None:
@@ -598,11 +619,7 @@ def worker_status(
 def _totals(worker: Worker) -> tuple[dict[str, str], dict[str, str], int]:
     capacity: dict[str, int] = {}
     ready = 0
-    for raw in worker.nodes.objects():
-        try:
-            node = node_from_manifest(raw)
-        except ValueError:
-            continue
+    for node in worker.parsed_nodes():
         if not node.ready:
             continue
         ready += 1

@@ -29,6 +29,8 @@ from controllers.runtime.resources import JOB, NODE, POD, SECRET, WORKLOAD, Kube
 from controllers.state.caches import UNFINISHED_PODS
 from quota.api.names import ORIGIN_UID_LABEL
 from quota.api.workercluster import WorkerCluster
+from quota.model.nodeconvert import node_from_manifest
+from quota.model.nodes import Node
 
 log = logging.getLogger(__name__)
 
@@ -55,9 +57,7 @@ def remote_client(kubeconfig: Mapping[str, Any]) -> client.ApiClient:
     return client.ApiClient(configuration)
 
 
-def read_kubeconfig(
-    kube: Kube, namespace: str, wc: WorkerCluster
-) -> tuple[Mapping[str, Any], str]:
+def read_kubeconfig(kube: Kube, namespace: str, wc: WorkerCluster) -> tuple[Mapping[str, Any], str]:
     """The kubeconfig the WorkerCluster names (its Secret in `namespace`, Muster's), and
     the Secret's resourceVersion."""
     ref = wc.spec.kubeconfig
@@ -106,13 +106,33 @@ class Worker:
         self.api = api
         self.kube = Kube(api, request_timeout=REMOTE_REQUEST_TIMEOUT_S)
         self.nodes = Informer(self.kube, NODE, name=f"{name}-nodes")
-        self.pods = Informer(
-            self.kube, POD, field_selector=UNFINISHED_PODS, name=f"{name}-pods"
-        )
+        self.pods = Informer(self.kube, POD, field_selector=UNFINISHED_PODS, name=f"{name}-pods")
         self.copies = Informer(self.kube, JOB, label_selector=ORIGIN_UID_LABEL, name=f"{name}-jobs")
         self.workloads = Informer(self.kube, WORKLOAD, name=f"{name}-workloads")
         self.health = Health(since=time.time())
         self._lock = threading.Lock()
+        self._parsed: dict[str, tuple[str, Node | None]] = {}  # node key -> (rv, parsed)
+
+    def parsed_nodes(self) -> tuple[Node, ...]:
+        """Its nodes as placement reads them (one it cannot read is left out), parsed once
+        per resourceVersion: both the admission loop and the dispatcher ask every cycle."""
+        out: list[Node] = []
+        with self._lock:
+            known = self._parsed
+            fresh: dict[str, tuple[str, Node | None]] = {}
+            for key, raw in self.nodes.items():
+                rv = str((raw.get("metadata") or {}).get("resourceVersion") or "")
+                cached = known.get(key)
+                if cached is None or cached[0] != rv:
+                    try:
+                        cached = (rv, node_from_manifest(raw))
+                    except ValueError:
+                        cached = (rv, None)
+                fresh[key] = cached
+                if cached[1] is not None:
+                    out.append(cached[1])
+            self._parsed = fresh
+        return tuple(out)
 
     def informers(self) -> Iterable[Informer]:
         return (self.nodes, self.pods, self.copies, self.workloads)
@@ -124,16 +144,13 @@ class Worker:
     def stop(self) -> None:
         for informer in self.informers():
             informer.stop()
-        self.api.close()
+        self.api.close()  # type: ignore[no-untyped-call]
 
     def probe(self) -> None:
-        """Ask the worker's apiserver whether it is ready; record the answer."""
+        """Ask the worker's apiserver for its version; record whether it answered."""
         try:
-            self.api.call_api(
-                "/readyz", "GET", auth_settings=["BearerToken"], _preload_content=False,
-                _request_timeout=PROBE_TIMEOUT_S,
-            )
-        except Exception as error:  # noqa: BLE001 - any failure to answer is an unanswered probe
+            client.VersionApi(self.api).get_code(_request_timeout=PROBE_TIMEOUT_S)
+        except Exception as error:
             with self._lock:
                 self.health = Health(self.health.last_ok, self.health.since, _short(error))
             return
@@ -182,6 +199,8 @@ class Workers:
         """Start a worker for each new or changed WorkerCluster, stop those that went."""
         seen: set[str] = set()
         problems: dict[str, str] = {}
+        # Replaced whole, never changed in place: the admission loop reads it too.
+        workers = dict(self._workers)
         for raw in objects:
             name = str((raw.get("metadata") or {}).get("name") or "")
             seen.add(name)
@@ -192,7 +211,7 @@ class Workers:
                 problems[name] = str(error)[:500]
                 continue
             version = f"{wc.spec.model_dump_json()}@{secret_rv}"
-            current = self._workers.get(name)
+            current = workers.get(name)
             if current is not None and current.version == version:
                 continue
             try:
@@ -205,13 +224,14 @@ class Workers:
                 current.stop()
             worker = Worker(name, api, wc.spec.lost_after, version)
             worker.start()
-            self._workers[name] = worker
+            workers[name] = worker
             log.info("watching worker cluster", extra={"cluster": name})
-        for gone in set(self._workers) - seen:
-            self._workers.pop(gone).stop()
+        for gone in set(workers) - seen:
+            workers.pop(gone).stop()
+        self._workers = workers
         self.problems = problems
 
     def stop(self) -> None:
-        for worker in self._workers.values():
+        workers, self._workers = self._workers, {}
+        for worker in workers.values():
             worker.stop()
-        self._workers.clear()

@@ -91,9 +91,7 @@ def workers(
                 "wait", "--for", "condition=Established", "crd", "--all", "--timeout=60s"
             )
             pool = unique(name)
-            handle.nodes(
-                count, prefix=f"{name}-gpu", gpu=8, labels={"muster-e2e/pool": pool}
-            )
+            handle.nodes(count, prefix=f"{name}-gpu", gpu=8, labels={"muster-e2e/pool": pool})
             apply(
                 handle,
                 flavor("gpu", pool),
@@ -165,7 +163,7 @@ class TwoCopiesChecker:
             for w in self.workers:
                 try:
                     copies = w.copies()
-                except Exception:  # noqa: BLE001 - a frozen worker does not answer
+                except Exception:
                     copies = [
                         {"metadata": {"labels": {ORIGIN_UID_LABEL: uid}}, "spec": {}}
                         for uid, where in self.running_in.items()
@@ -262,10 +260,10 @@ def test_jobs_run_whole_where_they_fit_lost_workers_and_a_restarted_manager(
         # The single Job completes in w2: the Job here completes, and the third goes to w2.
         cluster.wait_for(
             "the single Job to complete here",
-            lambda: condition(get(cluster, "job", "-n", namespace, "single"), "Complete").get(
-                "status"
-            )
-            == "True",
+            lambda: (
+                condition(get(cluster, "job", "-n", namespace, "single"), "Complete").get("status")
+                == "True"
+            ),
             timeout=90,
         )
         assert finished(workloads_of(cluster, namespace, "single")[0])
@@ -303,10 +301,12 @@ def test_jobs_run_whole_where_they_fit_lost_workers_and_a_restarted_manager(
             wc = get(cluster, "workerclusters.muster.dev", "w2")
             cluster.wait_for(
                 "w2 to be marked lost",
-                lambda: condition(get(cluster, "workerclusters.muster.dev", "w2"), "Active").get(
-                    "reason"
-                )
-                == "Lost",
+                lambda: (
+                    condition(get(cluster, "workerclusters.muster.dev", "w2"), "Active").get(
+                        "reason"
+                    )
+                    == "Lost"
+                ),
                 timeout=60,
             )
             del wc
@@ -322,9 +322,7 @@ def test_jobs_run_whole_where_they_fit_lost_workers_and_a_restarted_manager(
             )
 
         # A restarted manager resumes: no second copy of anything, anywhere.
-        before = {
-            w.name: sorted(c["metadata"]["name"] for c in w.copies()) for w in workers
-        }
+        before = {w.name: sorted(c["metadata"]["name"] for c in w.copies()) for w in workers}
         controller.stop()
         controller.start()
         controller.wait_leading()

@@ -220,3 +220,35 @@ def test_when_the_first_flavors_nodes_are_full_the_next_flavor_is_tried() -> Non
     (admit,) = result.admit
     assert admit.assignments[0].flavors == {GPU: "a100"}
     assert admit.assignments[0].nodes == (("a100-0", 1),)
+
+
+def test_a_queue_that_dispatches_is_admitted_by_quota_alone_and_plans_no_local_node() -> None:
+    """Its workloads run in worker clusters: this cluster's nodes neither admit nor refuse
+    them, and hold no room for them; a local queue beside it still places on them. The
+    capacity counts the workers' nodes too (the controller adds them)."""
+    nodes = gpu_nodes(1)
+    remote = workload("ns/remote", "fleet", gpus=8, count=3)  # 24 GPUs: no local room
+    here = workload("ns/here", "local", gpus=8, count=1, arrival=1.0)
+    snapshot = Snapshot(
+        now=1_000.0,
+        queues=queues_of(queue("fleet", quota=24, remote=True), queue("local", quota=8)),
+        flavors={"h100": H100},
+        capacity={("h100", GPU): 8 + 24},
+        pending=(remote, here),
+        nodes=nodes,
+    )
+    result = admission_cycle(snapshot)
+    assert {a.workload for a in result.admit} == {"ns/remote", "ns/here"}
+    assert planned(result, "ns/remote") == Counter()
+    assert planned(result, "ns/here") == Counter({"h100-0": 1})
+
+
+def test_a_dispatching_queue_still_keeps_to_its_quota() -> None:
+    result = cycle(
+        [queue("fleet", quota=16, limit=16, remote=True)],
+        [workload("ns/big", "fleet", gpus=8, count=3)],
+        gpu_nodes(8),
+    )
+    assert not result.admit
+    (pending,) = result.pending
+    assert "exceeds limit of queue fleet" in pending.reason
