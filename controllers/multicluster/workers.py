@@ -99,12 +99,19 @@ class Health:
 class Worker:
     """One worker cluster: its client, caches and health."""
 
-    def __init__(self, name: str, api: client.ApiClient, lost_after: timedelta, version: str):
+    def __init__(
+        self,
+        name: str,
+        kube: Kube,
+        lost_after: timedelta,
+        version: str,
+        api: client.ApiClient | None = None,
+    ) -> None:
         self.name = name
         self.version = version  # the WorkerCluster spec and Secret it was built from
         self.lost_after_s = lost_after.total_seconds()
-        self.api = api
-        self.kube = Kube(api, request_timeout=REMOTE_REQUEST_TIMEOUT_S)
+        self.api = api  # None: no connection to probe or close (an in-memory worker)
+        self.kube = kube
         self.nodes = Informer(self.kube, NODE, name=f"{name}-nodes")
         self.pods = Informer(self.kube, POD, field_selector=UNFINISHED_PODS, name=f"{name}-pods")
         self.copies = Informer(self.kube, JOB, label_selector=ORIGIN_UID_LABEL, name=f"{name}-jobs")
@@ -144,10 +151,13 @@ class Worker:
     def stop(self) -> None:
         for informer in self.informers():
             informer.stop()
-        self.api.close()  # type: ignore[no-untyped-call]
+        if self.api is not None:
+            self.api.close()  # type: ignore[no-untyped-call]
 
     def probe(self) -> None:
         """Ask the worker's apiserver for its version; record whether it answered."""
+        if self.api is None:
+            return
         try:
             client.VersionApi(self.api).get_code(_request_timeout=PROBE_TIMEOUT_S)
         except Exception as error:
@@ -222,7 +232,8 @@ class Workers:
                 continue
             if current is not None:
                 current.stop()
-            worker = Worker(name, api, wc.spec.lost_after, version)
+            kube = Kube(api, request_timeout=REMOTE_REQUEST_TIMEOUT_S)
+            worker = Worker(name, kube, wc.spec.lost_after, version, api)
             worker.start()
             workers[name] = worker
             log.info("watching worker cluster", extra={"cluster": name})

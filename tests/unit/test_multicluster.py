@@ -1,0 +1,507 @@
+"""The dispatcher's rules, in memory (the end-to-end test runs them on three real clusters):
+a workload goes whole to the worker where it fits, its intent written before the copy; a copy
+starts only when the manager says so, and the manager says so here first; a lost worker's
+never-started copies go elsewhere and are deleted there later, its started ones stay; a
+restarted manager sends nothing twice; what a worker's copy is made of."""
+
+from __future__ import annotations
+
+import copy
+import time
+from datetime import timedelta
+from typing import Any
+
+from controllers.multicluster import copies
+from controllers.multicluster.dispatcher import Dispatcher, Sent
+from controllers.multicluster.workers import Health, Worker
+from controllers.runtime.events import EventRecorder
+from controllers.runtime.informer import Informer
+from controllers.runtime.resources import (
+    CLUSTER_QUEUE,
+    JOB,
+    NODE,
+    POD,
+    RESOURCE_FLAVOR,
+    WORKER_CLUSTER,
+    WORKLOAD,
+)
+from controllers.state import workloads as wls
+from controllers.state.caches import Caches, Context
+from quota.api.names import (
+    DISPATCH_ABANDONED_ANNOTATION,
+    DISPATCH_MANAGED_BY,
+    DISPATCH_START_ANNOTATION,
+    DISPATCH_STARTED_ANNOTATION,
+    DISPATCHED_FROM_ANNOTATION,
+    DISPATCHED_TO_ANNOTATION,
+    JOB_UID_LABEL,
+    ORIGIN_UID_LABEL,
+    ORIGINAL_SCHEDULING_ANNOTATION,
+)
+from tests.unit.controller_fakes import FakeKube
+
+GPU = "nvidia.com/gpu"
+NOW = wls.now_utc()
+
+
+class Registry:
+    """The dispatcher's workers, fixed for a test (no kubeconfigs, no probes)."""
+
+    def __init__(self, workers: list[Worker]) -> None:
+        self.workers = {w.name: w for w in workers}
+        self.problems: dict[str, str] = {}
+
+    def sync(self, objects: Any) -> None:
+        pass
+
+    def get(self, name: str) -> Worker | None:
+        return self.workers.get(name)
+
+    def all(self) -> list[Worker]:
+        return list(self.workers.values())
+
+    def stop(self) -> None:
+        pass
+
+
+def node(name: str, gpus: int) -> dict[str, Any]:
+    return {
+        "metadata": {"name": name, "labels": {"pool": "gpu"}},
+        "status": {
+            "allocatable": {"cpu": "64", "memory": "256Gi", "pods": "110", GPU: str(gpus)},
+            "conditions": [{"type": "Ready", "status": "True"}],
+        },
+    }
+
+
+def worker(name: str, *gpus_per_node: int) -> Worker:
+    w = Worker(name, FakeKube(), timedelta(seconds=10), "v1")
+    for i, gpus in enumerate(gpus_per_node):
+        w.kube.put(NODE, node(f"{name}-{i}", gpus))
+    now = time.time()
+    w.health = Health(last_ok=now, since=now)
+    return w
+
+
+class Fleet:
+    """A management cluster in memory and its workers."""
+
+    def __init__(self, *workers: Worker) -> None:
+        self.kube = FakeKube()
+        self.caches = Caches.create(self.kube)
+        self.events: list[tuple[str, str]] = []
+        recorder = EventRecorder(None, "test")
+        recorder.emit = lambda obj, type_, reason, message: self.events.append(  # type: ignore[method-assign]
+            (reason, message)
+        )
+        self.ctx = Context(
+            kube=self.kube, caches=self.caches, events=recorder, identity="t", now=lambda: NOW
+        )
+        self.kube.put(
+            RESOURCE_FLAVOR, {"metadata": {"name": "gpu"}, "spec": {"nodeLabels": {"pool": "gpu"}}}
+        )
+        self.kube.put(
+            CLUSTER_QUEUE,
+            {
+                "metadata": {"name": "fleet"},
+                "spec": {
+                    "flavors": [{"name": "gpu", "quota": {GPU: "64"}}],
+                    "dispatch": {"clusterSelector": {}},
+                },
+            },
+        )
+        for w in workers:
+            self.kube.put(
+                WORKER_CLUSTER,
+                {"metadata": {"name": w.name}, "spec": {"kubeconfig": {"name": f"kc-{w.name}"}}},
+            )
+        self.workers = list(workers)
+        self.dispatcher = self.new_dispatcher()
+        self.load()
+
+    def new_dispatcher(self) -> Dispatcher:
+        d = Dispatcher(self.ctx, Informer(self.kube, WORKER_CLUSTER), "muster-system")
+        d.workers = Registry(self.workers)  # type: ignore[assignment]
+        return d
+
+    def load(self) -> None:
+        """Every cache as the apiservers hold it now (a relist of each)."""
+        for informer in (
+            self.caches.jobs,
+            self.caches.workloads,
+            self.caches.cluster_queues,
+            self.caches.flavors,
+            self.caches.topologies,
+            self.dispatcher.clusters,
+        ):
+            informer._relist()
+        for w in self.workers:
+            for informer in w.informers():
+                informer._relist()
+
+    def step(self) -> None:
+        self.load()
+        self.dispatcher.dispatch(time.time())
+        self.load()
+
+    def submit(self, name: str, pods: int, gpus: int = 8) -> dict[str, Any]:
+        """A Job (managedBy Muster) and its Workload, admitted to `fleet` by quota."""
+        job = self.kube.put(
+            JOB,
+            {
+                "apiVersion": "batch/v1",
+                "kind": "Job",
+                "metadata": {
+                    "name": name,
+                    "namespace": "ns",
+                    "labels": {"muster.dev/queue-name": "lq", "controller-uid": "x"},
+                },
+                "spec": {
+                    "managedBy": DISPATCH_MANAGED_BY,
+                    "parallelism": pods,
+                    "completions": pods,
+                    "selector": {"matchLabels": {"controller-uid": "x"}},
+                    "template": {
+                        "metadata": {"labels": {"controller-uid": "x"}},
+                        "spec": {
+                            "containers": [
+                                {"name": "c", "resources": {"requests": {GPU: str(gpus)}}}
+                            ]
+                        },
+                    },
+                },
+            },
+        )
+        wl = {
+            "apiVersion": "muster.dev/v1alpha1",
+            "kind": "Workload",
+            "metadata": {
+                "name": f"job-{name}",
+                "namespace": "ns",
+                "ownerReferences": [
+                    {
+                        "apiVersion": "batch/v1",
+                        "kind": "Job",
+                        "name": name,
+                        "uid": job["metadata"]["uid"],
+                        "controller": True,
+                    }
+                ],
+            },
+            "spec": {
+                "queueName": "lq",
+                "podSets": [
+                    {
+                        "name": "main",
+                        "count": pods,
+                        "requests": {GPU: str(gpus)},
+                    }
+                ],
+            },
+        }
+        admission = wls.admission_status("fleet", [("main", pods, {GPU: "gpu"}, {GPU: str(gpus)})])
+        assert wls.mark_admitted(wl, admission, "admitted", NOW)
+        stored = self.kube.put(WORKLOAD, wl)
+        self.load()
+        return stored
+
+    def workload(self, name: str) -> dict[str, Any]:
+        found = self.kube.get(WORKLOAD, "ns", f"job-{name}")
+        assert found is not None
+        return found
+
+    def sent(self, name: str) -> Sent:
+        return Sent.of(self.workload(name))
+
+    @staticmethod
+    def copy_in(w: Worker, name: str) -> dict[str, Any] | None:
+        return w.kube.get(JOB, "ns", name)
+
+    @staticmethod
+    def admit_there(w: Worker, name: str) -> None:
+        """The worker's Muster admits the copy (its Workload holds quota there)."""
+        remote = w.kube.get(JOB, "ns", name)
+        assert remote is not None
+        wl: dict[str, Any] = {
+            "metadata": {
+                "name": f"job-{name}-remote",
+                "namespace": "ns",
+                "labels": {JOB_UID_LABEL: remote["metadata"]["uid"]},
+            },
+            "spec": {"queueName": "lq", "podSets": []},
+        }
+        admission = wls.admission_status("team", [("main", 1, {GPU: "gpu"}, {GPU: "8"})])
+        assert wls.mark_admitted(wl, admission, "admitted", NOW)
+        w.kube.put(WORKLOAD, wl)
+
+
+def test_a_gang_goes_whole_to_the_only_worker_it_fits_and_its_copy_waits_suspended() -> None:
+    w1, w2 = worker("w1", 8, 8), worker("w2", 8)
+    fleet = Fleet(w1, w2)
+    fleet.submit("gang", pods=2)
+    fleet.step()
+    sent = fleet.sent("gang")
+    assert sent.cluster == "w1" and not sent.started
+    assert sent.plan is not None and sent.plan.count("main") == 2
+    remote = fleet.copy_in(w1, "gang")
+    assert remote is not None and fleet.copy_in(w2, "gang") is None
+    assert remote["spec"]["suspend"] is True
+    assert copies.awaits_manager(remote)
+    uid = fleet.workload("gang")["metadata"]["uid"]
+    assert remote["metadata"]["labels"][ORIGIN_UID_LABEL] == uid
+    assert remote["spec"]["template"]["metadata"]["labels"][ORIGIN_UID_LABEL] == uid
+    assert remote["metadata"]["annotations"][DISPATCHED_FROM_ANNOTATION] == "ns/job-gang"
+    assert "managedBy" not in remote["spec"] and "selector" not in remote["spec"]
+    assert "controller-uid" not in remote["metadata"]["labels"]
+    fleet.step()
+    assert [v for v, k, _ in w1.kube.writes if k == "Job"] == ["create"], "sent once"
+
+
+def test_bin_packing_fills_the_fuller_worker_and_reservations_count_until_pods_bind() -> None:
+    w1, w2 = worker("w1", 8, 8), worker("w2", 8, 8)
+    fleet = Fleet(w1, w2)
+    fleet.submit("a", pods=1)
+    fleet.step()
+    first = fleet.sent("a").cluster
+    fleet.submit("b", pods=1)
+    fleet.step()
+    # `a`'s pods are not bound yet: its plan holds room, and `b` packs beside it.
+    assert fleet.sent("b").cluster == first
+    fleet.submit("c", pods=2)
+    fleet.step()
+    assert fleet.sent("c").cluster not in (None, first), "the gang takes the empty worker"
+
+
+def test_no_worker_has_room_the_wait_is_explained_once_and_nothing_is_sent() -> None:
+    fleet = Fleet(worker("w1", 8))
+    fleet.submit("big", pods=2)
+    fleet.step()
+    fleet.step()
+    assert fleet.sent("big").cluster is None
+    waits = [m for r, m in fleet.events if r == "WaitingForWorkerCluster"]
+    assert len(waits) == 1 and "w1" in waits[0]
+
+
+def test_a_copy_starts_only_once_admitted_there_and_the_manager_records_it_first() -> None:
+    w1 = worker("w1", 8)
+    fleet = Fleet(w1)
+    fleet.submit("job", pods=1)
+    fleet.step()
+    fleet.step()
+    assert not fleet.sent("job").started, "not admitted there yet: not started"
+    order: list[str] = []
+    fleet.kube.before_write = lambda verb, kind, name: order.append(f"here {kind.name}")
+    w1.kube.before_write = lambda verb, kind, name: order.append(f"there {kind.name}")  # type: ignore[attr-defined]
+    fleet.admit_there(w1, "job")
+    order.clear()
+    fleet.step()
+    assert fleet.sent("job").started
+    remote = fleet.copy_in(w1, "job")
+    assert remote is not None and not copies.awaits_manager(remote)
+    assert remote["metadata"]["annotations"][DISPATCH_START_ANNOTATION] == "true"
+    assert order.index("here Workload") < order.index("there Job")
+
+
+def test_the_jobs_status_here_mirrors_its_copy() -> None:
+    w1 = worker("w1", 8)
+    fleet = Fleet(w1)
+    fleet.submit("job", pods=1)
+    fleet.step()
+    fleet.admit_there(w1, "job")
+    fleet.step()
+    status = {
+        "active": 1,
+        "startTime": "2026-11-28T00:00:00Z",
+        "conditions": [{"type": "Suspended", "status": "False"}],
+    }
+    w1.kube.patch(JOB, "ns", "job", {"status": status}, status=True)
+    fleet.step()
+    local = fleet.kube.get(JOB, "ns", "job")
+    assert local is not None and local["status"]["active"] == 1
+    assert local["status"]["conditions"] == status["conditions"]
+
+
+def test_a_lost_workers_unstarted_copy_goes_elsewhere_and_is_deleted_there_later() -> None:
+    w1, w2 = worker("w1", 8), worker("w2", 8)
+    fleet = Fleet(w1, w2)
+    fleet.submit("job", pods=1)
+    fleet.step()
+    first = fleet.sent("job").cluster
+    lost, other = (w1, w2) if first == "w1" else (w2, w1)
+    now = time.time()
+    lost.health = Health(last_ok=now - 5, since=now - 60, error="timed out")
+    fleet.step()
+    assert fleet.sent("job").cluster == first, "silent for 5s, lostAfter 10s: still there"
+    lost.health = Health(last_ok=now - 30, since=now - 60, error="timed out")
+    fleet.step()
+    fleet.step()
+    sent = fleet.sent("job")
+    assert sent.cluster == other.name and sent.abandoned == (lost.name,)
+    assert fleet.copy_in(other, "job") is not None
+    assert fleet.copy_in(lost, "job") is not None, "unreachable: deleted once it answers"
+    lost.health = Health(last_ok=time.time(), since=now - 60)
+    fleet.step()
+    fleet.step()
+    assert fleet.copy_in(lost, "job") is None
+    assert fleet.sent("job").abandoned == ()
+    annotations = fleet.workload("job")["metadata"]["annotations"]
+    assert DISPATCH_ABANDONED_ANNOTATION not in annotations
+
+
+def test_a_lost_workers_started_copy_is_left_alone() -> None:
+    w1, w2 = worker("w1", 8), worker("w2", 8)
+    fleet = Fleet(w1, w2)
+    fleet.submit("job", pods=1)
+    fleet.step()
+    first = fleet.sent("job").cluster
+    lost, other = (w1, w2) if first == "w1" else (w2, w1)
+    fleet.admit_there(lost, "job")
+    fleet.step()
+    assert fleet.sent("job").started
+    now = time.time()
+    lost.health = Health(last_ok=now - 300, since=now - 600, error="timed out")
+    fleet.step()
+    fleet.step()
+    assert fleet.sent("job").cluster == lost.name
+    assert fleet.copy_in(other, "job") is None
+
+
+def test_a_restarted_manager_sends_nothing_twice() -> None:
+    w1 = worker("w1", 8)
+    fleet = Fleet(w1)
+    fleet.submit("job", pods=1)
+    fleet.step()
+    fleet.dispatcher = fleet.new_dispatcher()  # a new process: nothing in memory
+    fleet.step()
+    fleet.step()
+    assert [v for v, k, _ in w1.kube.writes if k == "Job"] == ["create"]
+
+
+def test_a_crash_between_intent_and_copy_is_completed_once() -> None:
+    w1 = worker("w1", 8)
+    fleet = Fleet(w1)
+    wl = fleet.submit("job", pods=1)
+    # The intent was written, then the process died before creating the copy.
+    written = copy.deepcopy(wl)
+    written["metadata"].setdefault("annotations", {})[DISPATCHED_TO_ANNOTATION] = "w1"
+    fleet.kube.put(WORKLOAD, written)
+    fleet.dispatcher = fleet.new_dispatcher()
+    fleet.step()
+    fleet.step()
+    assert fleet.copy_in(w1, "job") is not None
+    assert [v for v, k, _ in w1.kube.writes if k == "Job"] == ["create"]
+
+
+def test_a_deleted_job_here_takes_its_copy_with_it() -> None:
+    w1 = worker("w1", 8)
+    fleet = Fleet(w1)
+    fleet.submit("job", pods=1)
+    fleet.step()
+    fleet.kube.delete(WORKLOAD, "ns", "job-job")
+    fleet.kube.delete(JOB, "ns", "job")
+    fleet.step()
+    assert fleet.copy_in(w1, "job") is None
+
+
+def test_an_evicted_workload_is_taken_back_and_sent_again_when_admitted_again() -> None:
+    w1 = worker("w1", 8)
+    fleet = Fleet(w1)
+    fleet.submit("job", pods=1)
+    fleet.step()
+    wl = fleet.workload("job")
+    assert wls.mark_evicted(wl, "Preempted", "preempted", NOW)
+    fleet.kube.put(WORKLOAD, wl)
+    fleet.step()
+    assert fleet.copy_in(w1, "job") is None
+    fleet.step()
+    assert fleet.sent("job").cluster is None
+    assert DISPATCH_STARTED_ANNOTATION not in (fleet.workload("job")["metadata"]["annotations"])
+
+
+def test_a_copy_is_the_users_job_without_muster_s_flavor_merge() -> None:
+    job = {
+        "metadata": {
+            "name": "j",
+            "namespace": "ns",
+            "uid": "u",
+            "resourceVersion": "9",
+            "labels": {"muster.dev/queue-name": "lq", "batch.kubernetes.io/job-name": "j"},
+            "annotations": {
+                ORIGINAL_SCHEDULING_ANNOTATION: '{"nodeSelector": {"mine": "yes"}}',
+                "kubectl.kubernetes.io/last-applied-configuration": "{}",
+                DISPATCH_START_ANNOTATION: "true",
+            },
+        },
+        "spec": {
+            "managedBy": DISPATCH_MANAGED_BY,
+            "suspend": False,
+            "template": {"spec": {"nodeSelector": {"mine": "yes", "pool": "gpu"}}},
+        },
+        "status": {"active": 3},
+    }
+    made = copies.job_copy(job, "ns/job-j", "wl-uid")
+    assert made["spec"]["template"]["spec"]["nodeSelector"] == {"mine": "yes"}
+    assert made["spec"]["suspend"] is True and "status" not in made
+    assert set(made["metadata"]) == {"name", "namespace", "labels", "annotations"}
+    assert made["metadata"]["labels"] == {"muster.dev/queue-name": "lq", ORIGIN_UID_LABEL: "wl-uid"}
+    assert DISPATCH_START_ANNOTATION not in made["metadata"]["annotations"], "never pre-started"
+    assert job["spec"]["template"]["spec"]["nodeSelector"]["pool"] == "gpu", "original untouched"
+
+
+def test_a_job_without_managed_by_or_an_elastic_one_is_refused_with_what_to_do() -> None:
+    fleet = Fleet(worker("w1", 8))
+    wl = fleet.submit("job", pods=1)
+    assert copies.not_dispatchable(wl, fleet.caches.jobs, "fleet") is None
+    job = fleet.kube.get(JOB, "ns", "job")
+    assert job is not None
+    del job["spec"]["managedBy"]
+    fleet.kube.put(JOB, job)
+    fleet.load()
+    refusal = copies.not_dispatchable(wl, fleet.caches.jobs, "fleet")
+    assert refusal is not None and f"spec.managedBy: {DISPATCH_MANAGED_BY}" in refusal
+    job["spec"]["managedBy"] = DISPATCH_MANAGED_BY
+    job["metadata"]["annotations"] = {"muster.dev/elastic-job": "true"}
+    fleet.kube.put(JOB, job)
+    fleet.load()
+    refusal = copies.not_dispatchable(wl, fleet.caches.jobs, "fleet")
+    assert refusal is not None and "elastic" in refusal
+    pod_group = copy.deepcopy(wl)
+    pod_group["metadata"]["ownerReferences"][0].update(
+        apiVersion="jobset.x-k8s.io/v1alpha2", kind="JobSet"
+    )
+    refusal = copies.not_dispatchable(pod_group, fleet.caches.jobs, "fleet")
+    assert refusal is not None and "only batch Jobs" in refusal
+
+
+def test_the_capacity_of_the_workers_is_shared_out_by_flavor() -> None:
+    fleet = Fleet(worker("w1", 8, 8), worker("w2", 4))
+    flavors = fleet.dispatcher._flavors()
+    assert fleet.dispatcher.capacity(flavors)[("gpu", GPU)] == 20
+
+
+def test_pods_of_a_sent_workload_count_as_its_own_there() -> None:
+    w1 = worker("w1", 8)
+    fleet = Fleet(w1)
+    fleet.submit("job", pods=1)
+    fleet.step()
+    uid = fleet.workload("job")["metadata"]["uid"]
+    w1.kube.put(
+        POD,
+        {
+            "metadata": {"name": "job-x", "namespace": "ns", "labels": {ORIGIN_UID_LABEL: uid}},
+            "spec": {
+                "nodeName": "w1-0",
+                "containers": [{"name": "c", "resources": {"requests": {GPU: "8"}}}],
+            },
+            "status": {"phase": "Running"},
+        },
+    )
+    fleet.load()
+    mine = {"ns/job-job": fleet.workload("job")}
+    state = fleet.dispatcher._state(w1, mine, {uid: "ns/job-job"}, time.time())
+    (pod,) = state.pods
+    assert pod.workload == "ns/job-job"
+    # Its plan and its bound pod are one and the same 8 GPUs: a second 8 fits nowhere.
+    fleet.submit("more", pods=1)
+    fleet.step()
+    assert fleet.sent("more").cluster is None
