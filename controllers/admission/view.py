@@ -23,11 +23,11 @@ from pydantic import ValidationError
 
 from controllers.admission.assumed import Assumptions
 from controllers.jobs.reconciler import priority_classes
-from controllers.multicluster.copies import not_dispatchable
 from controllers.runtime.resources import Obj, object_key
 from controllers.state import workloads as wls
 from controllers.state.budgets import budget_breakers
 from controllers.state.caches import Context, job_uid_of_pod
+from controllers.state.dispatch import not_dispatchable
 from quota.api import ManifestError
 from quota.api.clusterqueue import ClusterQueue
 from quota.api.conditions import PodGroupConditions as PGC

@@ -37,11 +37,11 @@ from controllers.jobs.framework import (
     queue_of,
     same_request,
 )
-from controllers.multicluster.copies import awaits_manager
 from controllers.runtime import apply
 from controllers.runtime.resources import WORKLOAD, Obj, object_key
 from controllers.state import workloads as wls
 from controllers.state.caches import Context
+from controllers.state.dispatch import awaits_manager
 from quota.api.conditions import WorkloadConditions as WC
 from quota.api.names import ELASTIC_ANNOTATION
 

@@ -13,24 +13,24 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Mapping
-from typing import Any, Protocol
+from typing import Any
 
 from controllers.jobs.batchjob import restore_template
 from controllers.runtime.resources import Obj
-from controllers.state import workloads as wls
 from quota.api.names import (
-    DISPATCH_MANAGED_BY,
     DISPATCH_START_ANNOTATION,
     DISPATCHED_FROM_ANNOTATION,
-    ELASTIC_ANNOTATION,
     ORIGIN_UID_LABEL,
 )
-from quota.model import convert
 
 # Set by the apiserver or the Job controller on the original: never copied.
 _SERVER_LABELS = frozenset(
-    {"controller-uid", "job-name", "batch.kubernetes.io/controller-uid"}
-    | {"batch.kubernetes.io/job-name"}
+    {
+        "controller-uid",
+        "job-name",
+        "batch.kubernetes.io/controller-uid",
+        "batch.kubernetes.io/job-name",
+    }
 )
 # Job status fields the management cluster's Job mirrors from its copy.
 STATUS_FIELDS = (
@@ -50,10 +50,6 @@ STATUS_FIELDS = (
 
 def _labels(meta: Mapping[str, Any]) -> dict[str, str]:
     return {k: v for k, v in (meta.get("labels") or {}).items() if k not in _SERVER_LABELS}
-
-
-class JobLookup(Protocol):
-    def get(self, key: str) -> Obj | None: ...
 
 
 def job_copy(job: Obj, workload_key: str, workload_uid: str) -> Obj:
@@ -94,15 +90,6 @@ def is_copy_of(remote: Mapping[str, Any], workload_uid: str) -> bool:
     return bool(labels.get(ORIGIN_UID_LABEL) == workload_uid)
 
 
-def awaits_manager(obj: Mapping[str, Any]) -> bool:
-    """A copy sent by a management cluster that has not let it start: the worker's Muster
-    admits it and keeps it suspended (see the module's docstring)."""
-    annotations = (obj.get("metadata") or {}).get("annotations") or {}
-    return DISPATCHED_FROM_ANNOTATION in annotations and (
-        annotations.get(DISPATCH_START_ANNOTATION) != "true"
-    )
-
-
 def start_patch() -> Obj:
     """The merge patch with which the manager lets a copy start."""
     return {"metadata": {"annotations": {DISPATCH_START_ANNOTATION: "true"}}}
@@ -117,35 +104,3 @@ def mirrored_status(remote: Mapping[str, Any], local: Mapping[str, Any]) -> Obj 
         return None
     # A merge patch: fields the copy no longer has are removed (null).
     return wanted
-
-
-def not_dispatchable(workload: Mapping[str, Any], jobs: JobLookup, queue: str) -> str | None:
-    """Why a Workload of a dispatching ClusterQueue cannot be sent to a worker cluster, or
-    None. Only batch Jobs are sent (for now), and only those created with spec.managedBy
-    muster.dev/multicluster: without it the Job controller here would run the Job here too
-    (managedBy is immutable, so it must be set at creation)."""
-    owner = wls.owner_reference(workload) or {}
-    kind = owner.get("kind")
-    if kind != "Job" or not str(owner.get("apiVersion") or "").startswith("batch/"):
-        return (
-            f"ClusterQueue {queue} runs its workloads in worker clusters, and only batch "
-            f"Jobs are sent there (this workload is a {kind or 'workload without an owner'}); "
-            "submit it to a queue that runs workloads here"
-        )
-    key = wls.owner_job_key(workload)
-    job = jobs.get(key) if key else None
-    if job is None:
-        return None  # its Job is not in the cache yet: the next cycle sees it
-    if (job.get("spec") or {}).get("managedBy") != DISPATCH_MANAGED_BY:
-        return (
-            f"ClusterQueue {queue} runs its workloads in worker clusters: Job {key} must be "
-            f"created with spec.managedBy: {DISPATCH_MANAGED_BY} (it cannot be added later); "
-            "delete it and create it again with that field"
-        )
-    if convert.job_is_elastic(job):
-        return (
-            f"ClusterQueue {queue} runs its workloads in worker clusters, and elastic Jobs "
-            f"(annotation {ELASTIC_ANNOTATION}) are not sent there yet: Job {key} would lose "
-            "its scale-ups; submit it to a queue that runs workloads here"
-        )
-    return None

@@ -7,8 +7,9 @@ it in the worker (`muster.dev/dispatched-to` before the copy is created, `dispat
 before the copy is let start), so a restarted manager resumes without a second copy, and the
 manager always knows which copies may be running: only those it let start. A lost worker's
 copies that were never let start are sent elsewhere (they can never start where they are:
-the worker's Muster waits for the manager, `copies.awaits_manager`), and deleted once the
-worker answers again; copies that were let start are left alone until the worker answers.
+the worker's Muster waits for the manager, `controllers.state.dispatch.awaits_manager`), and
+deleted once the worker answers again; copies that were let start are left alone until the
+worker answers.
 """
 
 from __future__ import annotations

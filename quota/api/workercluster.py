@@ -23,6 +23,7 @@ from quota.api.meta import (
     Duration,
     LabelSelector,
     PrinterColumn,
+    format_duration,
     reference,
 )
 from quota.api.quantity import ResourceList
@@ -58,6 +59,7 @@ class WorkerClusterSpec(ApiModel):
         description="How long the worker may fail to answer before it is lost (e.g. '60s'): "
         "workloads sent there that never started are then sent elsewhere; running ones stay "
         "until the worker answers again.",
+        json_schema_extra={"default": format_duration(DEFAULT_LOST_AFTER)},
     )
 
 

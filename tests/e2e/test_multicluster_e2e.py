@@ -72,12 +72,14 @@ class WorkerCluster:
 @pytest.fixture(scope="module")
 def workers(
     cluster: ClusterHandle,
-    crds: None,  # noqa: F811
+    controller: Controller,  # noqa: F811 - the manager: it makes its namespace, for the Secrets
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[list[WorkerCluster]]:
     """Two worker clusters: w1 with two nodes of 8 GPUs, w2 with one; each runs Muster with a
     flavor `gpu` and a ClusterQueue of 64 GPUs."""
     binaries = ensure_binaries(build=True)
+    # One flavor across the fleet: the manager's ResourceFlavor selects the workers' nodes.
+    pool = unique("fleet-gpu")
     made: list[WorkerCluster] = []
     locals_: list[LocalCluster] = []
     try:
@@ -90,7 +92,6 @@ def workers(
             handle.kubectl(
                 "wait", "--for", "condition=Established", "crd", "--all", "--timeout=60s"
             )
-            pool = unique(name)
             handle.nodes(count, prefix=f"{name}-gpu", gpu=8, labels={"muster-e2e/pool": pool})
             apply(
                 handle,
@@ -200,13 +201,13 @@ def test_jobs_run_whole_where_they_fit_lost_workers_and_a_restarted_manager(
     for w in workers:
         w.handle.kubectl("create", "namespace", namespace)
         apply(w.handle, local_queue("lq", namespace, "team"))
-    cq = unique("fleet")
+    cq, gpu = unique("fleet"), unique("gpu")
     apply(
         cluster,
-        flavor("gpu", unique("nowhere-here")),
+        flavor(gpu, w1.pool),
         cq_manifest(
             cq,
-            [{"name": "gpu", "quota": {GPU: "40", "cpu": "64"}}],
+            [{"name": gpu, "quota": {GPU: "40", "cpu": "64"}}],
             dispatch={"clusterSelector": {"matchLabels": {"muster-e2e/fleet": "gpus"}}},
         ),
         local_queue("lq", namespace, cq),

@@ -27,6 +27,7 @@ from controllers.runtime.resources import (
 )
 from controllers.state import workloads as wls
 from controllers.state.caches import Caches, Context
+from controllers.state.dispatch import awaits_manager, not_dispatchable
 from quota.api.names import (
     DISPATCH_ABANDONED_ANNOTATION,
     DISPATCH_MANAGED_BY,
@@ -246,7 +247,7 @@ def test_a_gang_goes_whole_to_the_only_worker_it_fits_and_its_copy_waits_suspend
     remote = fleet.copy_in(w1, "gang")
     assert remote is not None and fleet.copy_in(w2, "gang") is None
     assert remote["spec"]["suspend"] is True
-    assert copies.awaits_manager(remote)
+    assert awaits_manager(remote)
     uid = fleet.workload("gang")["metadata"]["uid"]
     assert remote["metadata"]["labels"][ORIGIN_UID_LABEL] == uid
     assert remote["spec"]["template"]["metadata"]["labels"][ORIGIN_UID_LABEL] == uid
@@ -297,7 +298,7 @@ def test_a_copy_starts_only_once_admitted_there_and_the_manager_records_it_first
     fleet.step()
     assert fleet.sent("job").started
     remote = fleet.copy_in(w1, "job")
-    assert remote is not None and not copies.awaits_manager(remote)
+    assert remote is not None and not awaits_manager(remote)
     assert remote["metadata"]["annotations"][DISPATCH_START_ANNOTATION] == "true"
     assert order.index("here Workload") < order.index("there Job")
 
@@ -451,25 +452,25 @@ def test_a_copy_is_the_users_job_without_muster_s_flavor_merge() -> None:
 def test_a_job_without_managed_by_or_an_elastic_one_is_refused_with_what_to_do() -> None:
     fleet = Fleet(worker("w1", 8))
     wl = fleet.submit("job", pods=1)
-    assert copies.not_dispatchable(wl, fleet.caches.jobs, "fleet") is None
+    assert not_dispatchable(wl, fleet.caches.jobs, "fleet") is None
     job = fleet.kube.get(JOB, "ns", "job")
     assert job is not None
     del job["spec"]["managedBy"]
     fleet.kube.put(JOB, job)
     fleet.load()
-    refusal = copies.not_dispatchable(wl, fleet.caches.jobs, "fleet")
+    refusal = not_dispatchable(wl, fleet.caches.jobs, "fleet")
     assert refusal is not None and f"spec.managedBy: {DISPATCH_MANAGED_BY}" in refusal
     job["spec"]["managedBy"] = DISPATCH_MANAGED_BY
     job["metadata"]["annotations"] = {"muster.dev/elastic-job": "true"}
     fleet.kube.put(JOB, job)
     fleet.load()
-    refusal = copies.not_dispatchable(wl, fleet.caches.jobs, "fleet")
+    refusal = not_dispatchable(wl, fleet.caches.jobs, "fleet")
     assert refusal is not None and "elastic" in refusal
     pod_group = copy.deepcopy(wl)
     pod_group["metadata"]["ownerReferences"][0].update(
         apiVersion="jobset.x-k8s.io/v1alpha2", kind="JobSet"
     )
-    refusal = copies.not_dispatchable(pod_group, fleet.caches.jobs, "fleet")
+    refusal = not_dispatchable(pod_group, fleet.caches.jobs, "fleet")
     assert refusal is not None and "only batch Jobs" in refusal
 
 
