@@ -75,7 +75,7 @@ def workers(
     controller: Controller,  # noqa: F811 - the manager: it makes its namespace, for the Secrets
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[list[WorkerCluster]]:
-    """Two worker clusters: w1 with two nodes of 8 GPUs, w2 with one; each runs Muster with a
+    """Two worker clusters of two nodes of 8 GPUs each; each runs Muster with a
     flavor `gpu` and a ClusterQueue of 64 GPUs."""
     binaries = ensure_binaries(build=True)
     # One flavor across the fleet: the manager's ResourceFlavor selects the workers' nodes.
@@ -83,7 +83,7 @@ def workers(
     made: list[WorkerCluster] = []
     locals_: list[LocalCluster] = []
     try:
-        for name, count in (("w1", 2), ("w2", 1)):
+        for name in ("w1", "w2"):
             local = LocalCluster(tmp_path_factory.mktemp(f"worker-{name}"), binaries)
             locals_.append(local)
             local.up()
@@ -92,7 +92,7 @@ def workers(
             handle.kubectl(
                 "wait", "--for", "condition=Established", "crd", "--all", "--timeout=60s"
             )
-            handle.nodes(count, prefix=f"{name}-gpu", gpu=8, labels={"muster-e2e/pool": pool})
+            handle.nodes(2, prefix=f"{name}-gpu", gpu=8, labels={"muster-e2e/pool": pool})
             apply(
                 handle,
                 flavor("gpu", pool),
@@ -191,6 +191,30 @@ def _gpu_job(name: str, namespace: str, pods: int, **kw: Any) -> dict[str, Any]:
     return manifest
 
 
+def _foreign_pod(namespace: str, node: str) -> dict[str, Any]:
+    """Someone else's pod in a worker, 8 GPUs on `node`: Muster here never sent it."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "someone-elses", "namespace": namespace},
+        "spec": {
+            "nodeName": node,
+            "containers": [
+                {
+                    "name": "c",
+                    "image": "busybox",
+                    "resources": {"requests": {GPU: "8"}, "limits": {GPU: "8"}},
+                }
+            ],
+        },
+    }
+
+
+def _complete(cluster: ClusterHandle, namespace: str, name: str) -> bool:
+    job = get(cluster, "job", "-n", namespace, name)
+    return condition(job, "Complete").get("status") == "True"
+
+
 def test_jobs_run_whole_where_they_fit_lost_workers_and_a_restarted_manager(
     cluster: ClusterHandle,
     namespace: str,
@@ -201,6 +225,8 @@ def test_jobs_run_whole_where_they_fit_lost_workers_and_a_restarted_manager(
     for w in workers:
         w.handle.kubectl("create", "namespace", namespace)
         apply(w.handle, local_queue("lq", namespace, "team"))
+    # One of w2's two nodes is taken by a pod Muster never sent: placement counts it.
+    apply(w2.handle, _foreign_pod(namespace, "w2-gpu-0"))
     cq, gpu = unique("fleet"), unique("gpu")
     apply(
         cluster,
@@ -223,7 +249,7 @@ def test_jobs_run_whole_where_they_fit_lost_workers_and_a_restarted_manager(
     )
 
     with TwoCopiesChecker(workers) as checker:
-        # A gang of 2 x 8 GPUs fits only w1 (w2 has one node): never split over the two.
+        # A gang of 2 x 8 GPUs fits only w1 (w2 has one free node): never split over the two.
         apply(cluster, _gpu_job("gang", namespace, 2))
         cluster.wait_for(
             "the gang to run in w1",
@@ -236,8 +262,8 @@ def test_jobs_run_whole_where_they_fit_lost_workers_and_a_restarted_manager(
         remote_pods = get(w1.handle, "pods", "-n", namespace)["items"]
         assert {p["spec"]["nodeName"] for p in remote_pods} == {"w1-gpu-0", "w1-gpu-1"}
 
-        # One pod of 8 GPUs: w1 is full, so w2; it completes there, and so does the Job here.
-        apply(cluster, _gpu_job("single", namespace, 1, runs_for="15s"))
+        # One pod of 8 GPUs: w1 is full, so w2's free node.
+        apply(cluster, _gpu_job("single", namespace, 1, runs_for="45s"))
         cluster.wait_for(
             "the single Job to run in w2",
             lambda: _mirrored(cluster, namespace, "single").get("active") == 1,
@@ -245,7 +271,8 @@ def test_jobs_run_whole_where_they_fit_lost_workers_and_a_restarted_manager(
         )
         assert _dispatched_to(cluster, namespace, "single") == "w2"
 
-        # Quota allows a third (40 GPUs), no worker has room: it waits here, saying why.
+        # Quota and the fleet's capacity allow a third, but no worker has a free node now:
+        # it waits here, saying why, and is sent nowhere.
         apply(cluster, _gpu_job("third", namespace, 1))
         cluster.wait_for(
             "the third Job to wait for a worker cluster",
@@ -257,15 +284,11 @@ def test_jobs_run_whole_where_they_fit_lost_workers_and_a_restarted_manager(
             timeout=60,
         )
         assert _dispatched_to(cluster, namespace, "third") is None
+        assert all(c["metadata"]["name"] != "third" for w in workers for c in w.copies())
 
-        # The single Job completes in w2: the Job here completes, and the third goes to w2.
+        # The single Job completes in w2: it completes here too, and the third takes its place.
         cluster.wait_for(
-            "the single Job to complete here",
-            lambda: (
-                condition(get(cluster, "job", "-n", namespace, "single"), "Complete").get("status")
-                == "True"
-            ),
-            timeout=90,
+            "the single Job to complete here", lambda: _complete(cluster, namespace, "single"), 90
         )
         assert finished(workloads_of(cluster, namespace, "single")[0])
         cluster.wait_for(
@@ -274,32 +297,32 @@ def test_jobs_run_whole_where_they_fit_lost_workers_and_a_restarted_manager(
             timeout=90,
         )
         assert _dispatched_to(cluster, namespace, "third") == "w2"
-
-        # w2's Muster stops admitting; a fourth Job is sent to w2 (w1 is full) and waits
-        # there, never started. Then w2's apiserver stops answering.
-        cluster.kubectl("delete", "job", "-n", namespace, "gang", "--wait=false")
-        w2.controller.stop()
-        apply(cluster, _gpu_job("fourth", namespace, 1))
         cluster.wait_for(
-            "the fourth Job's copy in a worker",
-            lambda: _dispatched_to(cluster, namespace, "fourth") is not None,
+            "the finished copy to be deleted in w2",
+            lambda: "single" not in {c["metadata"]["name"] for c in w2.copies()},
             timeout=60,
         )
-        first = _dispatched_to(cluster, namespace, "fourth")
-        lost = w2 if first == "w2" else w1
-        os.kill(lost.pid("kube-apiserver"), signal.SIGSTOP)
+
+        # w2's Muster stops admitting, its other pod goes: a fourth Job is sent to w2 (the
+        # fullest that fits) and waits there, never started. Then w2 stops answering.
+        w2.controller.stop()
+        w2.handle.kubectl("delete", "pod", "-n", namespace, "someone-elses", "--wait=true")
+        cluster.kubectl("delete", "job", "-n", namespace, "gang", "--wait=false")
+        cluster.wait_for(
+            "the gang's copy to leave w1",
+            lambda: w1.copies() == [] and get(w1.handle, "pods", "-n", namespace)["items"] == [],
+            timeout=90,
+        )
+        apply(cluster, _gpu_job("fourth", namespace, 1))
+        cluster.wait_for(
+            "the fourth Job's copy in w2",
+            lambda: "fourth" in {c["metadata"]["name"] for c in w2.copies()},
+            timeout=60,
+        )
+        assert _dispatched_to(cluster, namespace, "fourth") == "w2"
+        os.kill(w2.pid("kube-apiserver"), signal.SIGSTOP)
         try:
-            if first == "w2":
-                # Lost after 10s: the never-started copy goes to w1 (room since the gang
-                # left), the running third Job stays dispatched to w2.
-                cluster.wait_for(
-                    "the fourth Job to run in w1",
-                    lambda: _mirrored(cluster, namespace, "fourth").get("active") == 1,
-                    timeout=120,
-                )
-                assert _dispatched_to(cluster, namespace, "fourth") == "w1"
-            assert _dispatched_to(cluster, namespace, "third") == "w2"
-            wc = get(cluster, "workerclusters.muster.dev", "w2")
+            # Lost after 10s: the never-started copy goes to w1; the started third one stays.
             cluster.wait_for(
                 "w2 to be marked lost",
                 lambda: (
@@ -310,17 +333,23 @@ def test_jobs_run_whole_where_they_fit_lost_workers_and_a_restarted_manager(
                 ),
                 timeout=60,
             )
-            del wc
-        finally:
-            os.kill(lost.pid("kube-apiserver"), signal.SIGCONT)
-        w2.controller.start()
-        if first == "w2":
-            # Once w2 answers again, the abandoned copy there is deleted.
             cluster.wait_for(
-                "the abandoned copy in w2 to be deleted",
-                lambda: "fourth" not in {c["metadata"]["name"] for c in w2.copies()},
-                timeout=90,
+                "the fourth Job to run in w1",
+                lambda: _mirrored(cluster, namespace, "fourth").get("active") == 1,
+                timeout=120,
             )
+            assert _dispatched_to(cluster, namespace, "fourth") == "w1"
+            assert _dispatched_to(cluster, namespace, "third") == "w2"
+        finally:
+            os.kill(w2.pid("kube-apiserver"), signal.SIGCONT)
+        w2.controller.start()
+        # Once w2 answers again, the abandoned copy there is deleted; the third runs on.
+        cluster.wait_for(
+            "the abandoned copy in w2 to be deleted",
+            lambda: "fourth" not in {c["metadata"]["name"] for c in w2.copies()},
+            timeout=90,
+        )
+        assert _mirrored(cluster, namespace, "third").get("active") == 1
 
         # A restarted manager resumes: no second copy of anything, anywhere.
         before = {w.name: sorted(c["metadata"]["name"] for c in w.copies()) for w in workers}
@@ -329,9 +358,7 @@ def test_jobs_run_whole_where_they_fit_lost_workers_and_a_restarted_manager(
         controller.wait_leading()
         time.sleep(10)
         after = {w.name: sorted(c["metadata"]["name"] for c in w.copies()) for w in workers}
-        assert after == before
-        names = [n for copies in after.values() for n in copies]
-        assert len(names) == len(set(names)), after
+        assert after == before == {"w1": ["fourth"], "w2": ["third"]}
 
     assert checker.polls > 20
     assert checker.violations == []
