@@ -1,4 +1,4 @@
-"""`muster local-cluster up|down|status|env|nodes|build`."""
+"""`muster local-cluster up|down|status|env|nodes|list|build|images`."""
 
 from __future__ import annotations
 
@@ -14,7 +14,8 @@ from controllers.localcluster.binaries import (
     cache_bin_dir,
     find_binaries,
 )
-from controllers.localcluster.cluster import ClusterError, LocalCluster
+from controllers.localcluster.cluster import ClusterError, LocalCluster, known_clusters
+from controllers.localcluster.names import clusters_dir, select_args
 from controllers.localcluster.nodes import create_nodes
 from controllers.localcluster.peers import PEERS, PeerError, parse_names
 from controllers.localcluster.peers import build as build_peer
@@ -112,9 +113,10 @@ def down(directory: Path | None) -> None:
 @dir_option
 def status(directory: Path | None) -> None:
     """Show each component's state; exit 1 unless all are healthy."""
-    states = LocalCluster(directory).status()
+    cluster = LocalCluster(directory)
+    states = cluster.status()
     if not states:
-        click.echo("no local cluster has been started here")
+        click.echo(f"no local cluster has been started in {cluster.directory}")
         sys.exit(1)
     for name, state in states.items():
         click.echo(f"{name:<24} {state}")
@@ -126,7 +128,13 @@ def status(directory: Path | None) -> None:
 @dir_option
 def env(directory: Path | None) -> None:
     """Print `export KUBECONFIG=...` for this cluster (use with eval)."""
-    click.echo(LocalCluster(directory).env())
+    cluster = LocalCluster(directory)
+    if not cluster.kubeconfig.is_file():
+        raise click.ClickException(
+            f"no local cluster has been started in {cluster.directory}; run "
+            f"`muster local-cluster up {select_args(cluster.directory)}`"
+        )
+    click.echo(cluster.env())
 
 
 @local_cluster.command()
@@ -170,7 +178,8 @@ def nodes(
     cluster = LocalCluster(directory)
     if not cluster.running():
         raise click.ClickException(
-            "the local cluster is not running; run `muster local-cluster up`"
+            f"the local cluster in {cluster.directory} is not running; run "
+            f"`muster local-cluster up {select_args(cluster.directory)}`"
         )
     names = create_nodes(
         cluster.binaries["kubectl"],
@@ -185,6 +194,26 @@ def nodes(
         taints=taint_list,
     )
     click.echo("\n".join(names))
+
+
+@local_cluster.command("list")
+def list_clusters() -> None:
+    """Every local cluster `--name` reaches (the directories beside the default cluster's):
+    name, running or stopped, its directory; `*` marks the one with this machine's real node."""
+    parent = clusters_dir()
+    found = known_clusters(parent)
+    if not found:
+        click.echo(f"no local clusters in {parent} (`muster local-cluster up --name NAME`)")
+        return
+    rows = [("NAME", "STATE", "DIRECTORY")] + [
+        (c.name + (" *" if c.real_node else ""), c.state, str(c.directory)) for c in found
+    ]
+    name_width = max(len(r[0]) for r in rows)
+    state_width = max(len(r[1]) for r in rows)
+    for name, state, where in rows:
+        click.echo(f"{name:<{name_width}}  {state:<{state_width}}  {where}".rstrip())
+    if any(c.real_node for c in found):
+        click.echo("* runs this machine's real node")
 
 
 @local_cluster.command()

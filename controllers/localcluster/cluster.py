@@ -27,6 +27,7 @@ from pathlib import Path
 from controllers.localcluster import hoststate, pki, realnode
 from controllers.localcluster.binaries import Binaries, ensure_binaries, find_binaries
 from controllers.localcluster.images import ImageError, ensure_images
+from controllers.localcluster.names import clusters_dir, context_name, default_dir, select_args
 from controllers.localcluster.nodes import wait_nodes_ready
 
 STAGES_FILE = Path(__file__).with_name("stages.yaml")
@@ -38,13 +39,6 @@ STATE_FILE = "state.json"
 
 class ClusterError(RuntimeError):
     """A component failed; the message carries what failed and the tail of its log."""
-
-
-def default_dir() -> Path:
-    env = os.environ.get("MUSTER_LOCAL_CLUSTER_DIR")
-    if env:
-        return Path(env)
-    return Path.home() / ".cache" / "muster" / "local-cluster" / "default"
 
 
 def free_port() -> int:
@@ -219,6 +213,44 @@ def _control_plane_flags(kubeconfig: Path, port: int, cert_dir: Path) -> list[st
     ]
 
 
+@dataclass(frozen=True)
+class KnownCluster:
+    """One cluster `muster local-cluster list` shows."""
+
+    name: str
+    directory: Path
+    # running (every component), stopped (none), or partly running (naming what stopped)
+    state: str
+    real_node: bool  # it holds this machine's real node now
+
+
+def known_clusters(parent: Path | None = None) -> list[KnownCluster]:
+    """Every cluster ever started under `parent` (default: where `--name` puts them), by
+    name: a directory holding a state file."""
+    parent = parent or clusters_dir()
+    found: list[KnownCluster] = []
+    for directory in sorted(parent.iterdir()) if parent.is_dir() else []:
+        if not (directory / STATE_FILE).is_file():
+            continue
+        try:
+            state = ClusterState.load(directory)
+        except (ValueError, KeyError, TypeError, OSError) as exc:
+            found.append(KnownCluster(directory.name, directory, f"unknown ({exc})", False))
+            continue
+        assert state is not None
+        alive = {c.name for c in state.components if pid_alive(c.pid)}
+        stopped = [c.name for c in state.components if c.name not in alive]
+        if not alive:
+            words = "stopped"
+        elif not stopped:
+            words = "running"
+        else:
+            words = f"partly running ({', '.join(stopped)} stopped)"
+        node = "kubelet" in alive and realnode.owns(directory.resolve())
+        found.append(KnownCluster(directory.name, directory, words, node))
+    return found
+
+
 class LocalCluster:
     """Start, inspect and stop one local control plane rooted at `directory`."""
 
@@ -272,7 +304,7 @@ class LocalCluster:
             raise ClusterError(
                 f"a local cluster already runs from {self.directory} "
                 f"({', '.join(c.name for c in self.running())}); "
-                "run `muster local-cluster down` first"
+                f"run `muster local-cluster down {select_args(self.directory)}` first"
             )
         binaries = self.binaries
         address = None
@@ -301,7 +333,13 @@ class LocalCluster:
         kcm_port, sched_port, kwok_port = free_port(), free_port(), free_port()
         server = f"https://127.0.0.1:{api_port}"
         admin = ca.issue("admin", "muster-admin", "system:masters")
-        kubeconfig = pki.write_kubeconfig(self.kubeconfig, server, ca.cert_path, admin, "admin")
+        # Named after the cluster, user included, so that two clusters' kubeconfigs merge
+        # into one file without one's entries hiding the other's.
+        context = context_name(self.directory)
+        user = "admin" if context == "muster-local" else f"{context}-admin"
+        kubeconfig = pki.write_kubeconfig(
+            self.kubeconfig, server, ca.cert_path, admin, user, context=context
+        )
         kcm_kc = pki.write_kubeconfig(
             self.directory / "kcm.kubeconfig",
             server,

@@ -118,14 +118,23 @@ def service_account_keys(directory: Path) -> tuple[Path, Path]:
     return private, public
 
 
-def write_kubeconfig(path: Path, server: str, ca: Path, client: KeyPair, user: str) -> Path:
-    """A kubeconfig with absolute paths, so it works from any working directory."""
+def write_kubeconfig(
+    path: Path,
+    server: str,
+    ca: Path,
+    client: KeyPair,
+    user: str,
+    *,
+    context: str = "muster-local",
+) -> Path:
+    """A kubeconfig with absolute paths, so it works from any working directory; its cluster
+    and context are called `context`."""
     config = {
         "apiVersion": "v1",
         "kind": "Config",
         "clusters": [
             {
-                "name": "muster-local",
+                "name": context,
                 "cluster": {"server": server, "certificate-authority": str(ca)},
             }
         ],
@@ -135,10 +144,8 @@ def write_kubeconfig(path: Path, server: str, ca: Path, client: KeyPair, user: s
                 "user": {"client-certificate": str(client.cert), "client-key": str(client.key)},
             }
         ],
-        "contexts": [
-            {"name": "muster-local", "context": {"cluster": "muster-local", "user": user}}
-        ],
-        "current-context": "muster-local",
+        "contexts": [{"name": context, "context": {"cluster": context, "user": user}}],
+        "current-context": context,
     }
     path.write_text(yaml.safe_dump(config, sort_keys=False))
     path.chmod(0o600)

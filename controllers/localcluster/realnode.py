@@ -26,7 +26,7 @@ from pathlib import Path
 
 import yaml
 
-from controllers.localcluster import hoststate, pki
+from controllers.localcluster import hoststate, names, pki
 from controllers.localcluster.images import PAUSE_IMAGE
 from controllers.localcluster.kubectl import kubectl
 
@@ -102,10 +102,13 @@ def claim(directory: Path, running: Callable[[dict[str, object]], bool]) -> None
         with contextlib.suppress(ValueError, OSError):
             owner = json.loads(CLAIM.read_text())
             if owner.get("directory") != str(directory) and running(owner):
+                theirs = Path(str(owner["directory"]))
+                name = names.name_of(theirs)
                 raise RealNodeError(
-                    f"this machine's real node belongs to the local cluster in "
-                    f"{owner['directory']}; run `muster local-cluster down --dir "
-                    f"{owner['directory']}` first (one kubelet per machine)"
+                    f"this machine's real node belongs to the local cluster in {theirs}"
+                    f"{f' (named {name})' if name else ''}; run `muster local-cluster down "
+                    f"{names.select_args(theirs)}` first, or start this one without "
+                    "--real-node (one kubelet per machine)"
                 )
     CLAIM.write_text(json.dumps({"directory": str(directory), "pid": os.getpid()}))
 

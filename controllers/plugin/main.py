@@ -1,6 +1,6 @@
 """`kubectl muster ...` (the console script kubectl-muster; kubectl runs any kubectl-*
-program on PATH as a plugin): queues, explain, stop/resume, topology, history, what-if,
-completion."""
+program on PATH as a plugin): queues, clusters, explain, stop/resume, topology, history,
+what-if, completion."""
 
 from __future__ import annotations
 
@@ -52,7 +52,8 @@ def _namespace(target: Target, namespace: str | None) -> str:
 @click.option("--context", default=None, help="Kubeconfig context to use.")
 @click.pass_context
 def main(ctx: click.Context, kubeconfig: str | None, context: str | None) -> None:
-    """Muster from kubectl: queues, why a Job waits, stopping queues, what-if simulations."""
+    """Muster from kubectl: queues, worker clusters, why a Job waits, stopping queues,
+    what-if simulations."""
     # KUBECONFIG may list several files (a:b); the client reads the first.
     first = kubeconfig.split(":")[0] if kubeconfig else None
     ctx.obj = Target(first or None, context)
@@ -168,6 +169,48 @@ def _history_reader(url: str) -> HistoryReader:
         return entries or "nothing recorded"
 
     return read
+
+
+@main.command()
+@click.option("--color", type=COLOR, default="auto", show_default=True)
+@click.pass_obj
+def clusters(target: Target, color: str) -> None:
+    """The worker clusters queues dispatch to: answering or not, last seen, nodes, used /
+    capacity per resource, workloads sent there, and the ClusterQueues that select each."""
+    from datetime import UTC, datetime
+
+    from kubernetes.client.exceptions import ApiException
+
+    from controllers.plugin import clusters as view
+    from controllers.plugin.kube import Forbidden, api_error, list_all
+    from controllers.runtime.resources import CLUSTER_QUEUE, WORKER_CLUSTER
+
+    kube = target.kube()
+    try:
+        workers, _ = kube.list(WORKER_CLUSTER)
+    except ApiException as error:
+        if error.status == 404:
+            raise click.ClickException(
+                "this cluster does not serve WorkerClusters (muster.dev/v1alpha1): apply "
+                "Muster's CRDs (kubectl apply --server-side -f crds/, or the chart)"
+            ) from None
+        raise api_error(error, "listing WorkerClusters") from None
+    except Exception as error:  # connection refused, DNS, TLS
+        raise click.ClickException(f"cannot reach the cluster: {error}") from None
+    if not workers:
+        click.echo(view.NO_WORKERS)
+        return
+    console = _console(color)
+    try:
+        cqs: list[Obj] | None = list_all(kube, CLUSTER_QUEUE)
+    except Forbidden:
+        cqs = None
+    if not console.is_terminal:
+        console.width = 100_000  # a row per cluster, as kubectl get prints: never wrapped
+    dispatchers = view.Dispatchers.of(cqs)
+    console.print(view.clusters_table(workers, dispatchers, datetime.now(UTC)))
+    for note in view.notes(dispatchers):
+        console.print(note, style="yellow")
 
 
 @main.command()
