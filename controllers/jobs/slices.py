@@ -33,6 +33,7 @@ from controllers.runtime import apply
 from controllers.runtime.resources import WORKLOAD, Obj, object_key
 from controllers.state import workloads as wls
 from controllers.state.caches import Context
+from controllers.state.dispatch import awaits_manager
 from quota.api.conditions import WorkloadConditions as WC
 from quota.api.names import JOB_NAME_LABEL
 from quota.api.quantity import format_quantity, parse_quantity
@@ -217,7 +218,8 @@ def reconcile_elastic(rec: Driver, job: GenericJob, owned: list[Obj]) -> float |
         delete_pending(rec, pending)
         return rec.stop(job, current)
     if job.is_suspended():
-        rec.start(job, current)
+        if not awaits_manager(obj):
+            rec.start(job, current)
         return None  # the Job's pods appear next; their events bring us back to ungate
 
     slice_name = (current.get("spec") or {}).get("sliceName") or first_name

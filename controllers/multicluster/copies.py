@@ -20,6 +20,7 @@ from controllers.runtime.resources import Obj
 from quota.api.names import (
     DISPATCH_START_ANNOTATION,
     DISPATCHED_FROM_ANNOTATION,
+    ELASTIC_ANNOTATION,
     ORIGIN_UID_LABEL,
 )
 
@@ -52,7 +53,7 @@ def _labels(meta: Mapping[str, Any]) -> dict[str, str]:
     return {k: v for k, v in (meta.get("labels") or {}).items() if k not in _SERVER_LABELS}
 
 
-def job_copy(job: Obj, workload_key: str, workload_uid: str) -> Obj:
+def job_copy(job: Obj, workload_key: str, job_uid: str) -> Obj:
     """The copy of the management cluster's `job` to create in a worker cluster."""
     original = copy.deepcopy(dict(job))
     restore_template(original)  # the user's nodeSelector and tolerations, not our flavors'
@@ -63,7 +64,7 @@ def job_copy(job: Obj, workload_key: str, workload_uid: str) -> Obj:
     spec["suspend"] = True
     template = spec.setdefault("template", {})
     template_meta = template.setdefault("metadata", {})
-    template_meta["labels"] = {**_labels(template_meta), ORIGIN_UID_LABEL: workload_uid}
+    template_meta["labels"] = {**_labels(template_meta), ORIGIN_UID_LABEL: job_uid}
     annotations = {
         k: v
         for k, v in (meta.get("annotations") or {}).items()
@@ -76,18 +77,29 @@ def job_copy(job: Obj, workload_key: str, workload_uid: str) -> Obj:
         "metadata": {
             "name": meta["name"],
             "namespace": meta["namespace"],
-            "labels": {**_labels(meta), ORIGIN_UID_LABEL: workload_uid},
+            "labels": {**_labels(meta), ORIGIN_UID_LABEL: job_uid},
             "annotations": annotations,
         },
         "spec": spec,
     }
 
 
-def is_copy_of(remote: Mapping[str, Any], workload_uid: str) -> bool:
-    """Whether `remote` is the copy this manager made for that Workload (not a stranger's
-    object of the same name, nor a copy for an earlier life of the Workload)."""
+def is_copy_of(remote: Mapping[str, Any], job_uid: str) -> bool:
+    """Whether `remote` is the copy of that Job here (not a stranger's object of the same
+    name, nor the copy of an earlier Job of the same name)."""
     labels = (remote.get("metadata") or {}).get("labels") or {}
-    return bool(labels.get(ORIGIN_UID_LABEL) == workload_uid)
+    return bool(job_uid) and labels.get(ORIGIN_UID_LABEL) == job_uid
+
+
+def is_elastic(remote: Mapping[str, Any]) -> bool:
+    """A copy that resizes through WorkloadSlices in its worker."""
+    annotations = (remote.get("metadata") or {}).get("annotations") or {}
+    return annotations.get(ELASTIC_ANNOTATION) == "true"
+
+
+def size_patch(pods: int) -> Obj:
+    """The merge patch that resizes an elastic copy."""
+    return {"spec": {"parallelism": pods}}
 
 
 def start_patch() -> Obj:

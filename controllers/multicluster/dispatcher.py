@@ -35,12 +35,12 @@ from controllers.runtime.resources import JOB, WORKER_CLUSTER, Obj, object_key
 from controllers.state import workloads as wls
 from controllers.state.caches import Context
 from quota.api.clusterqueue import ClusterQueue
+from quota.api.conditions import WorkloadConditions as WC
 from quota.api.names import (
     DISPATCH_ABANDONED_ANNOTATION,
     DISPATCH_MANAGED_BY,
     DISPATCH_PLAN_ANNOTATION,
     DISPATCH_STARTED_ANNOTATION,
-    DISPATCHED_FROM_ANNOTATION,
     DISPATCHED_TO_ANNOTATION,
     JOB_POD_SET,
     JOB_UID_LABEL,
@@ -57,7 +57,7 @@ from quota.model.nodeconvert import bound_pod_from_manifest
 from quota.model.nodes import BoundPod
 from quota.model.queues import admitted_to
 from quota.model.resources import FlavorResource
-from quota.model.snapshot import Flavor
+from quota.model.snapshot import Flavor, Workload
 from quota.placement.gang import Placement
 
 log = logging.getLogger(__name__)
@@ -196,6 +196,7 @@ class Dispatcher:
         flavors = self._flavors()
         mine: dict[str, Obj] = {}  # workload key -> Workload, every one with a dispatch state
         waiting: list[tuple[str, Obj, str]] = []  # admitted, not sent yet
+        resizing: list[tuple[str, Obj, str, Obj]] = []  # scale-up slices of sent ones
         for key, wl in caches.workloads.items():
             sent = Sent.of(wl)
             queue = admitted_to(wl)
@@ -204,12 +205,29 @@ class Dispatcher:
             if queue in queues and wls.has_quota(wl) and not wls.is_finished(wl):
                 mine[key] = wl
                 if sent.cluster is None and not wls.is_evicted(wl) and not wls.is_deleting(wl):
-                    waiting.append((key, wl, queue))
-        self._sweep_orphans(mine)
+                    before = _replaced(caches.workloads, wl)
+                    if before is not None and Sent.of(before).cluster:
+                        resizing.append((key, wl, queue, before))
+                    else:
+                        waiting.append((key, wl, queue))
+        # A slice whose successor carries its copy on is no longer followed.
+        superseded = {
+            f"{key.split('/', 1)[0]}/{wls.replaces(wl)}"
+            for key, wl in mine.items()
+            if wls.replaces(wl) and Sent.of(wl).cluster
+        }
+        self._sweep_orphans()
         for key, wl in mine.items():
-            self._follow(key, wl, queues, now)
-        by_uid = {str(wl["metadata"].get("uid")): key for key, wl in mine.items()}
-        states = {w.name: self._state(w, mine, by_uid, now) for w in self.workers.all()}
+            if key not in superseded:
+                self._follow(key, wl, queues, now)
+        holders = {
+            wls.owner_job_uid(wl) or "": key
+            for key, wl in sorted(mine.items(), key=lambda kv: kv[0] in superseded, reverse=True)
+            if Sent.of(wl).cluster and not wls.is_finished(wl)
+        }
+        states = {w.name: self._state(w, mine, holders, now) for w in self.workers.all()}
+        for key, wl, queue, before in resizing:
+            self._resize(key, wl, queues[queue], before, flavors, states)
         for key, wl, queue in sorted(waiting, key=lambda t: _arrival(t[1])):
             choice = self._choose(key, wl, queues[queue], flavors, states, now)
             if isinstance(choice, NoCluster):
@@ -259,6 +277,55 @@ class Dispatcher:
             engine, flavors, candidates, cq.spec.placement_strategy, self._topologies()
         )
 
+    def _resize(
+        self,
+        key: str,
+        wl: Obj,
+        cq: ClusterQueue,
+        before: Obj,
+        flavors: Mapping[str, Flavor],
+        states: Mapping[str, WorkerState],
+    ) -> None:
+        """A scale-up slice of a workload already sent: its extra pods go to the same worker
+        or wait, never elsewhere (the running pods stay where they are)."""
+        sent = Sent.of(before)
+        assert sent.cluster is not None
+        state = states.get(sent.cluster)
+        if state is None or not state.available or sent.plan is None:
+            why = state.why if state is not None else "not connected"
+            self._say(key, wl, f"its scale-up waits for worker cluster {sent.cluster}: {why}")
+            return
+        try:
+            model = WorkloadModel.model_validate(wl)
+        except ValidationError as error:
+            self._say(key, wl, f"invalid Workload: {str(error)[:300]}")
+            return
+        extra = _extra_pods(engine_workload(model, cq.name, wl), sent.plan)
+        plan = sent.plan
+        if extra is not None:
+            old = state.dispatched
+            state = replace(state, dispatched={k: v for k, v in old.items() if k != key})
+            choice = choose_cluster(
+                extra, flavors, [state], cq.spec.placement_strategy, self._topologies()
+            )
+            if isinstance(choice, NoCluster):
+                self._say(
+                    key,
+                    wl,
+                    f"its scale-up waits for room in worker cluster {sent.cluster}, where it "
+                    f"runs: {choice.reason}",
+                )
+                return
+            plan = merged(sent.plan, choice.placement)
+        changes: dict[str, str | None] = {
+            DISPATCHED_TO_ANNOTATION: sent.cluster,
+            DISPATCH_PLAN_ANNOTATION: placement_to_json(plan, sent.at),
+            DISPATCH_STARTED_ANNOTATION: "true" if sent.started else None,
+        }
+        if self.ctx.update_workload(wl, _annotate(changes)) is not None:
+            self._said.pop(key, None)
+            log.info("scale-up dispatched", extra={"workload": key, "cluster": sent.cluster})
+
     def _send(self, key: str, wl: Obj, choice: Dispatched, now: float) -> bool:
         """Record the choice on the Workload, then create the copy there."""
         worker = self.workers.get(choice.cluster)
@@ -284,7 +351,7 @@ class Dispatcher:
         return True
 
     def _create_copy(self, worker: Worker, key: str, wl: Obj, job: Obj) -> None:
-        uid = str(wl["metadata"]["uid"])
+        uid = str(job["metadata"]["uid"])
         body = copies.job_copy(job, key, uid)
         try:
             worker.kube.create(JOB, body["metadata"]["namespace"], body)
@@ -313,7 +380,9 @@ class Dispatcher:
         if sent.cluster is None:
             return
         worker = self.workers.get(sent.cluster)
-        uid = str(wl["metadata"]["uid"])
+        uid = wls.owner_job_uid(wl) or ""
+        if _replaced_by_slice(wl):
+            return  # its successor carries its copy on
         done = (
             wls.is_finished(wl)
             or wls.is_deleting(wl)
@@ -343,6 +412,8 @@ class Dispatcher:
         remote = worker.copies.get(_copy_key(wl))
         if remote is not None and not copies.is_copy_of(remote, uid):
             remote = None
+        if remote is not None and (remote.get("metadata") or {}).get("deletionTimestamp"):
+            return  # an earlier copy still going (an eviction's): wait for it to be gone
         if done:
             if remote is not None:
                 self._delete_copy(worker, remote)
@@ -376,6 +447,17 @@ class Dispatcher:
                 )
             return
         self._mirror(wl, remote)
+        self._follow_size(worker, wl, remote)
+
+    def _follow_size(self, worker: Worker, wl: Obj, remote: Obj) -> None:
+        """An elastic copy runs as many pods as are admitted here: scale-ups once their slice
+        was sent, scale-downs at once (the copy's Muster resizes it there in place)."""
+        if not copies.is_elastic(remote):
+            return
+        want = wls.admitted_count(wl)
+        if want and (remote.get("spec") or {}).get("parallelism") != want:
+            meta = remote["metadata"]
+            worker.kube.patch(JOB, meta["namespace"], meta["name"], copies.size_patch(want))
 
     def _start(self, worker: Worker, wl: Obj, remote: Obj) -> None:
         # Here first: a crash between the two writes leaves a copy we count as maybe running
@@ -411,31 +493,29 @@ class Dispatcher:
             if not available:
                 return
             remote = worker.copies.get(_copy_key(wl))
-            if remote is not None and copies.is_copy_of(remote, str(wl["metadata"]["uid"])):
+            if remote is not None and copies.is_copy_of(remote, wls.owner_job_uid(wl) or ""):
                 self._delete_copy(worker, remote)
                 return  # forgotten once the cache shows it gone
         sent = Sent.of(wl)
         left = ",".join(c for c in sent.abandoned if c != cluster) or None
         self.ctx.update_workload(wl, _annotate({DISPATCH_ABANDONED_ANNOTATION: left}))
 
-    def _sweep_orphans(self, mine: Mapping[str, Obj]) -> None:
-        """Delete copies whose Workload here is gone (its Job was deleted)."""
-        if not self.ctx.caches.workloads.synced:
+    def _sweep_orphans(self) -> None:
+        """Delete copies whose Job here is gone (deleted, or deleted and made again: a new
+        uid)."""
+        caches = self.ctx.caches
+        if not (caches.workloads.synced and caches.jobs.synced):
             return
-        uids = {str(wl["metadata"].get("uid")) for wl in mine.values()}
+        live = {str(job["metadata"].get("uid")) for job in caches.jobs.objects()}
+        live |= {wls.owner_job_uid(wl) or "" for wl in caches.workloads.objects()}
         for worker in self.workers.all():
             if not worker.copies.synced or not worker.available(time.time())[0]:
                 continue
             for remote in worker.copies.objects():
                 meta = remote.get("metadata") or {}
                 origin = (meta.get("labels") or {}).get(ORIGIN_UID_LABEL)
-                key = (meta.get("annotations") or {}).get(DISPATCHED_FROM_ANNOTATION)
-                if origin in uids or key is None:
-                    continue
-                local = self.ctx.caches.workloads.get(key)
-                if local is not None and str(local["metadata"].get("uid")) == origin:
-                    continue
-                self._delete_copy(worker, remote)
+                if origin and origin not in live:
+                    self._delete_copy(worker, remote)
 
     def _delete_copy(self, worker: Worker, remote: Obj) -> None:
         meta = remote["metadata"]
@@ -449,8 +529,10 @@ class Dispatcher:
 
     # ---------------------------------------------------------------- reading
     def _state(
-        self, worker: Worker, mine: Mapping[str, Obj], by_uid: Mapping[str, str], now: float
+        self, worker: Worker, mine: Mapping[str, Obj], holders: Mapping[str, str], now: float
     ) -> WorkerState:
+        """The worker as `choose_cluster` reads it; `holders`: Job uid -> the Workload here
+        whose copy's pods those are."""
         available, why = worker.available(now)
         nodes = worker.parsed_nodes()
         pods: list[BoundPod] = []
@@ -462,7 +544,7 @@ class Dispatcher:
             if pod is None:
                 continue
             labels = (raw.get("metadata") or {}).get("labels") or {}
-            owner = by_uid.get(labels.get(ORIGIN_UID_LABEL, ""))
+            owner = holders.get(labels.get(ORIGIN_UID_LABEL, ""))
             if owner is not None:
                 pod = replace(
                     pod, workload=owner, pod_set=labels.get(POD_SET_POD_LABEL, JOB_POD_SET)
@@ -557,6 +639,54 @@ class Dispatcher:
                 self.ctx.kube.patch(WORKER_CLUSTER, None, name, {"status": status}, status=True)
             except ApiException as error:
                 log.warning("WorkerCluster status not written", extra={"error": str(error)[:300]})
+
+
+def _replaced(workloads: Informer, wl: Mapping[str, Any]) -> Obj | None:
+    """The slice a scale-up slice replaces, while it is still known."""
+    name = wls.replaces(wl)
+    if not name:
+        return None
+    return workloads.get(f"{(wl.get('metadata') or {}).get('namespace')}/{name}")
+
+
+def _replaced_by_slice(wl: Mapping[str, Any]) -> bool:
+    finished = wls.condition(wl, WC.FINISHED) or {}
+    return finished.get("status") == "True" and finished.get("reason") == WC.SLICE_REPLACED
+
+
+def _extra_pods(w: Workload, plan: Placement) -> Workload | None:
+    """`w` (a scale-up slice, admitted for its full size) as the pods `plan` does not place
+    yet; None when it asks for no more."""
+    extra = {ps.name: ps.count - plan.count(ps.name) for ps in w.pod_sets}
+    if w.admission is None or all(n <= 0 for n in extra.values()):
+        return None
+    return replace(
+        w,
+        pod_sets=tuple(
+            replace(ps, count=extra[ps.name]) for ps in w.pod_sets if extra[ps.name] > 0
+        ),
+        admission=tuple(
+            replace(a, count=extra[a.pod_set], nodes=())
+            for a in w.admission
+            if extra.get(a.pod_set, 0) > 0
+        ),
+        replaces=None,
+    )
+
+
+def merged(first: Placement, then: Placement) -> Placement:
+    """Both placements as one (a workload's plan after a scale-up)."""
+    nodes: dict[str, Counter[str]] = {}
+    for placement in (first, then):
+        for ps, pairs in placement.nodes.items():
+            into = nodes.setdefault(ps, Counter())
+            for node, n in pairs:
+                into[node] += n
+    return Placement(
+        {ps: tuple(sorted(c.items())) for ps, c in nodes.items()},
+        first.total + then.total,
+        {**first.requests, **then.requests},
+    )
 
 
 def _copy_key(wl: Mapping[str, Any]) -> str:

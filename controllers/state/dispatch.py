@@ -14,9 +14,7 @@ from quota.api.names import (
     DISPATCH_MANAGED_BY,
     DISPATCH_START_ANNOTATION,
     DISPATCHED_FROM_ANNOTATION,
-    ELASTIC_ANNOTATION,
 )
-from quota.model import convert
 
 
 class JobLookup(Protocol):
@@ -34,7 +32,8 @@ def awaits_manager(obj: Mapping[str, Any]) -> bool:
 
 def not_dispatchable(workload: Mapping[str, Any], jobs: JobLookup, queue: str) -> str | None:
     """Why a Workload of a dispatching ClusterQueue cannot be sent to a worker cluster, or
-    None. Only batch Jobs are sent (for now), and only those created with spec.managedBy
+    None. Only batch Jobs (elastic ones too) are sent (for now), and only those created with
+    spec.managedBy
     muster.dev/multicluster: without it the Job controller here would run the Job here too
     (managedBy is immutable, so it must be set at creation)."""
     owner = wls.owner_reference(workload) or {}
@@ -54,11 +53,5 @@ def not_dispatchable(workload: Mapping[str, Any], jobs: JobLookup, queue: str) -
             f"ClusterQueue {queue} runs its workloads in worker clusters: Job {key} must be "
             f"created with spec.managedBy: {DISPATCH_MANAGED_BY} (it cannot be added later); "
             "delete it and create it again with that field"
-        )
-    if convert.job_is_elastic(job):
-        return (
-            f"ClusterQueue {queue} runs its workloads in worker clusters, and elastic Jobs "
-            f"(annotation {ELASTIC_ANNOTATION}) are not sent there yet: Job {key} would lose "
-            "its scale-ups; submit it to a queue that runs workloads here"
         )
     return None

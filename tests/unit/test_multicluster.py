@@ -248,7 +248,7 @@ def test_a_gang_goes_whole_to_the_only_worker_it_fits_and_its_copy_waits_suspend
     assert remote is not None and fleet.copy_in(w2, "gang") is None
     assert remote["spec"]["suspend"] is True
     assert awaits_manager(remote)
-    uid = fleet.workload("gang")["metadata"]["uid"]
+    uid = fleet.kube.get(JOB, "ns", "gang")["metadata"]["uid"]  # type: ignore[index]
     assert remote["metadata"]["labels"][ORIGIN_UID_LABEL] == uid
     assert remote["spec"]["template"]["metadata"]["labels"][ORIGIN_UID_LABEL] == uid
     assert remote["metadata"]["annotations"][DISPATCHED_FROM_ANNOTATION] == "ns/job-gang"
@@ -449,7 +449,7 @@ def test_a_copy_is_the_users_job_without_muster_s_flavor_merge() -> None:
     assert job["spec"]["template"]["spec"]["nodeSelector"]["pool"] == "gpu", "original untouched"
 
 
-def test_a_job_without_managed_by_or_an_elastic_one_is_refused_with_what_to_do() -> None:
+def test_a_job_without_managed_by_or_of_another_kind_is_refused_with_what_to_do() -> None:
     fleet = Fleet(worker("w1", 8))
     wl = fleet.submit("job", pods=1)
     assert not_dispatchable(wl, fleet.caches.jobs, "fleet") is None
@@ -464,8 +464,7 @@ def test_a_job_without_managed_by_or_an_elastic_one_is_refused_with_what_to_do()
     job["metadata"]["annotations"] = {"muster.dev/elastic-job": "true"}
     fleet.kube.put(JOB, job)
     fleet.load()
-    refusal = not_dispatchable(wl, fleet.caches.jobs, "fleet")
-    assert refusal is not None and "elastic" in refusal
+    assert not_dispatchable(wl, fleet.caches.jobs, "fleet") is None, "elastic Jobs are sent"
     pod_group = copy.deepcopy(wl)
     pod_group["metadata"]["ownerReferences"][0].update(
         apiVersion="jobset.x-k8s.io/v1alpha2", kind="JobSet"
@@ -485,7 +484,7 @@ def test_pods_of_a_sent_workload_count_as_its_own_there() -> None:
     fleet = Fleet(w1)
     fleet.submit("job", pods=1)
     fleet.step()
-    uid = fleet.workload("job")["metadata"]["uid"]
+    uid = fleet.kube.get(JOB, "ns", "job")["metadata"]["uid"]  # type: ignore[index]
     w1.kube.put(
         POD,
         {
@@ -506,3 +505,94 @@ def test_pods_of_a_sent_workload_count_as_its_own_there() -> None:
     fleet.submit("more", pods=1)
     fleet.step()
     assert fleet.sent("more").cluster is None
+
+
+def _scale_up(fleet: Fleet, name: str, pods: int) -> dict[str, Any]:
+    """What the manager's Job reconciler and admission do for a scale-up: a slice for the
+    full new size that replaces the admitted one, admitted by quota."""
+    before = fleet.workload(name)
+    wl = copy.deepcopy(before)
+    wl["metadata"] = {
+        "name": f"job-{name}-up",
+        "namespace": "ns",
+        "ownerReferences": before["metadata"]["ownerReferences"],
+    }
+    wl["spec"]["replaces"] = before["metadata"]["name"]
+    wl["spec"]["sliceName"] = f"job-{name}"
+    wl["spec"]["podSets"][0]["count"] = pods
+    wl.pop("status", None)
+    admission = wls.admission_status("fleet", [("main", pods, {GPU: "gpu"}, {GPU: "8"})])
+    assert wls.mark_admitted(wl, admission, "admitted", NOW)
+    stored = fleet.kube.put(WORKLOAD, wl)
+    fleet.load()
+    return stored
+
+
+def _elastic(fleet: Fleet, w: Worker, name: str) -> None:
+    """The copy is elastic (its Job's annotation), started and running there."""
+    job = fleet.kube.get(JOB, "ns", name)
+    assert job is not None
+    job["metadata"]["annotations"] = {"muster.dev/elastic-job": "true"}
+    fleet.kube.put(JOB, job)
+    fleet.load()
+    fleet.step()
+    fleet.admit_there(w, name)
+    fleet.step()
+    assert fleet.sent(name).started
+
+
+def test_a_scale_up_goes_to_the_same_worker_and_resizes_the_copy_there() -> None:
+    w1, w2 = worker("w1", 8, 8), worker("w2", 8, 8, 8)
+    fleet = Fleet(w1, w2)
+    fleet.submit("elastic", pods=1)
+    _elastic(fleet, w1, "elastic")
+    assert fleet.sent("elastic").cluster == "w1"
+    _scale_up(fleet, "elastic", 2)
+    fleet.step()
+    fleet.step()
+    grown = Sent.of(fleet.kube.get(WORKLOAD, "ns", "job-elastic-up"))  # type: ignore[arg-type]
+    assert grown.cluster == "w1" and grown.started, "sticky: never the emptier w2"
+    assert grown.plan is not None and grown.plan.count("main") == 2
+    remote = fleet.copy_in(w1, "elastic")
+    assert remote is not None and remote["spec"]["parallelism"] == 2
+    assert fleet.copy_in(w2, "elastic") is None
+    assert [v for v, k, _ in w1.kube.writes if k == "Job"].count("create") == 1
+
+
+def test_a_scale_up_that_its_worker_cannot_hold_waits_and_is_never_split() -> None:
+    w1, w2 = worker("w1", 8), worker("w2", 8, 8)
+    fleet = Fleet(w1, w2)
+    fleet.submit("elastic", pods=1)
+    _elastic(fleet, w1, "elastic")
+    _scale_up(fleet, "elastic", 2)
+    fleet.step()
+    grown = fleet.kube.get(WORKLOAD, "ns", "job-elastic-up")
+    assert grown is not None and Sent.of(grown).cluster is None
+    assert any("scale-up waits for room in worker cluster w1" in m for _, m in fleet.events)
+    remote = fleet.copy_in(w1, "elastic")
+    assert remote is not None and remote["spec"].get("parallelism") == 1
+    assert fleet.copy_in(w2, "elastic") is None
+
+
+def test_a_replaced_slice_keeps_its_copy_and_a_scale_down_resizes_in_place() -> None:
+    w1 = worker("w1", 8, 8, 8)
+    fleet = Fleet(w1)
+    fleet.submit("elastic", pods=2)
+    _elastic(fleet, w1, "elastic")
+    _scale_up(fleet, "elastic", 3)
+    fleet.step()
+    old = fleet.workload("elastic")
+    assert wls.mark_finished(old, "WorkloadSliceReplaced", "replaced", NOW)
+    fleet.kube.put(WORKLOAD, old)
+    fleet.step()
+    remote = fleet.copy_in(w1, "elastic")
+    assert remote is not None and remote["spec"]["parallelism"] == 3, "not deleted, grown"
+    # Scale-down: the admitted slice is resized in place here; the copy follows.
+    grown = fleet.kube.get(WORKLOAD, "ns", "job-elastic-up")
+    assert grown is not None
+    grown["status"]["admission"]["podSetAssignments"][0]["count"] = 1
+    grown["spec"]["podSets"][0]["count"] = 1
+    fleet.kube.put(WORKLOAD, grown)
+    fleet.step()
+    remote = fleet.copy_in(w1, "elastic")
+    assert remote is not None and remote["spec"]["parallelism"] == 1
