@@ -362,3 +362,77 @@ def test_jobs_run_whole_where_they_fit_lost_workers_and_a_restarted_manager(
 
     assert checker.polls > 20
     assert checker.violations == []
+
+
+def test_an_elastic_job_scales_up_and_down_in_its_worker(
+    cluster: ClusterHandle,
+    namespace: str,
+    workers: list[WorkerCluster],
+    controller: Controller,  # noqa: F811
+) -> None:
+    for w in workers:
+        w.handle.kubectl("create", "namespace", namespace)
+        apply(w.handle, local_queue("lq", namespace, "team"))
+    cq, gpu = unique("fleet"), unique("gpu")
+    apply(
+        cluster,
+        flavor(gpu, workers[0].pool),
+        cq_manifest(
+            cq,
+            [{"name": gpu, "quota": {GPU: "8", "cpu": "64"}}],
+            dispatch={"clusterSelector": {}},
+        ),
+        local_queue("lq", namespace, cq),
+    )
+    manifest = job("grow", namespace, "lq", parallelism=1, cpu="1", elastic=True)
+    manifest["spec"]["managedBy"] = DISPATCH_MANAGED_BY
+    container = manifest["spec"]["template"]["spec"]["containers"][0]
+    container["resources"]["requests"][GPU] = "1"
+    container["resources"]["limits"] = {GPU: "1"}
+    apply(cluster, manifest)
+    cluster.wait_for(
+        "the elastic Job to run with 1 pod",
+        lambda: _mirrored(cluster, namespace, "grow").get("active") == 1,
+        timeout=90,
+    )
+    home_name = _dispatched_to(cluster, namespace, "grow")
+    home = next(w for w in workers if w.name == home_name)
+    elsewhere = next(w for w in workers if w.name != home_name)
+
+    def running_there() -> list[str]:
+        pods = get(home.handle, "pods", "-n", namespace, "-l", "job-name=grow")["items"]
+        return [
+            p["metadata"]["name"]
+            for p in pods
+            if p["status"].get("phase") == "Running" and not p["metadata"].get("deletionTimestamp")
+        ]
+
+    first = running_there()
+    assert len(first) == 1
+
+    cluster.kubectl("patch", "job", "grow", "-n", namespace, "-p", '{"spec":{"parallelism":3}}')
+    cluster.wait_for(
+        "the scale-up to run 3 pods in the same worker",
+        lambda: (
+            len(running_there()) == 3 and _mirrored(cluster, namespace, "grow").get("active") == 3
+        ),
+        timeout=120,
+    )
+    assert set(first) <= set(running_there()), "the running pod was never restarted"
+    assert all(c["metadata"]["name"] != "grow" for c in elsewhere.copies())
+    slices = workloads_of(cluster, namespace, "grow")
+    assert len(slices) == 2
+    assert {
+        (s["metadata"].get("annotations") or {}).get(DISPATCHED_TO_ANNOTATION) for s in slices
+    } == {home.name}
+
+    cluster.kubectl("patch", "job", "grow", "-n", namespace, "-p", '{"spec":{"parallelism":1}}')
+    cluster.wait_for(
+        "the scale-down to 1 pod there",
+        lambda: (
+            len(running_there()) == 1 and _mirrored(cluster, namespace, "grow").get("active") == 1
+        ),
+        timeout=120,
+    )
+    copy = next(c for c in home.copies() if c["metadata"]["name"] == "grow")
+    assert copy["spec"]["parallelism"] == 1
