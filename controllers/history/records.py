@@ -26,6 +26,8 @@ class TransitionKind(enum.StrEnum):
     REQUEUED = "requeued"
     SLICE_REPLACED = "slice_replaced"
     FINISHED = "finished"
+    # Sent to a worker cluster (docs/multicluster.md); the reason names the cluster.
+    DISPATCHED = "dispatched"
 
 
 class RecordError(ValueError):
@@ -103,7 +105,8 @@ class WorkloadTransition:
     flavors: Mapping[str, str] = field(default_factory=dict)
     resources: Mapping[str, int] = field(default_factory=dict)
     reason: str = ""
-    # The workload (NS/NAME) whose admission caused an eviction, preemption or reclaim.
+    # The workload (NS/NAME) whose admission caused an eviction, preemption or reclaim; for
+    # `dispatched`, the worker cluster it was sent to.
     actor: str = ""
 
     def __post_init__(self) -> None:

@@ -275,6 +275,25 @@ def new_transitions(
     return out
 
 
+def dispatched(wl: Obj, cluster: str, reason: str, *, at: datetime) -> WorkloadTransition:
+    """The Workload sent to worker `cluster`: one row per (attempt, cluster), so a workload
+    sent elsewhere after its worker was lost has a row for each worker, and a replay none."""
+    meta = wl.get("metadata") or {}
+    digest = hashlib.sha256(f"{attempt(wl)}:{cluster}".encode()).digest()
+    return WorkloadTransition(
+        namespace=str(meta.get("namespace") or ""),
+        name=str(meta.get("name") or ""),
+        uid=str(meta.get("uid") or ""),
+        kind=K.DISPATCHED,
+        at=at.astimezone(UTC),
+        sequence=int.from_bytes(digest[:7], "big"),
+        local_queue=str((wl.get("spec") or {}).get("queueName") or ""),
+        cluster_queue=admitted_to(wl) or "",
+        reason=reason[:_MAX_REASON],
+        actor=cluster,
+    )
+
+
 def preemption_sequence(victims: Iterable[Obj]) -> int:
     """The same number for the same victims at the same attempts, whoever computes it."""
     parts = sorted(f"{(v.get('metadata') or {}).get('uid')}:{attempt(v)}" for v in victims)

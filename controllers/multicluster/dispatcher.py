@@ -28,6 +28,7 @@ from kubernetes.client.exceptions import ApiException
 from pydantic import ValidationError
 
 from controllers.admission.view import engine_workload
+from controllers.history import transitions as history
 from controllers.multicluster import copies
 from controllers.multicluster.workers import Worker, Workers
 from controllers.runtime.informer import Informer
@@ -344,6 +345,9 @@ class Dispatcher:
         if written is None:
             return False
         self._said.pop(key, None)
+        self.ctx.record_later(
+            lambda: [history.dispatched(written, choice.cluster, choice.reason, at=wls.now_utc())]
+        )
         self._create_copy(worker, key, written, job)
         self.ctx.events.emit(wl, "Normal", "Dispatched", choice.reason)
         self.ctx.events.emit(job, "Normal", "Dispatched", choice.reason)

@@ -596,3 +596,31 @@ def test_a_replaced_slice_keeps_its_copy_and_a_scale_down_resizes_in_place() -> 
     fleet.step()
     remote = fleet.copy_in(w1, "elastic")
     assert remote is not None and remote["spec"]["parallelism"] == 1
+
+
+class Recorded:
+    def __init__(self) -> None:
+        self.rows: list[Any] = []
+
+    def record_later(self, make: Any) -> None:
+        self.rows.extend(make())
+
+
+def test_every_dispatch_is_recorded_in_the_history_with_its_worker() -> None:
+    w1, w2 = worker("w1", 8), worker("w2", 8)
+    fleet = Fleet(w1, w2)
+    recorded = Recorded()
+    fleet.ctx.recorder = recorded
+    fleet.submit("job", pods=1)
+    fleet.step()
+    first = fleet.sent("job").cluster
+    lost = w1 if first == "w1" else w2
+    now = time.time()
+    lost.health = Health(last_ok=now - 30, since=now - 60, error="timed out")
+    fleet.step()
+    fleet.step()
+    rows = [(r.kind.value, r.actor, r.name) for r in recorded.rows]
+    second = "w2" if first == "w1" else "w1"
+    assert rows == [("dispatched", first, "job-job"), ("dispatched", second, "job-job")]
+    assert len({r.key() for r in recorded.rows}) == 2
+    assert all(second in r.reason or first in r.reason for r in recorded.rows)
