@@ -197,6 +197,14 @@ def cluster_queues(draw: st.DrawFn, namespace: str | None = None) -> dict[str, A
                     },
                 ),
                 "stopPolicy": st.sampled_from(["None", "Hold", "HoldAndDrain"]),
+                "dispatch": st.fixed_dictionaries(
+                    {},
+                    optional={
+                        "clusterSelector": st.fixed_dictionaries(
+                            {}, optional={"matchLabels": labels}
+                        )
+                    },
+                ),
             },
         )
     )
@@ -378,6 +386,26 @@ def pod_groups(draw: st.DrawFn, namespace: str | None = "team-a") -> dict[str, A
     }
 
 
+@st.composite
+def worker_clusters(draw: st.DrawFn, namespace: str | None = None) -> dict[str, Any]:
+    spec: dict[str, Any] = {
+        "kubeconfig": draw(
+            st.fixed_dictionaries(
+                {"name": dns_labels}, optional={"key": st.sampled_from(["kubeconfig", "config"])}
+            )
+        )
+    }
+    if draw(st.booleans()):
+        spec["lostAfter"] = draw(durations)
+    meta = draw(metadata(draw(dns_labels), None))
+    return {
+        "apiVersion": "muster.dev/v1alpha1",
+        "kind": "WorkerCluster",
+        "metadata": meta,
+        "spec": spec,
+    }
+
+
 MANIFESTS = {
     "ResourceFlavor": resource_flavors,
     "ClusterQueue": cluster_queues,
@@ -385,6 +413,7 @@ MANIFESTS = {
     "Workload": workloads,
     "PodGroup": pod_groups,
     "Topology": topologies,
+    "WorkerCluster": worker_clusters,
 }
 
 
