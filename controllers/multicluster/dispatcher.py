@@ -54,7 +54,6 @@ from quota.api.topology import Topology
 from quota.api.workload import Workload as WorkloadModel
 from quota.dispatch import Dispatched, NoCluster, WorkerState, choose_cluster
 from quota.model import convert
-from quota.model.nodeconvert import bound_pod_from_manifest
 from quota.model.nodes import BoundPod
 from quota.model.queues import admitted_to
 from quota.model.resources import FlavorResource
@@ -540,14 +539,7 @@ class Dispatcher:
         available, why = worker.available(now)
         nodes = worker.parsed_nodes()
         pods: list[BoundPod] = []
-        for raw in worker.pods.objects():
-            try:
-                pod = bound_pod_from_manifest(raw)
-            except ValueError:
-                continue
-            if pod is None:
-                continue
-            labels = (raw.get("metadata") or {}).get("labels") or {}
+        for pod, labels in worker.bound_pods():
             owner = holders.get(labels.get(ORIGIN_UID_LABEL, ""))
             if owner is not None:
                 pod = replace(
@@ -761,13 +753,7 @@ def _totals(worker: Worker) -> tuple[dict[str, str], dict[str, str], int]:
         for r, v in node.allocatable.items():
             capacity[r] = capacity.get(r, 0) + v
     usage: dict[str, int] = {}
-    for raw in worker.pods.objects():
-        try:
-            pod = bound_pod_from_manifest(raw)
-        except ValueError:
-            continue
-        if pod is None:
-            continue
+    for pod, _ in worker.bound_pods():
         for r, v in pod.requests.items():
             usage[r] = usage.get(r, 0) + v
     return (

@@ -29,8 +29,8 @@ from controllers.runtime.resources import JOB, NODE, POD, SECRET, WORKLOAD, Kube
 from controllers.state.caches import UNFINISHED_PODS
 from quota.api.names import ORIGIN_UID_LABEL
 from quota.api.workercluster import WorkerCluster
-from quota.model.nodeconvert import node_from_manifest
-from quota.model.nodes import Node
+from quota.model.nodeconvert import bound_pod_from_manifest, node_from_manifest
+from quota.model.nodes import BoundPod, Node
 
 log = logging.getLogger(__name__)
 
@@ -119,6 +119,7 @@ class Worker:
         self.health = Health(since=time.time())
         self._lock = threading.Lock()
         self._parsed: dict[str, tuple[str, Node | None]] = {}  # node key -> (rv, parsed)
+        self._pods: dict[str, tuple[str, BoundPod | None]] = {}  # pod key -> (rv, parsed)
 
     def parsed_nodes(self) -> tuple[Node, ...]:
         """Its nodes as placement reads them (one it cannot read is left out), parsed once
@@ -140,6 +141,27 @@ class Worker:
                     out.append(cached[1])
             self._parsed = fresh
         return tuple(out)
+
+    def bound_pods(self) -> list[tuple[BoundPod, Mapping[str, str]]]:
+        """Its pods that hold room on a node, with their labels (whose copy's pods they are),
+        parsed once per resourceVersion, as its nodes are."""
+        out: list[tuple[BoundPod, Mapping[str, str]]] = []
+        with self._lock:
+            known = self._pods
+            fresh: dict[str, tuple[str, BoundPod | None]] = {}
+            for key, raw in self.pods.items():
+                rv = str((raw.get("metadata") or {}).get("resourceVersion") or "")
+                cached = known.get(key)
+                if cached is None or cached[0] != rv:
+                    try:
+                        cached = (rv, bound_pod_from_manifest(raw))
+                    except ValueError:
+                        cached = (rv, None)
+                fresh[key] = cached
+                if cached[1] is not None:
+                    out.append((cached[1], (raw.get("metadata") or {}).get("labels") or {}))
+            self._pods = fresh
+        return out
 
     def informers(self) -> Iterable[Informer]:
         return (self.nodes, self.pods, self.copies, self.workloads)
