@@ -360,9 +360,13 @@ class Dispatcher:
             worker.kube.create(JOB, body["metadata"]["namespace"], body)
         except ApiException as error:
             if error.status != 409:
-                log.warning(
-                    "copy not created",
-                    extra={"workload": key, "cluster": worker.name, "error": str(error)[:300]},
+                # Said on the Workload (a namespace missing there, say); taken back and planned
+                # again if it lasts (`_follow`).
+                self._say(
+                    key,
+                    wl,
+                    f"its copy cannot be created in worker cluster {worker.name}: "
+                    f"{_api_error(error)}",
                 )
                 return
             # Created before (a restart between the create and now): ours, or a stranger.
@@ -424,19 +428,23 @@ class Dispatcher:
                 # Taken back (evicted, requeued): send it again when admitted again.
                 self.ctx.update_workload(wl, _annotate(_FORGET))
             return
-        if remote is None:
-            if not sent.started and worker.copies.synced:
+        if remote is None and (sent.started or not worker.copies.synced):
+            return
+        if not sent.started:
+            remote_wl = None if remote is None else self._remote_workload(worker, remote)
+            if remote is not None and remote_wl is not None and wls.has_quota(remote_wl):
+                self._start(worker, wl, remote)
+            elif remote is None and now - sent.at <= ADMIT_WITHIN_S:
                 job = self._job(wl)
                 if job is not None:
                     self._create_copy(worker, name, wl, job)
-            return
-        if not sent.started:
-            remote_wl = self._remote_workload(worker, remote)
-            if remote_wl is not None and wls.has_quota(remote_wl):
-                self._start(worker, wl, remote)
             elif now - sent.at > ADMIT_WITHIN_S:
                 self._shunned.setdefault(key, {})[sent.cluster] = now + 5 * ADMIT_WITHIN_S
-                why = (remote_wl and _pending_message(remote_wl)) or "no Workload there yet"
+                why = (
+                    "its copy could not be created there"
+                    if remote is None
+                    else (remote_wl and _pending_message(remote_wl)) or "no Workload there yet"
+                )
                 self.ctx.events.emit(
                     wl,
                     "Warning",
@@ -449,6 +457,8 @@ class Dispatcher:
                     wl, _annotate({**_FORGET, DISPATCH_ABANDONED_ANNOTATION: abandoned})
                 )
             return
+        if remote is None:
+            return  # started, and its copy gone from the cache: nothing to mirror
         self._mirror(wl, remote)
         self._follow_size(worker, wl, remote)
 
@@ -689,6 +699,15 @@ def _copy_key(wl: Mapping[str, Any]) -> str:
     """The copy's cache key in a worker: its Job's namespace and name."""
     key = wls.owner_job_key(wl)
     return key or ""
+
+
+def _api_error(error: ApiException) -> str:
+    """The apiserver's own message, else the status line."""
+    try:
+        message = json.loads(error.body or "{}").get("message")
+    except (ValueError, AttributeError):
+        message = None
+    return str(message or f"{error.status} {error.reason}")[:300]
 
 
 def _arrival(wl: Mapping[str, Any]) -> str:

@@ -12,7 +12,7 @@ from datetime import timedelta
 from typing import Any
 
 from controllers.multicluster import copies
-from controllers.multicluster.dispatcher import Dispatcher, Sent
+from controllers.multicluster.dispatcher import Dispatcher, Sent, placement_to_json
 from controllers.multicluster.workers import Health, Worker
 from controllers.runtime.events import EventRecorder
 from controllers.runtime.informer import Informer
@@ -31,6 +31,7 @@ from controllers.state.dispatch import awaits_manager, not_dispatchable
 from quota.api.names import (
     DISPATCH_ABANDONED_ANNOTATION,
     DISPATCH_MANAGED_BY,
+    DISPATCH_PLAN_ANNOTATION,
     DISPATCH_START_ANNOTATION,
     DISPATCH_STARTED_ANNOTATION,
     DISPATCHED_FROM_ANNOTATION,
@@ -39,7 +40,8 @@ from quota.api.names import (
     ORIGIN_UID_LABEL,
     ORIGINAL_SCHEDULING_ANNOTATION,
 )
-from tests.unit.controller_fakes import FakeKube
+from quota.placement.gang import Placement
+from tests.unit.controller_fakes import FakeKube, _error
 
 GPU = "nvidia.com/gpu"
 NOW = wls.now_utc()
@@ -384,7 +386,13 @@ def test_a_crash_between_intent_and_copy_is_completed_once() -> None:
     wl = fleet.submit("job", pods=1)
     # The intent was written, then the process died before creating the copy.
     written = copy.deepcopy(wl)
-    written["metadata"].setdefault("annotations", {})[DISPATCHED_TO_ANNOTATION] = "w1"
+    plan = Placement({"main": (("w1-0", 1),)}, 1, {"main": {GPU: 8}})
+    written["metadata"].setdefault("annotations", {}).update(
+        {
+            DISPATCHED_TO_ANNOTATION: "w1",
+            DISPATCH_PLAN_ANNOTATION: placement_to_json(plan, time.time()),
+        }
+    )
     fleet.kube.put(WORKLOAD, written)
     fleet.dispatcher = fleet.new_dispatcher()
     fleet.step()
@@ -624,3 +632,30 @@ def test_every_dispatch_is_recorded_in_the_history_with_its_worker() -> None:
     assert rows == [("dispatched", first, "job-job"), ("dispatched", second, "job-job")]
     assert len({r.key() for r in recorded.rows}) == 2
     assert all(second in r.reason or first in r.reason for r in recorded.rows)
+
+
+def test_a_copy_that_cannot_be_created_is_explained_and_planned_again_elsewhere() -> None:
+    w1, w2 = worker("w1", 8), worker("w2", 8, 8)
+    fleet = Fleet(w1, w2)
+
+    def refuse(verb: str, kind: Any, name: str) -> None:
+        if verb == "create":
+            raise _error(404, 'namespaces "ns" not found')
+
+    w1.kube.before_write = refuse  # type: ignore[attr-defined]
+    fleet.submit("job", pods=1)
+    fleet.step()
+    assert fleet.sent("job").cluster == "w1", "the fullest that fits"
+    assert any("cannot be created in worker cluster w1" in m for _, m in fleet.events)
+    # A minute on, it is taken back and sent to w2.
+    wl = fleet.workload("job")
+    plan = Sent.of(wl).plan
+    assert plan is not None
+    wl["metadata"]["annotations"][DISPATCH_PLAN_ANNOTATION] = placement_to_json(
+        plan, time.time() - 120
+    )
+    fleet.kube.put(WORKLOAD, wl)
+    fleet.step()
+    fleet.step()
+    assert fleet.sent("job").cluster == "w2"
+    assert fleet.copy_in(w2, "job") is not None
