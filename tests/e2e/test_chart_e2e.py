@@ -110,6 +110,8 @@ def release(cluster: ClusterHandle, crds: None) -> Iterator[str]:  # noqa: F811
         namespace,
         "--create-namespace",
         "--take-ownership",
+        "--set",
+        "workerKubeconfigSecrets={gpu-east-kubeconfig}",
     )
     try:
         yield namespace
@@ -303,6 +305,9 @@ def test_the_chart_rbac_suffices_for_admission_placement_and_elastic_and_denies_
         assert can.stdout.strip() == "no", question
     # ...and what it needs, it may do (the same question, so "no" above means something).
     can = as_muster.kubectl("auth", "can-i", "patch", "lease/muster-controller", "-n", release)
+    assert can.stdout.strip() == "yes"
+    # A WorkerCluster's kubeconfig, listed in workerKubeconfigSecrets: readable by name only.
+    can = as_muster.kubectl("auth", "can-i", "get", "secret/gpu-east-kubeconfig", "-n", release)
     assert can.stdout.strip() == "yes"
 
     pool = unique("chart")
