@@ -20,8 +20,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, replace
-from datetime import UTC, datetime
+from dataclasses import replace
 from typing import Any
 
 from kubernetes.client.exceptions import ApiException
@@ -30,6 +29,8 @@ from pydantic import ValidationError
 from controllers.admission.view import engine_workload
 from controllers.history import transitions as history
 from controllers.multicluster import copies
+from controllers.multicluster.sent import FORGET, Sent, annotate, merged, placement_to_json
+from controllers.multicluster.status import same_status, worker_status
 from controllers.multicluster.workers import Worker, Workers
 from controllers.runtime.informer import Informer
 from controllers.runtime.resources import JOB, WORKER_CLUSTER, Obj, object_key
@@ -48,7 +49,6 @@ from quota.api.names import (
     ORIGIN_UID_LABEL,
     POD_SET_POD_LABEL,
 )
-from quota.api.quantity import format_quantity
 from quota.api.resourceflavor import ResourceFlavor
 from quota.api.topology import Topology
 from quota.api.workload import Workload as WorkloadModel
@@ -67,80 +67,6 @@ STATUS_PERIOD_S = 10.0
 # A copy the worker's Muster has not admitted this long after it was sent is taken back and
 # the workload planned again, elsewhere if it can (the worker's own queues may disagree).
 ADMIT_WITHIN_S = 60.0
-
-
-@dataclass(frozen=True, slots=True)
-class Sent:
-    """What the management cluster's Workload says of its dispatch."""
-
-    cluster: str | None
-    plan: Placement | None
-    at: float
-    started: bool
-    abandoned: tuple[str, ...]
-
-    @staticmethod
-    def of(wl: Mapping[str, Any]) -> Sent:
-        annotations = (wl.get("metadata") or {}).get("annotations") or {}
-        plan, at = None, 0.0
-        text = annotations.get(DISPATCH_PLAN_ANNOTATION)
-        if text:
-            try:
-                plan, at = placement_from_json(text)
-            except (ValueError, KeyError, TypeError):
-                plan = None
-        abandoned = tuple(
-            c for c in (annotations.get(DISPATCH_ABANDONED_ANNOTATION) or "").split(",") if c
-        )
-        return Sent(
-            annotations.get(DISPATCHED_TO_ANNOTATION) or None,
-            plan,
-            at,
-            annotations.get(DISPATCH_STARTED_ANNOTATION) == "true",
-            abandoned,
-        )
-
-
-def placement_to_json(placement: Placement, at: float) -> str:
-    return json.dumps(
-        {
-            "nodes": {ps: [[n, c] for n, c in pairs] for ps, pairs in placement.nodes.items()},
-            "requests": {ps: dict(r) for ps, r in placement.requests.items()},
-            "total": placement.total,
-            "at": round(at, 3),
-        },
-        separators=(",", ":"),
-        sort_keys=True,
-    )
-
-
-def placement_from_json(text: str) -> tuple[Placement, float]:
-    data = json.loads(text)
-    nodes = {ps: tuple((str(n), int(c)) for n, c in pairs) for ps, pairs in data["nodes"].items()}
-    requests = {ps: {r: int(v) for r, v in req.items()} for ps, req in data["requests"].items()}
-    return Placement(nodes, int(data["total"]), requests), float(data.get("at", 0.0))
-
-
-def _annotate(changes: Mapping[str, str | None]) -> Callable[[Obj], bool]:
-    def mutate(wl: Obj) -> bool:
-        annotations = wl.setdefault("metadata", {}).setdefault("annotations", {})
-        changed = False
-        for key, value in changes.items():
-            if value is None:
-                changed |= annotations.pop(key, None) is not None
-            elif annotations.get(key) != value:
-                annotations[key] = value
-                changed = True
-        return changed
-
-    return mutate
-
-
-_FORGET = {
-    DISPATCHED_TO_ANNOTATION: None,
-    DISPATCH_PLAN_ANNOTATION: None,
-    DISPATCH_STARTED_ANNOTATION: None,
-}
 
 
 class Dispatcher:
@@ -322,7 +248,7 @@ class Dispatcher:
             DISPATCH_PLAN_ANNOTATION: placement_to_json(plan, sent.at),
             DISPATCH_STARTED_ANNOTATION: "true" if sent.started else None,
         }
-        if self.ctx.update_workload(wl, _annotate(changes)) is not None:
+        if self.ctx.update_workload(wl, annotate(changes)) is not None:
             self._said.pop(key, None)
             log.info("scale-up dispatched", extra={"workload": key, "cluster": sent.cluster})
 
@@ -334,7 +260,7 @@ class Dispatcher:
             return False
         written = self.ctx.update_workload(
             wl,
-            _annotate(
+            annotate(
                 {
                     DISPATCHED_TO_ANNOTATION: choice.cluster,
                     DISPATCH_PLAN_ANNOTATION: placement_to_json(choice.placement, now),
@@ -402,7 +328,7 @@ class Dispatcher:
             # It can never start there: send it elsewhere, delete it there later.
             abandoned = ",".join(sorted({*sent.abandoned, sent.cluster}))
             self.ctx.update_workload(
-                wl, _annotate({**_FORGET, DISPATCH_ABANDONED_ANNOTATION: abandoned})
+                wl, annotate({**FORGET, DISPATCH_ABANDONED_ANNOTATION: abandoned})
             )
             self.ctx.events.emit(
                 wl,
@@ -426,7 +352,7 @@ class Dispatcher:
                 self._delete_copy(worker, remote)
             elif not wls.is_finished(wl):
                 # Taken back (evicted, requeued): send it again when admitted again.
-                self.ctx.update_workload(wl, _annotate(_FORGET))
+                self.ctx.update_workload(wl, annotate(FORGET))
             return
         if remote is None and (sent.started or not worker.copies.synced):
             return
@@ -454,7 +380,7 @@ class Dispatcher:
                 )
                 abandoned = ",".join(sorted({*sent.abandoned, sent.cluster}))
                 self.ctx.update_workload(
-                    wl, _annotate({**_FORGET, DISPATCH_ABANDONED_ANNOTATION: abandoned})
+                    wl, annotate({**FORGET, DISPATCH_ABANDONED_ANNOTATION: abandoned})
                 )
             return
         if remote is None:
@@ -475,7 +401,7 @@ class Dispatcher:
     def _start(self, worker: Worker, wl: Obj, remote: Obj) -> None:
         # Here first: a crash between the two writes leaves a copy we count as maybe running
         # that is not, never the other way round.
-        written = self.ctx.update_workload(wl, _annotate({DISPATCH_STARTED_ANNOTATION: "true"}))
+        written = self.ctx.update_workload(wl, annotate({DISPATCH_STARTED_ANNOTATION: "true"}))
         if written is None:
             return
         meta = remote["metadata"]
@@ -511,7 +437,7 @@ class Dispatcher:
                 return  # forgotten once the cache shows it gone
         sent = Sent.of(wl)
         left = ",".join(c for c in sent.abandoned if c != cluster) or None
-        self.ctx.update_workload(wl, _annotate({DISPATCH_ABANDONED_ANNOTATION: left}))
+        self.ctx.update_workload(wl, annotate({DISPATCH_ABANDONED_ANNOTATION: left}))
 
     def _sweep_orphans(self) -> None:
         """Delete copies whose Job here is gone (deleted, or deleted and made again: a new
@@ -639,7 +565,7 @@ class Dispatcher:
                 self.workers.get(name), self.workers.problems.get(name), counts.get(name, 0), now
             )
             current = raw.get("status") or {}
-            if _same_status(current, status):
+            if same_status(current, status):
                 continue
             try:
                 self.ctx.kube.patch(WORKER_CLUSTER, None, name, {"status": status}, status=True)
@@ -680,21 +606,6 @@ def _extra_pods(w: Workload, plan: Placement) -> Workload | None:
     )
 
 
-def merged(first: Placement, then: Placement) -> Placement:
-    """Both placements as one (a workload's plan after a scale-up)."""
-    nodes: dict[str, Counter[str]] = {}
-    for placement in (first, then):
-        for ps, pairs in placement.nodes.items():
-            into = nodes.setdefault(ps, Counter())
-            for node, n in pairs:
-                into[node] += n
-    return Placement(
-        {ps: tuple(sorted(c.items())) for ps, c in nodes.items()},
-        first.total + then.total,
-        {**first.requests, **then.requests},
-    )
-
-
 def _copy_key(wl: Mapping[str, Any]) -> str:
     """The copy's cache key in a worker: its Job's namespace and name."""
     key = wls.owner_job_key(wl)
@@ -719,64 +630,3 @@ def _pending_message(wl: Mapping[str, Any]) -> str:
         if condition.get("type") == "QuotaReserved" and condition.get("status") == "False":
             return str(condition.get("message") or "")[:300]
     return ""
-
-
-def _same_status(current: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
-    keys = ("nodes", "capacity", "usage", "dispatched")
-    if any(current.get(k) != new.get(k) for k in keys):
-        return False
-    old = {c.get("type"): c for c in current.get("conditions") or []}.get("Active") or {}
-    fresh = new["conditions"][0]
-    return bool(old.get("status") == fresh["status"] and old.get("reason") == fresh["reason"])
-
-
-def worker_status(
-    worker: Worker | None, problem: str | None, dispatched: int, now: float
-) -> dict[str, Any]:
-    """The status of one WorkerCluster, from its worker's caches and probes."""
-    stamp = wls.rfc3339(wls.now_utc())
-    status: dict[str, Any] = {"dispatched": dispatched}
-    if worker is None:
-        reason, message, state = "BadKubeconfig", problem or "not connected yet", "False"
-    elif worker.health.error:
-        lost = worker.lost(now)
-        reason = "Lost" if lost else "Unreachable"
-        state = "False"
-        message = f"not answering for {worker.health.silent_for(now):.0f}s: {worker.health.error}"
-    else:
-        reason, message, state = "Connected", "answering", "True"
-    if worker is not None and worker.health.last_ok is not None:
-        status["lastSeen"] = wls.rfc3339(datetime.fromtimestamp(worker.health.last_ok, UTC))
-    if worker is not None:
-        capacity, usage, ready = _totals(worker)
-        status.update(nodes=ready, capacity=capacity, usage=usage)
-    status["conditions"] = [
-        {
-            "type": "Active",
-            "status": state,
-            "reason": reason,
-            "message": message[:1000],
-            "lastTransitionTime": stamp,
-        }
-    ]
-    return status
-
-
-def _totals(worker: Worker) -> tuple[dict[str, str], dict[str, str], int]:
-    capacity: dict[str, int] = {}
-    ready = 0
-    for node in worker.parsed_nodes():
-        if not node.ready:
-            continue
-        ready += 1
-        for r, v in node.allocatable.items():
-            capacity[r] = capacity.get(r, 0) + v
-    usage: dict[str, int] = {}
-    for pod, _ in worker.bound_pods():
-        for r, v in pod.requests.items():
-            usage[r] = usage.get(r, 0) + v
-    return (
-        {r: format_quantity(v, r) for r, v in sorted(capacity.items())},
-        {r: format_quantity(v, r) for r, v in sorted(usage.items())},
-        ready,
-    )

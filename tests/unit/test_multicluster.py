@@ -12,7 +12,8 @@ from datetime import timedelta
 from typing import Any
 
 from controllers.multicluster import copies
-from controllers.multicluster.dispatcher import Dispatcher, Sent, placement_to_json
+from controllers.multicluster.dispatcher import Dispatcher
+from controllers.multicluster.sent import Sent, placement_to_json
 from controllers.multicluster.workers import Health, Worker
 from controllers.runtime.events import EventRecorder
 from controllers.runtime.informer import Informer
@@ -659,3 +660,28 @@ def test_a_copy_that_cannot_be_created_is_explained_and_planned_again_elsewhere(
     fleet.step()
     assert fleet.sent("job").cluster == "w2"
     assert fleet.copy_in(w2, "job") is not None
+
+
+def test_a_workers_status_says_its_health_capacity_usage_and_what_was_sent() -> None:
+    w1 = worker("w1", 8, 8)
+    fleet = Fleet(w1)
+    fleet.submit("job", pods=1)
+    fleet.step()
+    fleet.dispatcher.write_status(time.time())
+    status = fleet.kube.get(WORKER_CLUSTER, None, "w1")["status"]  # type: ignore[index]
+    assert status["nodes"] == 2 and status["capacity"][GPU] == "16"
+    assert status["dispatched"] == 1 and status["usage"] == {}
+    (active,) = status["conditions"]
+    assert (active["status"], active["reason"]) == ("True", "Connected")
+    writes = len(fleet.kube.writes)
+    fleet.load()
+    fleet.dispatcher.write_status(time.time())
+    assert len(fleet.kube.writes) == writes, "nothing new: not written again"
+    now = time.time()
+    w1.health = Health(last_ok=now - 30, since=now - 60, error="timed out")
+    fleet.load()
+    fleet.dispatcher.write_status(now)
+    status = fleet.kube.get(WORKER_CLUSTER, None, "w1")["status"]  # type: ignore[index]
+    (active,) = status["conditions"]
+    assert (active["status"], active["reason"]) == ("False", "Lost")
+    assert "timed out" in active["message"]
