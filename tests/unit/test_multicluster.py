@@ -6,6 +6,7 @@ restarted manager sends nothing twice; what a worker's copy is made of."""
 
 from __future__ import annotations
 
+import base64
 import copy
 import time
 from datetime import timedelta
@@ -14,7 +15,8 @@ from typing import Any
 from controllers.multicluster import copies
 from controllers.multicluster.dispatcher import Dispatcher
 from controllers.multicluster.sent import Sent, placement_to_json
-from controllers.multicluster.workers import Health, Worker
+from controllers.multicluster.status import worker_status
+from controllers.multicluster.workers import Health, Worker, Workers
 from controllers.runtime.events import EventRecorder
 from controllers.runtime.informer import Informer
 from controllers.runtime.resources import (
@@ -23,6 +25,7 @@ from controllers.runtime.resources import (
     NODE,
     POD,
     RESOURCE_FLAVOR,
+    SECRET,
     WORKER_CLUSTER,
     WORKLOAD,
 )
@@ -685,3 +688,32 @@ def test_a_workers_status_says_its_health_capacity_usage_and_what_was_sent() -> 
     (active,) = status["conditions"]
     assert (active["status"], active["reason"]) == ("False", "Lost")
     assert "timed out" in active["message"]
+
+
+def test_a_bad_kubeconfig_secret_is_named_with_what_is_wrong_and_shown_in_the_status() -> None:
+    kube = FakeKube()
+    registry = Workers(kube, "muster-system")
+    clusters = [
+        {"metadata": {"name": name}, "spec": {"kubeconfig": {"name": f"kc-{name}"}}}
+        for name in ("gone", "nokey", "garbage", "empty")
+    ]
+    clusters.append({"metadata": {"name": "typo"}, "spec": {"kubeconfg": {"name": "x"}}})
+
+    def secret(name: str, data: dict[str, str]) -> None:
+        kube.put(SECRET, {"metadata": {"name": name, "namespace": "muster-system"}, "data": data})
+
+    secret("kc-nokey", {"config": base64.b64encode(b"apiVersion: v1").decode()})
+    secret("kc-garbage", {"kubeconfig": base64.b64encode(b"- just\n- a list").decode()})
+    secret("kc-empty", {"kubeconfig": base64.b64encode(b"apiVersion: v1\nkind: Config").decode()})
+    registry.sync(clusters)
+    assert registry.all() == []
+    problems = registry.problems
+    assert problems["gone"] == "Secret muster-system/kc-gone does not exist"
+    assert problems["nokey"] == "Secret muster-system/kc-nokey has no key kubeconfig"
+    assert "not a kubeconfig (not a mapping)" in problems["garbage"]
+    assert problems["empty"].startswith("Secret muster-system/kc-empty, key kubeconfig:")
+    assert "kubeconfig" in problems["typo"] and "Field required" in problems["typo"]
+    status = worker_status(None, problems["gone"], 0, time.time())
+    (active,) = status["conditions"]
+    assert (active["status"], active["reason"]) == ("False", "BadKubeconfig")
+    assert "kc-gone does not exist" in active["message"]
