@@ -84,6 +84,8 @@ class Dispatcher:
         self._said: dict[str, str] = {}  # workload key -> the last wait reason said
         # workload key -> {cluster: until}: a worker that did not admit its copy in time.
         self._shunned: dict[str, dict[str, float]] = {}
+        # workload key -> the fleet it fit nowhere in (see `dispatch`).
+        self._no_room: dict[str, object] = {}
         self._poke = threading.Event()
 
     def poke(self) -> None:
@@ -154,9 +156,21 @@ class Dispatcher:
         states = {w.name: self._state(w, mine, holders, now) for w in self.workers.all()}
         for key, wl, queue, before in resizing:
             self._resize(key, wl, queues[queue], before, flavors, states)
+        # Sending only takes room: a workload that fit nowhere is tried again once a worker's
+        # nodes or pods changed, a worker came or went, or a plan it was up against ended.
+        fleet = (
+            tuple((w.name, w.changes, w.available(now)[0]) for w in self.workers.all()),
+            frozenset(k for state in states.values() for k in state.dispatched),
+        )
+        waiting_keys = {key for key, _, _ in waiting}
+        self._no_room = {k: v for k, v in self._no_room.items() if k in waiting_keys}
         for key, wl, queue in sorted(waiting, key=lambda t: _arrival(t[1])):
+            shunned = frozenset(c for c, t in self._shunned.get(key, {}).items() if t > now)
+            if self._no_room.get(key) == (fleet, shunned):
+                continue
             choice = self._choose(key, wl, queues[queue], flavors, states, now)
             if isinstance(choice, NoCluster):
+                self._no_room[key] = (fleet, shunned)
                 self._say(key, wl, choice.reason)
                 continue
             if self._send(key, wl, choice, now):

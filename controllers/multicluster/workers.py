@@ -11,6 +11,7 @@ empty cache.
 from __future__ import annotations
 
 import base64
+import itertools
 import logging
 import threading
 import time
@@ -118,6 +119,9 @@ class Worker:
         self.workloads = Informer(self.kube, WORKLOAD, name=f"{name}-workloads")
         self.health = Health(since=time.time())
         self._lock = threading.Lock()
+        # Moves on every change of its nodes or pods: room may have been freed.
+        self._counter = itertools.count(1)
+        self.changes = 0
         self._parsed: dict[str, tuple[str, Node | None]] = {}  # node key -> (rv, parsed)
         self._pods: dict[str, tuple[str, BoundPod | None]] = {}  # pod key -> (rv, parsed)
 
@@ -167,8 +171,14 @@ class Worker:
         return (self.nodes, self.pods, self.copies, self.workloads)
 
     def start(self) -> None:
+        for informer in (self.nodes, self.pods):
+            informer.add_handler(self._changed)
         for informer in self.informers():
             informer.start()
+
+    def _changed(self, kind: str, old: Obj | None, new: Obj | None) -> None:
+        # next() on a count is atomic: informer threads never lose a change.
+        self.changes = next(self._counter)
 
     def stop(self) -> None:
         for informer in self.informers():

@@ -717,3 +717,27 @@ def test_a_bad_kubeconfig_secret_is_named_with_what_is_wrong_and_shown_in_the_st
     (active,) = status["conditions"]
     assert (active["status"], active["reason"]) == ("False", "BadKubeconfig")
     assert "kc-gone does not exist" in active["message"]
+
+
+def test_a_workload_that_fits_nowhere_is_tried_again_only_when_room_may_have_freed() -> None:
+    w1 = worker("w1", 8)
+    fleet = Fleet(w1)
+    fleet.submit("big", pods=2)
+    fleet.step()
+    assert fleet.sent("big").cluster is None
+    tries: list[str] = []
+    choose = fleet.dispatcher._choose
+
+    def counted(key: str, *rest: Any) -> Any:
+        tries.append(key)
+        return choose(key, *rest)
+
+    fleet.dispatcher._choose = counted  # type: ignore[method-assign]
+    fleet.step()
+    fleet.step()
+    assert tries == [], "nothing changed: not placed again"
+    w1.kube.put(NODE, node("w1-1", 8))
+    w1._changed("ADDED", None, None)  # what the node watch does
+    fleet.step()
+    assert tries == ["ns/job-big"]
+    assert fleet.sent("big").cluster == "w1"
