@@ -242,6 +242,8 @@ class Manager:
         loop, poke_scheduler = self.loop, self._poke_scheduler
         integrations = self.integrations
 
+        dispatcher = self.dispatcher
+
         def on_workload(kind: str, old: Obj | None, new: Obj | None) -> None:
             # A Workload's own pending message changing (which the loop itself writes)
             # changes nothing anyone decides from; skipping it avoids a cycle per write.
@@ -250,6 +252,8 @@ class Manager:
             integrations.on_workload(new or old or {})
             loop.poke()
             poke_scheduler()
+            if dispatcher is not None:
+                dispatcher.poke()
 
         def on_node_pod(kind: str, old: Obj | None, new: Obj | None) -> None:
             # Status heartbeats change no placement; binding, gates, deletion and finishing do.

@@ -64,6 +64,7 @@ log = logging.getLogger(__name__)
 
 PROBE_PERIOD_S = 5.0
 STATUS_PERIOD_S = 10.0
+MIN_PASS_S = 0.2
 # A copy the worker's Muster has not admitted this long after it was sent is taken back and
 # the workload planned again, elsewhere if it can (the worker's own queues may disagree).
 ADMIT_WITHIN_S = 60.0
@@ -77,7 +78,7 @@ class Dispatcher:
     ) -> None:
         self.ctx = ctx
         self.clusters = clusters  # WorkerCluster objects
-        self.workers = Workers(ctx.kube, namespace)
+        self.workers = Workers(ctx.kube, namespace, on_change=self.poke)
         self.interval = interval
         self._last_probe = 0.0
         self._last_status = 0.0
@@ -96,6 +97,9 @@ class Dispatcher:
         while not stop.is_set():
             self._poke.wait(self.interval)
             self._poke.clear()
+            # Pokes come with every Workload change: passes at most this often under load.
+            if stop.wait(MIN_PASS_S):
+                break
             try:
                 self.step(is_leader())
             except Exception:

@@ -15,7 +15,7 @@ import itertools
 import logging
 import threading
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -225,9 +225,13 @@ def _short(error: BaseException) -> str:
 class Workers:
     """The live set of worker clusters, following the WorkerCluster objects."""
 
-    def __init__(self, kube: Kube, namespace: str) -> None:
+    def __init__(
+        self, kube: Kube, namespace: str, on_change: Callable[[], None] = lambda: None
+    ) -> None:
         self.kube = kube
         self.namespace = namespace  # where the kubeconfig Secrets are
+        # Called when a worker's copies or Workloads change (the dispatcher acts sooner).
+        self.on_change = on_change
         self._workers: dict[str, Worker] = {}
         self.problems: dict[str, str] = {}  # WorkerCluster name -> why it has no client
 
@@ -266,6 +270,8 @@ class Workers:
                 current.stop()
             kube = Kube(api, request_timeout=REMOTE_REQUEST_TIMEOUT_S)
             worker = Worker(name, kube, wc.spec.lost_after, version, api)
+            for informer in (worker.copies, worker.workloads):
+                informer.add_handler(lambda kind, old, new: self.on_change())
             worker.start()
             workers[name] = worker
             log.info("watching worker cluster", extra={"cluster": name})
