@@ -39,6 +39,7 @@ _EVENT = {
     "requeued": "requeued",
     "slice_replaced": "resized",
     "finished": "finished",
+    "dispatched": "dispatched",
 }
 # What an admission reason says after this is where its pods went.
 _PLANNED = " planned on "

@@ -13,6 +13,7 @@ from quota.simulation.report import (
     LANDED_NOTE,
     LEVELS_NOTE,
     QueueStats,
+    cluster_stats,
     flavor_stats,
     format_seconds,
     key_name,
@@ -156,6 +157,30 @@ def render_table(result: SimResult, console: Console) -> None:
                 *(f"{q.by_level.get(level, 0):,}" for level in stats.landed_levels),
             )
         console.print(landed)
+    clusters = cluster_stats(result)
+    if clusters:
+        workers = _figures(
+            f"Worker clusters ({len(clusters):,})",
+            "workloads: those whose last run was there; in use: what their pods requested, "
+            "time-weighted",
+            ["Cluster", "Labels"],
+            ["Nodes", "Workloads", "Resource", "Capacity", "Avg in use", "Utilisation"],
+        )
+        for c in clusters:
+            labels = ", ".join(f"{k}={v}" for k, v in sorted(c.labels.items())) or "-"
+            for i, r in enumerate(c.capacity):
+                share = c.utilisation(r)
+                workers.add_row(
+                    c.name if i == 0 else "",
+                    labels if i == 0 else "",
+                    f"{c.nodes:,}" if i == 0 else "",
+                    f"{c.workloads:,}" if i == 0 else "",
+                    r,
+                    in_unit(r, c.capacity[r]),
+                    in_unit(r, c.avg_used.get(r, 0.0)),
+                    "-" if share is None else f"{share:.0%}",
+                )
+        console.print(workers)
     _print_undecidable(result, console)
     unfinished = sum(1 for j in result.jobs if j.finished_at is None)
     tail = "" if result.finished_all else f" ({unfinished:,} workloads had not finished)"

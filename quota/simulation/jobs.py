@@ -13,8 +13,9 @@ from quota.lifecycle.eviction import Requeue
 from quota.model.snapshot import Hold, PodSet
 from quota.simulation.results import Resize, is_placement_reason
 
-# Job states in which it waits for admission (its wait time grows).
-WAITING = ("pending", "backoff")
+# Job states in which it waits to run (its wait time grows): for admission, after an
+# eviction, or admitted by a queue that dispatches and waiting for a worker cluster.
+WAITING = ("pending", "backoff", "dispatching")
 
 
 @dataclass(slots=True)
@@ -27,7 +28,9 @@ class Job:
     run_for: float
     pod_sets: tuple[PodSet, ...]  # at the desired parallelism
     elastic: bool
-    state: Literal["waiting", "pending", "backoff", "running", "finished"] = "waiting"
+    state: Literal["waiting", "pending", "backoff", "dispatching", "running", "finished"] = (
+        "waiting"
+    )
     workload: str = ""  # the engine key of its pending or running slice
     scale_slice: str | None = None  # a pending scale-up slice
     slices: int = 0
@@ -53,6 +56,7 @@ class Job:
     waits_for: str = ""
     disruption_single: bool = False  # preemption may take single pods (a shrink in place)
     pods_preempted: int = 0  # pods single-pod disruption took from it
+    cluster: str | None = None  # the worker cluster it runs (or last ran) in
 
     def waited_for_placement(self, t: float) -> float:
         """Seconds spent waiting for placement up to `t`."""

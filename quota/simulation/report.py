@@ -8,6 +8,10 @@ free room was over time — free devices on nodes that are partly used (stranded
 that needs whole nodes) against free devices on nodes with none of them in use — and each
 node's use over time, for a heat map.
 
+In a scenario with worker clusters (`Cluster` documents) each workload of a dispatching queue
+says which cluster it ran in, and each cluster has a row: its nodes, the workloads it ran,
+and, per resource placement cares about, its capacity and time-weighted use (its pods').
+
 Wait time is the time a workload spent pending (including requeue backoff after evictions)
 before its last admission; a workload still pending when the simulation stops counts the
 time it has waited so far, so percentiles of an overloaded queue are lower bounds, never
@@ -226,6 +230,7 @@ def to_json(result: SimResult) -> dict[str, Any]:
             "flavors": dict(sorted(j.flavors.items())),
             "lastPendingReason": j.last_pending_reason,
             "placementWait": _round(j.placement_wait),
+            **({"cluster": j.cluster} if j.cluster is not None else {}),
             **(
                 {
                     "resizes": [
@@ -280,6 +285,7 @@ def to_json(result: SimResult) -> dict[str, Any]:
         "cycles": result.cycles,
         "evictions": result.evictions,
         "placement": placement_json(result),
+        **({"clusters": clusters_json(result)} if result.clusters else {}),
     }
 
 
@@ -712,3 +718,79 @@ def placement_json(result: SimResult) -> dict[str, Any]:
             for q in stats.landed
         ]
     return out
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterStats:
+    """One worker cluster over the run: what it has, what ran there, how much it was used."""
+
+    name: str
+    labels: Mapping[str, str]
+    nodes: int
+    workloads: int  # workloads whose last run was there
+    capacity: Mapping[str, int]  # per resource, on Ready, schedulable nodes
+    avg_used: Mapping[str, float]  # per resource, time-weighted over [0, end]
+
+    def utilisation(self, resource: str) -> float | None:
+        """Average use / capacity of `resource` (None without capacity)."""
+        capacity = self.capacity.get(resource, 0)
+        return self.avg_used.get(resource, 0.0) / capacity if capacity else None
+
+
+def _avg_used(
+    events: Iterable[NodeEvent], names: set[str], resources: Sequence[str], end: float
+) -> dict[str, float]:
+    """The time-weighted average of what the pods on `names` request, per resource."""
+    used = dict.fromkeys(resources, 0)
+    on: dict[str, Mapping[str, int]] = {}
+    total = dict.fromkeys(resources, 0.0)
+    since = 0.0
+    for event in events:
+        if event.node not in names:
+            continue
+        for r in resources:
+            total[r] += used[r] * (event.at - since)
+        since = event.at
+        before = on.get(event.node, {})
+        for r in resources:
+            used[r] += event.used.get(r, 0) - before.get(r, 0)
+        on[event.node] = event.used
+    for r in resources:
+        total[r] += used[r] * (end - since)
+    return {r: (total[r] / end if end > 0 else float(used[r])) for r in resources}
+
+
+def cluster_stats(result: SimResult) -> list[ClusterStats]:
+    """Per worker cluster, by name; empty for a scenario without any."""
+    out: list[ClusterStats] = []
+    for cluster in result.clusters:
+        usable = [n for n in cluster.nodes if n.ready and not n.unschedulable]
+        resources = placement_resources(cluster.nodes) if cluster.nodes else ["cpu"]
+        capacity = {r: sum(n.allocatable.get(r, 0) for n in usable) for r in resources}
+        names = {n.name for n in cluster.nodes}
+        out.append(
+            ClusterStats(
+                name=cluster.name,
+                labels=dict(cluster.labels),
+                nodes=len(cluster.nodes),
+                workloads=sum(1 for j in result.jobs if j.cluster == cluster.name),
+                capacity=capacity,
+                avg_used=_avg_used(result.node_events, names, resources, result.end),
+            )
+        )
+    return out
+
+
+def clusters_json(result: SimResult) -> dict[str, Any]:
+    """The "clusters" section of the JSON: one entry per worker cluster."""
+    return {
+        c.name: {
+            "labels": dict(sorted(c.labels.items())),
+            "nodes": c.nodes,
+            "workloads": c.workloads,
+            "capacity": dict(c.capacity),
+            "avgUsed": {r: round(v, _DIGITS) for r, v in c.avg_used.items()},
+            "utilisation": {r: _round(c.utilisation(r)) for r in c.capacity},
+        }
+        for c in cluster_stats(result)
+    }

@@ -14,7 +14,7 @@ from quota.model.decisions import Victim
 from quota.model.nodes import Node
 from quota.model.resources import FlavorResource
 from quota.model.snapshot import QueueSpec
-from quota.simulation.scenario import Settings
+from quota.simulation.scenario import Settings, Worker
 
 TransitionKind = Literal[
     "created",
@@ -25,12 +25,17 @@ TransitionKind = Literal[
     "requeued",
     "slice_replaced",
     "finished",
+    "dispatched",  # sent to a worker cluster (the actor names it)
 ]
 Measure = Literal["usage", "fairShare", "demand"]
 MEASURES: tuple[Measure, ...] = ("usage", "fairShare", "demand")
 TOTAL = ""  # the pseudo-queue for the whole cluster in the meter
-# How the admission cycle words a wait that placement, not quota, decided.
-PLACEMENT_REASON_PREFIXES = ("quota is available but the pods cannot be placed",)
+# How the admission cycle words a wait that placement, not quota, decided; and how the
+# choice of a worker cluster does (`quota.dispatch`: admitted by quota, no cluster has room).
+PLACEMENT_REASON_PREFIXES = (
+    "quota is available but the pods cannot be placed",
+    "no worker cluster",
+)
 
 
 def is_placement_reason(reason: str) -> bool:
@@ -99,6 +104,8 @@ class JobOutcome:
     # last admission ("rack", "block", "node", or "spread"); None for a single pod, no
     # Topology, or never admitted.
     landed: str | None = None
+    # The worker cluster it ran in at its last run (a queue with spec.dispatch); None: here.
+    cluster: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,3 +152,5 @@ class SimResult:
     node_events: tuple[NodeEvent, ...] = ()
     # The scenario's Topologies (name -> node labels, widest first), for fragmentation by level.
     topologies: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    # The worker clusters (their nodes are in `nodes` too), for the per-cluster figures.
+    clusters: tuple[Worker, ...] = ()

@@ -12,7 +12,12 @@ group; one elastic workload of its replicas) — plus four kinds that exist only
   `<pool>-0`, `<pool>-1`, ...;
 - WorkloadGenerator: classes of workloads in the style of Kueue's performance tests, each
   with a count per target queue, a creation interval, a runtime, a priority and a request;
-- ScaleEvent: at time `at`, set the parallelism of an elastic Job (or a Deployment's replicas).
+- ScaleEvent: at time `at`, set the parallelism of an elastic Job (or a Deployment's replicas);
+- Cluster: a worker cluster a ClusterQueue with `spec.dispatch` sends its admitted workloads
+  to (the WorkerCluster of a management cluster): its `metadata.labels` are what
+  `spec.dispatch.clusterSelector` selects, and it has nodes of its own, `spec.nodes` (Node
+  manifests, as the scenario's Node documents) and `spec.nodePools` (a NodePool's spec with
+  a `name`). Node names are unique across the whole scenario.
 
 A Job carries its simulated timing in annotations: `muster.dev/submit-at` (when it is
 created, a duration from the scenario start, default 0s) and `muster.dev/run-for` (how long
@@ -30,6 +35,7 @@ scenario's own kinds and timing.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -38,10 +44,12 @@ from typing import Any, Final, Literal, Self
 from pydantic import AwareDatetime, Field, ValidationError, model_validator
 
 from quota.api import ManifestError
+from quota.api.clusterqueue import ClusterQueue
 from quota.api.meta import DNS_SUBDOMAIN, ApiModel, Duration, ObjectMeta, parse_duration
 from quota.api.names import ELASTIC_ANNOTATION, JOB_POD_SET, QUEUE_LABEL
 from quota.api.quantity import ResourceList, format_quantity
 from quota.api.topology import LABEL_KEY, TopologyRequest
+from quota.dispatch import NO_WORKERS
 from quota.lifecycle.backoff import REQUEUE_BASE_S, REQUEUE_MAX_S
 from quota.manifests.documents import (
     Documents,
@@ -53,11 +61,13 @@ from quota.manifests.documents import (
     problem,
     queues,
     read_documents,
+    ready,
     subject,
     topologies,
     with_max_pods,
 )
 from quota.model import convert
+from quota.model.nodeconvert import node_from_manifest
 from quota.model.nodes import Node
 from quota.model.resources import FlavorResource
 from quota.model.snapshot import Flavor, PodSet, QueueSpec
@@ -248,12 +258,40 @@ class ScaleEvent(_SimObject):
     spec: ScaleEventSpec
 
 
+class ClusterNodePool(NodePoolSpec):
+    """A NodePool of a worker cluster: a NodePool's spec and the pool's name."""
+
+    name: str = Field(min_length=1, max_length=200, pattern=DNS_SUBDOMAIN)
+
+
+class ClusterSpec(ApiModel):
+    """The nodes of a worker cluster."""
+
+    nodes: list[dict[str, Any]] = Field(
+        default_factory=list,
+        max_length=100_000,
+        description="Node manifests (metadata.name, labels, status.allocatable, ...), as the "
+        "scenario's Node documents; apiVersion and kind may be left out.",
+    )
+    node_pools: list[ClusterNodePool] = Field(default_factory=list, max_length=1_000)
+
+
+class Cluster(_SimObject):
+    """A worker cluster: its labels (metadata.labels) and its own nodes."""
+
+    kind: Literal["Cluster"] = "Cluster"
+    spec: ClusterSpec = Field(default_factory=ClusterSpec)
+
+
 SIM_KINDS: dict[str, type[_SimObject]] = {
     "Simulation": Simulation,
     "NodePool": NodePool,
     "WorkloadGenerator": WorkloadGenerator,
     "ScaleEvent": ScaleEvent,
+    "Cluster": Cluster,
 }
+# A label value: at most 63 characters, alphanumerics at both ends (empty is allowed).
+LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
 
 
 # ----------------------------------------------------------------------- the result
@@ -336,6 +374,15 @@ class Scale:
     parallelism: int
 
 
+@dataclass(frozen=True, slots=True)
+class Worker:
+    """A worker cluster of the scenario: its name, labels and nodes."""
+
+    name: str
+    labels: Mapping[str, str]
+    nodes: tuple[Node, ...]
+
+
 @dataclass(frozen=True)
 class Scenario:
     """Everything a simulation needs, resolved and checked."""
@@ -351,6 +398,14 @@ class Scenario:
     # The nodes pods are placed on (Nodes, then NodePools' nodes); None: quota-only mode.
     nodes: tuple[Node, ...] | None = None
     topologies: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    # Worker clusters (Cluster documents), by name order, and, for each ClusterQueue that
+    # dispatches (QueueSpec.remote), the clusters its clusterSelector picks, by name. A
+    # dispatching queue missing here (a Scenario built by other means than a file) has its
+    # workloads run at admission, on quota alone.
+    clusters: tuple[Worker, ...] = ()
+    dispatch_to: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    # Why a dispatching queue's workloads can go nowhere, for a selector that picks no cluster.
+    no_workers: Mapping[str, str] = field(default_factory=dict)
 
     def workload_count(self) -> int:
         """Jobs plus generated workloads."""
@@ -369,6 +424,7 @@ class _SimDocs:
     generators: list[tuple[int, WorkloadGenerator]] = field(default_factory=list)
     scale_events: list[tuple[int, ScaleEvent]] = field(default_factory=list)
     serving: list[tuple[int, Mapping[str, Any]]] = field(default_factory=list)
+    clusters: list[tuple[int, Cluster]] = field(default_factory=list)
 
     def file(self, docs: Documents, index: int, doc: Mapping[str, Any]) -> None:
         """Check one document of a simulation-only kind and file it (`OtherKinds`)."""
@@ -401,26 +457,160 @@ class _SimDocs:
             self.generators.append((index, sim))
         elif isinstance(sim, ScaleEvent):
             self.scale_events.append((index, sim))
+        elif isinstance(sim, Cluster):
+            self.clusters.append((index, sim))
+
+
+def _pool_manifests(name: str, spec: NodePoolSpec) -> list[Mapping[str, Any]]:
+    """The Ready Node manifests of pool `name`: `<name>-0`, `<name>-1`, ..."""
+    allocatable = {r: format_quantity(v, r) for r, v in spec.allocatable.items()}
+    return [
+        {
+            "metadata": {"name": f"{name}-{i}", "labels": spec.node_labels(name, i)},
+            "status": {
+                "allocatable": allocatable,
+                "conditions": [{"type": "Ready", "status": "True"}],
+            },
+        }
+        for i in range(spec.count)
+    ]
 
 
 def _pool_nodes(sim: _SimDocs) -> list[Mapping[str, Any]]:
     nodes: list[Mapping[str, Any]] = []
     for _, pool in sim.node_pools:
-        allocatable = {r: format_quantity(v, r) for r, v in pool.spec.allocatable.items()}
-        for i in range(pool.spec.count):
-            nodes.append(
-                {
-                    "metadata": {
-                        "name": f"{pool.metadata.name}-{i}",
-                        "labels": pool.spec.node_labels(pool.metadata.name or "", i),
-                    },
-                    "status": {
-                        "allocatable": allocatable,
-                        "conditions": [{"type": "Ready", "status": "True"}],
-                    },
-                }
-            )
+        nodes.extend(_pool_manifests(pool.metadata.name or "", pool.spec))
     return nodes
+
+
+def _cluster_manifests(cluster: Cluster) -> list[tuple[str, Mapping[str, Any]]]:
+    """A worker cluster's Ready Node manifests, each with where the Cluster declares it."""
+    out: list[tuple[str, Mapping[str, Any]]] = [
+        (f"spec.nodes[{i}]", ready(raw) if isinstance(raw, Mapping) else raw)
+        for i, raw in enumerate(cluster.spec.nodes)
+    ]
+    for i, pool in enumerate(cluster.spec.node_pools):
+        out.extend((f"spec.nodePools[{i}]", m) for m in _pool_manifests(pool.name, pool))
+    return out
+
+
+def _check_labels(index: int, doc: Mapping[str, Any], labels: Mapping[str, str]) -> None:
+    for key, value in labels.items():
+        path = f"metadata.labels[{key}]"
+        if not re.match(LABEL_KEY, key):
+            raise invalid(
+                index,
+                doc,
+                path,
+                "a label key is an optional DNS-subdomain prefix and '/', then a name of at "
+                "most 63 letters, digits, '-', '_' or '.', starting and ending alphanumeric",
+            )
+        if len(value) > 63 or not LABEL_VALUE.match(value):
+            raise invalid(
+                index,
+                doc,
+                path,
+                f"a label value is at most 63 letters, digits, '-', '_' or '.', starting and "
+                f"ending alphanumeric (got {value!r})",
+            )
+
+
+def _workers(docs: Documents, sim: _SimDocs, local: tuple[Node, ...] | None) -> tuple[Worker, ...]:
+    """The scenario's worker clusters, checked: labels, node manifests, node names unique
+    across the whole scenario (the report tells nodes apart by name)."""
+    where = {node.name: "a Node or NodePool of the scenario" for node in local or ()}
+    out: list[Worker] = []
+    for index, cluster in sim.clusters:
+        doc = docs.raw[index]
+        name = cluster.metadata.name or ""
+        _check_labels(index, doc, cluster.metadata.labels)
+        nodes: list[Node] = []
+        for path, raw in _cluster_manifests(cluster):
+            nodes.append(_cluster_node(index, doc, path, raw))
+            node = nodes[-1].name
+            field_path = f"{path}.metadata.name" if path.startswith("spec.nodes[") else path
+            if node in where:
+                raise invalid(
+                    index,
+                    doc,
+                    field_path,
+                    f"node {node} is also {where[node]}: node names are unique across the "
+                    "scenario; rename one",
+                )
+            where[node] = f"a node of Cluster {name}"
+        out.append(Worker(name, dict(cluster.metadata.labels), tuple(nodes)))
+    return tuple(sorted(out, key=lambda w: w.name))
+
+
+def _cluster_node(index: int, doc: Mapping[str, Any], path: str, raw: Any) -> Node:
+    """One node of a Cluster, read as a Node document is; errors name the Cluster and the
+    node's place in it."""
+    if not isinstance(raw, Mapping):
+        raise invalid(index, doc, path, "expected a Node manifest (a mapping)")
+    kind, version = raw.get("kind"), raw.get("apiVersion")
+    if kind not in (None, "Node") or version not in (None, "v1"):
+        raise invalid(index, doc, path, "expected a Node (apiVersion v1), or no kind at all")
+    status = raw.get("status")
+    allocatable = status.get("allocatable") if isinstance(status, Mapping) else None
+    if not isinstance(allocatable, Mapping) or not allocatable:
+        raise invalid(
+            index, doc, f"{path}.status.allocatable", "required: what the node offers to pods"
+        )
+    try:
+        return with_max_pods(node_from_manifest(raw, index=index))
+    except ManifestError as error:
+        raise ManifestError(
+            index, subject(doc), [(f"{path}.{field}", rule) for field, rule in error.problems]
+        ) from None
+
+
+def _selector_text(cq: ClusterQueue) -> str:
+    assert cq.spec.dispatch is not None
+    selector = cq.spec.dispatch.cluster_selector
+    parts = [f"{k}={v}" for k, v in sorted(selector.match_labels.items())]
+    for e in selector.match_expressions:
+        values = f" ({', '.join(e.values)})" if e.values else ""
+        parts.append(f"{e.key} {e.operator}{values}")
+    return f"({', '.join(parts) or 'every cluster'})"
+
+
+def _dispatch(
+    docs: Documents, workers: Sequence[Worker]
+) -> tuple[dict[str, tuple[str, ...]], dict[str, str]]:
+    """Each dispatching queue's clusters, by name, and why a queue whose selector picks none
+    has its workloads wait (allowed, as in a cluster whose WorkerClusters come later)."""
+    picks: dict[str, tuple[str, ...]] = {}
+    why: dict[str, str] = {}
+    for _, cq in docs.cluster_queues:
+        if cq.spec.dispatch is None:
+            continue
+        selector = cq.spec.dispatch.cluster_selector
+        chosen = tuple(w.name for w in workers if selector.matches(dict(w.labels)))
+        picks[cq.name] = chosen
+        if not chosen:
+            why[cq.name] = f"{NO_WORKERS} {_selector_text(cq)}: " + (
+                "the scenario declares no Cluster"
+                if not workers
+                else f"none of the scenario's Clusters ({', '.join(w.name for w in workers)}) "
+                "carries the labels it asks for"
+            )
+    return picks, why
+
+
+def _refuse_resizing_remote(
+    specs: Mapping[str, QueueSpec], timed: Sequence[tuple[int, Mapping[str, Any], JobSpec]]
+) -> None:
+    for index, doc, job in timed:
+        spec = specs.get(job.cluster_queue)
+        if spec is not None and spec.remote and job.elastic:
+            raise invalid(
+                index,
+                doc,
+                f"metadata.labels[{QUEUE_LABEL}]",
+                f"ClusterQueue {job.cluster_queue} dispatches to worker clusters "
+                "(spec.dispatch), where the simulator does not resize workloads: give elastic "
+                "Jobs and Deployments a queue without spec.dispatch",
+            )
 
 
 def _nodes(docs: Documents, sim: _SimDocs) -> tuple[Node, ...] | None:
@@ -454,7 +644,10 @@ def _nodes(docs: Documents, sim: _SimDocs) -> tuple[Node, ...] | None:
 def _capacity(
     docs: Documents, sim: _SimDocs, flavors: Mapping[str, Flavor]
 ) -> dict[FlavorResource, int] | None:
-    found = capacity(docs, flavors, _pool_nodes(sim))
+    # The worker clusters' nodes count too: queues that dispatch share them out, as the
+    # controller adds its WorkerClusters' nodes to the capacity it admits against.
+    workers = [m for _, cluster in sim.clusters for _, m in _cluster_manifests(cluster)]
+    found = capacity(docs, flavors, [*_pool_nodes(sim), *workers])
     if found is None:
         return None
     # A simulated flavor no node provides can never admit anything: that is a mistake in
@@ -468,8 +661,8 @@ def _capacity(
                 index,
                 docs.raw[index],
                 "spec.nodeLabels",
-                "no Node or NodePool of the scenario carries all of these labels, so the "
-                "flavor would have no capacity",
+                "no Node or NodePool of the scenario, nor any node of a Cluster, carries all "
+                "of these labels, so the flavor would have no capacity",
             )
     return found or None
 
@@ -703,6 +896,8 @@ def parse_scenario(docs: Sequence[Any], name: str = "scenario") -> Scenario:
     classes, default_class = priority_classes(read)
     specs, local = queues(read)
     engine_flavors = flavors(read)
+    local_nodes = _nodes(read, sim)
+    workers = _workers(read, sim, local_nodes)
     found = _capacity(read, sim, engine_flavors)
     timed = [
         (index, doc, job)
@@ -734,6 +929,8 @@ def parse_scenario(docs: Sequence[Any], name: str = "scenario") -> Scenario:
             sample_interval_s=max(1.0, _seconds(spec.sample_interval)),
         )
     _check_span(sim, settings, timed)
+    _refuse_resizing_remote(specs, timed)
+    dispatch_to, no_workers = _dispatch(read, workers)
     return Scenario(
         settings=settings,
         queues=specs,
@@ -743,6 +940,9 @@ def parse_scenario(docs: Sequence[Any], name: str = "scenario") -> Scenario:
         generators=_generators(read, sim, local, classes),
         scale_events=_scale_events(read, sim, jobs),
         local_queues=local,
-        nodes=_nodes(read, sim),
+        nodes=local_nodes,
         topologies=topologies(read),
+        clusters=workers,
+        dispatch_to=dispatch_to,
+        no_workers=no_workers,
     )

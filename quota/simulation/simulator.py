@@ -29,6 +29,16 @@ empty (a ReplicaSet, too, removes its newest pods first). Every change of a node
 kept (`SimResult.node_events`) for the fragmentation and occupancy figures of the report.
 Without nodes the simulation admits on quota alone.
 
+A scenario with worker clusters (`Cluster` documents) runs what the management cluster's
+dispatcher does (controllers/multicluster): the capacity the cycle admits against includes
+the workers' nodes, a queue with `spec.dispatch` is admitted by quota alone, and after the
+cycles of each instant every admitted workload of such a queue not yet sent is sent, in
+arrival order, with `quota.dispatch.choose_cluster` over the clusters its selector picks
+(seeing the pods of those sent before it), whole, to one cluster: its pods bind there as
+planned and it starts running. One that fits no cluster keeps its quota and waits with the
+reason `choose_cluster` gives (a wait for room, like the cycle's placement reasons), tried
+again once a worker's pods changed. Its pods leave the worker when it finishes or is evicted.
+
 Everything is deterministic for a scenario and a seed (the seed only feeds the jitter of
 workload generators). Usage, fair share and demand per queue are kept as step functions and
 integrated exactly, so averages are time-weighted (`meter.py`). What a run returns is in
@@ -44,6 +54,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import replace
 
 from quota.admission.cycle import admission_cycle
+from quota.dispatch import NO_WORKERS, Dispatched, NoCluster, WorkerState, choose_cluster
 from quota.fairness.fairshare import FairShare, fair_share
 from quota.lifecycle.backoff import Backoff
 from quota.lifecycle.eviction import (
@@ -57,7 +68,7 @@ from quota.lifecycle.slices import (
     superseded_slice,
 )
 from quota.model.decisions import CycleResult, Victim
-from quota.model.nodes import BoundPod
+from quota.model.nodes import BoundPod, Node
 from quota.model.snapshot import (
     Assignment,
     PodSet,
@@ -136,7 +147,18 @@ class _Simulation:
         self.last_fair: FairShare | None = None
         self.now = 0.0
         self.nodes = scenario.nodes
-        self.node_by_name = {n.name: n for n in scenario.nodes or ()}
+        self.worker_nodes = {c.name: c.nodes for c in scenario.clusters}
+        self.cluster_of_node = {n.name: c.name for c in scenario.clusters for n in c.nodes}
+        self.node_by_name = {
+            n.name: n
+            for n in (*(scenario.nodes or ()), *(n for c in scenario.clusters for n in c.nodes))
+        }
+        # Dispatch: the worker cluster each sent workload's pods run in (engine key ->
+        # cluster), a count that moves on every change of a worker's pods, and, per workload
+        # that fit no cluster, the count it was tried at (tried again once it moves).
+        self.sent: dict[str, str] = {}
+        self.fleet = 0
+        self.no_room: dict[str, int] = {}
         # Placement: each running workload's pods (engine key -> [(pod set, pod)], in the order
         # they were placed), what they take per node, and every change of that.
         self.pods_of: dict[str, list[tuple[str, BoundPod]]] = {}
@@ -357,9 +379,10 @@ class _Simulation:
         job = self.job_of[key]
         admitted = replace(w, admission=assignments, admitted_at=t)
         superseded = superseded_slice(key, w.replaces, self.admitted)
-        if self.nodes is not None:
+        remote = self._remote(admitted)
+        if self.nodes is not None and not remote:
             admitted = self._bind(admitted, job, superseded, t)
-            job.landed = self._landed(admitted)
+            job.landed = self._landed(admitted, self._plan_of(admitted))
         self.admitted[key] = admitted
         self._charge(admitted, 1, t)
         job.flavors = _flavors_of(assignments)
@@ -375,6 +398,18 @@ class _Simulation:
             self._log(t, "admitted", job, admitted, reason=reason)
             self._resized(job, admitted, t)
             return
+        if remote:
+            # Quota is reserved here; it runs once a worker cluster takes it (`_dispatch`).
+            self.no_room.pop(key, None)
+            job.state = "dispatching"
+            self._log(t, "admitted", job, admitted, reason=reason)
+            return
+        self._start(job, t)
+        self._log(t, "admitted", job, admitted, reason=reason)
+        self._resized(job, admitted, t)
+
+    def _start(self, job: Job, t: float) -> None:
+        """The Job's pods run from `t`: its wait ends, its completion is due `run_for` on."""
         job.state = "running"
         job.waited += t - job.pending_since
         job.stop_placement_wait(t)
@@ -382,8 +417,6 @@ class _Simulation:
             job.first_admitted = t
         job.run += 1
         self.push(t + job.run_for, _COMPLETE, job.key, job.run)
-        self._log(t, "admitted", job, admitted, reason=reason)
-        self._resized(job, admitted, t)
 
     def _resized(self, job: Job, running: Workload, t: float) -> None:
         """Close the open resize once the running slice has the size it asked for."""
@@ -516,7 +549,7 @@ class _Simulation:
                 replace(a, count=n) for a, n in zip(running.admission, counts, strict=True)
             ),
         )
-        if self.nodes is not None:
+        if running.key in self.pods_of:
             shrunk = self._shrink(shrunk, t, chosen)
         self.admitted[running.key] = shrunk
         self._charge(shrunk, 1, t)
@@ -579,13 +612,15 @@ class _Simulation:
                 del pods[i]
                 self._take(pod.node, pod.requests, -1, t)
         self._bound = None
-        return self._placed(w)
+        # A sent workload's plan lives in its worker, not in its admission here.
+        return w if self._remote(w) else self._placed(w)
 
     def _unbind(self, key: str, t: float) -> None:
         """The pods of workload `key` are gone (it finished or its eviction completed)."""
         for _, pod in self.pods_of.pop(key, []):
             self._take(pod.node, pod.requests, -1, t)
         self._bound = None
+        self.sent.pop(key, None)
 
     def _take(self, node: str, requests: Mapping[str, int], sign: int, t: float) -> None:
         used = self.node_used.setdefault(node, {})
@@ -594,6 +629,8 @@ class _Simulation:
                 used[resource] = used.get(resource, 0) + sign * amount
         used["pods"] = used.get("pods", 0) + sign
         self.node_events.append(NodeEvent(t, node, dict(used)))
+        if node in self.cluster_of_node:
+            self.fleet += 1
 
     def _placed(self, w: Workload) -> Workload:
         """`w` with each assignment's nodes set to where its pods run now."""
@@ -609,12 +646,18 @@ class _Simulation:
             ),
         )
 
-    def _landed(self, w: Workload) -> str | None:
-        """The narrowest level of its flavor's Topology whose one domain holds every pod of
-        a gang (`topology.landed_level`); None for a single pod or a flavor without one."""
+    @staticmethod
+    def _plan_of(w: Workload) -> list[tuple[str, int]]:
         assert w.admission is not None
-        names = {node for a in w.admission for node, n in a.nodes if n}
-        if sum(n for a in w.admission for _, n in a.nodes) < 2:
+        return [pair for a in w.admission for pair in a.nodes]
+
+    def _landed(self, w: Workload, plan: list[tuple[str, int]]) -> str | None:
+        """The narrowest level of its flavor's Topology whose one domain holds every pod of
+        a gang placed as `plan` ((node, pods) pairs; `topology.landed_level`); None for a
+        single pod or a flavor without one."""
+        assert w.admission is not None
+        names = {node for node, n in plan if n}
+        if sum(n for _, n in plan) < 2:
             return None
         named = {
             self.scenario.flavors[f].topology
@@ -628,9 +671,99 @@ class _Simulation:
         return landed_level((self.node_by_name[n] for n in sorted(names)), levels[0])
 
     def _bound_pods(self) -> tuple[BoundPod, ...]:
+        """The pods bound to this cluster's own nodes (the admission cycle's)."""
         if self._bound is None:
-            self._bound = tuple(pod for pods in self.pods_of.values() for _, pod in pods)
+            workers = self.cluster_of_node
+            self._bound = tuple(
+                pod for pods in self.pods_of.values() for _, pod in pods if pod.node not in workers
+            )
         return self._bound
+
+    # -- dispatch to worker clusters ---------------------------------------------------------
+
+    def _remote(self, w: Workload) -> bool:
+        """Whether `w` runs in a worker cluster: its queue dispatches to the scenario's
+        Clusters. (A Scenario built without them, as the plugin's what-if from a live
+        cluster, runs a dispatching queue's workloads at admission, on quota alone.)"""
+        return w.queue in self.scenario.dispatch_to
+
+    def _worker(self, name: str) -> WorkerState:
+        """Worker cluster `name` now: its nodes and the pods bound there."""
+        mine = self.cluster_of_node
+        pods = tuple(
+            pod for pods in self.pods_of.values() for _, pod in pods if mine.get(pod.node) == name
+        )
+        return WorkerState(name, self.worker_nodes[name], pods)
+
+    def _dispatch(self, t: float) -> None:
+        """Send each admitted workload of a dispatching queue not sent yet, oldest first, to
+        the worker cluster `choose_cluster` picks; one that fits none waits with its reason."""
+        if not self.scenario.dispatch_to:
+            return
+        waiting = sorted(
+            (
+                w
+                for w in self.admitted.values()
+                if w.key not in self.sent and not w.evicting and self._remote(w)
+            ),
+            key=lambda w: (w.arrival, w.key),
+        )
+        states: dict[str, WorkerState] = {}
+        for w in waiting:
+            if self.no_room.get(w.key) == self.fleet:
+                continue  # nothing changed in any worker since it fit nowhere
+            job = self.job_of[w.key]
+            names = self.scenario.dispatch_to.get(w.queue, ())
+            choice: Dispatched | NoCluster
+            if not names:
+                choice = NoCluster(self.scenario.no_workers.get(w.queue, NO_WORKERS), (), True)
+            else:
+                for name in names:
+                    if name not in states:
+                        states[name] = self._worker(name)
+                choice = choose_cluster(
+                    w,
+                    self.scenario.flavors,
+                    [states[n] for n in names],
+                    self.queues[w.queue].placement,
+                    self.scenario.topologies,
+                )
+            if isinstance(choice, NoCluster):
+                self.no_room[w.key] = self.fleet
+                job.note(choice.reason, t)
+                continue
+            self.no_room.pop(w.key, None)
+            self._send(w, job, choice, t)
+            states.pop(choice.cluster, None)  # its pods changed: read it again
+
+    def _send(self, w: Workload, job: Job, choice: Dispatched, t: float) -> None:
+        """Bind `w`'s pods in worker `choice.cluster` exactly as planned, and start it."""
+        per_pod = {ps.name: ps.per_pod for ps in w.pod_sets}
+        pods: list[tuple[str, BoundPod]] = []
+        for pod_set, pairs in choice.placement.nodes.items():
+            for node, n in pairs:
+                for _ in range(n):
+                    job.pods += 1
+                    pod = BoundPod(
+                        f"{job.key}/{pod_set}-{job.pods}", node, per_pod[pod_set], w.key, pod_set
+                    )
+                    pods.append((pod_set, pod))
+                    self._take(node, pod.requests, 1, t)
+        self.pods_of[w.key] = pods
+        self.sent[w.key] = choice.cluster
+        job.cluster = choice.cluster
+        job.landed = self._landed(
+            w, [pair for pairs in choice.placement.nodes.values() for pair in pairs]
+        )
+        self._start(job, t)
+        self._log(t, "dispatched", job, w, reason=choice.reason, actor=choice.cluster)
+
+    def _all_nodes(self) -> tuple[Node, ...] | None:
+        """Every node pods are placed on: this cluster's, then the workers'."""
+        workers = tuple(n for nodes in self.worker_nodes.values() for n in nodes)
+        if self.nodes is None and not self.scenario.clusters:
+            return None
+        return (*(self.nodes or ()), *workers)
 
     # -- cycles ------------------------------------------------------------------------------
 
@@ -656,6 +789,7 @@ class _Simulation:
                 break
         if self.last_fair is not None:
             self._meter_fair_share(self.last_fair, t)
+        self._dispatch(t)
 
     def _snapshot(
         self, t: float, admitted: tuple[Workload, ...], pending: list[Workload]
@@ -755,6 +889,7 @@ class _Simulation:
                 placement_wait=j.waited_for_placement(end),
                 landed=j.landed,
                 pods_preempted=j.pods_preempted,
+                cluster=j.cluster,
             )
             for j in self.jobs.values()
             if j.state != "waiting"
@@ -776,9 +911,10 @@ class _Simulation:
             cycles=self.cycles,
             evictions=self.evictions,
             finished_all=finished_all,
-            nodes=self.nodes,
+            nodes=self._all_nodes(),
             node_events=tuple(self.node_events),
             topologies=self.scenario.topologies,
+            clusters=self.scenario.clusters,
         )
 
 

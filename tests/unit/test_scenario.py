@@ -70,6 +70,7 @@ def test_the_examples_load() -> None:
         ("kueue-baseline", 15_000, None),
         ("elastic", 9, 2),
         ("placement-binpack-vs-spread", 184, 8),
+        ("multicluster", 10, 2),  # its own 2 nodes; the workers' 6 are the clusters'
     ):
         path = REPO / "examples" / f"{name}.yaml"
         scenario = parse_scenario(list(yaml.safe_load_all(path.read_text())))
