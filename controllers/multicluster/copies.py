@@ -33,7 +33,10 @@ _SERVER_LABELS = frozenset(
         "batch.kubernetes.io/job-name",
     }
 )
-# Job status fields the management cluster's Job mirrors from its copy.
+# Job status fields the management cluster's Job mirrors from its copy. Not
+# uncountedTerminatedPods: it names pods of the worker, meaningless here, and being a map a
+# merge patch would only ever add to it, so a Job that finished there would be refused here
+# ("must be empty for finished job").
 STATUS_FIELDS = (
     "active",
     "ready",
@@ -45,7 +48,6 @@ STATUS_FIELDS = (
     "conditions",
     "completedIndexes",
     "failedIndexes",
-    "uncountedTerminatedPods",
 )
 
 
@@ -112,6 +114,8 @@ def mirrored_status(remote: Mapping[str, Any], local: Mapping[str, Any]) -> Obj 
     theirs = remote.get("status") or {}
     ours = local.get("status") or {}
     wanted = {f: theirs.get(f) for f in STATUS_FIELDS}
+    # Left by an earlier version that mirrored it: cleared, or the Job could never finish.
+    wanted["uncountedTerminatedPods"] = None
     if all(ours.get(f) == v for f, v in wanted.items()):
         return None
     # A merge patch: fields the copy no longer has are removed (null).

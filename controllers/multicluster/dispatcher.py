@@ -87,6 +87,9 @@ class Dispatcher:
         self._shunned: dict[str, dict[str, float]] = {}
         # workload key -> the fleet it fit nowhere in (see `dispatch`).
         self._no_room: dict[str, object] = {}
+        # workload key -> the copy's resourceVersion whose status its Job here refused: tried
+        # again only once the copy changes, not on every pass.
+        self._refused: dict[str, str] = {}
         self._poke = threading.Event()
 
     def poke(self) -> None:
@@ -148,6 +151,10 @@ class Dispatcher:
             for key, wl in mine.items()
             if wls.replaces(wl) and Sent.of(wl).cluster
         }
+        # What is remembered per workload goes with it.
+        self._said = {k: v for k, v in self._said.items() if k in mine}
+        self._shunned = {k: v for k, v in self._shunned.items() if k in mine}
+        self._refused = {k: v for k, v in self._refused.items() if k in mine}
         self._sweep_orphans()
         for key, wl in mine.items():
             if key not in superseded:
@@ -430,17 +437,20 @@ class Dispatcher:
         if job is None or (job.get("spec") or {}).get("managedBy") != DISPATCH_MANAGED_BY:
             return
         patch = copies.mirrored_status(remote, job)
-        if patch is None:
+        key = object_key(wl)
+        version = str(remote["metadata"].get("resourceVersion"))
+        if patch is None or self._refused.get(key) == version:
             return
         meta = job["metadata"]
         try:
             self.ctx.kube.patch(
                 JOB, meta["namespace"], meta["name"], {"status": patch}, status=True
             )
+            self._refused.pop(key, None)
         except ApiException as error:
+            self._refused[key] = version
             log.warning(
-                "status not mirrored",
-                extra={"job": object_key(job), "error": str(error)[:300]},
+                "status not mirrored", extra={"job": object_key(job), "error": str(error)[:300]}
             )
 
     def _clean_abandoned(self, key: str, wl: Obj, cluster: str) -> None:

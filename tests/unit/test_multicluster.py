@@ -328,6 +328,32 @@ def test_the_jobs_status_here_mirrors_its_copy() -> None:
     assert local["status"]["conditions"] == status["conditions"]
 
 
+def test_a_copy_that_finished_finishes_the_job_here_without_the_workers_pod_uids() -> None:
+    """The copy's uncountedTerminatedPods name pods there; a merge patch of that map only adds
+    keys, so mirroring it left a finished Job here that the apiserver refuses."""
+    running = {
+        "active": 1,
+        "startTime": "2026-11-28T00:00:00Z",
+        "uncountedTerminatedPods": {"succeeded": ["uid-there"]},
+    }
+    done = {
+        "succeeded": 1,
+        "startTime": "2026-11-28T00:00:00Z",
+        "completionTime": "2026-11-28T00:00:05Z",
+        "uncountedTerminatedPods": {},
+        "conditions": [{"type": "Complete", "status": "True"}],
+    }
+    stale = {"status": {"active": 1, "uncountedTerminatedPods": {"succeeded": ["uid-there"]}}}
+    first = copies.mirrored_status({"status": running}, {})
+    assert first is not None and first["active"] == 1
+    assert first["uncountedTerminatedPods"] is None
+    patch = copies.mirrored_status({"status": done}, stale)
+    assert patch is not None and patch["uncountedTerminatedPods"] is None
+    assert patch["conditions"] == done["conditions"] and patch["succeeded"] == 1
+    mirrored = {"status": {k: v for k, v in patch.items() if v is not None}}
+    assert copies.mirrored_status({"status": done}, mirrored) is None
+
+
 def test_a_lost_workers_unstarted_copy_goes_elsewhere_and_is_deleted_there_later() -> None:
     w1, w2 = worker("w1", 8), worker("w2", 8)
     fleet = Fleet(w1, w2)
