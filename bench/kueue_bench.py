@@ -67,6 +67,7 @@ from bench.harness.cluster import Cluster, running_cluster
 from bench.harness.controller import controller_argv
 from bench.harness.create import create_all
 from bench.harness.process import Process
+from bench.harness.spy import Spy, usage_by_role, usage_since
 from bench.harness.tables import render
 from bench.harness.waits import http_ok, wait_for
 from controllers.localcluster.binaries import cache_root
@@ -823,6 +824,42 @@ class JobProgress:
                 self.running[uid] = at
 
 
+class Usage:
+    """A system's process from `start` on: CPU seconds and peak RSS, whole and per process
+    (Muster's controller and its webhook server), and, with `--profile` and for Muster,
+    where its CPU went (py-spy: by process, by thread, by activity)."""
+
+    def __init__(self, bench: Bench, system: System, scenario: str) -> None:
+        assert system.process is not None
+        self.process = system.process
+        self.out = bench.workdir / f"py-spy-{scenario}.txt"
+        self.profile = bench.args.profile and isinstance(system, Muster)
+        self.spy: Spy | None = None
+
+    def start(self) -> None:
+        """From now on (again, if it had started: the backlog's hold does not count)."""
+        if self.spy is not None:
+            self.spy.stop()
+        self.cpu0 = self.process.cpu_seconds()
+        self.roles0 = usage_by_role(self.process.pid)
+        self.process.reset_peak_rss()
+        if self.profile:
+            self.spy = Spy(self.process.pid, self.out)
+            self.spy.start()
+
+    def figures(self) -> dict[str, Any]:
+        cpu = round(self.process.cpu_seconds() - self.cpu0, 1)
+        out: dict[str, Any] = {
+            "cpu_seconds": cpu,
+            "peak_rss_mib": round(self.process.peak_rss() / 2**20),
+            "processes": usage_since(self.process.pid, self.roles0),
+        }
+        if self.spy is not None:
+            out["profile"] = self.spy.stop().seconds(cpu)
+            self.spy = None
+        return out
+
+
 def job_scenario(bench: Bench, system: System | None, scenario: str) -> dict[str, Any]:
     """`stream` or `backlog` for a system; `raw` for the raw client loop (system None)."""
     n = bench.args.jobs
@@ -845,7 +882,7 @@ def job_scenario(bench: Bench, system: System | None, scenario: str) -> dict[str
         Watcher(bench.kube, workload_kind, progress.on_workload),
         Watcher(bench.kube, JOB, progress.on_job),
     ]
-    process = system.process if system is not None else None
+    usage = Usage(bench, system, scenario) if system is not None else None
     user = system.user if system is not None else "bench-raw"
     docs = objects.one_pod_jobs(
         n,
@@ -855,9 +892,9 @@ def job_scenario(bench: Bench, system: System | None, scenario: str) -> dict[str
         suspend=system is None,
     )
     try:
-        mark, cpu0 = bench.audit.mark(), process.cpu_seconds() if process else 0.0
-        if process:
-            process.reset_peak_rss()
+        mark = bench.audit.mark()
+        if usage:
+            usage.start()
         started = time.monotonic()
         create_all(bench.cluster.kc, bench.cluster.kubeconfig, docs)
         created = time.monotonic() - started
@@ -870,7 +907,8 @@ def job_scenario(bench: Bench, system: System | None, scenario: str) -> dict[str
             )
             # The steady state of a hold: the controller has written why each one waits.
             bench.audit.wait_quiet(user, bench.args.settle)
-            mark, cpu0 = bench.audit.mark(), process.cpu_seconds() if process else 0.0
+            mark = bench.audit.mark()
+            usage.start()  # type: ignore[union-attr]
             started = time.monotonic()
             for ns in namespaces:
                 bench.kube.patch(system.cq_kind, None, ns, system.hold(ns, False))
@@ -910,9 +948,8 @@ def job_scenario(bench: Bench, system: System | None, scenario: str) -> dict[str
             "api_writes_per_job": round(sum(writes.values()) / n, 2),
             "writes": dict(sorted(writes.items())),
         }
-        if process:
-            result["cpu_seconds"] = round(process.cpu_seconds() - cpu0, 1)
-            result["peak_rss_mib"] = round(process.peak_rss() / 2**20)
+        if usage:
+            result.update(usage.figures())
         if raw:
             result.update(
                 cpu_seconds=raw["cpu_seconds"],
@@ -1122,11 +1159,10 @@ def trace_scenario(bench: Bench, system: System) -> dict[str, Any]:
     bench.apply(queues_docs)
     time.sleep(2.0)
     runner = TraceRunner(bench, system, tag, items)
-    process = system.process
-    assert process is not None
+    usage = Usage(bench, system, "trace")
     try:
-        cpu0, mark = process.cpu_seconds(), bench.audit.mark()
-        process.reset_peak_rss()
+        mark = bench.audit.mark()
+        usage.start()
         runner.run(bench.args.timeout)
         writes = bench.audit.writes(mark, system.user)
         summary = trace_summary(
@@ -1136,11 +1172,10 @@ def trace_scenario(bench: Bench, system: System) -> dict[str, Any]:
             system=system.name,
             scenario="trace",
             scale=bench.args.trace_scale,
-            cpu_seconds=round(process.cpu_seconds() - cpu0, 1),
-            peak_rss_mib=round(process.peak_rss() / 2**20),
             controller_writes=sum(writes.values()),
             runner_errors=runner.errors[:5],
         )
+        summary.update(usage.figures())
         return summary
     finally:
         bench.delete_namespaces(namespaces)
@@ -1314,7 +1349,27 @@ def tables(report: dict[str, Any]) -> str:
             ],
             trace_rows,
         )
+    for r in report["results"]:
+        out += _breakdown(r)
     return out
+
+
+def _breakdown(r: Mapping[str, Any]) -> str:
+    """One scenario's figures per process and, when profiled, by thread and activity."""
+    if r["system"] != "Muster" or "processes" not in r:
+        return ""
+    lines = [f"\n\nMuster, {r['scenario']}, per process:"]
+    lines += [
+        f"  {role}: {v['cpu_seconds']} CPU s, peak RSS {v['peak_rss_mib']} MiB"
+        for role, v in r["processes"].items()
+    ]
+    profile = r.get("profile")
+    if profile:
+        lines.append(f"  where the CPU went ({profile['samples']} py-spy samples), CPU s:")
+        for part in ("by_thread", "by_activity"):
+            top = list(profile[part].items())[:12]
+            lines.append(f"    {part.replace('_', ' ')}: " + "; ".join(f"{k} {v}" for k, v in top))
+    return "\n".join(lines)
 
 
 def main() -> None:
@@ -1336,6 +1391,12 @@ def main() -> None:
     parser.add_argument("--settle", type=float, default=3.0)
     parser.add_argument("--json", type=Path, default=None, help="also write every figure here")
     parser.add_argument("--keep", action="store_true", help="leave the cluster running")
+    parser.add_argument(
+        "--profile",
+        action="store_true",
+        help="sample Muster's processes with py-spy in each scenario: CPU seconds by process, "
+        "thread and activity",
+    )
     args = parser.parse_args()
     report = run(args)
     if args.json:

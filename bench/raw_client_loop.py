@@ -10,7 +10,11 @@ apiserver allows on this machine; bench/kueue_bench.py runs it as a process of i
 its CPU is counted apart) and puts Muster's throughput next to it.
 
     python bench/raw_client_loop.py --kubeconfig PATH --namespace NS [--namespace NS2 ...]
-        [--concurrency 16] [--queue q] [--cluster-queue CQ] [--flavor F]
+        [--concurrency 16] [--queue q] [--cluster-queue CQ] [--flavor F] [--follow N]
+
+With `--follow N` it does not list the Jobs once but watches the namespaces and works on
+each suspended Job as it is created, until N were done: the floor of a path whose Jobs
+arrive while it runs (bench/scheduler_bench.py's `kai-floor`).
 
 Prints one JSON object: Jobs, writes, seconds, Jobs per second, writes refused.
 """
@@ -21,10 +25,12 @@ import argparse
 import datetime as dt
 import http.client
 import json
+import queue as queues
 import ssl
 import sys
 import threading
 import time
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
@@ -55,6 +61,20 @@ class Connection:
         self.connection = http.client.HTTPSConnection(
             url.hostname or "127.0.0.1", url.port or 443, context=tls, timeout=60
         )
+
+    def watch(self, path: str) -> Iterator[dict[str, Any]]:
+        """The events of a watch on `path` (a collection), as they come."""
+        self.connection.request("GET", f"{path}?watch=1", headers={"Accept": "application/json"})
+        response = self.connection.getresponse()
+        if response.status != 200:
+            raise SystemExit(f"watching {path}: {response.status} {response.read()[:300]!r}")
+        buffered = b""
+        while chunk := response.read1(65536):
+            buffered += chunk
+            *lines, buffered = buffered.split(b"\n")
+            for line in lines:
+                if line.strip():
+                    yield json.loads(line)
 
     def request(
         self, method: str, path: str, body: Any = None, content_type: str = "application/json"
@@ -108,7 +128,7 @@ def admitted_status(wl: dict[str, Any], cluster_queue: str, flavor: str) -> dict
 
 def run(
     kubeconfig: str,
-    jobs: list[dict[str, Any]],
+    jobs: Iterable[dict[str, Any]],
     concurrency: int,
     queue: str,
     cluster_queue: str,
@@ -118,9 +138,20 @@ def run(
     writes = [0] * concurrency
     lock = threading.Lock()
 
+    work: queues.Queue[dict[str, Any] | None] = queues.Queue()
+    count = 0
+
+    def feed() -> None:
+        nonlocal count
+        for job in jobs:
+            count += 1
+            work.put(job)
+        for _ in range(concurrency):
+            work.put(None)
+
     def worker(index: int) -> None:
         conn = Connection(kubeconfig)
-        for job in jobs[index::concurrency]:
+        while (job := work.get()) is not None:
             ns, name = job["metadata"]["namespace"], job["metadata"]["name"]
             wl = workload_for(job, queue)
             base = f"/apis/muster.dev/v1alpha1/namespaces/{ns}/workloads"
@@ -150,14 +181,15 @@ def run(
     started = time.monotonic()
     for t in threads:
         t.start()
+    feed()
     for t in threads:
         t.join()
     elapsed = time.monotonic() - started
     return {
-        "jobs": len(jobs),
+        "jobs": count,
         "writes": sum(writes),
         "seconds": round(elapsed, 3),
-        "jobs_per_second": round(len(jobs) / elapsed, 1) if elapsed else None,
+        "jobs_per_second": round(count / elapsed, 1) if elapsed else None,
         "concurrency": concurrency,
         "refused": len(refused),
         "refused_first": refused[:3],
@@ -178,6 +210,22 @@ def list_jobs(kubeconfig: str, namespaces: list[str]) -> list[dict[str, Any]]:
     return sorted(jobs, key=lambda j: (j["metadata"]["namespace"], j["metadata"]["name"]))
 
 
+def follow_jobs(kubeconfig: str, namespaces: list[str], count: int) -> Iterator[dict[str, Any]]:
+    """Each suspended Job of the namespaces, once, as it is created, until `count` of them."""
+    found: queues.Queue[dict[str, Any]] = queues.Queue()
+
+    def watch(ns: str) -> None:
+        for event in Connection(kubeconfig).watch(f"/apis/batch/v1/namespaces/{ns}/jobs"):
+            job = event.get("object") or {}
+            if event.get("type") == "ADDED" and (job.get("spec") or {}).get("suspend"):
+                found.put(job)
+
+    for ns in namespaces:
+        threading.Thread(target=watch, args=(ns,), daemon=True).start()
+    for _ in range(count):
+        yield found.get()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--kubeconfig", required=True)
@@ -186,8 +234,15 @@ def main() -> None:
     parser.add_argument("--queue", default="q")
     parser.add_argument("--cluster-queue", default="raw")
     parser.add_argument("--flavor", default="raw")
+    parser.add_argument(
+        "--follow", type=int, default=0, help="watch for this many Jobs instead of listing once"
+    )
     args = parser.parse_args()
-    jobs = list_jobs(args.kubeconfig, args.namespace)
+    jobs: Iterable[dict[str, Any]] = (
+        follow_jobs(args.kubeconfig, args.namespace, args.follow)
+        if args.follow
+        else list_jobs(args.kubeconfig, args.namespace)
+    )
     result = run(
         args.kubeconfig, jobs, args.concurrency, args.queue, args.cluster_queue, args.flavor
     )

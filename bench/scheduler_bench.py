@@ -23,6 +23,10 @@ of one are gone before the next starts):
   a queue whose quota covers all 4,000 GPUs; create -> admitted -> bound -> Running of the
   last Job. A fresh local cluster of its own (with `--kubeconfig`, the same cluster once
   the CPU nodes of the scenarios before it are deleted).
+- `kai-floor` (in `kai-all`): the apiserver's write floor for that fill, in a cluster of its
+  own with no Muster: the same Jobs created suspended, and as each appears the raw client
+  loop (`bench/raw_client_loop.py --follow`) makes Muster's three writes for it (Workload,
+  admission, unsuspend); the Job controller and kube-scheduler do the rest.
 - `preemption` (only when asked for; not part of `all`): scheduler_perf's GangPreemption
   shape on its own 4-cpu nodes, by kube-scheduler and then by Muster. The nodes are filled
   with low-priority gangs of one-cpu pods (priority 1000), then one high-priority gang
@@ -71,6 +75,7 @@ import json
 import logging
 import os
 import statistics
+import subprocess
 import sys
 import tempfile
 import threading
@@ -1539,6 +1544,8 @@ def run_kai(env: Env, shape: str, setup: dict[str, float], cleanup: bool) -> dic
     args = env.args
     if shape == "kai-reclaim":
         return guarded(shape, partial(run_reclaim, env, setup, cleanup=cleanup))
+    if shape == "kai-floor":
+        return guarded(shape, partial(run_kai_floor, env, setup))
     pool = gpu_pool(env, args.gpu_nodes, setup)
     quota = gpu_quota(args.gpu_nodes)
     if shape == "kai":
@@ -1552,6 +1559,68 @@ def run_kai(env: Env, shape: str, setup: dict[str, float], cleanup: bool) -> dic
     )
     if cleanup:
         setup[f"{args.gpu_nodes} GPU nodes deleted (s)"] = delete_nodes(env, pool)
+    return result
+
+
+def run_kai_floor(env: Env, setup: dict[str, float]) -> dict[str, Any]:
+    """The write floor of the `kai` fill, in a cluster of its own with no Muster: the same
+    one-GPU Jobs created suspended, and, as each is created, the thinnest client there is
+    (`bench/raw_client_loop.py --follow`, a process of its own) makes the writes Muster
+    makes for it: its Workload, its admission, `suspend: false`. No decisions, no Events;
+    the Job controller makes the pods and kube-scheduler binds them, as for Muster the Job
+    controller and its scheduler loop do."""
+    args = env.args
+    pool = gpu_pool(env, args.gpu_nodes, setup)
+    tag = run_tag()
+    namespace = f"bench-kai-floor-{tag}"
+    env.cluster.apply([objects.namespace(namespace)])
+    tracker = Tracker(env.reader, tag, namespace, workloads=True)
+    tracker.start()
+    count = args.gpu_jobs
+    docs = job_docs(count, 1, namespace, tag, gpu=1)
+    for doc in docs:
+        doc["spec"]["suspend"] = True
+        doc["spec"]["template"]["spec"]["nodeSelector"] = {POOL_LABEL: pool}
+    loop = [sys.executable, str(Path(__file__).resolve().parent / "raw_client_loop.py")]
+    loop += ["--kubeconfig", env.kubeconfig, "--namespace", namespace, "--follow", str(count)]
+    cpu_meter = CpuMeter(env.cluster)
+    cpu_meter.start()
+    raw = subprocess.Popen(loop, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    started = time.monotonic()
+    create_all(env.kc, env.kubeconfig, docs)
+    created = time.monotonic() - started
+    wait_or_warn("floor Jobs admitted", lambda: len(tracker.admitted) >= count, args.timeout)
+    wait_or_warn("floor pods bound", lambda: len(tracker.bound) >= count, args.timeout)
+    wait_or_warn("floor pods Running", lambda: len(tracker.running) >= count, 300)
+    cpu = cpu_meter.stop()
+    _, status, usage = os.wait4(raw.pid, 0)
+    out, err = raw.stdout.read(), raw.stderr.read()  # type: ignore[union-attr]
+    if os.waitstatus_to_exitcode(status) != 0:
+        raise RuntimeError(f"raw client loop failed: {err.decode()[-2000:]}")
+    all_running = last(tracker.running, started)
+    all_bound = last(tracker.bound, started)
+    result = {
+        "scenario": "kai-floor",
+        "scheduler": "raw client loop (3 writes a Job), Job controller, kube-scheduler",
+        "groups": count,
+        "pods": count,
+        "admitted": len(tracker.admitted),
+        "bound": len(tracker.bound),
+        "create_seconds": round(created, 2),
+        "all_admitted_seconds": last(tracker.admitted, started),
+        "all_pods_created_seconds": last(tracker.created, started),
+        "all_bound_seconds": all_bound,
+        "all_running_seconds": all_running,
+        "pods_bound_per_second": round(len(tracker.bound) / all_bound, 1) if all_bound else None,
+        "steady_pods_bound_per_second": steady_rate(tracker.bound.values()),
+        "jobs_running_per_second": round(count / all_running, 1) if all_running else None,
+        "api_writes_per_group": writes_per_group(cpu, count),
+        "loop": json.loads(out),
+        "loop_cpu_seconds": round(usage.ru_utime + usage.ru_stime, 1),
+        "cpu": cpu,
+    }
+    done(result)
+    tracker.stop()
     return result
 
 
@@ -1688,6 +1757,9 @@ def table(report: Mapping[str, Any]) -> str:
         else:
             per_group = f"decide median {r.get('decide_median_ms')}, p99 {r.get('decide_p99_ms')}"
             who = "Muster"
+        if r["scenario"] == "kai-floor":
+            who = "raw loop + kube-scheduler"
+            per_group = f"loop: {r['loop']['writes']} writes, {r['loop']['refused']} refused"
         if r["scenario"] == "kai-reclaim":
             per_group = (
                 f"evicted {r['victim_pods']} of {r['fillers']} one-GPU Jobs "
@@ -1742,7 +1814,7 @@ def cpu_table(report: Mapping[str, Any]) -> str:
     return render(header, rows)
 
 
-KAI_SHAPES = ("kai", "kai-distributed", "kai-reclaim")
+KAI_SHAPES = ("kai", "kai-floor", "kai-distributed", "kai-reclaim")
 SCENARIOS = (
     "native",
     "muster-pg",

@@ -106,3 +106,44 @@ def test_tables_render_markdown_with_every_figure() -> None:
     ]
     assert set(lines[1]) <= {"|", "-", ":", " "}
     assert [c.strip() for c in lines[2].strip("|").split("|")] == ["Muster", "1000", "12.35", "-"]
+
+
+def test_py_spy_samples_are_split_by_process_thread_and_activity() -> None:
+    from bench.harness.spy import parse
+
+    controller = 'process 10:"python muster controller --kubeconfig k"'
+    webhook = 'process 11:"python -m controllers.webhooks.process --listen-fd 9"'
+    text = "\n".join(
+        [
+            f"{controller};thread (12): informer-workloads-3;run (controllers/runtime/"
+            "informer.py:90);loads (json/__init__.py:346);JSONDecoder.decode "
+            "(json/decoder.py:337) 6",
+            f"{controller};thread (13): admission;cycle (quota/admission/cycle.py:10) 3",
+            f"{webhook};thread (14): MainThread;handle (controllers/webhooks/server.py:5) 1",
+            "a line py-spy never writes",
+        ]
+    )
+    breakdown = parse(text)
+    assert breakdown.samples == 10
+    assert breakdown.processes == {"controller": 9, "webhook server": 1}
+    assert breakdown.threads["controller: informer-workloads"] == 6
+    assert breakdown.activities["decoding JSON"] == 6
+    assert breakdown.activities["the informers (watching, caching)"] == 6
+    assert breakdown.activities["the admission cycle's decisions (quota/)"] == 3
+    seconds = breakdown.seconds(20.0)
+    assert seconds["by_process"] == {"controller": 18.0, "webhook server": 2.0}
+    assert next(iter(seconds["by_thread"])) == "controller: informer-workloads"
+    assert parse("").seconds(5.0)["by_thread"] == {}
+
+
+def test_usage_by_role_reads_this_process() -> None:
+    import os
+
+    from bench.harness.spy import usage_by_role, usage_since
+
+    roles = usage_by_role(os.getpid())
+    assert len(roles) >= 1
+    cpu, peak = next(iter(roles.values()))
+    assert cpu >= 0 and peak > 0
+    since = usage_since(os.getpid(), roles)
+    assert all(v["cpu_seconds"] >= 0 for v in since.values())
