@@ -1,10 +1,14 @@
 """Where a process tree's CPU goes, sampled from outside with py-spy (`pip install py-spy`):
 per process (Muster's controller and its webhook server), per thread (by name, serial
-numbers dropped) and per activity (a sample counts for an activity when a frame of its stack
-matches it: decoding JSON, freezing watch events into the caches, HTTP and TLS, ...).
+numbers dropped) and per activity (decoding JSON, freezing watch events into the caches,
+HTTP and TLS, ...): each sample counts for the activity of the innermost frame of its stack
+that matches one, or for "other", so the activities add up to the whole.
 
-py-spy samples only threads that are running (not idle ones), so sample shares are shares
-of CPU time; `Breakdown.seconds` turns them into CPU seconds given the tree's measured total.
+py-spy leaves out threads it sees idle, but not all of them: a thread blocked in
+`Condition.wait`, an executor's queue or a socket read waiting for the apiserver's answer
+often counts as running (most of the samples of the controller's stream run). Samples whose innermost frame is such a wait are counted
+apart (`idle`) and left out of the shares; the rest are shares of CPU time, which
+`Breakdown.seconds` turns into CPU seconds given the tree's measured total.
 """
 
 from __future__ import annotations
@@ -24,7 +28,8 @@ from typing import Any
 from bench.harness.meter import cpu_seconds_of, peak_rss_of, thread_group, tree
 
 # Activity -> frame fragments (a function name and its file, as py-spy prints a frame:
-# "name (path/file.py:line)"). Stacks may match several: the shares do not add up to 100 %.
+# "name (path/file.py:line)"). The innermost matching frame decides: a TLS read inside the
+# Kubernetes client's pydantic-validated call is HTTP and TLS, not pydantic.
 ACTIVITIES: Mapping[str, tuple[str, ...]] = {
     "decoding JSON": ("JSONDecoder.", "loads (json/", "loads (orjson"),
     "encoding JSON": ("JSONEncoder.", "dumps (json/"),
@@ -44,6 +49,16 @@ ACTIVITIES: Mapping[str, tuple[str, ...]] = {
     "Prometheus metrics": ("(prometheus_client/",),
     "the webhook server's requests": ("(controllers/webhooks/",),
 }
+# Innermost frames of a thread that waits (sampled as running all the same).
+WAITS = (
+    "Condition.wait (threading.py",
+    "Event.wait (threading.py",
+    "_worker (concurrent/futures/thread.py",
+    "get (queue.py",
+    "select (selectors.py",
+    "SSLSocket.read (ssl.py",  # an API call waiting for its answer
+    "do_poll (urllib3/util/wait.py",
+)
 _LINE = re.compile(
     r'^process \d+:"(?P<cmd>[^"]*)";thread \(\d+\): (?P<thread>[^;]*);?'
     r"(?P<stack>.*) (?P<n>\d+)$"
@@ -91,7 +106,8 @@ def usage_since(pid: int, before: Mapping[str, tuple[float, int]]) -> dict[str, 
 class Breakdown:
     """Samples per process role, per thread group and per activity."""
 
-    samples: int = 0
+    samples: int = 0  # not counting `idle`
+    idle: int = 0
     processes: Mapping[str, int] = field(default_factory=dict)
     threads: Mapping[str, int] = field(default_factory=dict)
     activities: Mapping[str, int] = field(default_factory=dict)
@@ -108,6 +124,7 @@ class Breakdown:
 
         return {
             "samples": self.samples,
+            "idle_samples": self.idle,
             "by_process": share(self.processes),
             "by_thread": share(self.threads),
             "by_activity": share(self.activities),
@@ -119,21 +136,31 @@ def parse(text: str) -> Breakdown:
     processes: Counter[str] = Counter()
     threads: Counter[str] = Counter()
     activities: Counter[str] = Counter()
-    samples = 0
+    samples = idle = 0
     for line in text.splitlines():
         match = _LINE.match(line.strip())
         if match is None:
             continue
         n = int(match["n"])
+        frames = match["stack"].split(";")
+        if any(frames[-1].startswith(w) for w in WAITS):
+            idle += n
+            continue
         samples += n
         role = process_role(match["cmd"])
         processes[role] += n
         threads[f"{role}: {thread_group(match['thread'].strip())}"] += n
-        stack = match["stack"]
+        activities[activity_of(frames)] += n
+    return Breakdown(samples, idle, dict(processes), dict(threads), dict(activities))
+
+
+def activity_of(frames: list[str]) -> str:
+    """The activity of the innermost frame (the last) that matches one, else "other"."""
+    for frame in reversed(frames):
         for activity, fragments in ACTIVITIES.items():
-            if any(f in stack for f in fragments):
-                activities[activity] += n
-    return Breakdown(samples, dict(processes), dict(threads), dict(activities))
+            if any(f in frame for f in fragments):
+                return activity
+    return "other"
 
 
 def py_spy() -> str:

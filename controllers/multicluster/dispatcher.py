@@ -128,6 +128,8 @@ class Dispatcher:
     def dispatch(self, now: float) -> None:
         caches = self.ctx.caches
         queues = self._dispatching_queues()
+        if not queues and not self.workers.all():
+            return  # nothing to send and nowhere to follow a copy: a pass costs nothing
         flavors = self._flavors()
         mine: dict[str, Obj] = {}  # workload key -> Workload, every one with a dispatch state
         waiting: list[tuple[str, Obj, str]] = []  # admitted, not sent yet

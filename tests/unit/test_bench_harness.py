@@ -120,16 +120,22 @@ def test_py_spy_samples_are_split_by_process_thread_and_activity() -> None:
             "(json/decoder.py:337) 6",
             f"{controller};thread (13): admission;cycle (quota/admission/cycle.py:10) 3",
             f"{webhook};thread (14): MainThread;handle (controllers/webhooks/server.py:5) 1",
+            f"{controller};thread (15): worker-job-1;WorkQueue.get (controllers/runtime/"
+            "workqueue.py:119);Condition.wait (threading.py:331) 40",
             "a line py-spy never writes",
         ]
     )
     breakdown = parse(text)
-    assert breakdown.samples == 10
+    assert breakdown.samples == 10  # a thread waiting in Condition.wait is not running
+    assert breakdown.idle == 40
     assert breakdown.processes == {"controller": 9, "webhook server": 1}
     assert breakdown.threads["controller: informer-workloads"] == 6
-    assert breakdown.activities["decoding JSON"] == 6
-    assert breakdown.activities["the informers (watching, caching)"] == 6
-    assert breakdown.activities["the admission cycle's decisions (quota/)"] == 3
+    # The innermost matching frame decides, so the activities add up to the samples.
+    assert breakdown.activities == {
+        "decoding JSON": 6,
+        "the admission cycle's decisions (quota/)": 3,
+        "the webhook server's requests": 1,
+    }
     seconds = breakdown.seconds(20.0)
     assert seconds["by_process"] == {"controller": 18.0, "webhook server": 2.0}
     assert next(iter(seconds["by_thread"])) == "controller: informer-workloads"
