@@ -6,9 +6,10 @@ that matches one, or for "other", so the activities add up to the whole.
 
 py-spy leaves out threads it sees idle, but not all of them: a thread blocked in
 `Condition.wait`, an executor's queue or a socket read waiting for the apiserver's answer
-often counts as running (most of the samples of the controller's stream run). Samples whose innermost frame is such a wait are counted
-apart (`idle`) and left out of the shares; the rest are shares of CPU time, which
-`Breakdown.seconds` turns into CPU seconds given the tree's measured total.
+often counts as running (most of the samples of the controller's stream run). Samples
+whose innermost frame is such a wait are counted apart (`idle`) and left out of the shares;
+the rest are shares of CPU time, which `Breakdown.seconds` turns into CPU seconds given the
+tree's measured total.
 """
 
 from __future__ import annotations
