@@ -440,6 +440,9 @@ class Manager:
                 informer.stop()
         for informer in self.owner_groups.informer_list():
             informer.stop()
+        if self.dispatcher is not None:
+            # Its worker clusters' informers stop with its loop; its WorkerCluster one here.
+            self.dispatcher.clusters.stop()
         self.events.stop()
         if self.metrics is not None:
             self.metrics.stop()
