@@ -586,6 +586,31 @@ def _set_condition(wl: dict[str, Any], type_: str, status: str, reason: str, mes
     )
 
 
+def kueue_config(home: Path, ca_name: str) -> tuple[Path, int, int, bytes]:
+    """Kueue's serving certificate (a CA of our own) and its Configuration under `home`:
+    (the Configuration's path, the webhook port, the health port, the CA's PEM)."""
+    certs = home / "certs"
+    certs.mkdir(parents=True, exist_ok=True)
+    ca = new_ca(ca_name)
+    serving = issue_serving(ca, ["127.0.0.1", "localhost"])
+    (certs / "tls.crt").write_bytes(serving.cert_pem)
+    (certs / "tls.key").write_bytes(serving.key_pem)
+    if not (KUEUE_METRICS_CERTS / "tls.crt").exists():
+        KUEUE_METRICS_CERTS.mkdir(parents=True, exist_ok=True)
+        (KUEUE_METRICS_CERTS / "tls.crt").write_bytes(serving.cert_pem)
+        (KUEUE_METRICS_CERTS / "tls.key").write_bytes(serving.key_pem)
+    port, health = free_port(), free_port()
+    config = home / "config.yaml"
+    config.write_text(
+        (HERE / "config.yaml")
+        .read_text()
+        .replace("{health_port}", str(health))
+        .replace("{webhook_port}", str(port))
+        .replace("{cert_dir}", str(certs))
+    )
+    return config, port, health, ca.cert_pem
+
+
 class Kueue(System):
     name = "Kueue"
     user = "bench-kueue"
@@ -600,26 +625,10 @@ class Kueue(System):
         self.webhook_names: list[str] = []
 
     def start(self) -> None:
-        home = self.bench.workdir / "kueue"
-        certs = home / "certs"
-        certs.mkdir(parents=True, exist_ok=True)
-        ca = new_ca("kueue-bench-webhook-ca")
-        serving = issue_serving(ca, ["127.0.0.1", "localhost"])
-        (certs / "tls.crt").write_bytes(serving.cert_pem)
-        (certs / "tls.key").write_bytes(serving.key_pem)
-        if not (KUEUE_METRICS_CERTS / "tls.crt").exists():
-            KUEUE_METRICS_CERTS.mkdir(parents=True, exist_ok=True)
-            (KUEUE_METRICS_CERTS / "tls.crt").write_bytes(serving.cert_pem)
-            (KUEUE_METRICS_CERTS / "tls.key").write_bytes(serving.key_pem)
-        port, health = free_port(), free_port()
-        config = home / "config.yaml"
-        config.write_text(
-            (HERE / "config.yaml")
-            .read_text()
-            .replace("{health_port}", str(health))
-            .replace("{webhook_port}", str(port))
-            .replace("{cert_dir}", str(certs))
+        config, port, health, ca_pem = kueue_config(
+            self.bench.workdir / "kueue", "kueue-bench-webhook-ca"
         )
+        home = config.parent
         self.bench.apply([objects.namespace("kueue-system")])
         argv = [
             str(self.binary),
@@ -628,7 +637,7 @@ class Kueue(System):
             f"--zap-log-level={self.bench.args.kueue_log_level}",
         ]
         self.process = Process("kueue", argv, home / "manager.log", os.environ.copy())
-        hooks = kueue_webhooks(self.manifests, f"https://127.0.0.1:{port}", ca.cert_pem)
+        hooks = kueue_webhooks(self.manifests, f"https://127.0.0.1:{port}", ca_pem)
         self.webhook_names = [d["metadata"]["name"] for d in hooks]
         self.bench.apply(hooks)
         process = self.process

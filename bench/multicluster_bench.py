@@ -79,10 +79,8 @@ from controllers.localcluster.nodes import create_nodes
 from controllers.multicluster import copies
 from controllers.runtime.client import api_client
 from controllers.runtime.resources import JOB, POD, WORKLOAD, Kind, Kube
-from controllers.webhooks.certs import issue_serving, new_ca
 
 REPO = Path(__file__).resolve().parents[1]
-KUEUE_CONFIG = Path(__file__).resolve().parent / "kueue" / "config.yaml"
 GPU = "nvidia.com/gpu"
 NAMESPACE = "mk"
 QUEUE = "lq"  # the LocalQueue's name, the same in all three clusters
@@ -720,34 +718,17 @@ def kueue_paths(log: Path) -> tuple[Path, Path]:
 def start_kueue(m: Member, home: Path, binary: Path, manifests: Path) -> None:
     """Kueue's manager out of cluster against `m`, as bench/kueue_bench.py runs it: its CRDs
     and the webhooks of batch Jobs and its own kinds from its module, our certificates."""
-    from bench.kueue_bench import KUEUE_METRICS_CERTS, kueue_crds, kueue_webhooks
+    from bench.kueue_bench import kueue_config, kueue_crds, kueue_webhooks
 
     home.mkdir(parents=True, exist_ok=True)
     m.apply([objects.namespace("kueue-system")])
     m.apply(kueue_crds(manifests))
     m.kubectl("wait", "--for", "condition=Established", "crd", "--all", "--timeout=120s")
-    certs = home / "certs"
-    certs.mkdir(parents=True, exist_ok=True)
-    ca = new_ca(f"mk-bench-kueue-{m.role}")
-    serving = issue_serving(ca, ["127.0.0.1", "localhost"])
-    (certs / "tls.crt").write_bytes(serving.cert_pem)
-    (certs / "tls.key").write_bytes(serving.key_pem)
-    if not (KUEUE_METRICS_CERTS / "tls.crt").exists():
-        KUEUE_METRICS_CERTS.mkdir(parents=True, exist_ok=True)
-        (KUEUE_METRICS_CERTS / "tls.crt").write_bytes(serving.cert_pem)
-        (KUEUE_METRICS_CERTS / "tls.key").write_bytes(serving.key_pem)
-    port, health = free_port(), free_port()
-    config = home / "config.yaml"
-    config.write_text(
-        KUEUE_CONFIG.read_text()
-        .replace("{health_port}", str(health))
-        .replace("{webhook_port}", str(port))
-        .replace("{cert_dir}", str(certs))
-    )
+    config, port, health, ca_pem = kueue_config(home, f"mk-bench-kueue-{m.role}")
     argv = [str(binary), f"--config={config}", f"--kubeconfig={m.kubeconfig}"]
     process = Process(f"kueue-{m.role}", argv, home / "manager.log", os.environ.copy())
     m.processes.append(process)
-    m.apply(kueue_webhooks(manifests, f"https://127.0.0.1:{port}", ca.cert_pem))
+    m.apply(kueue_webhooks(manifests, f"https://127.0.0.1:{port}", ca_pem))
 
     def ready() -> bool:
         process.check()
