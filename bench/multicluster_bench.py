@@ -78,6 +78,7 @@ from controllers.localcluster.cluster import LocalCluster, free_port
 from controllers.localcluster.nodes import create_nodes
 from controllers.multicluster import copies
 from controllers.runtime.client import api_client
+from controllers.runtime.informer import Informer
 from controllers.runtime.resources import JOB, POD, WORKLOAD, Kind, Kube
 
 REPO = Path(__file__).resolve().parents[1]
@@ -276,44 +277,16 @@ def overlapping(spans: Mapping[str, Sequence[tuple[float, float | None]]]) -> bo
 # --------------------------------------------------------------------------- watching
 
 
-class Watch:
-    """Lists and watches one kind in one cluster, handing every event (ADDED after a list,
-    MODIFIED, DELETED) with the time it was seen to `on_event`."""
-
-    def __init__(
-        self, kube: Kube, kind: Kind, on_event: Callable[[str, dict[str, Any], float], None]
-    ) -> None:
-        self.kube, self.kind, self.on_event = kube, kind, on_event
-        self.stop_event = threading.Event()
-        self.response: Any = None
-        self.thread = threading.Thread(target=self._run, daemon=True)
-        self.thread.start()
-
-    def _run(self) -> None:
-        while not self.stop_event.is_set():
-            try:
-                items, rv = self.kube.list(self.kind, namespace=NAMESPACE)
-                for obj in items:
-                    self.on_event("ADDED", obj, time.monotonic())
-                self.response, events = self.kube.watch(
-                    self.kind, rv, namespace=NAMESPACE, timeout_seconds=120
-                )
-                for event in events:
-                    if self.stop_event.is_set():
-                        return
-                    if event.get("type") in ("ADDED", "MODIFIED", "DELETED"):
-                        self.on_event(event["type"], event["object"], time.monotonic())
-                    elif event.get("type") == "ERROR":
-                        break
-            except Exception:
-                if self.stop_event.is_set():
-                    return
-                time.sleep(0.5)
-
-    def stop(self) -> None:
-        """Stop handing events on. The open response is not closed from here: closing it
-        waits for the reading thread's lock until the next event or the watch's timeout."""
-        self.stop_event.set()
+def watch(kube: Kube, kind: Kind, on_event: Callable[[str, Any, float], None]) -> Informer:
+    """The project's informer on one kind in the benchmark's namespace of one cluster, handing
+    every event (ADDED, MODIFIED, DELETED with the last object seen) and the time it was seen
+    to `on_event`."""
+    informer = Informer(kube, kind, field_selector=f"metadata.namespace={NAMESPACE}")
+    informer.add_handler(
+        lambda type_, old, new: on_event(type_, new if new is not None else old, time.monotonic())
+    )
+    informer.start()
+    return informer
 
 
 def _cond(obj: Mapping[str, Any], type_: str, reason: str | None = None) -> bool:
@@ -882,13 +855,13 @@ def run_system(system: System, root: Path, args: argparse.Namespace) -> dict[str
         result["setup_s"] = round(time.monotonic() - t, 1)
         tracker = Tracker(shapes)
         kubes = {r: Kube(api_client(m.kubeconfig, pool_size=4)) for r, m in members.items()}
-        watches = [Watch(kubes["manager"], JOB, tracker.on_manager_job)]
+        watches = [watch(kubes["manager"], JOB, tracker.on_manager_job)]
         for role in ("a", "b"):
             worker = f"worker-{role}"
             watches += [
-                Watch(kubes[role], JOB, _bind(tracker.on_worker_job, worker)),
-                Watch(kubes[role], POD, _bind(tracker.on_worker_pod, worker)),
-                Watch(kubes[role], system.workload_kind, _bind(tracker.on_worker_workload, worker)),
+                watch(kubes[role], JOB, _bind(tracker.on_worker_job, worker)),
+                watch(kubes[role], POD, _bind(tracker.on_worker_pod, worker)),
+                watch(kubes[role], system.workload_kind, _bind(tracker.on_worker_workload, worker)),
             ]
         time.sleep(2)  # the watches listed
         before = {r: m.scrape() for r, m in members.items()}

@@ -408,6 +408,24 @@ class Tracker:
     def live_pods(self) -> int:
         return len(self.pods)
 
+    def path_figures(self, started: float, jobs: int) -> dict[str, Any]:
+        """How far the whole path got and when, from `started`, for `jobs` Jobs: what a
+        Muster scenario and its floor report alike."""
+        all_bound = last(self.bound, started)
+        all_running = last(self.running, started)
+        return {
+            "admitted": len(self.admitted),
+            "bound": len(self.bound),
+            "all_admitted_seconds": last(self.admitted, started),
+            "all_pods_created_seconds": last(self.created, started),
+            "all_bound_seconds": all_bound,
+            "all_running_seconds": all_running,
+            "pods_bound_per_second": round(len(self.bound) / all_bound, 1) if all_bound else None,
+            "steady_pods_bound_per_second": steady_rate(self.bound.values()),
+            "steady_admissions_per_second": steady_rate(self.admitted.values()),
+            "jobs_running_per_second": round(jobs / all_running, 1) if all_running else None,
+        }
+
 
 def last(times: Mapping[str, float], started: float) -> float | None:
     return round(max(times.values()) - started, 2) if times else None
@@ -915,26 +933,15 @@ def run_muster(
         profile = sampler.report()
     sched = env.manager.scheduler
     loop_times = timers.summary()
-    all_bound = last(tracker.bound, started)
-    all_running = last(tracker.running, started)
     decide = loop_times.get("scheduler: decide (per group)", {})
     result = {
         "scenario": name,
         "scheduler": SCENARIO_PATHS.get(name, SCENARIO_PATHS["muster"]),
         "groups": jobs,
         "pods": pods,
-        "admitted": len(tracker.admitted),
-        "bound": len(tracker.bound),
         "create_seconds": round(created, 2),
-        "all_admitted_seconds": last(tracker.admitted, started),
-        "all_pods_created_seconds": last(tracker.created, started),
-        "all_bound_seconds": all_bound,
-        "all_running_seconds": all_running,
-        "pods_bound_per_second": round(len(tracker.bound) / all_bound, 1) if all_bound else None,
-        "steady_pods_bound_per_second": steady_rate(tracker.bound.values()),
-        "steady_admissions_per_second": steady_rate(tracker.admitted.values()),
+        **tracker.path_figures(started, jobs),
         "api_writes_per_group": writes_per_group(cpu, jobs),
-        "jobs_running_per_second": round(jobs / all_running, 1) if all_running else None,
         "decide_median_ms": decide.get("median_ms"),
         "decide_p99_ms": decide.get("p99_ms"),
         "scheduler_passes": (sched.passes if sched else 0) - passes_before,
@@ -1597,23 +1604,13 @@ def run_kai_floor(env: Env, setup: dict[str, float]) -> dict[str, Any]:
     out, err = raw.stdout.read(), raw.stderr.read()  # type: ignore[union-attr]
     if os.waitstatus_to_exitcode(status) != 0:
         raise RuntimeError(f"raw client loop failed: {err.decode()[-2000:]}")
-    all_running = last(tracker.running, started)
-    all_bound = last(tracker.bound, started)
     result = {
         "scenario": "kai-floor",
         "scheduler": "raw client loop (3 writes a Job), Job controller, kube-scheduler",
         "groups": count,
         "pods": count,
-        "admitted": len(tracker.admitted),
-        "bound": len(tracker.bound),
         "create_seconds": round(created, 2),
-        "all_admitted_seconds": last(tracker.admitted, started),
-        "all_pods_created_seconds": last(tracker.created, started),
-        "all_bound_seconds": all_bound,
-        "all_running_seconds": all_running,
-        "pods_bound_per_second": round(len(tracker.bound) / all_bound, 1) if all_bound else None,
-        "steady_pods_bound_per_second": steady_rate(tracker.bound.values()),
-        "jobs_running_per_second": round(count / all_running, 1) if all_running else None,
+        **tracker.path_figures(started, count),
         "api_writes_per_group": writes_per_group(cpu, count),
         "loop": json.loads(out),
         "loop_cpu_seconds": round(usage.ru_utime + usage.ru_stime, 1),

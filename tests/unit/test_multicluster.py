@@ -767,3 +767,46 @@ def test_a_workload_that_fits_nowhere_is_tried_again_only_when_room_may_have_fre
     fleet.step()
     assert tries == ["ns/job-big"]
     assert fleet.sent("big").cluster == "w1"
+
+
+def test_a_refused_status_is_tried_again_only_once_the_copy_changes() -> None:
+    w1 = worker("w1", 8)
+    fleet = Fleet(w1)
+    fleet.submit("job", pods=1)
+    fleet.step()
+    fleet.admit_there(w1, "job")
+    fleet.step()
+    tries: list[str] = []
+
+    def refuse(verb: str, kind: Any, name: str) -> None:
+        if kind is JOB and verb == "patch":
+            tries.append(name)
+            raise _error(422, "Job.batch is invalid")
+
+    fleet.kube.before_write = refuse  # type: ignore[attr-defined]
+    w1.kube.patch(JOB, "ns", "job", {"status": {"active": 1}}, status=True)
+    fleet.step()
+    fleet.step()
+    fleet.step()
+    assert len(tries) == 1, "one try per version of the copy, not one per pass"
+    w1.kube.patch(JOB, "ns", "job", {"status": {"active": 1, "ready": 1}}, status=True)
+    fleet.step()
+    assert len(tries) == 2
+    fleet.kube.before_write = None  # type: ignore[attr-defined]
+    w1.kube.patch(JOB, "ns", "job", {"status": {"active": 1, "ready": 1, "failed": 0}}, status=True)
+    fleet.step()
+    local = fleet.kube.get(JOB, "ns", "job")
+    assert local is not None and local["status"]["ready"] == 1
+
+
+def test_a_cluster_without_dispatching_queues_or_workers_reads_no_workload() -> None:
+    fleet = Fleet()
+    fleet.submit("job", pods=1)  # its queue dispatches; without it, nothing is read
+
+    class Untouchable(dict):  # type: ignore[type-arg]
+        def items(self) -> Any:
+            raise AssertionError("a pass with nothing to dispatch walked the Workloads")
+
+    fleet.dispatcher._dispatching_queues = lambda: {}  # type: ignore[method-assign]
+    fleet.dispatcher.ctx.caches.workloads.items = Untouchable().items  # type: ignore[method-assign]
+    fleet.step()
