@@ -38,6 +38,7 @@ from dataclasses import dataclass
 from controllers.runtime.frozen import freeze
 from controllers.runtime.informer import resource_version
 from controllers.runtime.resources import Obj
+from controllers.state.changes import decision_inputs
 
 
 @dataclass(frozen=True)
@@ -95,6 +96,16 @@ class Assumptions:
         if entry is None:
             return cached, resource_version(cached)
         return entry.obj, f"{entry.base}+assumed{entry.serial}"
+
+    def landed(self, key: str, cached: Obj) -> bool:
+        """Whether `cached` (the Workload as the watch now shows it) reads, for every
+        decision, as `key`'s assumption does: the write landing as assumed. The cycles since
+        the assumption already decided from it, so its arrival needs no cycle of its own (in
+        a burst of 1,000 admissions, it was a cycle per write). The assumption itself ends at
+        the next cycle, as ever."""
+        with self._lock:
+            entry = self._entries.get(key)
+        return entry is not None and decision_inputs(entry.obj) == decision_inputs(cached)
 
     def keep_only(self, keys: Iterable[str]) -> None:
         """Drop assumptions about Workloads no longer cached (deleted)."""

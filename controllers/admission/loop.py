@@ -47,6 +47,7 @@ from controllers.metrics import definitions as metrics
 from controllers.runtime.coalesce import CoalescingWriter
 from controllers.runtime.gcpause import paused_collection
 from controllers.runtime.pacer import Pacer
+from controllers.runtime.resources import Obj
 from controllers.state.caches import Context
 from quota.admission.cycle import admission_cycle
 from quota.fairness.fairshare import FairShare, fair_share
@@ -111,6 +112,10 @@ class AdmissionLoop:
         # The last cycle's fair share (usage and demand included), for the history store's
         # usage samples: replaced whole each cycle, never mutated, so any thread may read it.
         self.last_fair_share: FairShare | None = None
+        # Whether the last cycle left no workload waiting for room: then a pod taking or
+        # freeing room changes no decision, and needs no cycle (`room_matters`). False while
+        # a cycle runs, so that an event it may have missed still brings the next one.
+        self._settled = False
 
     @property
     def pending_writer(self) -> CoalescingWriter[str]:
@@ -126,6 +131,17 @@ class AdmissionLoop:
     def poke(self) -> None:
         """Something a decision depends on changed: run a cycle soon."""
         self.pacer.poke()
+
+    def room_matters(self) -> bool:
+        """Whether room on nodes taken or freed may change a decision: some workload may be
+        waiting for room (every way a workload comes to wait, a Workload or queue change,
+        brings a cycle of its own)."""
+        return not self._settled
+
+    def lands_as_assumed(self, key: str, cached: Obj) -> bool:
+        """Whether this change of Workload `key` is a decision's write landing as the cycles
+        since it already saw it (`Assumptions.landed`): no cycle needed for it."""
+        return self.views.assumed.landed(key, cached)
 
     def start_writers(self, is_leader: Callable[[], bool]) -> None:
         """Start the status writers; they write only while `is_leader()`."""
@@ -145,6 +161,7 @@ class AdmissionLoop:
     def cycle(self) -> CycleResult:
         """One admission cycle; returns the engine's decisions."""
         started = time.monotonic()
+        self._settled = False
         with self._busy():
             view = self.views.build()
             with paused_collection():
@@ -153,6 +170,13 @@ class AdmissionLoop:
             self.writer.carry_out(view, result)
             self.publish(view, fair, result)
         self.last_fair_share = fair
+        # Settled: everything pending admitted, nothing preempting or draining. (Blocked
+        # workloads wait for their queue, backoff or priority class, never for room.)
+        self._settled = (
+            len(result.admit) == len(view.snapshot.pending)
+            and not result.preempt
+            and not result.drain
+        )
         self.cycles += 1
         metrics.admission_cycle(result, time.monotonic() - started)
         if result.admit or result.preempt or result.drain:
@@ -241,4 +265,4 @@ class AdmissionLoop:
                     message=state.message,
                 ),
             )
-        queuestatus.reconcile_finalizers(self.ctx, queuestatus.holding(self.ctx))
+        queuestatus.reconcile_finalizers(self.ctx)

@@ -163,9 +163,11 @@ def holding(ctx: Context) -> dict[str, int]:
     return counts
 
 
-def reconcile_finalizers(ctx: Context, in_use: Mapping[str, int]) -> None:
+def reconcile_finalizers(ctx: Context) -> None:
     """Keep the finalizer on every ClusterQueue, and take it off a queue being deleted once
-    no workload holds quota in it."""
+    no workload holds quota in it. (What holds quota is counted only when a queue is being
+    deleted: it walks every Workload, and this runs every cycle.)"""
+    in_use: Mapping[str, int] | None = None
     for cq in ctx.caches.cluster_queues.objects():
         meta = cq.get("metadata") or {}
         name = meta["name"]
@@ -173,7 +175,11 @@ def reconcile_finalizers(ctx: Context, in_use: Mapping[str, int]) -> None:
         deleting = bool(meta.get("deletionTimestamp"))
         if not deleting and QUEUE_FINALIZER not in finalizers:
             want_present = True
-        elif deleting and QUEUE_FINALIZER in finalizers and not in_use.get(name):
+        elif deleting and QUEUE_FINALIZER in finalizers:
+            if in_use is None:
+                in_use = holding(ctx)
+            if in_use.get(name):
+                continue
             want_present = False
         else:
             continue

@@ -41,9 +41,10 @@ from controllers.multicluster.dispatcher import Dispatcher
 from controllers.owners.intake import OwnerGroups
 from controllers.podgroups.intake import PodGroupIntake
 from controllers.runtime.client import FencedKube
+from controllers.runtime.gcpause import freeze_startup_heap
 from controllers.runtime.informer import Informer, wait_all_synced
 from controllers.runtime.leader import LeaderElector, lease_request_timeout
-from controllers.runtime.resources import JOB, NAMESPACE, WORKER_CLUSTER, Kube, Obj
+from controllers.runtime.resources import JOB, NAMESPACE, WORKER_CLUSTER, Kube, Obj, object_key
 from controllers.scheduler.loop import SchedulerLoop
 from controllers.scheduler.pods import node_of, placement_inputs
 from controllers.state.caches import Caches, Context, Recorder, served
@@ -250,7 +251,9 @@ class Manager:
             if old is not None and new is not None and decision_inputs(old) == decision_inputs(new):
                 return
             integrations.on_workload(new or old or {})
-            loop.poke()
+            # A decision's own write landing as assumed: the cycles since already saw it.
+            if old is None or new is None or not loop.lands_as_assumed(object_key(new), new):
+                loop.poke()
             poke_scheduler()
             if dispatcher is not None:
                 dispatcher.poke()
@@ -260,8 +263,11 @@ class Manager:
             if placement_inputs(old) == placement_inputs(new):
                 return
             poke_scheduler()
-            # Room on a node was taken or freed: the admission cycle plans with it.
-            if (old is not None and node_of(old)) or (new is not None and node_of(new)):
+            # Room on a node was taken or freed: the admission cycle plans with it, when
+            # something waits for room.
+            if loop.room_matters() and (
+                (old is not None and node_of(old)) or (new is not None and node_of(new))
+            ):
                 loop.poke()
 
         def on_queue_object(kind: str, old: Obj | None, new: Obj | None) -> None:
@@ -364,6 +370,7 @@ class Manager:
                 f"{error}; are Muster's CRDs installed (kubectl apply --server-side -f crds/) "
                 "and may this identity list and watch them?"
             ) from error
+        freeze_startup_heap()
         log.info(
             "caches synced",
             extra={

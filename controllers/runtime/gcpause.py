@@ -24,3 +24,14 @@ def paused_collection() -> Iterator[None]:
     finally:
         if collecting:
             gc.enable()
+
+
+def freeze_startup_heap() -> None:
+    """Move every object alive now (the imported modules, the clients, the synced caches)
+    out of the cyclic collector's sight for good.
+
+    They live as long as the process, yet each full collection walked them all again:
+    measured on a 1,000-Job backlog, 145 ms a full collection, a pause of the admission
+    loop every few seconds. What is allocated from now on is collected as before."""
+    gc.collect()
+    gc.freeze()

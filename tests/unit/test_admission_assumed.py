@@ -5,6 +5,7 @@ whose outcome is unknown keeps its room until the watch shows the Workload."""
 
 from __future__ import annotations
 
+import copy
 import threading
 from typing import Any
 
@@ -153,3 +154,42 @@ def test_an_admission_being_written_keeps_its_room_when_someone_else_moves_the_w
     assert wls.has_quota(h.get("first")) and not wls.has_quota(h.get("second"))
     h.cycle()  # the written version in the cache ends the assumption
     assert len(h.loop.writer.assumed) == 0
+
+
+def test_an_admission_landing_as_assumed_needs_no_cycle_and_any_other_change_does() -> None:
+    h = Harness(cpu_quota="4", limit="4")
+    h.workload("first", 3, created=1)
+    assert not h.loop.lands_as_assumed("ns/first", h.get("first")), "nothing assumed yet"
+    assert [a.workload for a in h.cycle().admit] == ["ns/first"]
+    landed = h.get("first")
+    assert wls.has_quota(landed)
+    assert h.loop.lands_as_assumed("ns/first", landed), "the write landed as the cycle assumed"
+
+    # Anything a decision reads that the assumption did not say brings a cycle.
+    evicted = copy.deepcopy(landed)
+    evicted["status"]["conditions"].append(
+        {"type": "Evicted", "status": "True", "reason": "Preempted", "message": "by hand"}
+    )
+    assert not h.loop.lands_as_assumed("ns/first", evicted)
+    respecified = copy.deepcopy(landed)
+    respecified["metadata"]["generation"] = 7
+    assert not h.loop.lands_as_assumed("ns/first", respecified)
+    # The next cycle ends the assumption: later changes are nobody's write landing.
+    h.cycle()
+    assert not h.loop.lands_as_assumed("ns/first", landed)
+
+
+def test_room_on_nodes_matters_only_while_a_workload_waits_for_it() -> None:
+    h = Harness(cpu_quota="4", limit="4")
+    assert h.loop.room_matters(), "before the first cycle nothing is known"
+    h.workload("first", 3, created=1)
+    h.workload("second", 3, created=2)
+    h.cycle()
+    assert h.loop.room_matters(), "the second waits: a pod that frees room may admit it"
+    h.kube.delete(WORKLOAD, "ns", "first")
+    h.caches.workloads.forget("ns/first")
+    assert [a.workload for a in h.cycle().admit] == ["ns/second"]
+    assert not h.loop.room_matters(), "everything admitted: a pod moving decides nothing"
+    h.workload("third", 3, created=3)
+    h.cycle()
+    assert h.loop.room_matters()
