@@ -11,7 +11,8 @@ import ssl
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections import deque
+from collections.abc import Callable, Mapping, Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -21,6 +22,10 @@ from controllers.webhooks.certs import CertBundle, KeyPair
 from controllers.webhooks.reviews import WebhookHandlers
 
 log = logging.getLogger(__name__)
+
+
+# Latencies kept for `latencies()` (benchmarks read percentiles from them).
+KEEP_LATENCIES = 100_000
 
 
 class _TLSServer(ThreadingHTTPServer):
@@ -130,7 +135,9 @@ def listening_socket(host: str, port: int) -> socket.socket:
 class WebhookServer:
     """HTTPS server for the webhooks, in background threads of this process; `reload` swaps
     certificates. The controller runs it in a process of its own (`process.py`), on a socket
-    the controller bound: `sock`."""
+    the controller bound (`sock`), where Jobs and pods are reviewed by it; where only the
+    queue objects are, in its own process (`serving.py`), with the surface of
+    `WebhookProcess`."""
 
     def __init__(
         self,
@@ -148,6 +155,11 @@ class WebhookServer:
         self._observe = observe
         self._server: _TLSServer | None = None
         self._thread: threading.Thread | None = None
+        self._latencies: deque[float] = deque(maxlen=KEEP_LATENCIES)
+        self._ready = threading.Event()
+        # The surface of `WebhookProcess`: no child to restart, nor its pid.
+        self.restarts = 0
+        self.pid: int | None = None
 
     def reload(self, bundle: CertBundle) -> None:
         self.reload_serving(bundle.serving)
@@ -163,8 +175,7 @@ class WebhookServer:
             server.server_address = sock.getsockname()[:2]
             server.handlers = self.handlers
             server.context = context
-            if self._observe is not None:
-                server.observe = self._observe
+            server.observe = self._observe or self._observed
             self._server = server
             self.port = server.server_address[1]
         else:
@@ -177,7 +188,24 @@ class WebhookServer:
             target=self._server.serve_forever, name="webhooks", daemon=True
         )
         self._thread.start()
+        self._ready.set()
         log.info("webhook server listening", extra={"port": self.port, "host": self.bind_host})
+
+    def wait_ready(self, timeout: float | None = None) -> bool:
+        """Whether it serves (once `start` returned, it does)."""
+        return self._ready.wait(timeout)
+
+    def send_flavors(self, flavors: Sequence[Mapping[str, Any]]) -> None:
+        """The ResourceFlavors now (names and taints), for the checks of managed namespaces."""
+        self.handlers.flavors = list(flavors)
+
+    def latencies(self) -> list[float]:
+        """Seconds each recent review took, from its request line to its answer written."""
+        return list(self._latencies)
+
+    def _observed(self, path: str, status: int, seconds: float) -> None:
+        metrics.webhook(path, status, seconds)
+        self._latencies.append(seconds)
 
     def stop(self) -> None:
         if self._server is not None:

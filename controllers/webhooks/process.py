@@ -1,4 +1,5 @@
-"""The webhook server in a process of its own, so that a busy controller never delays a review.
+"""The webhook server in a process of its own, so that a busy controller never delays a review
+(where the webhooks review every labelled Job and its pods: `serving.py` says when).
 
 Profiled on the local cluster (bench/controller_bench.py): a review took 0.5 ms in the
 handler but ~130-360 ms as the apiserver saw it when the server ran in the controller's
@@ -42,7 +43,7 @@ from typing import Any
 
 from controllers.metrics import definitions as metrics
 from controllers.webhooks.certs import CertBundle, KeyPair
-from controllers.webhooks.https import WebhookServer, listening_socket
+from controllers.webhooks.https import KEEP_LATENCIES, WebhookServer, listening_socket
 from controllers.webhooks.reviews import WebhookHandlers
 
 log = logging.getLogger(__name__)
@@ -52,8 +53,6 @@ log = logging.getLogger(__name__)
 ASK_TIMEOUT_S = 2.0
 # How often the child sends the latencies it measured.
 REPORT_INTERVAL_S = 0.25
-# Latencies kept for `latencies()` (benchmarks read percentiles from them).
-KEEP_LATENCIES = 100_000
 
 
 class _Lines:

@@ -22,7 +22,9 @@ from controllers.runtime.resources import Kube
 from controllers.state.caches import Caches
 from controllers.webhooks import configurations, policies
 from controllers.webhooks.certs import CertBundle, CertManager
+from controllers.webhooks.https import WebhookServer
 from controllers.webhooks.process import WebhookProcess
+from controllers.webhooks.reviews import WebhookHandlers
 from quota.api.names import SCHEDULER_NAME
 
 log = logging.getLogger("muster.controller")
@@ -90,7 +92,7 @@ class WebhookServing:
         self.caches = caches
         self.is_leader = is_leader
         self.certs: CertManager | None = None
-        self.server: WebhookProcess | None = None
+        self.server: WebhookProcess | WebhookServer | None = None
         # Whether the apiserver evaluates Muster's admission policies (asked once).
         self._policies: bool | None = None
         self._username: str | None = None
@@ -124,18 +126,9 @@ class WebhookServing:
                 self.options.service_port,
             )
         try:
-            if self._policies is None:
-                mode = self.options.job_admission
-                self._policies = mode == "policies" or (
-                    mode == "auto" and policies.served(self.kube)
-                )
-                if mode == "auto" and not self._policies:
-                    log.warning(
-                        "the apiserver does not serve MutatingAdmissionPolicy "
-                        "(Kubernetes before 1.36): Jobs are admitted through the webhooks"
-                    )
+            by_policies = self._by_policies()
             managed = self._managed()
-            if self._policies:
+            if by_policies:
                 # Before the webhook configurations, which say "Muster is up": a labelled Job
                 # created once they exist is created suspended.
                 scheduler = self.options.scheduler_name
@@ -152,12 +145,26 @@ class WebhookServing:
                 self.certs.current.ca_bundle,
                 url_base=None if service else self.url_base(),
                 service=service,
-                policies=self._policies,
+                policies=by_policies,
                 managed=managed,
             )
             configurations.register(self.kube, mutating, validating)
         except Exception:
             log.exception("could not register the admission policies and webhook configurations")
+
+    def _by_policies(self) -> bool:
+        """Whether the apiserver evaluates Muster's admission policies for the workload kinds
+        and their pods (asked once: a discovery read), leaving the webhooks the queue
+        objects alone."""
+        if self._policies is None:
+            mode = self.options.job_admission
+            self._policies = mode == "policies" or (mode == "auto" and policies.served(self.kube))
+            if mode == "auto" and not self._policies:
+                log.warning(
+                    "the apiserver does not serve MutatingAdmissionPolicy "
+                    "(Kubernetes before 1.36): Jobs are admitted through the webhooks"
+                )
+        return self._policies
 
     def _managed(self) -> policies.Managed | None:
         """The managed namespaces with Muster's own username (asked of the apiserver at
@@ -213,16 +220,28 @@ class WebhookServing:
             managed=self.options.certs == "self",
         )
         bind = self.options.bind or ("0.0.0.0" if self.options.service else self.options.host)
-        # In a process of its own: a busy controller must not delay reviews (process.py).
         if self.options.managed_namespace_selector is not None:
             self._username = whoami(self.kube)
-        self.server = WebhookProcess(
-            bind,
-            self.options.port,
-            scheduler_name=self.options.scheduler_name,
-            queue_warnings=self.queue_warnings,
-            controller_user=self._username or "",
-        )
+        if self._by_policies():
+            # Only the queue objects' webhook is called (`configurations.configurations`):
+            # a review when an admin edits a queue. It is served here, not by a second
+            # interpreter that would hold 93 MiB for it.
+            handlers = WebhookHandlers(
+                self.queue_warnings,
+                scheduler_name=self.options.scheduler_name,
+                controller_user=self._username or "",
+            )
+            self.server = WebhookServer(bind, self.options.port, handlers)
+        else:
+            # Every labelled Job and pod is reviewed: in a process of its own, so that a
+            # busy controller never delays a review (process.py).
+            self.server = WebhookProcess(
+                bind,
+                self.options.port,
+                scheduler_name=self.options.scheduler_name,
+                queue_warnings=self.queue_warnings,
+                controller_user=self._username or "",
+            )
         if self.options.managed_namespace_selector is not None:
             server = self.server
             flavors = self.caches.flavors

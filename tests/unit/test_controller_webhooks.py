@@ -9,13 +9,17 @@ import http.client
 import json
 import ssl
 import tempfile
+import threading
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from controllers.runtime.resources import SECRET
+from controllers.state.caches import Caches
 from controllers.webhooks import certs, configurations, decisions, https, policies, reviews
+from controllers.webhooks.process import WebhookProcess
+from controllers.webhooks.serving import WebhookServing, WebhookSettings
 from tests.unit.controller_fakes import FakeKube
 
 
@@ -320,3 +324,60 @@ def test_certificates_kept_by_cert_manager_are_read_and_never_written() -> None:
     with pytest.raises(RuntimeError, match=r"tls\.crt, tls\.key and ca\.crt"):
         external.ensure()
     assert not kube.writes
+
+
+@pytest.mark.parametrize("mode", ["policies", "webhooks"])
+def test_where_admission_policies_do_the_work_the_queue_webhook_is_served_in_process(
+    mode: str,
+) -> None:
+    """With policies, only queue objects are reviewed: no second interpreter for them. The
+    webhooks of every labelled Job keep their process (a busy controller must not delay
+    them)."""
+    kube = FakeKube()
+    caches = Caches.create(kube)
+    options = WebhookSettings(
+        namespace="muster-system",
+        port=0,
+        host="127.0.0.1",
+        bind=None,
+        service=None,
+        service_port=443,
+        cert_secret="muster-webhook-certs",
+        job_admission=mode,
+    )
+    serving = WebhookServing(kube, options, caches, is_leader=lambda: False)
+    stop = threading.Event()
+    serving.start(lambda name, run: None, stop)
+    server = serving.server
+    try:
+        if mode == "webhooks":
+            assert isinstance(server, WebhookProcess)
+            return
+        assert isinstance(server, https.WebhookServer) and server.wait_ready(0)
+        assert serving.certs is not None and serving.certs.current is not None
+        with tempfile.TemporaryDirectory() as tmp:
+            ca_file = Path(tmp) / "ca.crt"
+            ca_file.write_bytes(serving.certs.current.ca_bundle)
+            context = ssl.create_default_context(cafile=str(ca_file))
+            conn = http.client.HTTPSConnection("127.0.0.1", server.port, context=context)
+            local_queue = {
+                "apiVersion": "muster.dev/v1alpha1",
+                "kind": "LocalQueue",
+                "metadata": {"name": "team", "namespace": "ns"},
+                "spec": {"clusterQueue": "missing"},
+            }
+            review = {
+                "apiVersion": "admission.k8s.io/v1",
+                "kind": "AdmissionReview",
+                "request": {"uid": "q1", "operation": "CREATE", "object": local_queue},
+            }
+            conn.request("POST", reviews.VALIDATE_QUEUES_PATH, body=json.dumps(review))
+            response = json.loads(conn.getresponse().read())["response"]
+            conn.close()
+        # Answered from this process's caches: the ClusterQueue it names is not in them.
+        assert response["allowed"] is True
+        assert response["warnings"] == ["ClusterQueue 'missing' does not exist yet"]
+        assert [round(s, 3) >= 0 for s in server.latencies()] == [True]
+    finally:
+        stop.set()
+        serving.stop(registered=False)
