@@ -53,11 +53,7 @@ from quota.admission.cycle import admission_cycle
 from quota.fairness.fairshare import FairShare, fair_share
 from quota.model.decisions import CycleResult
 from quota.model.resources import FlavorResource
-from quota.model.snapshot import (
-    pod_set_usage,
-    queue_tree,
-    superseded_slices,
-)
+from quota.model.snapshot import queue_tree
 
 if TYPE_CHECKING:
     from controllers.history.usage import UsageFigures
@@ -199,19 +195,19 @@ class AdmissionLoop:
         The figures are the cycle's snapshot: this cycle's own admissions show in the next
         cycle's, which their writes start at once."""
         snapshot = view.snapshot
-        gone = superseded_slices(snapshot.admitted)
         admitted_by_cq: dict[str, int] = {}
         admitted_by_lq: dict[str, int] = {}
         usage_by_lq: dict[str, dict[FlavorResource, int]] = {}
-        for w in snapshot.admitted:
-            if w.key in gone:
-                continue
-            admitted_by_cq[w.queue] = admitted_by_cq.get(w.queue, 0) + 1
-            lq = view.lq_of.get(w.key, "")
-            admitted_by_lq[lq] = admitted_by_lq.get(lq, 0) + 1
-            bucket = usage_by_lq.setdefault(lq, {})
-            for k, v in pod_set_usage(w).items():
-                bucket[k] = bucket.get(k, 0) + v
+        # The admitted workloads fair share counted (superseded slices left out), with the
+        # usage it worked out for each: not worked out again here.
+        for queue, counted in fair.queue_workloads.items():
+            admitted_by_cq[queue] = len(counted)
+            for w, usage in counted:
+                lq = view.lq_of.get(w.key, "")
+                admitted_by_lq[lq] = admitted_by_lq.get(lq, 0) + 1
+                bucket = usage_by_lq.setdefault(lq, {})
+                for k, v in usage.items():
+                    bucket[k] = bucket.get(k, 0) + v
         pending_by_cq: dict[str, int] = {}
         pending_by_lq: dict[str, int] = {}
         for w in snapshot.pending:

@@ -36,9 +36,11 @@ def planned_pods(
     for w in admitted:
         if w.admission is None or w.key in exclude:
             continue
-        per_pod = {ps.name: ps.per_pod for ps in w.pod_sets}
         # Pods that may still be missing: the admitted count less every pod bound anywhere.
         missing = sum(a.count for a in w.admission) - total.get(w.key, 0)
+        if missing <= 0:
+            continue  # every pod bound (most admitted workloads, most cycles)
+        per_pod = {ps.name: ps.per_pod for ps in w.pod_sets}
         seen: Counter[str] = Counter()
         for a in w.admission:
             requests = per_pod.get(a.pod_set, {})
