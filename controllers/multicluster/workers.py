@@ -191,7 +191,8 @@ class Worker:
         if self.api is None:
             return
         try:
-            client.VersionApi(self.api).get_code(_request_timeout=PROBE_TIMEOUT_S)
+            # Read whole, so that the connection goes back to the pool clean.
+            _ = Kube(self.api).request("GET", "/version", timeout=PROBE_TIMEOUT_S).data
         except Exception as error:
             with self._lock:
                 self.health = Health(self.health.last_ok, self.health.since, _short(error))

@@ -13,13 +13,13 @@ only `lease_duration - renew_deadline` seconds later, which is the margin for th
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from kubernetes import client, config
 from urllib3.util.retry import Retry
 
-from controllers.runtime.resources import Kind, Kube, Obj
+from controllers.runtime.resources import Kube
 
 # urllib3 may resend a request whose connection failed (and an idempotent one whose answer
 # was lost): one retry hides a stale pooled connection; each attempt must fit in the lead.
@@ -29,7 +29,7 @@ ATTEMPTS = RETRIES + 1
 # often time out after the apiserver applied it, and a write whose outcome is unknown is
 # worse than one not made (the next leader makes it).
 MIN_LEAD_S = 1.0
-WRITE_VERBS = frozenset({"create", "patch", "delete", "replace"})
+WRITE_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 
 
 class NotLeaderError(RuntimeError):
@@ -75,24 +75,26 @@ class FencedKube(Kube):
         self._leadership_left = leadership_left
         self.refused = 0  # writes refused because the lead had run out (for tests and logs)
 
-    def _call(
+    def request(
         self,
-        verb: str,
-        kind: Kind,
-        namespace: str | None,
+        method: str,
+        path: str,
         *,
-        suffix: str = "",
-        **kwargs: Any,
-    ) -> Obj:
-        if verb in WRITE_VERBS:
+        query: Sequence[tuple[str, str]] = (),
+        body: Any = None,
+        content_type: str = "application/json",
+        timeout: Any = None,
+    ) -> Any:
+        if method in WRITE_METHODS:
             left = self._leadership_left()
             if left < MIN_LEAD_S:
                 self.refused += 1
-                where = f"{namespace}/{kwargs.get('name', '')}" if namespace else kwargs.get("name")
                 raise NotLeaderError(
-                    f"{verb} {kind.name} {where or ''} not sent: this replica does not lead "
-                    f"now (its lead has {max(0.0, left):.1f}s left by its own clock, "
-                    f"less than the {MIN_LEAD_S:.0f}s a write may take)"
+                    f"{method} {path} not sent: this replica does not lead now (its lead has "
+                    f"{max(0.0, left):.1f}s left by its own clock, less than the "
+                    f"{MIN_LEAD_S:.0f}s a write may take)"
                 )
-            kwargs["_request_timeout"] = min(self._timeout, left / ATTEMPTS)
-        return super()._call(verb, kind, namespace, suffix=suffix, **kwargs)
+            timeout = min(self._timeout, left / ATTEMPTS)
+        return super().request(
+            method, path, query=query, body=body, content_type=content_type, timeout=timeout
+        )

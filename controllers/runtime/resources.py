@@ -1,8 +1,8 @@
 """Raw-dict access to the Kubernetes kinds the controller reads and writes, through the
 official client.
 
-Objects travel as the JSON dicts the apiserver sends (`_preload_content=False`) rather than
-as the client's generated models: the cache then holds exactly what the server holds, a
+Objects travel as the JSON dicts the apiserver sends rather than as the client's generated
+models: the cache then holds exactly what the server holds, a
 merge patch computed from two dicts loses no field the client library does not know, and
 1,000 Jobs do not pay for model validation on every watch event.
 """
@@ -15,6 +15,7 @@ from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import quote
 
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
@@ -28,66 +29,74 @@ Obj = dict[str, Any]
 
 @dataclass(frozen=True)
 class Kind:
-    """One kind of object: how the client names its calls, and whether it is namespaced."""
+    """One kind of object: where the apiserver serves it, and whether it is namespaced."""
 
     name: str
     namespaced: bool
-    # Built-in kinds: the API class and the snake-case suffix of its methods.
-    api: type | None = None
-    method: str = ""
-    # Custom kinds: group, version and plural for CustomObjectsApi.
-    group: str = ""
+    group: str = ""  # "" for the core group
     version: str = ""
     plural: str = ""
+    # A kind every apiserver serves (no CRD to install, no discovery to ask first).
+    builtin: bool = False
 
     @property
     def custom(self) -> bool:
-        return self.api is None
+        return not self.builtin
+
+    @property
+    def base(self) -> str:
+        """Its API group version's path: /api/v1, /apis/batch/v1."""
+        return f"/apis/{self.group}/{self.version}" if self.group else f"/api/{self.version}"
+
+    def path(self, namespace: str | None = None, name: str | None = None) -> str:
+        """The path of its collection (in `namespace`, or all of them), or of one object."""
+        out = self.base
+        if self.namespaced and namespace is not None:
+            out += f"/namespaces/{quote(namespace, safe='')}"
+        out += f"/{self.plural}"
+        return out if name is None else f"{out}/{quote(name, safe='')}"
 
 
-JOB = Kind("Job", True, client.BatchV1Api, "job")
-POD = Kind("Pod", True, client.CoreV1Api, "pod")
-NODE = Kind("Node", False, client.CoreV1Api, "node")
-EVENT = Kind("Event", True, client.CoreV1Api, "event")
-SECRET = Kind("Secret", True, client.CoreV1Api, "secret")
-NAMESPACE = Kind("Namespace", False, client.CoreV1Api, "namespace")
-LEASE = Kind("Lease", True, client.CoordinationV1Api, "lease")
-PRIORITY_CLASS = Kind("PriorityClass", False, client.SchedulingV1Api, "priority_class")
-PDB = Kind("PodDisruptionBudget", True, client.PolicyV1Api, "pod_disruption_budget")
-DEPLOYMENT = Kind("Deployment", True, client.AppsV1Api, "deployment")
-STATEFUL_SET = Kind("StatefulSet", True, client.AppsV1Api, "stateful_set")
-MUTATING_WEBHOOK = Kind(
-    "MutatingWebhookConfiguration",
-    False,
-    client.AdmissionregistrationV1Api,
-    "mutating_webhook_configuration",
+def _builtin(name: str, namespaced: bool, group: str, version: str, plural: str) -> Kind:
+    return Kind(name, namespaced, group, version, plural, builtin=True)
+
+
+JOB = _builtin("Job", True, "batch", "v1", "jobs")
+POD = _builtin("Pod", True, "", "v1", "pods")
+NODE = _builtin("Node", False, "", "v1", "nodes")
+EVENT = _builtin("Event", True, "", "v1", "events")
+SECRET = _builtin("Secret", True, "", "v1", "secrets")
+NAMESPACE = _builtin("Namespace", False, "", "v1", "namespaces")
+LEASE = _builtin("Lease", True, "coordination.k8s.io", "v1", "leases")
+PRIORITY_CLASS = _builtin("PriorityClass", False, "scheduling.k8s.io", "v1", "priorityclasses")
+PDB = _builtin("PodDisruptionBudget", True, "policy", "v1", "poddisruptionbudgets")
+DEPLOYMENT = _builtin("Deployment", True, "apps", "v1", "deployments")
+STATEFUL_SET = _builtin("StatefulSet", True, "apps", "v1", "statefulsets")
+SELF_SUBJECT_REVIEW = _builtin(
+    "SelfSubjectReview", False, "authentication.k8s.io", "v1", "selfsubjectreviews"
 )
-VALIDATING_WEBHOOK = Kind(
-    "ValidatingWebhookConfiguration",
-    False,
-    client.AdmissionregistrationV1Api,
-    "validating_webhook_configuration",
+_ADMISSION = "admissionregistration.k8s.io"
+MUTATING_WEBHOOK = _builtin(
+    "MutatingWebhookConfiguration", False, _ADMISSION, "v1", "mutatingwebhookconfigurations"
 )
-MUTATING_POLICY = Kind(
-    "MutatingAdmissionPolicy", False, client.AdmissionregistrationV1Api, "mutating_admission_policy"
+VALIDATING_WEBHOOK = _builtin(
+    "ValidatingWebhookConfiguration", False, _ADMISSION, "v1", "validatingwebhookconfigurations"
 )
-MUTATING_POLICY_BINDING = Kind(
-    "MutatingAdmissionPolicyBinding",
-    False,
-    client.AdmissionregistrationV1Api,
-    "mutating_admission_policy_binding",
+MUTATING_POLICY = _builtin(
+    "MutatingAdmissionPolicy", False, _ADMISSION, "v1", "mutatingadmissionpolicies"
 )
-VALIDATING_POLICY = Kind(
-    "ValidatingAdmissionPolicy",
-    False,
-    client.AdmissionregistrationV1Api,
-    "validating_admission_policy",
+MUTATING_POLICY_BINDING = _builtin(
+    "MutatingAdmissionPolicyBinding", False, _ADMISSION, "v1", "mutatingadmissionpolicybindings"
 )
-VALIDATING_POLICY_BINDING = Kind(
+VALIDATING_POLICY = _builtin(
+    "ValidatingAdmissionPolicy", False, _ADMISSION, "v1", "validatingadmissionpolicies"
+)
+VALIDATING_POLICY_BINDING = _builtin(
     "ValidatingAdmissionPolicyBinding",
     False,
-    client.AdmissionregistrationV1Api,
-    "validating_admission_policy_binding",
+    _ADMISSION,
+    "v1",
+    "validatingadmissionpolicybindings",
 )
 
 
@@ -151,20 +160,46 @@ class WriteCounter:
 
 class Kube:
     """Typed-by-Kind, dict-valued access to the apiserver. Thread-safe (the client's urllib3
-    pool is), so one instance serves every worker."""
+    pool is), so one instance serves every worker.
+
+    Requests go through the official client's `ApiClient` (its configuration, credentials,
+    TLS and connection pool) by path, not through its generated API classes: those load
+    ~35 MiB of modules into every process (CoreV1Api alone 15 MiB) and validate every call's
+    arguments with pydantic, for calls whose answers are read as plain JSON anyway."""
 
     def __init__(self, api_client: client.ApiClient, *, request_timeout: float = 30.0) -> None:
         self.api_client = api_client
-        self._apis: dict[type, Any] = {}
-        self._custom = client.CustomObjectsApi(api_client)
         self._timeout = request_timeout
 
-    def _api(self, kind: Kind) -> Any:
-        assert kind.api is not None
-        api = self._apis.get(kind.api)
-        if api is None:
-            api = self._apis[kind.api] = kind.api(self.api_client)
-        return api
+    def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        query: Sequence[tuple[str, str]] = (),
+        body: Any = None,
+        content_type: str = "application/json",
+        timeout: Any = None,
+    ) -> Any:
+        """Send one request; the urllib3 response, unread (raises ApiException unless 2xx)."""
+        headers = {"Accept": "application/json"}
+        if body is not None:
+            headers["Content-Type"] = content_type
+        serialized = self.api_client.param_serialize(
+            method=method,
+            resource_path=path,
+            query_params=list(query),
+            header_params=headers,
+            body=body,
+            auth_settings=["BearerToken"],
+        )
+        answer = self.api_client.call_api(
+            *serialized, _request_timeout=timeout if timeout is not None else self._timeout
+        )
+        if not 200 <= answer.status <= 299:
+            answer.read()
+            raise ApiException.from_response(http_resp=answer, body=None, data=None)
+        return answer.response
 
     @staticmethod
     def _json(response: Any) -> Obj:
@@ -172,44 +207,24 @@ class Kube:
         result: Obj = json.loads(data) if data else {}
         return result
 
-    def _call(
-        self,
-        verb: str,
-        kind: Kind,
-        namespace: str | None,
-        *,
-        suffix: str = "",
-        **kwargs: Any,
-    ) -> Obj:
-        # Keyword arguments throughout: the generated methods disagree on positional order
-        # (create takes namespace first, read/patch/delete take name first).
-        kwargs.setdefault("_request_timeout", self._timeout)
-        kwargs["_preload_content"] = False
-        if kind.namespaced:
-            kwargs["namespace"] = namespace
-        if kind.custom:
-            scope = "namespaced" if kind.namespaced else "cluster"
-            fn = getattr(self._custom, f"{verb}_{scope}_custom_object{suffix}")
-            kwargs.update(group=kind.group, version=kind.version, plural=kind.plural)
-        else:
-            scope = "namespaced_" if kind.namespaced else ""
-            fn = getattr(self._api(kind), f"{verb}_{scope}{kind.method}{suffix}")
-        return self._json(fn(**kwargs))
+    def _call(self, method: str, path: str, **kwargs: Any) -> Obj:
+        return self._json(self.request(method, path, **kwargs))
 
     # ------------------------------------------------------------------ reads
     def serves(self, kind: Kind) -> bool:
-        """Whether the apiserver serves this built-in kind (its API group's discovery)."""
-        response = self._api(kind).get_api_resources(
-            _preload_content=False, _request_timeout=self._timeout
-        )
-        resources = self._json(response).get("resources") or []
+        """Whether the apiserver serves this kind (its API group version's discovery)."""
+        try:
+            resources = self._call("GET", kind.base).get("resources") or []
+        except ApiException as error:
+            if error.status == 404:
+                return False  # the group version itself is not served
+            raise
         return any(r.get("kind") == kind.name for r in resources)
 
     def get(self, kind: Kind, namespace: str | None, name: str) -> Obj | None:
         """The object as the apiserver has it now (a quorum read), or None if absent."""
-        verb = "get" if kind.custom else "read"
         try:
-            return self._call(verb, kind, namespace, name=name)
+            return self._call("GET", kind.path(namespace, name))
         except ApiException as error:
             if error.status == 404:
                 return None
@@ -226,15 +241,11 @@ class Kube:
         continue_token: str | None = None,
     ) -> Obj:
         """One page of a list; the result carries metadata.resourceVersion and continue."""
-        kwargs: dict[str, Any] = {"limit": limit}
-        if label_selector:
-            kwargs["label_selector"] = label_selector
-        if field_selector:
-            kwargs["field_selector"] = field_selector
+        query = [("limit", str(limit))]
+        query += _selectors(label_selector, field_selector)
         if continue_token:
-            kwargs["_continue"] = continue_token
-        kwargs["_request_timeout"] = self._timeout
-        return self._json(self._list_call(kind, namespace, **kwargs))
+            query.append(("continue", continue_token))
+        return self._call("GET", kind.path(namespace), query=query)
 
     def list(
         self,
@@ -261,28 +272,6 @@ class Kube:
             if not token:
                 return items, str(meta.get("resourceVersion", ""))
 
-    def _list_call(self, kind: Kind, namespace: str | None, **kwargs: Any) -> Any:
-        if kind.custom:
-            if kind.namespaced and namespace is None:
-                return self._custom.list_custom_object_for_all_namespaces(
-                    kind.group, kind.version, kind.plural, _preload_content=False, **kwargs
-                )
-            if kind.namespaced:
-                kwargs["namespace"] = namespace
-            scope = "namespaced" if kind.namespaced else "cluster"
-            fn = getattr(self._custom, f"list_{scope}_custom_object")
-            return fn(
-                kind.group, kind.version, plural=kind.plural, _preload_content=False, **kwargs
-            )
-        api = self._api(kind)
-        if kind.namespaced and namespace is None:
-            fn = getattr(api, f"list_{kind.method}_for_all_namespaces")
-            return fn(_preload_content=False, **kwargs)
-        if kind.namespaced:
-            fn = getattr(api, f"list_namespaced_{kind.method}")
-            return fn(namespace, _preload_content=False, **kwargs)
-        return getattr(api, f"list_{kind.method}")(_preload_content=False, **kwargs)
-
     def watch(
         self,
         kind: Kind,
@@ -295,20 +284,18 @@ class Kube:
     ) -> tuple[Any, Iterator[Obj]]:
         """Open a watch from a resourceVersion: the open response (close it to stop) and an
         iterator of decoded events ({"type", "object"})."""
-        kwargs: dict[str, Any] = {
-            "watch": True,
-            "resource_version": resource_version,
-            "allow_watch_bookmarks": True,
-            "timeout_seconds": timeout_seconds,
-            # The server closes the watch after timeout_seconds; the read timeout only
-            # catches a connection that died silently.
-            "_request_timeout": (10, timeout_seconds + 30),
-        }
-        if label_selector:
-            kwargs["label_selector"] = label_selector
-        if field_selector:
-            kwargs["field_selector"] = field_selector
-        response = self._list_call(kind, namespace, **kwargs)
+        query = [
+            ("watch", "true"),
+            ("resourceVersion", resource_version),
+            ("allowWatchBookmarks", "true"),
+            ("timeoutSeconds", str(timeout_seconds)),
+            *_selectors(label_selector, field_selector),
+        ]
+        # The server closes the watch after timeout_seconds; the read timeout only catches a
+        # connection that died silently.
+        response = self.request(
+            "GET", kind.path(namespace), query=query, timeout=(10, timeout_seconds + 30)
+        )
 
         def events() -> Iterator[Obj]:
             for line in iter_resp_lines(response):  # type: ignore[no-untyped-call]
@@ -322,9 +309,14 @@ class Kube:
     def create(self, kind: Kind, namespace: str | None, body: Obj, *, dry_run: bool = False) -> Obj:
         """Create an object; raises ApiException 409 if it exists. With `dry_run`, the
         apiserver admits and validates it and stores nothing."""
-        if dry_run:
-            return self._call("create", kind, namespace, body=body, dry_run="All")
-        return self._call("create", kind, namespace, body=body)
+        query = [("dryRun", "All")] if dry_run else []
+        return self._call("POST", kind.path(namespace), query=query, body=body)
+
+    def create_subresource(
+        self, kind: Kind, namespace: str | None, name: str, subresource: str, body: Obj
+    ) -> Obj:
+        """POST to an object's subresource (a pod's binding)."""
+        return self._call("POST", f"{kind.path(namespace, name)}/{subresource}", body=body)
 
     def patch(
         self,
@@ -338,21 +330,15 @@ class Kube:
         """Apply a JSON merge patch (to the status subresource if `status`). A patch that
         carries metadata.resourceVersion is conditional: the server answers 409 if the object
         changed since that version, so the caller's view is never silently overwritten."""
-        suffix = "_status" if status else ""
-        return self._call(
-            "patch",
-            kind,
-            namespace,
-            suffix=suffix,
-            name=name,
-            body=patch,
-            _content_type=MERGE_PATCH,
-        )
+        path = kind.path(namespace, name) + ("/status" if status else "")
+        return self._call("PATCH", path, body=patch, content_type=MERGE_PATCH)
 
     def patch_ops(self, kind: Kind, namespace: str | None, name: str, ops: Sequence[Obj]) -> Obj:
         """Apply an RFC 6902 JSON patch to the main resource. Its `test` operations are
         preconditions: the server answers 422 and changes nothing if one fails."""
-        return self._call("patch", kind, namespace, name=name, body=ops, _content_type=JSON_PATCH)
+        return self._call(
+            "PATCH", kind.path(namespace, name), body=list(ops), content_type=JSON_PATCH
+        )
 
     def delete(
         self,
@@ -373,9 +359,18 @@ class Kube:
         if preconditions:
             body["preconditions"] = preconditions
         try:
-            self._call("delete", kind, namespace, name=name, body=body)
+            self._call("DELETE", kind.path(namespace, name), body=body)
         except ApiException as error:
             if error.status == 404:
                 return False
             raise
         return True
+
+
+def _selectors(label_selector: str | None, field_selector: str | None) -> list[tuple[str, str]]:
+    out = []
+    if label_selector:
+        out.append(("labelSelector", label_selector))
+    if field_selector:
+        out.append(("fieldSelector", field_selector))
+    return out

@@ -21,10 +21,10 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from controllers.metrics import definitions as metrics
+from controllers.runtime.resources import POD, Kube
 from controllers.scheduler import pods as p
 
 log = logging.getLogger(__name__)
@@ -41,24 +41,22 @@ class Binder(Protocol):
 class ApiBinder:
     """The real thing: POST .../pods/NAME/binding."""
 
-    def __init__(self, api_client: client.ApiClient, *, timeout: float = 30.0) -> None:
-        self.core = client.CoreV1Api(api_client)
-        self.timeout = timeout
+    def __init__(self, kube: Kube) -> None:
+        self.kube = kube
 
     def bind(self, namespace: str, name: str, uid: str, node: str) -> None:
-        body = client.V1Binding(
-            # The uid is a precondition: a pod deleted and created again under the same name
-            # is a different pod and is not bound by a decision taken for the old one.
-            metadata=client.V1ObjectMeta(name=name, namespace=namespace, uid=uid or None),
-            target=client.V1ObjectReference(api_version="v1", kind="Node", name=node),
-        )
-        # _preload_content=False: the client cannot deserialize the Status the server returns.
-        response: Any = self.core.create_namespaced_pod_binding(
-            name, namespace, body, _preload_content=False, _request_timeout=self.timeout
-        )
-        # Read the answer whole, so the connection goes back to the pool clean.
-        _ = response.data
-        response.release_conn()
+        metadata = {"name": name, "namespace": namespace}
+        if uid:
+            # A precondition: a pod deleted and created again under the same name is a
+            # different pod and is not bound by a decision taken for the old one.
+            metadata["uid"] = uid
+        body = {
+            "apiVersion": "v1",
+            "kind": "Binding",
+            "metadata": metadata,
+            "target": {"apiVersion": "v1", "kind": "Node", "name": node},
+        }
+        self.kube.create_subresource(POD, namespace, name, "binding", body)
 
 
 class RateLimit:

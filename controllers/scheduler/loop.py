@@ -89,7 +89,7 @@ class SchedulerLoop:
             "scheduler pass", self.schedule_once, min_interval=min_interval, resync=resync, log=log
         )
         self.binds = BindPool(
-            binder if binder is not None else ApiBinder(ctx.kube.api_client),
+            binder if binder is not None else ApiBinder(ctx.kube),
             workers=bind_workers,
             qps=bind_qps,
         )

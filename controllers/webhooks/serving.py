@@ -15,10 +15,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from kubernetes import client
-
 from controllers.runtime.informer import Informer
-from controllers.runtime.resources import Kube
+from controllers.runtime.resources import SELF_SUBJECT_REVIEW, Kube
 from controllers.state.caches import Caches
 from controllers.webhooks import configurations, policies
 from controllers.webhooks.certs import CertBundle, CertManager
@@ -57,13 +55,15 @@ class WebhookSettings:
 
 def whoami(kube: Kube) -> str:
     """This process's username, as the apiserver authenticates it (a SelfSubjectReview)."""
-    review = client.AuthenticationV1Api(kube.api_client).create_self_subject_review(
-        client.V1SelfSubjectReview()
+    review = kube.create(
+        SELF_SUBJECT_REVIEW,
+        None,
+        {"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"},
     )
-    user = review.status.user_info if review.status is not None else None
-    if user is None or not user.username:
+    username = ((review.get("status") or {}).get("userInfo") or {}).get("username")
+    if not username:
         raise RuntimeError("the apiserver did not say who this controller is (SelfSubjectReview)")
-    return str(user.username)
+    return str(username)
 
 
 def _taints(flavors: Informer) -> list[dict[str, Any]]:
