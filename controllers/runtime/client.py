@@ -13,7 +13,7 @@ only `lease_duration - renew_deadline` seconds later, which is the margin for th
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
 from kubernetes import client, config
@@ -75,16 +75,7 @@ class FencedKube(Kube):
         self._leadership_left = leadership_left
         self.refused = 0  # writes refused because the lead had run out (for tests and logs)
 
-    def request(
-        self,
-        method: str,
-        path: str,
-        *,
-        query: Sequence[tuple[str, str]] = (),
-        body: Any = None,
-        content_type: str = "application/json",
-        timeout: Any = None,
-    ) -> Any:
+    def request(self, method: str, path: str, *, timeout: Any = None, **options: Any) -> Any:
         if method in WRITE_METHODS:
             left = self._leadership_left()
             if left < MIN_LEAD_S:
@@ -95,6 +86,4 @@ class FencedKube(Kube):
                     f"{MIN_LEAD_S:.0f}s a write may take)"
                 )
             timeout = min(self._timeout, left / ATTEMPTS)
-        return super().request(
-            method, path, query=query, body=body, content_type=content_type, timeout=timeout
-        )
+        return super().request(method, path, timeout=timeout, **options)
