@@ -157,9 +157,6 @@ class WebhookServer:
         self._thread: threading.Thread | None = None
         self._latencies: deque[float] = deque(maxlen=KEEP_LATENCIES)
         self._ready = threading.Event()
-        # The surface of `WebhookProcess`: no child to restart, nor its pid.
-        self.restarts = 0
-        self.pid: int | None = None
 
     def reload(self, bundle: CertBundle) -> None:
         self.reload_serving(bundle.serving)
